@@ -1,0 +1,30 @@
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
+
+.PHONY: setup run test lint synth clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/turnstile local
+
+test: setup
+	$(VENV)/bin/ruff check functions cdk tests
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check functions cdk tests
+
+clean:
+	rm -rf $(VENV) cdk.out .turnstile .pytest_cache .hypothesis
