@@ -1,0 +1,333 @@
+"""The ``turnstile`` command. Errors are one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from turnstile.contract import ID_PATTERN, Attr, Status
+from turnstile.errors import TurnstileError
+
+EXIT_ERROR = 2
+EXIT_AUDIT_FAILED = 1
+EXIT_STILL_PENDING = 3
+
+
+class CliError(Exception):
+    """A message for the user, printed as one line."""
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return str(value)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=_json_default))
+
+
+def _check_id(kind: str, value: str) -> str:
+    if not ID_PATTERN.match(value):
+        raise CliError(f"{kind} {value!r} does not match {ID_PATTERN.pattern}")
+    return value
+
+
+def _store() -> Any:
+    from turnstile.store import SignupStore
+
+    return SignupStore()
+
+
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir or os.environ.get("TURNSTILE_STATE_DIR") or ".turnstile")
+
+
+# -- commands -------------------------------------------------------------------------
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    from turnstile.local.stack import LocalStack
+
+    stack = LocalStack(
+        host=args.host,
+        port=args.port,
+        api_port=args.api_port,
+        worker=not args.no_worker,
+        state_dir=_state_dir(args),
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        stack.start()
+    except OSError as exc:
+        raise CliError(f"cannot start the local stack: {exc}") from exc
+    endpoint = f"http://{args.host}:{args.port}"
+    print(f"turnstile local: AWS endpoint {endpoint}", flush=True)
+    print(f"turnstile local: HTTP API     http://{args.host}:{args.api_port}", flush=True)
+    print(
+        f"turnstile local: worker       {'off' if args.no_worker else 'polling the intake stream'}",
+        flush=True,
+    )
+    print(f"  export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID=test "
+          "AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stack.stop()
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from turnstile.local.stack import Worker
+
+    os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+    worker = Worker(_state_dir(args), from_start=args.from_start)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop_event.set())
+    print(f"turnstile worker: polling {worker.poller.stream_arn}", flush=True)
+    try:
+        if args.until_idle:
+            _run_until_idle(worker, args.until_idle)
+        else:
+            worker.run()
+    except KeyboardInterrupt:
+        worker.stop_event.set()
+    stats = worker.poller.stats
+    print(
+        f"turnstile worker: stopped after {stats.invocations} invocations, "
+        f"{stats.records_delivered} records delivered",
+        flush=True,
+    )
+    return 0
+
+
+def _run_until_idle(worker: Any, idle_s: float) -> None:
+    """Poll until the stream has been quiet for ``idle_s`` seconds (replays, scripts)."""
+    quiet_since = time.monotonic()
+    while not worker.stop_event.is_set():
+        if worker.poller.poll_once():
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= idle_s:
+            break
+        else:
+            time.sleep(worker.poller.settings.poll_interval_s)
+    worker.poller.flush()
+
+
+def cmd_event_create(args: argparse.Namespace) -> int:
+    from turnstile.processor import utc_now
+
+    _check_id("event_id", args.event_id)
+    if args.capacity < 0:
+        raise CliError("--capacity must be at least 0")
+    record = _store().create_event(args.event_id, args.capacity, utc_now())
+    _print_json(record.to_public())
+    return 0
+
+
+def cmd_event_show(args: argparse.Namespace) -> int:
+    record = _store().get_event(args.event_id)
+    if record is None:
+        raise CliError(f"no event {args.event_id!r}")
+    _print_json(record.to_public())
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from turnstile.processor import utc_now
+
+    _check_id("event_id", args.event_id)
+    _check_id("signup_id", args.signup_id)
+    if args.seats < 1:
+        raise CliError("--seats must be at least 1")
+    attributes = None
+    if args.attributes:
+        try:
+            attributes = json.loads(args.attributes, parse_float=Decimal)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"--attributes is not JSON: {exc}") from exc
+        if not isinstance(attributes, dict):
+            raise CliError("--attributes must be a JSON object")
+    item, created = _store().put_intake(
+        args.event_id, args.signup_id, args.seats, attributes, utc_now()
+    )
+    _print_json({**item, "status": Status.PENDING, "created": created})
+    return 0
+
+
+def signup_status(store: Any, event_id: str, signup_id: str) -> dict[str, Any] | None:
+    """The public status of a signup: its decision, else PENDING if submitted, else None."""
+    decision = store.get_decision(event_id, signup_id)
+    if decision is not None and Attr.STATUS in decision:
+        return decision
+    intake = store.get_intake(event_id, signup_id)
+    if intake is None:
+        return None
+    return {
+        Attr.EVENT_ID: event_id,
+        Attr.SIGNUP_ID: signup_id,
+        Attr.STATUS: Status.PENDING,
+        Attr.SEATS: intake.get(Attr.SEATS, 1),
+        Attr.SUBMITTED_AT: intake.get(Attr.SUBMITTED_AT),
+    }
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    store = _store()
+    deadline = time.monotonic() + (args.wait or 0)
+    delay = 0.1
+    while True:
+        status = signup_status(store, args.event_id, args.signup_id)
+        if status is None:
+            raise CliError(f"no signup {args.signup_id!r} in event {args.event_id!r}")
+        if status[Attr.STATUS] != Status.PENDING or time.monotonic() >= deadline:
+            break
+        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        delay = min(delay * 2, 2.0)
+    _print_json(status)
+    return EXIT_STILL_PENDING if status[Attr.STATUS] == Status.PENDING and args.wait else 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from turnstile.audit import audit
+
+    report = audit(_store(), args.event_id, pending_grace_s=args.pending_grace)
+    if args.json:
+        _print_json(report.to_dict())
+    else:
+        header = ("event", "capacity", "taken", "acc.seats", "accepted", "rejected", "pending")
+        print("{:<24} {:>9} {:>7} {:>9} {:>9} {:>9} {:>8}".format(*header))
+        for e in report.events:
+            print(
+                f"{e.event_id[:24]:<24} {e.capacity if e.capacity is not None else '-':>9} "
+                f"{e.taken if e.taken is not None else '-':>7} {e.accepted_seats:>9} "
+                f"{e.accepted:>9} {e.rejected:>9} {e.pending:>8}"
+            )
+            for violation in e.violations:
+                print(f"  VIOLATION {e.event_id}: {violation}")
+        t = report.totals
+        verdict = "OK" if report.ok else "BROKEN"
+        print(
+            f"audit {verdict}: {t['events']} events, {t['accepted']} accepted, "
+            f"{t['rejected']} rejected, {t['pending']} pending, {t['violations']} violations"
+        )
+    return 0 if report.ok else EXIT_AUDIT_FAILED
+
+
+# -- wiring ---------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="turnstile",
+        description="Decide who gets a limited resource, exactly once, in arrival order.",
+    )
+    parser.add_argument(
+        "--stack",
+        help="find a deployed CloudFormation stack's tables from its outputs",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("local", help="run the whole system on this machine")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=4566, help="AWS endpoint port")
+    p.add_argument("--api-port", type=int, default=8080)
+    p.add_argument("--no-worker", action="store_true", help="do not poll the stream")
+    p.add_argument("--state-dir", help="where checkpoints live (default .turnstile)")
+    p.set_defaults(func=cmd_local)
+
+    p = sub.add_parser("worker", help="run only the stream worker against the configured endpoint")
+    p.add_argument("--from-start", action="store_true", help="replay the stream from TRIM_HORIZON")
+    p.add_argument("--state-dir", help="where checkpoints live (default .turnstile)")
+    p.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="exit once the stream has had nothing new for SECONDS",
+    )
+    p.set_defaults(func=cmd_worker)
+
+    event = sub.add_parser("event", help="create or show an event").add_subparsers(
+        dest="event_command", required=True
+    )
+    p = event.add_parser("create", help="create an OPEN event")
+    p.add_argument("event_id")
+    p.add_argument("--capacity", type=int, required=True)
+    p.set_defaults(func=cmd_event_create)
+    p = event.add_parser("show", help="show an event's counters")
+    p.add_argument("event_id")
+    p.set_defaults(func=cmd_event_show)
+
+    p = sub.add_parser("submit", help="write a provisional signup into intake")
+    p.add_argument("event_id")
+    p.add_argument("signup_id")
+    p.add_argument("--seats", type=int, default=1)
+    p.add_argument("--attributes", help="a JSON object carried to the decision")
+    p.set_defaults(func=cmd_submit)
+
+    p = sub.add_parser("status", help="a signup's status as JSON")
+    p.add_argument("event_id")
+    p.add_argument("signup_id")
+    p.add_argument(
+        "--wait", type=float, default=0, metavar="SECONDS", help="wait up to SECONDS for a decision"
+    )
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("audit", help="check the invariants against the tables")
+    p.add_argument("event_id", nargs="?")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--pending-grace",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a signup pending longer than this breaks invariant 4 (default 300)",
+    )
+    p.set_defaults(func=cmd_audit)
+    return parser
+
+
+def _apply_stack(stack_name: str) -> None:
+    from turnstile.stack_outputs import environment_for_stack, find_stack_outputs
+
+    os.environ.update(environment_for_stack(find_stack_outputs(stack_name)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        if args.stack:
+            _apply_stack(args.stack)
+        return int(args.func(args) or 0)
+    except (CliError, TurnstileError) as exc:
+        print(f"turnstile: {exc}", file=sys.stderr)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        print(f"turnstile: AWS error {error.get('Code')}: {error.get('Message')}", file=sys.stderr)
+    except BotoCoreError as exc:
+        print(f"turnstile: {exc}", file=sys.stderr)
+    return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

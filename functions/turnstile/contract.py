@@ -1,0 +1,180 @@
+"""The one place that defines turnstile's data contract and event-source settings.
+
+The CDK stack, the local stack, the store and the handlers all read these definitions, so
+the tables and the stream mapping cannot drift between AWS and a laptop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "EVENT_SORT_KEY",
+    "FAILURE_QUEUE_NAME",
+    "ID_PATTERN",
+    "INTAKE_TABLE",
+    "MAIN_TABLE",
+    "MAX_ATTRIBUTES_BYTES",
+    "STREAM_SOURCE",
+    "Attr",
+    "EventSourceSettings",
+    "EventState",
+    "Reason",
+    "Status",
+    "TableSpec",
+    "intake_table_name",
+    "main_table_name",
+]
+
+#: signup_id and event_id both match this (DESIGN.md, data contract).
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+
+#: The largest ``attributes`` map a signup may carry, in DynamoDB's item-size bytes.
+MAX_ATTRIBUTES_BYTES = 4096
+
+#: The sort key of the event item in the main table.
+EVENT_SORT_KEY = "#EVENT"
+
+
+class Attr:
+    """Attribute names, shared by every reader and writer of the tables."""
+
+    EVENT_ID = "event_id"
+    SIGNUP_ID = "signup_id"
+    # intake
+    SEATS = "seats"
+    SUBMITTED_AT = "submitted_at"
+    ATTRIBUTES = "attributes"
+    EXPIRES_AT = "expires_at"
+    REDRIVE = "redrive"
+    # event item
+    CAPACITY = "capacity"
+    TAKEN = "taken"
+    ACCEPTED = "accepted"
+    STATE = "state"
+    VERSION = "version"
+    CREATED_AT = "created_at"
+    JOURNAL = "journal"
+    # decision item
+    STATUS = "status"
+    REASON = "reason"
+    POSITION = "position"
+    DECIDED_AT = "decided_at"
+    SEQUENCE_NUMBER = "sequence_number"
+
+
+class Status:
+    PENDING = "PENDING"
+    ACCEPTED = "ACCEPTED"
+    REJECTED = "REJECTED"
+
+
+class Reason:
+    CAPACITY_FULL = "capacity_full"
+    UNKNOWN_EVENT = "unknown_event"
+    EVENT_CLOSED = "event_closed"
+    INVALID_REQUEST = "invalid_request"
+
+    ALL = (CAPACITY_FULL, UNKNOWN_EVENT, EVENT_CLOSED, INVALID_REQUEST)
+
+
+class EventState:
+    OPEN = "OPEN"
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table's keys, stream and TTL, as both CloudFormation and CreateTable need them."""
+
+    logical_id: str
+    default_name: str
+    env_var: str
+    partition_key: str = Attr.EVENT_ID
+    sort_key: str = Attr.SIGNUP_ID
+    stream_view_type: str | None = None
+    ttl_attribute: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The table name in force: the environment variable, else the default."""
+        return os.environ.get(self.env_var) or self.default_name
+
+    def create_table_kwargs(self, name: str | None = None) -> dict[str, Any]:
+        """Arguments for boto3 ``create_table`` (the local stack's way of building it)."""
+        kwargs: dict[str, Any] = {
+            "TableName": name or self.name,
+            "KeySchema": [
+                {"AttributeName": self.partition_key, "KeyType": "HASH"},
+                {"AttributeName": self.sort_key, "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": self.partition_key, "AttributeType": "S"},
+                {"AttributeName": self.sort_key, "AttributeType": "S"},
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+        if self.stream_view_type:
+            kwargs["StreamSpecification"] = {
+                "StreamEnabled": True,
+                "StreamViewType": self.stream_view_type,
+            }
+        return kwargs
+
+
+INTAKE_TABLE = TableSpec(
+    logical_id="IntakeTable",
+    default_name="turnstile-intake",
+    env_var="TURNSTILE_INTAKE_TABLE",
+    stream_view_type="NEW_IMAGE",
+    ttl_attribute=Attr.EXPIRES_AT,
+)
+
+#: The local stack's on-failure destination (on AWS the CDK stack names it).
+FAILURE_QUEUE_NAME = "turnstile-stream-failures"
+
+MAIN_TABLE = TableSpec(
+    logical_id="MainTable",
+    default_name="turnstile-main",
+    env_var="TURNSTILE_MAIN_TABLE",
+)
+
+
+def intake_table_name() -> str:
+    return INTAKE_TABLE.name
+
+
+def main_table_name() -> str:
+    return MAIN_TABLE.name
+
+
+@dataclass(frozen=True)
+class EventSourceSettings:
+    """How the intake stream is fed to the stream processor.
+
+    AWS's defaults (retry forever, records never too old) let one bad batch block a shard
+    for 24 hours; these are bounded. The CDK event source mapping and the local
+    ``StreamPoller`` are both built from this object.
+    """
+
+    batch_size: int = 100
+    max_batching_window_s: int = 1
+    starting_position: str = "TRIM_HORIZON"
+    #: One concurrent batch per shard keeps stream order per partition key.
+    parallelization_factor: int = 1
+    retry_attempts: int = 5
+    max_record_age_s: int = 6 * 3600
+    bisect_on_error: bool = True
+    report_batch_item_failures: bool = True
+    #: Only new or re-emitted intake records; TTL deletions (REMOVE) never reach the function.
+    filter_patterns: tuple[dict[str, Any], ...] = field(
+        default_factory=lambda: ({"eventName": ["INSERT", "MODIFY"]},)
+    )
+    #: AWS polls each shard four times a second.
+    poll_interval_s: float = 0.25
+
+
+STREAM_SOURCE = EventSourceSettings()

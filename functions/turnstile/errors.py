@@ -1,0 +1,36 @@
+"""Domain errors. Adapters translate AWS error codes into these; nothing branches on text."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommitConflictError",
+    "EventExistsError",
+    "EventNotFoundError",
+    "SignupConflictError",
+    "StoreUnavailableError",
+    "TurnstileError",
+]
+
+
+class TurnstileError(Exception):
+    """Base of every error turnstile raises on purpose."""
+
+
+class StoreUnavailableError(TurnstileError):
+    """DynamoDB throttled or failed past our retries: transient, try the work again later."""
+
+
+class CommitConflictError(TurnstileError):
+    """The event item changed under us (its version moved on): reload and decide again."""
+
+
+class EventExistsError(TurnstileError):
+    """An event with this id already exists."""
+
+
+class EventNotFoundError(TurnstileError):
+    """No event item with this id."""
+
+
+class SignupConflictError(TurnstileError):
+    """The signup id was already submitted with a different body."""

@@ -1,0 +1,107 @@
+"""Lambda entry point of the stream processor: parse the batch, one call, report failures."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent, event_source
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from turnstile.contract import Status
+from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.store import SignupStore
+
+logger = Logger(service="turnstile")
+tracer = Tracer(service="turnstile")
+metrics = Metrics(namespace="Turnstile", service="turnstile")
+
+_processor: StreamProcessor | None = None
+
+
+def get_processor() -> StreamProcessor:
+    """One processor per container: its store client and journal cache outlive a batch."""
+    global _processor
+    if _processor is None:
+        _processor = StreamProcessor(SignupStore())
+    return _processor
+
+
+def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
+    """The parts of a stream record the processor needs; a broken image stays broken."""
+    stream = record.dynamodb
+    name = record.event_name.name if record.event_name else ""
+    if stream is None:
+        return IntakeRecord(sequence_number="", event_name=name, keys={})
+    try:
+        image: dict[str, Any] | None = stream.new_image if stream.get("NewImage") else None
+    except Exception:  # an image that does not deserialize is decided as invalid
+        image = None
+    return IntakeRecord(
+        sequence_number=stream.sequence_number or "",
+        event_name=name,
+        keys=stream.keys,
+        new_image=image,
+    )
+
+
+def _latency_ms(submitted_at: str | None, decided_at: str) -> float | None:
+    if not submitted_at:
+        return None
+    try:
+        start = datetime.fromisoformat(submitted_at.replace("Z", "+00:00"))
+        end = datetime.fromisoformat(decided_at.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max(0.0, (end - start).total_seconds() * 1000)
+
+
+def record_metrics(result: BatchResult) -> None:
+    accepted = sum(1 for d in result.decided if d.decision.status == Status.ACCEPTED)
+    rejected = len(result.decided) - accepted
+    if accepted:
+        metrics.add_metric(name="SignupAccepted", unit=MetricUnit.Count, value=accepted)
+    if rejected:
+        metrics.add_metric(name="SignupRejected", unit=MetricUnit.Count, value=rejected)
+    if result.failures:
+        metrics.add_metric(name="GroupFailed", unit=MetricUnit.Count, value=len(result.failures))
+    if result.conflicts:
+        metrics.add_metric(name="CommitConflicted", unit=MetricUnit.Count, value=result.conflicts)
+    latencies = [_latency_ms(d.submitted_at, d.decided_at) for d in result.decided]
+    values = [v for v in latencies if v is not None]
+    if values:
+        # One EMF document holds at most 100 values per metric.
+        for value in values[:100]:
+            metrics.add_metric(
+                name="DecisionLatency", unit=MetricUnit.Milliseconds, value=round(value, 1)
+            )
+
+
+@metrics.log_metrics
+@tracer.capture_lambda_handler(capture_response=False)
+@logger.inject_lambda_context
+@event_source(data_class=DynamoDBStreamEvent)
+def handler(event: DynamoDBStreamEvent, context: LambdaContext) -> dict[str, Any]:
+    records = [to_intake_record(r) for r in event.records]
+    result = get_processor().process(records)
+    record_metrics(result)
+    for decided in result.decided:
+        logger.debug(
+            "signup decided",
+            event_id=decided.event_id,
+            signup_id=decided.decision.signup_id,
+            status=decided.decision.status,
+            reason=decided.decision.reason,
+        )
+    logger.info(
+        "batch processed",
+        records=len(records),
+        decided=len(result.decided),
+        ignored=result.ignored,
+        failed_groups=len(result.failures),
+        conflicts=result.conflicts,
+    )
+    return {"batchItemFailures": [{"itemIdentifier": seq} for seq in result.failures]}

@@ -1,0 +1,178 @@
+"""The whole system on one machine: endpoint, tables, queue, stream worker and HTTP API."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import boto3
+
+from turnstile.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, MAIN_TABLE, TableSpec
+from turnstile.local.api_server import ApiServer
+from turnstile.local.poller import CheckpointStore, StreamPoller
+from turnstile.local.server import EmbeddedAws
+
+__all__ = ["LocalStack", "Worker", "ensure_resources", "local_aws_environment"]
+
+log = logging.getLogger(__name__)
+
+
+def local_aws_environment(endpoint_url: str) -> dict[str, str]:
+    """The environment that points boto3 (and the AWS CLI) at the embedded endpoint."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint_url,
+        "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "test"),
+        "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "test"),
+        "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        # botocore 1.44 resolves account-based endpoints for streams calls otherwise.
+        "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+    }
+
+
+def _ensure_table(client: Any, spec: TableSpec) -> None:
+    existing = client.list_tables()["TableNames"]
+    if spec.name in existing:
+        return
+    client.create_table(**spec.create_table_kwargs())
+    client.get_waiter("table_exists").wait(TableName=spec.name)
+    if spec.ttl_attribute:
+        client.update_time_to_live(
+            TableName=spec.name,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
+        )
+
+
+def ensure_resources(session: boto3.Session | None = None) -> dict[str, str]:
+    """Create the tables (from the same specs as the CDK stack) and the on-failure queue."""
+    session = session or boto3.Session()
+    dynamodb = session.client("dynamodb")
+    for spec in (INTAKE_TABLE, MAIN_TABLE):
+        _ensure_table(dynamodb, spec)
+    queue_url = session.client("sqs").create_queue(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
+    return {"failure_queue_url": queue_url}
+
+
+class Worker:
+    """The stream worker: a ``StreamPoller`` feeding the real stream handler."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        from_start: bool = False,
+        session: boto3.Session | None = None,
+        handler: Any = None,
+    ) -> None:
+        session = session or boto3.Session()
+        if handler is None:
+            from turnstile.handlers.stream import handler as stream_handler
+
+            handler = stream_handler
+        dynamodb = session.client("dynamodb")
+        stream_arn = dynamodb.describe_table(TableName=INTAKE_TABLE.name)["Table"].get(
+            "LatestStreamArn"
+        )
+        if not stream_arn:
+            raise RuntimeError(f"table {INTAKE_TABLE.name} has no stream")
+        sqs = session.client("sqs")
+        queue_url = os.environ.get("TURNSTILE_FAILURE_QUEUE_URL")
+        if not queue_url:
+            try:
+                queue_url = sqs.get_queue_url(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
+            except Exception:
+                queue_url = None
+        self.poller = StreamPoller(
+            handler=handler,
+            streams_client=session.client("dynamodbstreams"),
+            stream_arn=stream_arn,
+            checkpoints=CheckpointStore(state_dir / "checkpoints.json"),
+            sqs_client=sqs,
+            failure_queue_url=queue_url,
+            from_start=from_start,
+        )
+        self.stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        self.poller.run(self.stop_event)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="stream-worker", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self._thread:
+            self._thread.join(timeout=30)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
+class LocalStack:
+    """``turnstile local``: everything on 127.0.0.1, no AWS account, no Docker."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 4566,
+        api_port: int = 8080,
+        worker: bool = True,
+        state_dir: Path | None = None,
+    ) -> None:
+        self.host, self.port, self.api_port = host, port, api_port
+        self.with_worker = worker
+        self.state_dir = state_dir or Path(".turnstile")
+        self.aws: EmbeddedAws | None = None
+        self.api: ApiServer | None = None
+        self.worker: Worker | None = None
+        self._ready = threading.Event()
+
+    def health(self) -> dict[str, bool]:
+        checks = {"tables": self._ready.is_set()}
+        if self.with_worker:
+            checks["worker"] = bool(
+                self.worker and self.worker.alive and self.worker.poller.polling.is_set()
+            )
+        return checks
+
+    def start(self) -> None:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
+        self.aws = EmbeddedAws(self.host, self.port)
+        self.aws.start()
+        os.environ.update(local_aws_environment(self.aws.url))
+        # The handlers run in this process: quiet Powertools' per-invocation EMF output.
+        os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+        resources = ensure_resources()
+        os.environ["TURNSTILE_FAILURE_QUEUE_URL"] = resources["failure_queue_url"]
+        self._ready.set()
+        app_handler = _api_handler()
+        extra = {"app_handler": app_handler} if app_handler else {}
+        self.api = ApiServer(self.host, self.api_port, self.health, **extra)
+        self.api.start()
+        if self.with_worker:
+            # A new endpoint has new streams: stale checkpoints of old ones are ignored,
+            # since they are keyed by stream ARN.
+            self.worker = Worker(self.state_dir)
+            self.worker.start()
+
+    def stop(self) -> None:
+        if self.worker:
+            self.worker.stop()
+        if self.api:
+            self.api.stop()
+        if self.aws:
+            self.aws.stop()
+
+
+def _api_handler() -> Any:
+    """The HTTP API's Lambda handler, served over real HTTP by ``ApiServer``."""
+    try:
+        from turnstile.handlers.api import handler
+    except ImportError:  # the API is optional for the stream worker
+        return None
+    return handler

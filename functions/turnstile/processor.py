@@ -1,0 +1,179 @@
+"""The stream processor's logic: group a batch by event, decide each group in order, commit.
+
+It receives its store (``SignupStore`` or anything with the same methods) and a clock, so
+tests run it against moto, a stubbed client or a fake.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from turnstile.domain import Decision, SignupRequest, decide, parse_request
+from turnstile.errors import CommitConflictError
+from turnstile.store import SignupStore
+
+__all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
+
+log = logging.getLogger(__name__)
+
+NEW_RECORD_EVENTS = frozenset({"INSERT", "MODIFY"})
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC with microseconds, the format of every timestamp turnstile writes."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class IntakeRecord:
+    """One stream record, reduced to what the processor needs (plain Python values)."""
+
+    sequence_number: str
+    event_name: str
+    keys: Mapping[str, Any]
+    new_image: Mapping[str, Any] | None = None
+
+    @property
+    def event_id(self) -> str:
+        return str(self.keys.get("event_id", ""))
+
+
+@dataclass(frozen=True)
+class DecidedSignup:
+    event_id: str
+    decision: Decision
+    decided_at: str
+    submitted_at: str | None
+
+
+@dataclass
+class BatchResult:
+    """What one batch came to: failed sequence numbers (one per failed event group)."""
+
+    failures: list[str] = field(default_factory=list)
+    decided: list[DecidedSignup] = field(default_factory=list)
+    ignored: int = 0
+    conflicts: int = 0
+
+
+class StreamProcessor:
+    """Decides a batch of intake stream records, event by event, in stream order."""
+
+    def __init__(
+        self,
+        store: SignupStore,
+        clock: Callable[[], str] = utc_now,
+        chunk_size: int = 100,
+        max_conflicts: int = 20,
+        journal_cache_size: int = 10_000,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.chunk_size = chunk_size
+        self.max_conflicts = max_conflicts
+        # Journals this process has materialized, so it does not write them twice. Losing
+        # this (a cold start) only costs one re-materialization; it never affects safety.
+        self._materialized: OrderedDict[tuple[str, str | None], int] = OrderedDict()
+        self._cache_size = journal_cache_size
+
+    def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+        """Decide every new intake record; report the first record of each failed group.
+
+        A group (one event's records) that fails stops there: its later records are not
+        decided before the failed one, and the failure's sequence number goes back to the
+        event source, which redelivers from it. Other events carry on.
+        """
+        result = BatchResult()
+        groups: dict[str, list[SignupRequest]] = {}
+        for record in records:
+            if record.event_name not in NEW_RECORD_EVENTS:
+                result.ignored += 1  # REMOVE (TTL clean-up) never decides anything
+                continue
+            request = parse_request(record.new_image, record.sequence_number, record.keys)
+            if record.new_image is None:
+                request = _with_problem(request, "record has no new image")
+            groups.setdefault(request.event_id, []).append(request)
+        for event_id, requests in groups.items():
+            self._process_group(event_id, requests, result)
+        return result
+
+    def _process_group(
+        self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
+    ) -> None:
+        for start in range(0, len(requests), self.chunk_size):
+            chunk = requests[start : start + self.chunk_size]
+            try:
+                result.decided.extend(self._decide_chunk(event_id, chunk, result))
+            except Exception:
+                log.exception("event group failed", extra={"event_id": event_id})
+                result.failures.append(chunk[0].sequence_number)
+                return
+
+    def _decide_chunk(
+        self, event_id: str, chunk: Sequence[SignupRequest], result: BatchResult
+    ) -> list[DecidedSignup]:
+        for _ in range(self.max_conflicts):
+            try:
+                return self._try_chunk(event_id, chunk)
+            except CommitConflictError:
+                result.conflicts += 1
+        raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
+
+    def _try_chunk(self, event_id: str, chunk: Sequence[SignupRequest]) -> list[DecidedSignup]:
+        by_id: dict[str, SignupRequest] = {}
+        for request in chunk:
+            by_id.setdefault(request.signup_id, request)
+        event = self.store.get_event(event_id)
+        now = self.clock()
+        if event is None:
+            existing = self.store.get_decisions(event_id, by_id)
+            outcome = decide(None, chunk, existing)
+            if outcome.decisions:
+                self.store.reject_without_event(event_id, outcome.decisions, by_id, now)
+            return self._decided(event_id, outcome.decisions, now, by_id)
+
+        cache_key = (event_id, event.created_at)
+        in_journal: set[str] = set()
+        if event.journal is not None:
+            in_journal = {d.signup_id for d in event.journal.decisions}
+            if self._materialized.get(cache_key) != event.journal.version:
+                # The last commit may not have reached its items (a crash, another
+                # processor): write them before anything new is decided.
+                self.store.materialize(event_id, event.journal, by_id)
+                self._remember(cache_key, event.journal.version)
+        existing = self.store.get_decisions(event_id, [s for s in by_id if s not in in_journal])
+        outcome = decide(event.snapshot, chunk, set(existing) | in_journal)
+        if not outcome.decisions:
+            return []
+        journal = self.store.commit(event.snapshot, outcome, now)
+        self.store.materialize(event_id, journal, by_id)
+        self._remember(cache_key, journal.version)
+        return self._decided(event_id, outcome.decisions, now, by_id)
+
+    def _remember(self, key: tuple[str, str | None], version: int) -> None:
+        self._materialized[key] = version
+        self._materialized.move_to_end(key)
+        while len(self._materialized) > self._cache_size:
+            self._materialized.popitem(last=False)
+
+    @staticmethod
+    def _decided(
+        event_id: str,
+        decisions: Sequence[Decision],
+        decided_at: str,
+        by_id: Mapping[str, SignupRequest],
+    ) -> list[DecidedSignup]:
+        return [
+            DecidedSignup(event_id, d, decided_at, by_id[d.signup_id].submitted_at)
+            for d in decisions
+        ]
+
+
+def _with_problem(request: SignupRequest, problem: str) -> SignupRequest:
+    joined = f"{request.problem}; {problem}" if request.problem else problem
+    return replace(request, problem=joined)

@@ -1,0 +1,628 @@
+"""The only module that talks to DynamoDB.
+
+It owns keys, expressions and conditions, retries throttled calls with backoff, and turns
+``ClientError`` codes into the domain errors of ``turnstile.errors``.
+
+The commit design (why each decision costs one write unit, and why that is safe):
+
+* The event item is the serialization point. A group's decisions are committed by one
+  ``UpdateItem`` on it, conditioned on ``version`` (optimistic lock, seed 004) and on
+  ``taken <= capacity``; the update stores the new counters and a compact *journal*
+  (zlib-compressed) of exactly the decisions that commit made.
+* The decision items are then *materialized* from that journal with plain batch writes:
+  one write unit per decision item of up to 1 KB, instead of the two a transaction
+  charges. Materializing is idempotent: the journal fixes every byte of every item.
+* Before a processor commits journal N+1 it makes sure journal N is materialized (it
+  wrote it itself, or it writes it again). So every decision is either an item or in the
+  current journal, and "already decided" is known exactly before each commit.
+* A signup of an event that does not exist has no event item to lock; its rejection is
+  a transaction guarded by a ConditionCheck that the event item still does not exist.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, TypeVar
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from turnstile.contract import (
+    EVENT_SORT_KEY,
+    INTAKE_TABLE,
+    MAIN_TABLE,
+    Attr,
+    EventState,
+    Status,
+)
+from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.errors import (
+    CommitConflictError,
+    EventExistsError,
+    SignupConflictError,
+    StoreUnavailableError,
+)
+
+__all__ = ["EventRecord", "Journal", "SignupStore", "default_client"]
+
+T = TypeVar("T")
+
+#: Error codes that mean "try again shortly".
+RETRYABLE_CODES = frozenset(
+    {
+        "ThrottlingException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+    }
+)
+#: DynamoDB's per-request limits.
+BATCH_WRITE_LIMIT = 25
+BATCH_GET_LIMIT = 100
+TRANSACTION_LIMIT = 100
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def default_client(endpoint_url: str | None = None) -> Any:
+    """A DynamoDB client; our own loop retries throttling, so botocore retries little."""
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint_url,
+        config=Config(retries={"mode": "standard", "total_max_attempts": 2}),
+    )
+
+
+def to_item(values: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _serializer.serialize(v) for k, v in values.items() if v is not None}
+
+
+def from_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: _deserializer.deserialize(v) for k, v in item.items()}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@dataclass(frozen=True)
+class Journal:
+    """The decisions of the last commit on an event item, to be materialized as items."""
+
+    version: int
+    decided_at: str
+    decisions: tuple[Decision, ...]
+
+    _STATUS = {Status.ACCEPTED: "A", Status.REJECTED: "R"}
+    _STATUS_BACK = {"A": Status.ACCEPTED, "R": Status.REJECTED}
+
+    def encode(self) -> bytes:
+        rows = [
+            [
+                d.signup_id,
+                self._STATUS[d.status],
+                d.reason,
+                d.seats,
+                d.position,
+                d.sequence_number,
+                d.detail,
+            ]
+            for d in self.decisions
+        ]
+        doc = {"v": self.version, "t": self.decided_at, "d": rows}
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+
+    @classmethod
+    def decode(cls, blob: bytes) -> Journal:
+        doc = json.loads(zlib.decompress(blob))
+        decisions = tuple(
+            Decision(
+                signup_id=sid,
+                status=cls._STATUS_BACK[st],
+                reason=reason,
+                seats=seats,
+                position=position,
+                sequence_number=seq,
+                detail=detail,
+            )
+            for sid, st, reason, seats, position, seq, detail in doc["d"]
+        )
+        return cls(version=int(doc["v"]), decided_at=doc["t"], decisions=decisions)
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """The event item: the lockable state, when it was created, and its last journal."""
+
+    snapshot: EventSnapshot
+    created_at: str | None = None
+    journal: Journal | None = None
+
+    @classmethod
+    def from_values(cls, item: Mapping[str, Any]) -> EventRecord:
+        """From the event item as plain Python values (what ``from_item`` returns)."""
+        journal_blob = item.get(Attr.JOURNAL)
+        return cls(
+            snapshot=EventSnapshot(
+                event_id=item[Attr.EVENT_ID],
+                capacity=int(item.get(Attr.CAPACITY, 0)),
+                taken=int(item.get(Attr.TAKEN, 0)),
+                accepted=int(item.get(Attr.ACCEPTED, 0)),
+                state=str(item.get(Attr.STATE, EventState.OPEN)),
+                version=int(item.get(Attr.VERSION, 0)),
+            ),
+            created_at=item.get(Attr.CREATED_AT),
+            journal=Journal.decode(bytes(journal_blob)) if journal_blob is not None else None,
+        )
+
+    def to_public(self) -> dict[str, Any]:
+        s = self.snapshot
+        return {
+            "event_id": s.event_id,
+            "capacity": s.capacity,
+            "taken": s.taken,
+            "remaining": s.remaining,
+            "accepted": s.accepted,
+            "state": s.state,
+            "version": s.version,
+            "created_at": self.created_at,
+        }
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+class SignupStore:
+    """DynamoDB access for both tables. Pass ``client`` to use a stubbed or local one."""
+
+    def __init__(
+        self,
+        client: Any = None,
+        intake_table: str | None = None,
+        main_table: str | None = None,
+        max_attempts: int = 8,
+        base_delay_s: float = 0.05,
+        max_delay_s: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.client = client or default_client()
+        self.intake_table = intake_table or INTAKE_TABLE.name
+        self.main_table = main_table or MAIN_TABLE.name
+        self.max_attempts = max_attempts
+        self.base_delay_s = base_delay_s
+        self.max_delay_s = max_delay_s
+        self._sleep = sleep
+        #: Calls retried after throttling or a 5xx, for metrics and the benchmark.
+        self.retries = 0
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _call(self, operation: str, **kwargs: Any) -> dict[str, Any]:
+        """Call a client operation, retrying throttling and 5xx with capped full jitter."""
+        method = getattr(self.client, operation)
+        for attempt in range(1, self.max_attempts + 1):
+            try:
+                return method(**kwargs)
+            except ClientError as exc:
+                code = _code(exc)
+                if code == "TransactionCanceledException":
+                    reasons = {r.get("Code") for r in exc.response.get("CancellationReasons", [])}
+                    if "ConditionalCheckFailed" in reasons:
+                        raise
+                    retryable = bool(reasons & {"ThrottlingError", "TransactionConflict"})
+                else:
+                    retryable = code in RETRYABLE_CODES
+                if not retryable:
+                    raise
+                if attempt == self.max_attempts:
+                    raise StoreUnavailableError(
+                        f"{operation} still failing after {attempt} attempts: {code}"
+                    ) from exc
+                self.retries += 1
+                cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+                self._sleep(random.uniform(0, cap))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _key(event_id: str, signup_id: str) -> dict[str, Any]:
+        return {Attr.EVENT_ID: {"S": event_id}, Attr.SIGNUP_ID: {"S": signup_id}}
+
+    # -- events -----------------------------------------------------------------------
+
+    def create_event(self, event_id: str, capacity: int, now: str) -> EventRecord:
+        """Create an OPEN event; raise ``EventExistsError`` if the id is taken."""
+        snapshot = EventSnapshot(event_id=event_id, capacity=capacity)
+        item = to_item(
+            {
+                Attr.EVENT_ID: event_id,
+                Attr.SIGNUP_ID: EVENT_SORT_KEY,
+                Attr.CAPACITY: capacity,
+                Attr.TAKEN: 0,
+                Attr.ACCEPTED: 0,
+                Attr.STATE: EventState.OPEN,
+                Attr.VERSION: 0,
+                Attr.CREATED_AT: now,
+            }
+        )
+        try:
+            self._call(
+                "put_item",
+                TableName=self.main_table,
+                Item=item,
+                ConditionExpression="attribute_not_exists(#sk)",
+                ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                raise EventExistsError(f"event {event_id!r} already exists") from exc
+            raise
+        return EventRecord(snapshot=snapshot, created_at=now)
+
+    def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
+        """The event item, read strongly consistent by default, or None."""
+        response = self._call(
+            "get_item",
+            TableName=self.main_table,
+            Key=self._key(event_id, EVENT_SORT_KEY),
+            ConsistentRead=consistent,
+        )
+        if "Item" not in response:
+            return None
+        return self._event_from_item(response["Item"])
+
+    @staticmethod
+    def _event_from_item(raw: Mapping[str, Any]) -> EventRecord:
+        return EventRecord.from_values(from_item(raw))
+
+    def close_event(self, event_id: str) -> tuple[EventRecord | None, bool]:
+        """OPEN -> CLOSED, conditionally; bumps ``version`` so in-flight commits re-decide.
+
+        Returns the event after the call and whether this call closed it.
+        """
+        try:
+            response = self._call(
+                "update_item",
+                TableName=self.main_table,
+                Key=self._key(event_id, EVENT_SORT_KEY),
+                UpdateExpression="SET #state = :closed ADD #version :one",
+                ConditionExpression="attribute_exists(#sk) AND #state = :open",
+                ExpressionAttributeNames={
+                    "#state": Attr.STATE,
+                    "#version": Attr.VERSION,
+                    "#sk": Attr.SIGNUP_ID,
+                },
+                ExpressionAttributeValues={
+                    ":closed": {"S": EventState.CLOSED},
+                    ":open": {"S": EventState.OPEN},
+                    ":one": {"N": "1"},
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return self.get_event(event_id), False
+            raise
+        return self._event_from_item(response["Attributes"]), True
+
+    # -- intake -----------------------------------------------------------------------
+
+    def put_intake(
+        self,
+        event_id: str,
+        signup_id: str,
+        seats: int,
+        attributes: Mapping[str, Any] | None,
+        submitted_at: str,
+    ) -> tuple[dict[str, Any], bool]:
+        """Write a provisional signup once (``attribute_not_exists``).
+
+        The same body again returns the stored record and False; a different body for the
+        same key raises ``SignupConflictError``.
+        """
+        values = {
+            Attr.EVENT_ID: event_id,
+            Attr.SIGNUP_ID: signup_id,
+            Attr.SEATS: seats,
+            Attr.SUBMITTED_AT: submitted_at,
+            Attr.ATTRIBUTES: dict(attributes) if attributes else None,
+        }
+        try:
+            self._call(
+                "put_item",
+                TableName=self.intake_table,
+                Item=to_item(values),
+                ConditionExpression="attribute_not_exists(#sk)",
+                ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
+            )
+            return {k: v for k, v in values.items() if v is not None}, True
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+        existing = self.get_intake(event_id, signup_id) or {}
+        same = int(existing.get(Attr.SEATS, 1)) == seats and (
+            existing.get(Attr.ATTRIBUTES) or {}
+        ) == (_decimalize(attributes) or {})
+        if not same:
+            raise SignupConflictError(
+                f"signup {signup_id!r} of event {event_id!r} was submitted with another body"
+            )
+        return existing, False
+
+    def get_intake(self, event_id: str, signup_id: str) -> dict[str, Any] | None:
+        response = self._call(
+            "get_item",
+            TableName=self.intake_table,
+            Key=self._key(event_id, signup_id),
+            ConsistentRead=True,
+        )
+        return from_item(response["Item"]) if "Item" in response else None
+
+    def get_intakes(
+        self, event_id: str, signup_ids: Iterable[str]
+    ) -> dict[str, dict[str, Any]]:
+        return self._batch_get(self.intake_table, event_id, list(signup_ids))
+
+    def redrive(self, event_id: str, signup_id: str) -> bool:
+        """Re-emit an intake record into the stream (a MODIFY) by bumping ``redrive``."""
+        try:
+            self._call(
+                "update_item",
+                TableName=self.intake_table,
+                Key=self._key(event_id, signup_id),
+                UpdateExpression="ADD #redrive :one",
+                ConditionExpression="attribute_exists(#sk)",
+                ExpressionAttributeNames={"#redrive": Attr.REDRIVE, "#sk": Attr.SIGNUP_ID},
+                ExpressionAttributeValues={":one": {"N": "1"}},
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    # -- decisions --------------------------------------------------------------------
+
+    def get_decision(
+        self, event_id: str, signup_id: str, consistent: bool = True
+    ) -> dict[str, Any] | None:
+        response = self._call(
+            "get_item",
+            TableName=self.main_table,
+            Key=self._key(event_id, signup_id),
+            ConsistentRead=consistent,
+        )
+        return from_item(response["Item"]) if "Item" in response else None
+
+    def get_decisions(
+        self, event_id: str, signup_ids: Iterable[str]
+    ) -> dict[str, dict[str, Any]]:
+        """Decision items that exist for these signups, read strongly consistent."""
+        ids = [s for s in dict.fromkeys(signup_ids) if s != EVENT_SORT_KEY]
+        return self._batch_get(self.main_table, event_id, ids)
+
+    def _batch_get(
+        self, table: str, event_id: str, signup_ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
+        found: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(signup_ids, BATCH_GET_LIMIT):
+            request: dict[str, Any] = {
+                table: {
+                    "Keys": [self._key(event_id, s) for s in chunk],
+                    "ConsistentRead": True,
+                }
+            }
+            attempt = 0
+            while request:
+                response = self._call("batch_get_item", RequestItems=request)
+                for raw in response.get("Responses", {}).get(table, []):
+                    item = from_item(raw)
+                    found[item[Attr.SIGNUP_ID]] = item
+                request = response.get("UnprocessedKeys") or {}
+                attempt = self._backoff_unprocessed(request, attempt, "batch_get_item")
+        return found
+
+    def _backoff_unprocessed(self, pending: Mapping[str, Any], attempt: int, op: str) -> int:
+        if not pending:
+            return 0
+        attempt += 1
+        if attempt >= self.max_attempts:
+            raise StoreUnavailableError(f"{op} left unprocessed items after {attempt} tries")
+        self.retries += 1
+        self._sleep(random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt)))
+        return attempt
+
+    def commit(self, expected: EventSnapshot, outcome: Outcome, decided_at: str) -> Journal:
+        """Commit a group's decisions and the event's counters in one conditional write.
+
+        Raises ``CommitConflictError`` when the event item's version moved on (another
+        processor, or a close), so the caller reloads and decides again.
+        """
+        assert outcome.state is not None
+        journal = Journal(
+            version=expected.version + 1, decided_at=decided_at, decisions=outcome.decisions
+        )
+        try:
+            self._call(
+                "update_item",
+                TableName=self.main_table,
+                Key=self._key(expected.event_id, EVENT_SORT_KEY),
+                UpdateExpression=(
+                    "SET #taken = :taken, #accepted = :accepted, #version = :next, #journal = :j"
+                ),
+                ConditionExpression="#version = :expected AND #capacity >= :taken",
+                ExpressionAttributeNames={
+                    "#taken": Attr.TAKEN,
+                    "#accepted": Attr.ACCEPTED,
+                    "#version": Attr.VERSION,
+                    "#journal": Attr.JOURNAL,
+                    "#capacity": Attr.CAPACITY,
+                },
+                ExpressionAttributeValues={
+                    ":taken": {"N": str(outcome.state.taken)},
+                    ":accepted": {"N": str(outcome.state.accepted)},
+                    ":next": {"N": str(journal.version)},
+                    ":expected": {"N": str(expected.version)},
+                    ":j": {"B": journal.encode()},
+                },
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                raise CommitConflictError(
+                    f"event {expected.event_id!r} moved past version {expected.version}"
+                ) from exc
+            raise
+        return journal
+
+    def decision_item(
+        self,
+        event_id: str,
+        decision: Decision,
+        decided_at: str,
+        request: SignupRequest | Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        """The decision item exactly as the contract describes it (typed for the client)."""
+        if isinstance(request, SignupRequest):
+            attributes: Any = request.attributes or None
+            submitted_at = request.submitted_at
+        elif request is not None:
+            raw_attrs = request.get(Attr.ATTRIBUTES)
+            attributes = raw_attrs if isinstance(raw_attrs, Mapping) and raw_attrs else None
+            raw_sub = request.get(Attr.SUBMITTED_AT)
+            submitted_at = raw_sub if isinstance(raw_sub, str) else None
+        else:
+            attributes, submitted_at = None, None
+        return to_item(
+            {
+                Attr.EVENT_ID: event_id,
+                Attr.SIGNUP_ID: decision.signup_id,
+                Attr.STATUS: decision.status,
+                Attr.REASON: decision.reason,
+                "detail": decision.detail,
+                Attr.SEATS: decision.seats,
+                Attr.POSITION: decision.position,
+                Attr.DECIDED_AT: decided_at,
+                Attr.SEQUENCE_NUMBER: decision.sequence_number,
+                Attr.SUBMITTED_AT: submitted_at,
+                Attr.ATTRIBUTES: attributes,
+            }
+        )
+
+    def materialize(
+        self,
+        event_id: str,
+        journal: Journal,
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+    ) -> None:
+        """Write the journal's decision items (idempotent: the journal fixes their content).
+
+        ``requests`` supplies attributes by signup id; missing ones are read from intake.
+        """
+        missing = [d.signup_id for d in journal.decisions if d.signup_id not in requests]
+        sources: dict[str, SignupRequest | Mapping[str, Any]] = dict(requests)
+        if missing:
+            sources.update(self.get_intakes(event_id, missing))
+        items = [
+            self.decision_item(event_id, d, journal.decided_at, sources.get(d.signup_id))
+            for d in journal.decisions
+        ]
+        self._batch_write(self.main_table, items)
+
+    def _batch_write(self, table: str, items: Sequence[dict[str, Any]]) -> None:
+        for chunk in _chunks(items, BATCH_WRITE_LIMIT):
+            request: dict[str, Any] = {table: [{"PutRequest": {"Item": i}} for i in chunk]}
+            attempt = 0
+            while request:
+                response = self._call("batch_write_item", RequestItems=request)
+                request = response.get("UnprocessedItems") or {}
+                attempt = self._backoff_unprocessed(request, attempt, "batch_write_item")
+
+    def reject_without_event(
+        self,
+        event_id: str,
+        decisions: Sequence[Decision],
+        requests: Mapping[str, SignupRequest],
+        decided_at: str,
+    ) -> None:
+        """Write rejections for an event with no event item, only while it still has none.
+
+        Each transaction checks that the event item does not exist, so a rejection can
+        never race with an acceptance committed after the event was created.
+        """
+        for chunk in _chunks(list(decisions), TRANSACTION_LIMIT - 1):
+            actions: list[dict[str, Any]] = [
+                {
+                    "ConditionCheck": {
+                        "TableName": self.main_table,
+                        "Key": self._key(event_id, EVENT_SORT_KEY),
+                        "ConditionExpression": "attribute_not_exists(#sk)",
+                        "ExpressionAttributeNames": {"#sk": Attr.SIGNUP_ID},
+                    }
+                }
+            ]
+            actions += [
+                {
+                    "Put": {
+                        "TableName": self.main_table,
+                        "Item": self.decision_item(
+                            event_id, d, decided_at, requests.get(d.signup_id)
+                        ),
+                        "ConditionExpression": "attribute_not_exists(#sk)",
+                        "ExpressionAttributeNames": {"#sk": Attr.SIGNUP_ID},
+                    }
+                }
+                for d in chunk
+            ]
+            try:
+                self._call("transact_write_items", TransactItems=actions)
+            except ClientError as exc:
+                if _code(exc) == "TransactionCanceledException":
+                    raise CommitConflictError(
+                        f"event {event_id!r} appeared, or a signup was decided, meanwhile"
+                    ) from exc
+                raise
+
+    # -- reading whole tables (audit, sweeper; never the decision path) ----------------
+
+    def scan(self, table: str, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every item of a table (or of one event), read consistently, page by page."""
+        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+        operation = "scan"
+        if event_id is not None:
+            operation = "query"
+            kwargs["KeyConditionExpression"] = "#pk = :pk"
+            kwargs["ExpressionAttributeNames"] = {"#pk": Attr.EVENT_ID}
+            kwargs["ExpressionAttributeValues"] = {":pk": {"S": event_id}}
+        while True:
+            response = self._call(operation, **kwargs)
+            for raw in response.get("Items", []):
+                yield from_item(raw)
+            if "LastEvaluatedKey" not in response:
+                return
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def _decimalize(value: Any) -> Any:
+    """JSON floats and ints as DynamoDB returns them (Decimal), for comparing bodies."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float | int):
+        return Decimal(str(value))
+    if isinstance(value, Mapping):
+        return {k: _decimalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_decimalize(v) for v in value]
+    return value
