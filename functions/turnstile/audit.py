@@ -130,9 +130,7 @@ def audit_event(
 
     # Invariant 3: arrival order. Positions grow with sequence numbers, and no request was
     # rejected capacity_full while it fitted into what was left at its turn.
-    ordered = sorted(
-        decided.values(), key=lambda d: int(d.get(Attr.SEQUENCE_NUMBER) or 0)
-    )
+    ordered = sorted(decided.values(), key=lambda d: int(d.get(Attr.SEQUENCE_NUMBER) or 0))
     capacity = report.capacity
     taken = 0
     last_position = 0
@@ -185,9 +183,7 @@ def audit(
     for eid in sorted(set(main) | set(intake) | ({event_id} if event_id else set())):
         items = main.get(eid, [])
         event_item = next((i for i in items if i[Attr.SIGNUP_ID] == EVENT_SORT_KEY), None)
-        decisions = [
-            i for i in items if i[Attr.SIGNUP_ID] != EVENT_SORT_KEY and Attr.STATUS in i
-        ]
+        decisions = [i for i in items if i[Attr.SIGNUP_ID] != EVENT_SORT_KEY and Attr.STATUS in i]
         journal_ids: set[str] = set()
         if event_item is not None and event_item.get(Attr.JOURNAL) is not None:
             record = EventRecord.from_values(event_item)
@@ -199,4 +195,3 @@ def audit(
             )
         )
     return AuditReport(events=reports)
-

@@ -85,8 +85,11 @@ def cmd_local(args: argparse.Namespace) -> int:
         f"turnstile local: worker       {'off' if args.no_worker else 'polling the intake stream'}",
         flush=True,
     )
-    print(f"  export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID=test "
-          "AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1", flush=True)
+    print(
+        f"  export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID=test "
+        "AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1",
+        flush=True,
+    )
     try:
         while not stop.wait(0.5):
             pass

@@ -338,7 +338,7 @@ class SignupStore:
             Attr.SIGNUP_ID: signup_id,
             Attr.SEATS: seats,
             Attr.SUBMITTED_AT: submitted_at,
-            Attr.ATTRIBUTES: dict(attributes) if attributes else None,
+            Attr.ATTRIBUTES: _decimalize(dict(attributes)) if attributes else None,
         }
         try:
             self._call(
@@ -371,9 +371,7 @@ class SignupStore:
         )
         return from_item(response["Item"]) if "Item" in response else None
 
-    def get_intakes(
-        self, event_id: str, signup_ids: Iterable[str]
-    ) -> dict[str, dict[str, Any]]:
+    def get_intakes(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         return self._batch_get(self.intake_table, event_id, list(signup_ids))
 
     def redrive(self, event_id: str, signup_id: str) -> bool:
@@ -407,9 +405,7 @@ class SignupStore:
         )
         return from_item(response["Item"]) if "Item" in response else None
 
-    def get_decisions(
-        self, event_id: str, signup_ids: Iterable[str]
-    ) -> dict[str, dict[str, Any]]:
+    def get_decisions(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Decision items that exist for these signups, read strongly consistent."""
         ids = [s for s in dict.fromkeys(signup_ids) if s != EVENT_SORT_KEY]
         return self._batch_get(self.main_table, event_id, ids)

@@ -1,0 +1,78 @@
+"""Shared fixtures: fake AWS credentials, moto-backed tables, and stream event factories."""
+
+from __future__ import annotations
+
+import os
+
+# Set before boto3 builds any client: tests never reach AWS.
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        # In-process streams calls fail with botocore 1.44 without this (DESIGN.md).
+        "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
+        "POWERTOOLS_METRICS_DISABLED": "true",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "POWERTOOLS_LOG_LEVEL": "WARNING",
+    }
+)
+os.environ.pop("AWS_ENDPOINT_URL", None)
+os.environ.pop("AWS_PROFILE", None)
+os.environ.pop("TURNSTILE_INTAKE_TABLE", None)
+os.environ.pop("TURNSTILE_MAIN_TABLE", None)
+
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.local.poller import to_lambda_record
+
+
+class StreamReader:
+    """Reads the intake table's stream from moto, as Lambda would receive it."""
+
+    def __init__(self, session: boto3.Session) -> None:
+        self.streams = session.client("dynamodbstreams")
+        arn = session.client("dynamodb").describe_table(TableName=INTAKE_TABLE.name)["Table"][
+            "LatestStreamArn"
+        ]
+        self.arn = arn
+        shard = self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]
+        self.shard_id = shard["ShardId"]
+        self._iterator = self.streams.get_shard_iterator(
+            StreamArn=arn, ShardId=self.shard_id, ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        self.history: list[dict[str, Any]] = []
+
+    def read_new(self) -> list[dict[str, Any]]:
+        """Every record written since the last call, Lambda-shaped, in stream order."""
+        response = self.streams.get_records(ShardIterator=self._iterator, Limit=1000)
+        self._iterator = response["NextShardIterator"]
+        records = [to_lambda_record(r, self.arn) for r in response["Records"]]
+        self.history.extend(records)
+        return records
+
+
+def create_tables(session: boto3.Session) -> None:
+    client = session.client("dynamodb")
+    for spec in (INTAKE_TABLE, MAIN_TABLE):
+        client.create_table(**spec.create_table_kwargs())
+
+
+@pytest.fixture
+def aws() -> Iterator[boto3.Session]:
+    """A fresh in-process moto account with turnstile's two tables."""
+    with mock_aws():
+        session = boto3.Session(region_name="us-east-1")
+        create_tables(session)
+        yield session
+
+
+@pytest.fixture
+def stream(aws: boto3.Session) -> StreamReader:
+    return StreamReader(aws)

@@ -1,0 +1,55 @@
+"""Test helpers: raw intake writes (bad input included) and a fault-injecting client."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import ClientError
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+
+
+def put_raw_intake(client: Any, event_id: str, signup_id: str, **attrs: Any) -> None:
+    """Write an intake item as a producer that bypassed the SDK would (typed values)."""
+    item = {"event_id": {"S": event_id}, "signup_id": {"S": signup_id}}
+    item.update(attrs)
+    client.put_item(TableName=INTAKE_TABLE.name, Item=item)
+
+
+def main_table_items(client: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    items: dict[tuple[str, str], dict[str, Any]] = {}
+    kwargs: dict[str, Any] = {"TableName": MAIN_TABLE.name, "ConsistentRead": True}
+    while True:
+        page = client.scan(**kwargs)
+        for item in page["Items"]:
+            items[(item["event_id"]["S"], item["signup_id"]["S"])] = item
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def decisions(client: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {k: v for k, v in main_table_items(client).items() if k[1] != "#EVENT"}
+
+
+class FaultyClient:
+    """Wraps a boto3 client; ``fault(operation, kwargs)`` returns an error code to raise."""
+
+    def __init__(self, client: Any, fault: Callable[[str, dict[str, Any]], str | None]) -> None:
+        self._client = client
+        self._fault = fault
+        self.injected = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def call(**kwargs: Any) -> Any:
+            code = self._fault(name, kwargs)
+            if code:
+                self.injected += 1
+                raise ClientError({"Error": {"Code": code, "Message": "injected"}}, name)
+            return attr(**kwargs)
+
+        return call

@@ -1,0 +1,196 @@
+"""StreamPoller: Lambda's event source mapping semantics, against moto's streams."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
+from turnstile.local.poller import CheckpointStore, StreamPoller, matches_filter
+
+from tests.helpers import put_raw_intake
+
+FAST = replace(STREAM_SOURCE, batch_size=4, max_batching_window_s=0, retry_attempts=2)
+
+
+class Recorder:
+    """A handler that records what it got and fails as told."""
+
+    def __init__(self, fail: Any = None) -> None:
+        self.batches: list[list[str]] = []
+        self.fail = fail
+
+    def __call__(self, event: dict[str, Any], context: Any) -> Any:
+        ids = [r["dynamodb"]["Keys"]["signup_id"]["S"] for r in event["Records"]]
+        self.batches.append(ids)
+        if self.fail:
+            return self.fail(event["Records"], ids)
+        return {"batchItemFailures": []}
+
+
+@pytest.fixture
+def setup(aws, tmp_path):
+    client = aws.client("dynamodb")
+    sqs = aws.client("sqs")
+    queue_url = sqs.create_queue(QueueName="failures")["QueueUrl"]
+    arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
+
+    def make(handler: Any, settings=FAST, from_start=False) -> StreamPoller:
+        return StreamPoller(
+            handler,
+            aws.client("dynamodbstreams"),
+            arn,
+            CheckpointStore(tmp_path / "checkpoints.json"),
+            sqs_client=sqs,
+            failure_queue_url=queue_url,
+            settings=settings,
+            from_start=from_start,
+            sleep=lambda _: None,
+        )
+
+    def messages() -> list[dict[str, Any]]:
+        got = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", [])
+        return [json.loads(m["Body"]) for m in got]
+
+    return client, make, messages
+
+
+def drain(poller: StreamPoller, polls: int = 10) -> None:
+    for _ in range(polls):
+        poller.poll_once()
+    poller.flush()
+
+
+def write(client, n: int, prefix: str = "s") -> None:
+    for i in range(n):
+        put_raw_intake(client, "e1", f"{prefix}{i}")
+
+
+def test_batches_respect_batch_size_and_order(setup):
+    client, make, _ = setup
+    write(client, 10)
+    recorder = Recorder()
+    drain(make(recorder))
+    assert recorder.batches == [["s0", "s1", "s2", "s3"], ["s4", "s5", "s6", "s7"], ["s8", "s9"]]
+
+
+def test_filter_drops_removes(setup):
+    client, make, _ = setup
+    write(client, 2)
+    client.delete_item(
+        TableName=INTAKE_TABLE.name, Key={"event_id": {"S": "e1"}, "signup_id": {"S": "s0"}}
+    )
+    recorder = Recorder()
+    poller = make(recorder)
+    drain(poller)
+    assert [i for b in recorder.batches for i in b] == ["s0", "s1"]
+    assert poller.stats.records_filtered == 1
+
+
+def test_partial_failure_redelivers_from_the_failed_record(setup):
+    client, make, _ = setup
+    write(client, 4)
+    calls = {"n": 0}
+
+    def fail_once_at_s2(records, ids):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return {
+                "batchItemFailures": [{"itemIdentifier": records[2]["dynamodb"]["SequenceNumber"]}]
+            }
+        return {"batchItemFailures": []}
+
+    recorder = Recorder(fail_once_at_s2)
+    drain(make(recorder))
+    assert recorder.batches == [["s0", "s1", "s2", "s3"], ["s2", "s3"]]
+
+
+def test_empty_item_identifier_fails_the_whole_batch(setup):
+    client, make, _ = setup
+    write(client, 2)
+    calls = {"n": 0}
+
+    def fail_once(records, ids):
+        calls["n"] += 1
+        return {"batchItemFailures": [{"itemIdentifier": ""}]} if calls["n"] == 1 else None
+
+    recorder = Recorder(fail_once)
+    drain(make(recorder))
+    assert recorder.batches == [["s0", "s1"], ["s0", "s1"]]
+
+
+def test_bisect_isolates_a_poison_record_and_sends_it_to_the_failure_queue(setup):
+    client, make, messages = setup
+    write(client, 4)
+
+    def poison(records, ids):
+        if "s1" in ids:
+            raise RuntimeError("boom")
+        return {"batchItemFailures": []}
+
+    recorder = Recorder(poison)
+    poller = make(recorder)
+    drain(poller)
+    delivered_ok = [b for b in recorder.batches if "s1" not in b]
+    assert [i for b in delivered_ok for i in b] == ["s0", "s2", "s3"]
+    # s1 alone: first try plus two retries, then the on-failure destination
+    assert recorder.batches.count(["s1"]) == 1 + FAST.retry_attempts
+    [message] = messages()
+    info = message["DDBStreamBatchInfo"]
+    assert info["batchSize"] == 1
+    assert info["startSequenceNumber"] == info["endSequenceNumber"]
+    assert message["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert poller.stats.sent_to_failure_destination == 1
+
+
+def test_records_past_max_age_go_to_the_failure_destination(setup):
+    client, make, messages = setup
+    write(client, 2)
+    recorder = Recorder()
+    drain(make(recorder, settings=replace(FAST, max_record_age_s=-2)))  # disabled: delivered
+    assert recorder.batches == [["s0", "s1"]]
+    write(client, 1, prefix="old")
+    old = Recorder()
+    poller = make(old, settings=replace(FAST, max_record_age_s=0))
+    poller._too_old = lambda records: True  # the clock moved a day on
+    drain(poller)
+    assert old.batches == []
+    assert messages()[0]["requestContext"]["condition"] == "RecordAgeExceeded"
+
+
+def test_resumes_from_checkpoint_and_replays_from_start(setup):
+    client, make, _ = setup
+    write(client, 3)
+    first = Recorder()
+    drain(make(first))
+    write(client, 2, prefix="t")
+    resumed = Recorder()
+    drain(make(resumed))
+    assert [i for b in resumed.batches for i in b] == ["t0", "t1"]
+    replay = Recorder()
+    drain(make(replay, from_start=True))
+    assert [i for b in replay.batches for i in b] == ["s0", "s1", "s2", "t0", "t1"]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "record", "expected"),
+    [
+        ({"eventName": ["INSERT", "MODIFY"]}, {"eventName": "INSERT"}, True),
+        ({"eventName": ["INSERT", "MODIFY"]}, {"eventName": "REMOVE"}, False),
+        (
+            {"dynamodb": {"NewImage": {"seats": [{"exists": True}]}}},
+            {"dynamodb": {"NewImage": {"seats": {"N": "1"}}}},
+            True,
+        ),
+        (
+            {"dynamodb": {"NewImage": {"seats": [{"exists": False}]}}},
+            {"dynamodb": {"NewImage": {"seats": {"N": "1"}}}},
+            False,
+        ),
+        ({"userIdentity": {"type": ["Service"]}}, {"eventName": "REMOVE"}, False),
+    ],
+)
+def test_filter_matching(pattern, record, expected):
+    assert matches_filter(pattern, record) is expected

@@ -1,0 +1,297 @@
+"""The stream handler against moto: ordering, redelivery, failures, throttling, bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from turnstile.audit import audit
+from turnstile.contract import Reason, Status
+from turnstile.handlers import stream as stream_handler
+from turnstile.local.poller import LocalLambdaContext
+from turnstile.processor import StreamProcessor
+from turnstile.store import SignupStore
+
+from tests.helpers import FaultyClient, decisions, main_table_items, put_raw_intake
+
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+@pytest.fixture
+def client(aws):
+    return aws.client("dynamodb")
+
+
+@pytest.fixture
+def store(client):
+    return SignupStore(client, sleep=lambda _: None)
+
+
+@pytest.fixture(autouse=True)
+def fresh_processor(aws):
+    stream_handler._processor = None
+    yield
+    stream_handler._processor = None
+
+
+def use_processor(processor: StreamProcessor) -> None:
+    stream_handler._processor = processor
+
+
+def invoke(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return stream_handler.handler({"Records": records}, LocalLambdaContext())
+
+
+def submit(client, event_id: str, signup_id: str, seats: int = 1) -> None:
+    put_raw_intake(
+        client,
+        event_id,
+        signup_id,
+        seats={"N": str(seats)},
+        submitted_at={"S": "2026-01-01T00:00:00Z"},
+    )
+
+
+def status_of(client, event_id: str, signup_id: str) -> tuple[str, str | None]:
+    item = decisions(client)[(event_id, signup_id)]
+    return item["status"]["S"], item.get("reason", {}).get("S")
+
+
+def test_decides_a_batch_in_stream_order(client, store, stream):
+    # GIVEN an event with three seats and five single-seat signups
+    store.create_event("gig", 3, NOW)
+    for i in range(5):
+        submit(client, "gig", f"u{i}")
+    # WHEN the batch is delivered
+    response = invoke(stream.read_new())
+    # THEN the first three are accepted in order, the rest rejected full, nothing failed
+    assert response == {"batchItemFailures": []}
+    got = decisions(client)
+    positions = [got[("gig", f"u{i}")].get("position", {}).get("N") for i in range(5)]
+    assert positions == ["1", "2", "3", None, None]
+    assert [status_of(client, "gig", f"u{i}")[1] for i in (3, 4)] == [Reason.CAPACITY_FULL] * 2
+    event = store.get_event("gig")
+    assert event is not None and (event.snapshot.taken, event.snapshot.accepted) == (3, 3)
+    assert audit(store).ok
+
+
+def test_redelivered_batch_changes_nothing(client, store, stream):
+    store.create_event("gig", 2, NOW)
+    for i in range(4):
+        submit(client, "gig", f"u{i}")
+    records = stream.read_new()
+    invoke(records)
+    before = main_table_items(client)
+    # WHEN the same batch arrives again, twice, and then a later half of it
+    assert invoke(records) == {"batchItemFailures": []}
+    invoke(records)
+    invoke(records[2:])
+    # THEN not a byte of the main table changed
+    assert main_table_items(client) == before
+
+
+def test_failure_mid_batch_keeps_order_and_other_events_go_on(client, store, stream):
+    # GIVEN two events whose records interleave, and a commit on event A that keeps failing
+    store.create_event("A", 10, NOW)
+    store.create_event("B", 10, NOW)
+    for i in range(6):
+        submit(client, "A", f"a{i}")
+        submit(client, "B", f"b{i}")
+    records = stream.read_new()
+    commits = {"A": 0}
+
+    def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
+        if operation == "update_item" and kwargs["Key"]["event_id"]["S"] == "A":
+            commits["A"] += 1
+            return "InternalServerError" if commits["A"] >= 2 else None
+        return None
+
+    faulty = SignupStore(FaultyClient(client, fault), sleep=lambda _: None, max_attempts=3)
+    use_processor(StreamProcessor(faulty, chunk_size=2))
+    # WHEN the batch is processed
+    response = invoke(records)
+    # THEN A's first chunk is decided, A's third record is reported, nothing after it decided
+    a_seqs = [
+        r["dynamodb"]["SequenceNumber"]
+        for r in records
+        if r["dynamodb"]["Keys"]["event_id"]["S"] == "A"
+    ]
+    assert response == {"batchItemFailures": [{"itemIdentifier": a_seqs[2]}]}
+    got = decisions(client)
+    assert {k[1] for k in got if k[0] == "A"} == {"a0", "a1"}
+    # and every record of B is decided
+    assert {k[1] for k in got if k[0] == "B"} == {f"b{i}" for i in range(6)}
+    # WHEN Lambda redelivers from the failed record and the fault is gone
+    use_processor(StreamProcessor(store))
+    failed_at = next(
+        i for i, r in enumerate(records) if r["dynamodb"]["SequenceNumber"] == a_seqs[2]
+    )
+    assert invoke(records[failed_at:]) == {"batchItemFailures": []}
+    # THEN A is decided in stream order and the tables are consistent
+    got = decisions(client)
+    assert [got[("A", f"a{i}")]["position"]["N"] for i in range(6)] == [
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+        "6",
+    ]
+    assert audit(store).ok
+
+
+def test_throttling_on_commit_is_retried_inside_the_invocation(client, stream):
+    store_client_calls = {"n": 0}
+
+    def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
+        if operation in {"update_item", "batch_write_item"}:
+            store_client_calls["n"] += 1
+            if store_client_calls["n"] <= 3:
+                return "ThrottlingException"
+        return None
+
+    faulty = SignupStore(FaultyClient(client, fault), sleep=lambda _: None)
+    faulty.create_event("gig", 5, NOW)  # consumes one update-free put
+    for i in range(3):
+        submit(client, "gig", f"u{i}")
+    use_processor(StreamProcessor(faulty))
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    assert faulty.retries == 3
+    assert {k[1] for k in decisions(client)} == {"u0", "u1", "u2"}
+
+
+def test_throttling_past_the_retries_fails_only_that_group(client, store, stream):
+    store.create_event("A", 5, NOW)
+    store.create_event("B", 5, NOW)
+    submit(client, "A", "a0")
+    submit(client, "B", "b0")
+
+    def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
+        key = kwargs.get("Key", {}).get("event_id", {}).get("S")
+        return (
+            "ProvisionedThroughputExceededException"
+            if key == "A" and operation == "update_item"
+            else None
+        )
+
+    use_processor(StreamProcessor(SignupStore(FaultyClient(client, fault), sleep=lambda _: None)))
+    records = stream.read_new()
+    response = invoke(records)
+    assert response == {
+        "batchItemFailures": [{"itemIdentifier": records[0]["dynamodb"]["SequenceNumber"]}]
+    }
+    assert set(decisions(client)) == {("B", "b0")}
+
+
+BAD_INPUTS = {
+    "seats-zero": {"seats": {"N": "0"}},
+    "seats-negative": {"seats": {"N": "-3"}},
+    "seats-fraction": {"seats": {"N": "1.5"}},
+    "seats-string": {"seats": {"S": "two"}},
+    "seats-list": {"seats": {"L": [{"N": "1"}]}},
+    "seats-bool": {"seats": {"BOOL": True}},
+    "attributes-string": {"attributes": {"S": "not a map"}},
+    "attributes-list": {"attributes": {"L": []}},
+}
+
+
+def test_every_bad_input_is_rejected_and_blocks_nothing(client, store, stream):
+    # GIVEN good signups around every kind of bad one, in one event
+    store.create_event("gig", 100, NOW)
+    submit(client, "gig", "first")
+    for name, attrs in BAD_INPUTS.items():
+        put_raw_intake(client, "gig", name, **attrs)
+    put_raw_intake(client, "gig", "-bad-id", seats={"N": "1"})
+    put_raw_intake(client, "gig", "x" * 200)
+    put_raw_intake(client, "bad event id!", "s1")
+    put_raw_intake(client, "no-such-event", "s1")
+    submit(client, "gig", "last")
+    # WHEN delivered
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN each bad one is REJECTED invalid_request, the unknown event unknown_event
+    for name in [*BAD_INPUTS, "-bad-id", "x" * 200]:
+        assert status_of(client, "gig", name) == (Status.REJECTED, Reason.INVALID_REQUEST), name
+    assert status_of(client, "bad event id!", "s1") == (Status.REJECTED, Reason.INVALID_REQUEST)
+    assert status_of(client, "no-such-event", "s1") == (Status.REJECTED, Reason.UNKNOWN_EVENT)
+    # and the good ones around them are accepted in order
+    got = decisions(client)
+    assert got[("gig", "first")]["position"]["N"] == "1"
+    assert got[("gig", "last")]["position"]["N"] == "2"
+    assert "detail" in got[("gig", "seats-fraction")]
+    assert audit(store).ok
+
+
+def test_modify_of_a_decided_signup_changes_nothing(client, store, stream):
+    store.create_event("gig", 1, NOW)
+    submit(client, "gig", "a")
+    submit(client, "gig", "b")
+    invoke(stream.read_new())
+    before = main_table_items(client)
+    # WHEN a producer rewrites decided intake records (MODIFY), seats and all
+    put_raw_intake(client, "gig", "b", seats={"N": "1"}, attributes={"M": {"x": {"S": "y"}}})
+    store.redrive("gig", "a")
+    records = stream.read_new()
+    assert [r["eventName"] for r in records] == ["MODIFY", "MODIFY"]
+    assert invoke(records) == {"batchItemFailures": []}
+    # THEN decisions are unchanged
+    assert main_table_items(client) == before
+
+
+def test_remove_records_from_ttl_are_ignored(client, store, stream):
+    store.create_event("gig", 1, NOW)
+    submit(client, "gig", "a")
+    invoke(stream.read_new())
+    client.delete_item(TableName=store.intake_table, Key=store._key("gig", "a"))
+    records = stream.read_new()
+    records[0]["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
+    before = main_table_items(client)
+    assert invoke(records) == {"batchItemFailures": []}
+    assert main_table_items(client) == before
+
+
+def test_a_crash_between_commit_and_items_is_recovered_from_the_journal(client, store, stream):
+    # GIVEN a processor that dies right after its commit, before writing decision items
+    store.create_event("gig", 2, NOW)
+    for i in range(3):
+        submit(client, "gig", f"u{i}", seats=1)
+    records = stream.read_new()
+
+    class CrashAfterCommit(SignupStore):
+        def materialize(self, event_id, journal, requests):  # type: ignore[override]
+            raise RuntimeError("process killed")
+
+    use_processor(StreamProcessor(CrashAfterCommit(client)))
+    first = invoke(records)
+    assert first == {
+        "batchItemFailures": [{"itemIdentifier": records[0]["dynamodb"]["SequenceNumber"]}]
+    }
+    assert decisions(client) == {}
+    assert store.get_event("gig").snapshot.taken == 2  # committed, not materialized
+    # WHEN a fresh processor (a cold start) receives only the LAST record
+    use_processor(StreamProcessor(store))
+    assert invoke(records[2:]) == {"batchItemFailures": []}
+    # THEN the journal was materialized first (attributes read from intake) and counts hold
+    got = decisions(client)
+    assert {k[1] for k in got} == {"u0", "u1", "u2"}
+    assert status_of(client, "gig", "u2") == (Status.REJECTED, Reason.CAPACITY_FULL)
+    assert audit(store).ok
+
+
+def test_unknown_event_rejection_loses_to_an_event_created_meanwhile(client, store, stream):
+    submit(client, "late", "a")
+    records = stream.read_new()
+    original_get_event = SignupStore.get_event
+
+    class CreatedMeanwhile(SignupStore):
+        def get_event(self, event_id, consistent=True):  # type: ignore[override]
+            record = original_get_event(self, event_id, consistent)
+            if record is None and not hasattr(self, "_created"):
+                self._created = True
+                store.create_event(event_id, 1, NOW)  # lands between read and write
+            return record
+
+    use_processor(StreamProcessor(CreatedMeanwhile(client)))
+    assert invoke(records) == {"batchItemFailures": []}
+    # The rejection's ConditionCheck failed, the processor reloaded and accepted.
+    assert status_of(client, "late", "a") == (Status.ACCEPTED, None)
+    assert audit(store).ok
