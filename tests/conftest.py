@@ -29,6 +29,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+
 from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
 from turnstile.local.poller import to_lambda_record
 

@@ -11,13 +11,13 @@ import threading
 
 import boto3
 import pytest
+
+from tests.helpers import decisions, put_raw_intake
 from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
 from turnstile.local.poller import to_lambda_record
 from turnstile.local.server import EmbeddedAws
 from turnstile.processor import IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore, default_client
-
-from tests.helpers import decisions, put_raw_intake
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -53,6 +53,7 @@ def test_three_processors_on_one_stream_never_oversell(endpoint):
     from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import (
         DynamoDBRecord,
     )
+
     from turnstile.handlers.stream import to_intake_record
 
     records: list[IntakeRecord] = [

@@ -7,10 +7,10 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
-from turnstile.local.poller import CheckpointStore, StreamPoller, matches_filter
 
 from tests.helpers import put_raw_intake
+from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
+from turnstile.local.poller import CheckpointStore, StreamPoller, matches_filter
 
 FAST = replace(STREAM_SOURCE, batch_size=4, max_batching_window_s=0, retry_attempts=2)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import boto3
 import pytest
 from botocore.stub import ANY, Stubber
+
 from turnstile.domain import Decision, EventSnapshot, Outcome
 from turnstile.errors import (
     CommitConflictError,

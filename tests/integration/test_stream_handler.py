@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
+from tests.helpers import FaultyClient, decisions, main_table_items, put_raw_intake
 from turnstile.audit import audit
 from turnstile.contract import Reason, Status
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.poller import LocalLambdaContext
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
-
-from tests.helpers import FaultyClient, decisions, main_table_items, put_raw_intake
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

@@ -7,6 +7,7 @@ from decimal import Decimal
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from turnstile.contract import EventState, Reason, Status
 from turnstile.domain import EventSnapshot, SignupRequest, decide, parse_request
 

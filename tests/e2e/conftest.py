@@ -1,0 +1,115 @@
+"""The local stack started as a user starts it: ``turnstile local`` in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RunningStack:
+    endpoint: str
+    api_url: str
+    env: dict[str, str]
+    state_dir: Path
+    process: subprocess.Popen
+
+    def turnstile(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run the ``turnstile`` command as a user would, against this stack."""
+        return subprocess.run(
+            [str(BIN / "turnstile"), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def aws(self, *args: str) -> subprocess.CompletedProcess:
+        """The AWS CLI, pointed at the stack with --endpoint-url, as the README shows."""
+        return subprocess.run(
+            [str(BIN / "aws"), *args, "--endpoint-url", self.endpoint],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+
+def user_environment(endpoint: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TURNSTILE_", "POWERTOOLS_"))}
+    env.update(
+        AWS_ENDPOINT_URL=endpoint,
+        AWS_ACCESS_KEY_ID="test",
+        AWS_SECRET_ACCESS_KEY="test",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    env.pop("AWS_SESSION_TOKEN", None)
+    return env
+
+
+def wait_healthy(api_url: str, process: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"turnstile local exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{api_url}/health", timeout=2) as response:
+                if response.status == 200 and all(json.load(response).values()):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("turnstile local did not become healthy")
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    port, api_port = free_port(), free_port()
+    state_dir = tmp_path_factory.mktemp("turnstile-state")
+    endpoint = f"http://127.0.0.1:{port}"
+    env = user_environment(endpoint)
+    log = open(state_dir / "local.log", "w")  # noqa: SIM115 - closed at teardown
+    process = subprocess.Popen(
+        [
+            str(BIN / "turnstile"),
+            "local",
+            "--port",
+            str(port),
+            "--api-port",
+            str(api_port),
+            "--state-dir",
+            str(state_dir),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    api_url = f"http://127.0.0.1:{api_port}"
+    try:
+        wait_healthy(api_url, process)
+        yield RunningStack(endpoint, api_url, env, state_dir, process)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        log.close()

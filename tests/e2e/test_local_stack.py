@@ -1,0 +1,188 @@
+"""End to end: producers (boto3 threads, the AWS CLI, the turnstile CLI) against
+``turnstile local``; every signup decided; ``turnstile audit`` clean; a full replay of the
+stream with ``turnstile worker --from-start`` changes nothing."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import threading
+import time
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from tests.e2e.conftest import BIN, RunningStack
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+
+pytestmark = pytest.mark.e2e
+
+CAPACITIES = {"e2e-solo": 1, "e2e-trio": 3, "e2e-ten": 10, "e2e-big": 40}
+PRODUCERS = 8
+PER_PRODUCER = 40  # 320 signups from boto3
+CLI_SIGNUPS = 12  # from the AWS CLI
+
+
+def client(stack: RunningStack) -> Any:
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=stack.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"mode": "standard", "max_attempts": 5}),
+    )
+
+
+def scan(c: Any, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = c.scan(**kwargs)
+        items += page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def produce(stack: RunningStack, producer: int, errors: list[BaseException]) -> None:
+    """One producer: conditional puts into intake, as DESIGN.md's contract says."""
+    try:
+        c = client(stack)
+        rng = random.Random(producer)
+        for i in range(PER_PRODUCER):
+            event_id = rng.choice([*CAPACITIES, "e2e-nowhere"] if i % 13 == 0 else list(CAPACITIES))
+            c.put_item(
+                TableName=INTAKE_TABLE.name,
+                Item={
+                    "event_id": {"S": event_id},
+                    "signup_id": {"S": f"p{producer}-{i}"},
+                    "seats": {"N": str(rng.randint(1, 3))},
+                    "submitted_at": {"S": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                    "attributes": {"M": {"producer": {"N": str(producer)}}},
+                },
+                ConditionExpression="attribute_not_exists(signup_id)",
+            )
+    except BaseException as exc:
+        errors.append(exc)
+
+
+def wait_all_decided(c: Any, expected: int, timeout: float = 180) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        decided = [i for i in scan(c, MAIN_TABLE.name) if "status" in i]
+        if len(decided) >= expected or time.monotonic() > deadline:
+            return decided
+        time.sleep(1)
+
+
+def test_many_producers_every_signup_decided_audit_clean_replay_harmless(local_stack):
+    stack = local_stack
+    # GIVEN events of small capacities, created with the CLI
+    for event_id, capacity in CAPACITIES.items():
+        created = stack.turnstile("event", "create", event_id, "--capacity", str(capacity))
+        assert created.returncode == 0, created.stderr
+        assert json.loads(created.stdout)["capacity"] == capacity
+
+    # WHEN 8 producer threads and the AWS CLI write signups at the same time
+    errors: list[BaseException] = []
+    threads = [threading.Thread(target=produce, args=(stack, p, errors)) for p in range(PRODUCERS)]
+    for t in threads:
+        t.start()
+    for i in range(CLI_SIGNUPS):
+        item = {
+            "event_id": {"S": list(CAPACITIES)[i % len(CAPACITIES)]},
+            "signup_id": {"S": f"cli-{i}"},
+            "seats": {"N": str(1 + i % 3)},
+        }
+        put = stack.aws(
+            "dynamodb",
+            "put-item",
+            "--table-name",
+            INTAKE_TABLE.name,
+            "--item",
+            json.dumps(item),
+            "--condition-expression",
+            "attribute_not_exists(signup_id)",
+        )
+        assert put.returncode == 0, put.stderr
+    for t in threads:
+        t.join()
+    assert errors == []
+    submitted = stack.turnstile("submit", "e2e-big", "via-cli", "--seats", "2")
+    assert submitted.returncode == 0, submitted.stderr
+    total = PRODUCERS * PER_PRODUCER + CLI_SIGNUPS + 1
+
+    # THEN every signup gets exactly one decision
+    c = client(stack)
+    decided = wait_all_decided(c, total)
+    assert len(decided) == total
+    intake = scan(c, INTAKE_TABLE.name)
+    assert {(i["event_id"]["S"], i["signup_id"]["S"]) for i in intake} == {
+        (d["event_id"]["S"], d["signup_id"]["S"]) for d in decided
+    }
+    # and each event is filled to capacity or as far as its requests allowed
+    by_reason: dict[str, int] = {}
+    for d in decided:
+        by_reason[d.get("reason", {}).get("S", "accepted")] = (
+            by_reason.get(d.get("reason", {}).get("S", "accepted"), 0) + 1
+        )
+    assert by_reason.get("capacity_full", 0) > 0
+    assert by_reason.get("unknown_event", 0) > 0
+
+    # and a client polling with the CLI sees the final word
+    status = stack.turnstile("status", "e2e-big", "via-cli", "--wait", "10")
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["status"] in {"ACCEPTED", "REJECTED"}
+
+    # and the audit finds every invariant intact
+    report = stack.turnstile("audit", "--json")
+    assert report.returncode == 0, report.stdout + report.stderr
+    body = json.loads(report.stdout)
+    assert body["ok"] is True and body["totals"]["pending"] == 0
+    for event in body["events"]:
+        if event["event_id"] in CAPACITIES:
+            assert event["accepted_seats"] == event["taken"] <= event["capacity"]
+
+    # WHEN the whole stream is replayed from the start by a second worker
+    before = scan(c, MAIN_TABLE.name)
+    replay = stack.turnstile(
+        "worker",
+        "--from-start",
+        "--until-idle",
+        "3",
+        "--state-dir",
+        str(stack.state_dir / "replay"),
+        timeout=300,
+    )
+    assert replay.returncode == 0, replay.stderr
+    delivered = int(replay.stdout.split(" records delivered")[0].rsplit(" ", 1)[-1])
+    assert delivered >= total
+    # THEN the main table is exactly as it was
+    after = scan(c, MAIN_TABLE.name)
+    key = lambda i: (i["event_id"]["S"], i["signup_id"]["S"])  # noqa: E731
+    assert sorted(after, key=key) == sorted(before, key=key)
+    assert stack.turnstile("audit").returncode == 0
+
+
+def test_status_of_an_unknown_signup_is_one_clear_line(local_stack):
+    result = local_stack.turnstile("status", "e2e-nothing", "nobody")
+    assert result.returncode == 2
+    assert result.stderr.strip() == "turnstile: no signup 'nobody' in event 'e2e-nothing'"
+
+
+def test_cli_errors_are_one_line_without_a_traceback(local_stack):
+    env = dict(local_stack.env, AWS_ENDPOINT_URL="http://127.0.0.1:9")  # nothing listens
+    result = subprocess.run(
+        [str(BIN / "turnstile"), "event", "show", "x"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.startswith("turnstile: ") and result.stderr.count("\n") == 1
