@@ -1,0 +1,68 @@
+"""The README's first session, run verbatim (only the ports differ) against a fresh stack."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import BIN, free_port, user_environment, wait_healthy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.e2e
+
+
+def first_session() -> str:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(
+        r"<!-- first-session -->\n```sh\n(.*?)```\n<!-- /first-session -->", text, re.S
+    )
+    assert block, "README.md lost its first-session block"
+    return block.group(1)
+
+
+def test_readme_first_session_works_verbatim(tmp_path):
+    port, api_port = free_port(), free_port()
+    env = user_environment(f"http://127.0.0.1:{port}")
+    stack = subprocess.Popen(
+        [
+            str(BIN / "turnstile"),
+            "local",
+            "--port",
+            str(port),
+            "--api-port",
+            str(api_port),
+            "--state-dir",
+            str(tmp_path),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_healthy(f"http://127.0.0.1:{api_port}", stack)
+        script = first_session().replace("127.0.0.1:4566", f"127.0.0.1:{port}")
+        result = subprocess.run(
+            ["bash", "-e", "-c", script],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    finally:
+        stack.terminate()
+        stack.wait(timeout=30)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    statuses = [json.loads(m) for m in re.findall(r"^\{\n.*?^\}", out, re.S | re.M)]
+    by_signup = {s.get("signup_id"): s for s in statuses if "status" in s}
+    assert by_signup["alice"]["status"] == "ACCEPTED" and by_signup["alice"]["position"] == 1
+    assert by_signup["carol"]["status"] == "REJECTED"
+    assert by_signup["carol"]["reason"] == "capacity_full"
+    assert '"taken": 2' in out
+    assert "audit OK: 1 events, 2 accepted, 1 rejected, 0 pending, 0 violations" in out
