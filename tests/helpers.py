@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
+
 from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
 
 
@@ -29,7 +30,8 @@ def main_table_items(client: Any) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def decisions(client: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    return {k: v for k, v in main_table_items(client).items() if k[1] != "#EVENT"}
+    """Decision items only: not event items, not the sweeper's system items."""
+    return {k: v for k, v in main_table_items(client).items() if "status" in v}
 
 
 class FaultyClient:

@@ -180,7 +180,9 @@ def audit(
     for item in store.scan(store.intake_table, event_id):
         intake.setdefault(item[Attr.EVENT_ID], []).append(item)
     reports = []
-    for eid in sorted(set(main) | set(intake) | ({event_id} if event_id else set())):
+    event_ids = set(main) | set(intake) | ({event_id} if event_id else set())
+    # Partitions starting with '#' hold system items (the sweeper's), never events.
+    for eid in sorted(e for e in event_ids if not e.startswith("#")):
         items = main.get(eid, [])
         event_item = next((i for i in items if i[Attr.SIGNUP_ID] == EVENT_SORT_KEY), None)
         decisions = [i for i in items if i[Attr.SIGNUP_ID] != EVENT_SORT_KEY and Attr.STATUS in i]

@@ -115,9 +115,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         worker.stop_event.set()
     stats = worker.poller.stats
+    injected = sum(f.injected for f in worker.faults)
     print(
         f"turnstile worker: stopped after {stats.invocations} invocations, "
-        f"{stats.records_delivered} records delivered",
+        f"{stats.records_delivered} records delivered, {injected} faults injected",
         flush=True,
     )
     return 0
@@ -236,6 +237,32 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return 0 if report.ok else EXIT_AUDIT_FAILED
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from turnstile.sweeper import Sweeper
+
+    sweeper = Sweeper(_store(), lease_s=args.lease, min_age_s=args.min_age)
+    results = sweeper.replay_failed() if args.replay_failed else [sweeper.sweep(args.run_id)]
+    _print_json([r.to_dict() for r in results])
+    return EXIT_ERROR if any(r.status == "failed" for r in results) else 0
+
+
+def cmd_redrive(args: argparse.Namespace) -> int:
+    import boto3
+
+    from turnstile.contract import FAILURE_QUEUE_NAME
+    from turnstile.redrive import redrive_queue
+
+    sqs = boto3.client("sqs")
+    queue_url = args.queue_url or os.environ.get("TURNSTILE_FAILURE_QUEUE_URL")
+    if not queue_url:
+        queue_url = sqs.get_queue_url(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
+    result = redrive_queue(
+        _store(), sqs, queue_url, boto3.client("dynamodbstreams"), wait_s=args.wait
+    )
+    _print_json(result.to_dict())
+    return 0 if result.kept == 0 else EXIT_ERROR
+
+
 # -- wiring ---------------------------------------------------------------------------
 
 
@@ -306,6 +333,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a signup pending longer than this breaks invariant 4 (default 300)",
     )
     p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser("sweep", help="re-emit undecided intake records into the stream")
+    p.add_argument("--min-age", type=float, default=300.0, metavar="SECONDS")
+    p.add_argument("--lease", type=float, default=120.0, metavar="SECONDS")
+    p.add_argument("--run-id", help="default: the current five-minute slot")
+    p.add_argument("--replay-failed", action="store_true", help="rerun only the runs that failed")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("redrive", help="get the batches in the on-failure queue decided")
+    p.add_argument("--queue-url", help="default: the stack's or the local queue")
+    p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS")
+    p.set_defaults(func=cmd_redrive)
     return parser
 
 

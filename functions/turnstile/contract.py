@@ -19,6 +19,8 @@ __all__ = [
     "MAIN_TABLE",
     "MAX_ATTRIBUTES_BYTES",
     "STREAM_SOURCE",
+    "SWEEPER_LEASE_KEY",
+    "SWEEPER_RUNS_PARTITION",
     "Attr",
     "EventSourceSettings",
     "EventState",
@@ -35,6 +37,10 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 #: The largest ``attributes`` map a signup may carry, in DynamoDB's item-size bytes.
 MAX_ATTRIBUTES_BYTES = 4096
 
+#: System items live in partitions that no event id can take (ids never start with '#').
+SWEEPER_LEASE_KEY = ("#sweeper", "#lease")
+SWEEPER_RUNS_PARTITION = "#sweeper-runs"
+
 #: The sort key of the event item in the main table.
 EVENT_SORT_KEY = "#EVENT"
 
@@ -50,6 +56,7 @@ class Attr:
     ATTRIBUTES = "attributes"
     EXPIRES_AT = "expires_at"
     REDRIVE = "redrive"
+    REDRIVEN_AT = "redriven_at"
     # event item
     CAPACITY = "capacity"
     TAKEN = "taken"

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 __all__ = [
     "CommitConflictError",
+    "DuplicateRunError",
     "EventExistsError",
     "EventNotFoundError",
+    "LeaseLostError",
     "SignupConflictError",
     "StoreUnavailableError",
     "TurnstileError",
@@ -34,3 +36,11 @@ class EventNotFoundError(TurnstileError):
 
 class SignupConflictError(TurnstileError):
     """The signup id was already submitted with a different body."""
+
+
+class LeaseLostError(TurnstileError):
+    """The sweeper's lease expired or was taken over: it must stop writing at once."""
+
+
+class DuplicateRunError(TurnstileError):
+    """The same sweep run was started twice at the same moment; this start must stop."""

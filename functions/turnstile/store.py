@@ -39,6 +39,8 @@ from turnstile.contract import (
     EVENT_SORT_KEY,
     INTAKE_TABLE,
     MAIN_TABLE,
+    SWEEPER_LEASE_KEY,
+    SWEEPER_RUNS_PARTITION,
     Attr,
     EventState,
     Status,
@@ -46,7 +48,9 @@ from turnstile.contract import (
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.errors import (
     CommitConflictError,
+    DuplicateRunError,
     EventExistsError,
+    LeaseLostError,
     SignupConflictError,
     StoreUnavailableError,
 )
@@ -590,6 +594,219 @@ class SignupStore:
                         f"event {event_id!r} appeared, or a signup was decided, meanwhile"
                     ) from exc
                 raise
+
+    # -- the sweeper's lease and run history (system items in the main table) -----------
+
+    def acquire_lease(self, owner: str, duration_s: float, now: float) -> int | None:
+        """Take the sweeper lease if free, expired or already ours (seed 001).
+
+        Returns the new fencing token (it grows with every acquisition), or None while
+        another owner holds an unexpired lease. TTL never decides expiry: the condition does.
+        """
+        try:
+            response = self._call(
+                "update_item",
+                TableName=self.main_table,
+                Key=self._key(*SWEEPER_LEASE_KEY),
+                UpdateExpression="SET #owner = :owner, #until = :until ADD #fence :one",
+                ConditionExpression=(
+                    "attribute_not_exists(#sk) OR #until < :now OR #owner = :owner"
+                ),
+                ExpressionAttributeNames={
+                    "#owner": "owner",
+                    "#until": "lease_until",
+                    "#fence": "fence",
+                    "#sk": Attr.SIGNUP_ID,
+                },
+                ExpressionAttributeValues={
+                    ":owner": {"S": owner},
+                    ":until": {"N": repr(now + duration_s)},
+                    ":now": {"N": repr(now)},
+                    ":one": {"N": "1"},
+                },
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return None
+            raise
+        return int(response["Attributes"]["fence"]["N"])
+
+    def _lease_check(self, owner: str, token: int, now: float) -> dict[str, Any]:
+        return {
+            "ConditionCheck": {
+                "TableName": self.main_table,
+                "Key": self._key(*SWEEPER_LEASE_KEY),
+                "ConditionExpression": "#owner = :owner AND #fence = :token AND #until >= :now",
+                "ExpressionAttributeNames": {
+                    "#owner": "owner",
+                    "#fence": "fence",
+                    "#until": "lease_until",
+                },
+                "ExpressionAttributeValues": {
+                    ":owner": {"S": owner},
+                    ":token": {"N": str(token)},
+                    ":now": {"N": repr(now)},
+                },
+            }
+        }
+
+    def release_lease(self, owner: str, token: int) -> None:
+        """Give the lease up early (only if it is still ours, with the same token)."""
+        try:
+            self._call(
+                "update_item",
+                TableName=self.main_table,
+                Key=self._key(*SWEEPER_LEASE_KEY),
+                UpdateExpression="SET #until = :zero",
+                ConditionExpression="#owner = :owner AND #fence = :token",
+                ExpressionAttributeNames={
+                    "#owner": "owner",
+                    "#fence": "fence",
+                    "#until": "lease_until",
+                },
+                ExpressionAttributeValues={
+                    ":owner": {"S": owner},
+                    ":token": {"N": str(token)},
+                    ":zero": {"N": "0"},
+                },
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+
+    def fenced_redrive(
+        self, owner: str, token: int, now: float, event_id: str, signup_id: str
+    ) -> bool:
+        """Re-emit an intake record only while our lease (and its token) holds (seed 003).
+
+        Raises ``LeaseLostError`` if the lease moved on; returns False if the intake record
+        no longer exists.
+        """
+        try:
+            self._call(
+                "transact_write_items",
+                TransactItems=[
+                    self._lease_check(owner, token, now),
+                    {
+                        "Update": {
+                            "TableName": self.intake_table,
+                            "Key": self._key(event_id, signup_id),
+                            "UpdateExpression": "ADD #redrive :one SET #at = :at",
+                            "ConditionExpression": "attribute_exists(#sk)",
+                            "ExpressionAttributeNames": {
+                                "#redrive": Attr.REDRIVE,
+                                "#at": Attr.REDRIVEN_AT,
+                                "#sk": Attr.SIGNUP_ID,
+                            },
+                            "ExpressionAttributeValues": {
+                                ":one": {"N": "1"},
+                                ":at": {"N": repr(now)},
+                            },
+                        }
+                    },
+                ],
+            )
+        except ClientError as exc:
+            if _code(exc) != "TransactionCanceledException":
+                raise
+            reasons = exc.response.get("CancellationReasons") or []
+            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+                raise LeaseLostError(f"sweeper lease of {owner!r} (token {token}) lapsed") from exc
+            if len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
+                return False
+            # moto gives no per-item reasons: find out which condition failed.
+            lease = self.get_decision(*SWEEPER_LEASE_KEY) or {}
+            if lease.get("owner") != owner or int(lease.get("fence", -1)) != token:
+                raise LeaseLostError(f"sweeper lease of {owner!r} (token {token}) lapsed") from exc
+            if float(lease.get("lease_until", 0)) < now:
+                raise LeaseLostError(f"sweeper lease of {owner!r} expired") from exc
+            return False
+        return True
+
+    def start_run(self, run_id: str, now: str, replay: bool = False) -> int | None:
+        """Record that a sweep run starts, immutably (seed 000); the history item's number.
+
+        None when the run already started or succeeded (unless ``replay`` and it failed).
+        A concurrent duplicate start of the same entry is caught by an atomic counter:
+        the second starter sees a count above 1 and raises ``DuplicateRunError``.
+        """
+        history = self.run_history(run_id)
+        latest = history[-1] if history else None
+        if latest is not None and (not replay or latest["exec_status"] != "failed"):
+            return None  # this run happened; only a replay reruns it, and only if it failed
+        seq = int(latest["seq"]) + 1 if latest else 1
+        response = self._call(
+            "update_item",
+            TableName=self.main_table,
+            Key=self._key(SWEEPER_RUNS_PARTITION, f"{run_id}#{seq:06d}"),
+            UpdateExpression=(
+                "ADD #counter :one SET #status = if_not_exists(#status, :started), "
+                "#created = if_not_exists(#created, :now), #run = :run, #seq = :seq"
+            ),
+            ExpressionAttributeNames={
+                "#counter": "atomic_counter",
+                "#status": "exec_status",
+                "#created": Attr.CREATED_AT,
+                "#run": "run_id",
+                "#seq": "seq",
+            },
+            ExpressionAttributeValues={
+                ":one": {"N": "1"},
+                ":started": {"S": "started"},
+                ":now": {"S": now},
+                ":run": {"S": run_id},
+                ":seq": {"N": str(seq)},
+            },
+            ReturnValues="UPDATED_NEW",
+        )
+        if int(response["Attributes"]["atomic_counter"]["N"]) > 1:
+            raise DuplicateRunError(f"sweep run {run_id!r} was started twice at once")
+        return seq
+
+    def finish_run(
+        self, run_id: str, seq: int, status: str, now: str, detail: Mapping[str, Any]
+    ) -> None:
+        """Append the run's outcome (``succeeded`` or ``failed``) as a new immutable item."""
+        self._call(
+            "put_item",
+            TableName=self.main_table,
+            Item=to_item(
+                {
+                    Attr.EVENT_ID: SWEEPER_RUNS_PARTITION,
+                    Attr.SIGNUP_ID: f"{run_id}#{seq + 1:06d}",
+                    "run_id": run_id,
+                    "seq": seq + 1,
+                    "exec_status": status,
+                    "atomic_counter": 1,
+                    Attr.CREATED_AT: now,
+                    "detail": json.dumps(dict(detail), default=str),
+                }
+            ),
+            ConditionExpression="attribute_not_exists(#sk)",
+            ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
+        )
+
+    def run_history(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """History items of one run (or all runs), oldest first."""
+        kwargs: dict[str, Any] = {
+            "TableName": self.main_table,
+            "ConsistentRead": True,
+            "ExpressionAttributeNames": {"#pk": Attr.EVENT_ID},
+            "ExpressionAttributeValues": {":pk": {"S": SWEEPER_RUNS_PARTITION}},
+            "KeyConditionExpression": "#pk = :pk",
+        }
+        if run_id is not None:
+            kwargs["KeyConditionExpression"] += " AND begins_with(#sk, :prefix)"
+            kwargs["ExpressionAttributeNames"]["#sk"] = Attr.SIGNUP_ID
+            kwargs["ExpressionAttributeValues"][":prefix"] = {"S": f"{run_id}#"}
+        items: list[dict[str, Any]] = []
+        while True:
+            response = self._call("query", **kwargs)
+            items += [from_item(i) for i in response.get("Items", [])]
+            if "LastEvaluatedKey" not in response:
+                return items
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     # -- reading whole tables (audit, sweeper; never the decision path) ----------------
 

@@ -5,13 +5,21 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import boto3
 
-from turnstile.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, MAIN_TABLE, TableSpec
+from turnstile.contract import (
+    FAILURE_QUEUE_NAME,
+    INTAKE_TABLE,
+    MAIN_TABLE,
+    STREAM_SOURCE,
+    TableSpec,
+)
 from turnstile.local.api_server import ApiServer
+from turnstile.local.faults import FaultInjectingClient
 from turnstile.local.poller import CheckpointStore, StreamPoller
 from turnstile.local.server import EmbeddedAws
 
@@ -66,11 +74,29 @@ class Worker:
         handler: Any = None,
     ) -> None:
         session = session or boto3.Session()
-        if handler is None:
-            from turnstile.handlers.stream import handler as stream_handler
-
-            handler = stream_handler
         dynamodb = session.client("dynamodb")
+        streams = session.client("dynamodbstreams")
+        self.faults: list[FaultInjectingClient] = []
+        fault_rate = float(os.environ.get("TURNSTILE_FAULT_RATE") or 0)
+        if handler is None:
+            from turnstile.handlers import stream as stream_module
+            from turnstile.processor import StreamProcessor
+            from turnstile.store import SignupStore, default_client
+
+            store_client = default_client()
+            if fault_rate:
+                # Drills: throttling and 5xx on a share of the worker's DynamoDB calls.
+                store_client = FaultInjectingClient(store_client, fault_rate)
+                streams = FaultInjectingClient(streams, fault_rate)
+                self.faults = [store_client, streams]
+            stream_module._processor = StreamProcessor(SignupStore(store_client))
+            handler = stream_module.handler
+        settings = STREAM_SOURCE
+        if os.environ.get("TURNSTILE_MAX_RECORD_AGE_S"):
+            # Drills: a shortened retention, so records age out while the worker is down.
+            settings = replace(
+                settings, max_record_age_s=int(os.environ["TURNSTILE_MAX_RECORD_AGE_S"])
+            )
         stream_arn = dynamodb.describe_table(TableName=INTAKE_TABLE.name)["Table"].get(
             "LatestStreamArn"
         )
@@ -85,12 +111,13 @@ class Worker:
                 queue_url = None
         self.poller = StreamPoller(
             handler=handler,
-            streams_client=session.client("dynamodbstreams"),
+            streams_client=streams,
             stream_arn=stream_arn,
             checkpoints=CheckpointStore(state_dir / "checkpoints.json"),
             sqs_client=sqs,
             failure_queue_url=queue_url,
             from_start=from_start,
+            settings=settings,
         )
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,6 +157,8 @@ class LocalStack:
         self.api: ApiServer | None = None
         self.worker: Worker | None = None
         self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._sweeper_thread: threading.Thread | None = None
 
     def health(self) -> dict[str, bool]:
         checks = {"tables": self._ready.is_set()}
@@ -159,8 +188,29 @@ class LocalStack:
             # since they are keyed by stream ARN.
             self.worker = Worker(self.state_dir)
             self.worker.start()
+            self._sweeper_thread = threading.Thread(
+                target=self._sweep_forever, name="sweeper", daemon=True
+            )
+            self._sweeper_thread.start()
+
+    def _sweep_forever(self) -> None:
+        """The local stand-in for the CDK stack's schedule: a sweep every interval."""
+        from turnstile.store import SignupStore
+        from turnstile.sweeper import Sweeper
+
+        interval = float(os.environ.get("TURNSTILE_SWEEP_INTERVAL_S", "60"))
+        min_age = float(os.environ.get("TURNSTILE_SWEEP_MIN_AGE_S", "300"))
+        sweeper = Sweeper(SignupStore(), owner="turnstile-local", min_age_s=min_age)
+        while not self._stop.wait(interval):
+            try:
+                result = sweeper.sweep()
+                if result.re_emitted:
+                    log.warning("sweeper re-emitted %d undecided signups", result.re_emitted)
+            except Exception:
+                log.exception("sweep failed; the next one retries")
 
     def stop(self) -> None:
+        self._stop.set()
         if self.worker:
             self.worker.stop()
         if self.api:

@@ -1,0 +1,49 @@
+"""Lambda entry point of the scheduled sweeper (EventBridge Scheduler, every 5 minutes)."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from turnstile.store import SignupStore
+from turnstile.sweeper import Sweeper, run_id_for
+
+logger = Logger(service="turnstile")
+metrics = Metrics(namespace="Turnstile", service="turnstile")
+
+
+def _run_id(event: dict[str, Any]) -> str:
+    """The schedule's slot, so a duplicate delivery of one tick is the same run."""
+    scheduled = event.get("scheduled_time") if isinstance(event, dict) else None
+    if isinstance(scheduled, str):
+        try:
+            return run_id_for(datetime.fromisoformat(scheduled.replace("Z", "+00:00")))
+        except ValueError:
+            pass
+    return run_id_for()
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    sweeper = Sweeper(
+        SignupStore(),
+        owner=getattr(context, "aws_request_id", None),
+        min_age_s=float(os.environ.get("TURNSTILE_SWEEP_MIN_AGE_S", "300")),
+    )
+    if isinstance(event, dict) and event.get("replay_failed"):
+        results = sweeper.replay_failed()
+    else:
+        results = [sweeper.sweep(_run_id(event))]
+    for result in results:
+        metrics.add_metric(name="SignupReEmitted", unit=MetricUnit.Count, value=result.re_emitted)
+        logger.info("sweep finished", **result.to_dict())
+        if result.status == "failed":
+            # Fail the invocation so the alarm on the sweeper's errors sees it.
+            raise RuntimeError(f"sweep run {result.run_id} failed: {result.errors}")
+    return {"runs": [r.to_dict() for r in results]}

@@ -1,0 +1,170 @@
+"""The sweeper: nothing is ever left PENDING.
+
+It finds intake records with no decision that are older than a threshold and re-emits them
+into the stream (a MODIFY that bumps ``redrive``), so the stream processor, the only writer
+of decisions, decides them. It never decides anything itself.
+
+- One sweeper at a time: a lease that expires (seed 001), with a fencing token that every
+  re-emission checks in the same transaction (seed 003): a sweeper whose lease lapsed
+  cannot write.
+- Each run leaves an immutable history (started, succeeded, failed); an atomic counter
+  stops a duplicate concurrent start of the same run (seed 000); only failed runs replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from turnstile.contract import Attr
+from turnstile.errors import LeaseLostError
+from turnstile.processor import utc_now
+from turnstile.store import EventRecord, SignupStore
+
+__all__ = ["SweepResult", "Sweeper", "Undecided", "find_undecided", "run_id_for"]
+
+log = logging.getLogger(__name__)
+
+#: A sweep run per five-minute slot: duplicate deliveries of one schedule tick share it.
+SLOT_S = 300
+
+
+def run_id_for(when: datetime | None = None, slot_s: int = SLOT_S) -> str:
+    when = when or datetime.now(UTC)
+    start = int(when.timestamp()) // slot_s * slot_s
+    return datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Undecided:
+    event_id: str
+    signup_id: str
+    age_s: float | None
+
+
+@dataclass
+class SweepResult:
+    run_id: str
+    status: str = "skipped"
+    scanned: int = 0
+    undecided: int = 0
+    re_emitted: int = 0
+    lease_token: int | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _age(value: Any, now: float) -> float | None:
+    if isinstance(value, str):
+        try:
+            return now - datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return None
+    return None
+
+
+def find_undecided(
+    store: SignupStore, min_age_s: float, now: float | None = None, event_id: str | None = None
+) -> Iterator[Undecided]:
+    """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
+
+    A record with no ``submitted_at`` (written by hand) counts as old: re-emitting a record
+    that is merely pending costs one extra delivery and never changes a decision.
+    """
+    now = time.time() if now is None else now
+    by_event: dict[str, list[dict[str, Any]]] = {}
+    for item in store.scan(store.intake_table, event_id):
+        by_event.setdefault(item[Attr.EVENT_ID], []).append(item)
+    for eid, items in by_event.items():
+        decided = set(store.get_decisions(eid, [i[Attr.SIGNUP_ID] for i in items]))
+        event: EventRecord | None = store.get_event(eid)
+        if event is not None and event.journal is not None:
+            decided |= {d.signup_id for d in event.journal.decisions}
+        for item in items:
+            if item[Attr.SIGNUP_ID] in decided:
+                continue
+            age = _age(item.get(Attr.SUBMITTED_AT), now)
+            redriven_at = item.get(Attr.REDRIVEN_AT)
+            since_redrive = now - float(redriven_at) if redriven_at is not None else None
+            if age is not None and age < min_age_s:
+                continue
+            if since_redrive is not None and since_redrive < min_age_s:
+                continue  # re-emitted recently: give the stream time to deliver it
+            yield Undecided(eid, item[Attr.SIGNUP_ID], age)
+
+
+class Sweeper:
+    """One sweep: lease, history entry, find, fenced re-emission, history outcome."""
+
+    def __init__(
+        self,
+        store: SignupStore,
+        owner: str | None = None,
+        lease_s: float = 120.0,
+        min_age_s: float = 300.0,
+        max_re_emits: int = 10_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease_s = lease_s
+        self.min_age_s = min_age_s
+        self.max_re_emits = max_re_emits
+        self.clock = clock
+
+    def sweep(self, run_id: str | None = None, replay: bool = False) -> SweepResult:
+        """Run one sweep under the lease. Never raises for a lost lease: it stops writing."""
+        run_id = run_id or run_id_for()
+        result = SweepResult(run_id=run_id)
+        token = self.store.acquire_lease(self.owner, self.lease_s, self.clock())
+        if token is None:
+            result.status = "lease_busy"
+            return result
+        result.lease_token = token
+        try:
+            seq = self.store.start_run(run_id, utc_now(), replay=replay)
+            if seq is None:
+                result.status = "already_ran"
+                return result
+            try:
+                self._work(token, result)
+                result.status = "succeeded"
+            except LeaseLostError as exc:
+                result.status = "failed"
+                result.errors.append(str(exc))
+            except Exception as exc:
+                result.status = "failed"
+                result.errors.append(repr(exc))
+                log.exception("sweep run failed", extra={"run_id": run_id})
+            self.store.finish_run(run_id, seq, result.status, utc_now(), result.to_dict())
+            return result
+        finally:
+            self.store.release_lease(self.owner, token)
+
+    def _work(self, token: int, result: SweepResult) -> None:
+        deadline = self.clock() + self.lease_s * 0.8
+        for undecided in find_undecided(self.store, self.min_age_s, self.clock()):
+            result.undecided += 1
+            if result.re_emitted >= self.max_re_emits or self.clock() > deadline:
+                continue  # counted, left for the next run
+            if self.store.fenced_redrive(
+                self.owner, token, self.clock(), undecided.event_id, undecided.signup_id
+            ):
+                result.re_emitted += 1
+
+    def replay_failed(self) -> list[SweepResult]:
+        """Rerun every run whose latest history entry is ``failed``, and only those."""
+        latest: dict[str, dict[str, Any]] = {}
+        for item in self.store.run_history():
+            latest[item["run_id"]] = item  # oldest first: the last one wins
+        failed = [run for run, item in latest.items() if item["exec_status"] == "failed"]
+        return [self.sweep(run, replay=True) for run in failed]

@@ -1,0 +1,110 @@
+"""``turnstile redrive``: on-failure messages (metadata only) get their records decided."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from tests.helpers import decisions, put_raw_intake
+from turnstile.audit import audit
+from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
+from turnstile.handlers import stream as stream_handler
+from turnstile.local.poller import CheckpointStore, LocalLambdaContext, StreamPoller
+from turnstile.processor import StreamProcessor
+from turnstile.redrive import redrive_queue
+from turnstile.store import SignupStore
+
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+@pytest.fixture
+def world(aws, tmp_path, stream):
+    client = aws.client("dynamodb")
+    sqs = aws.client("sqs")
+    queue_url = sqs.create_queue(QueueName="failures")["QueueUrl"]
+    store = SignupStore(client, sleep=lambda _: None)
+    stream_handler._processor = StreamProcessor(store)
+    yield client, sqs, queue_url, store, aws.client("dynamodbstreams")
+    stream_handler._processor = None
+
+
+def fail_everything_into_the_queue(aws_streams, client, sqs, queue_url, tmp_path):
+    arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
+
+    def broken(event, context):
+        raise RuntimeError("the processor is down")
+
+    poller = StreamPoller(
+        broken,
+        aws_streams,
+        arn,
+        CheckpointStore(tmp_path / "cp.json"),
+        sqs_client=sqs,
+        failure_queue_url=queue_url,
+        settings=replace(STREAM_SOURCE, retry_attempts=0, bisect_on_error=False),
+        sleep=lambda _: None,
+    )
+    for _ in range(3):
+        poller.poll_once()
+    poller.flush()
+    return poller
+
+
+def test_redrive_reads_the_stream_re_emits_and_deletes_once_decided(world, tmp_path, stream):
+    client, sqs, queue_url, store, streams = world
+    store.create_event("gig", 2, NOW)
+    for i in range(3):
+        put_raw_intake(client, "gig", f"u{i}")
+    stream.read_new()  # the test's own reader sits past them
+    poller = fail_everything_into_the_queue(streams, client, sqs, queue_url, tmp_path)
+    assert poller.stats.sent_to_failure_destination == 3
+    assert decisions(client) == {}
+
+    def the_stream_delivers(_: float) -> None:
+        records = stream.read_new()
+        if records:
+            stream_handler.handler({"Records": records}, LocalLambdaContext())
+
+    result = redrive_queue(store, sqs, queue_url, streams, wait_s=5, sleep=the_stream_delivers)
+    assert (result.messages, result.deleted, result.kept) == (1, 1, 0)
+    assert (result.from_stream, result.re_emitted) == (3, 3)
+    assert {k[1] for k in decisions(client)} == {"u0", "u1", "u2"}
+    assert sqs.receive_message(QueueUrl=queue_url).get("Messages") is None
+    assert audit(store).ok
+
+
+def test_past_retention_the_intake_table_is_read_instead(world, stream):
+    client, sqs, queue_url, store, streams = world
+    store.create_event("gig", 5, NOW)
+    put_raw_intake(client, "gig", "old")
+    stream.read_new()
+    message = {
+        "DDBStreamBatchInfo": {
+            "shardId": "shardId-that-was-trimmed-away",
+            "startSequenceNumber": "100000000000000000001",
+            "endSequenceNumber": "100000000000000000002",
+            "streamArn": "arn:aws:dynamodb:us-east-1:123456789012:table/turnstile-intake/stream/x",
+            "batchSize": 2,
+        }
+    }
+    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(message))
+
+    def the_stream_delivers(_: float) -> None:
+        records = stream.read_new()
+        if records:
+            stream_handler.handler({"Records": records}, LocalLambdaContext())
+
+    result = redrive_queue(store, sqs, queue_url, streams, wait_s=5, sleep=the_stream_delivers)
+    assert (result.deleted, result.from_intake, result.re_emitted) == (1, 1, 1)
+    assert set(decisions(client)) == {("gig", "old")}
+
+
+def test_a_message_whose_records_stay_undecided_is_kept(world, tmp_path):
+    client, sqs, queue_url, store, streams = world
+    store.create_event("gig", 5, NOW)
+    put_raw_intake(client, "gig", "stuck")
+    fail_everything_into_the_queue(streams, client, sqs, queue_url, tmp_path)
+    result = redrive_queue(store, sqs, queue_url, streams, wait_s=0.2, sleep=lambda _: None)
+    assert (result.deleted, result.kept) == (0, 1)

@@ -1,0 +1,139 @@
+"""The sweeper: lease with fencing, immutable run history, re-emission through the stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.helpers import FaultyClient, decisions, put_raw_intake
+from turnstile.audit import audit
+from turnstile.errors import DuplicateRunError, LeaseLostError
+from turnstile.handlers import stream as stream_handler
+from turnstile.local.poller import LocalLambdaContext
+from turnstile.processor import StreamProcessor
+from turnstile.store import SignupStore
+from turnstile.sweeper import Sweeper, find_undecided
+
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+class Clock:
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def client(aws):
+    return aws.client("dynamodb")
+
+
+@pytest.fixture
+def store(client):
+    return SignupStore(client, sleep=lambda _: None)
+
+
+def test_lease_is_exclusive_until_it_expires_and_tokens_grow(store):
+    assert store.acquire_lease("a", 60, now=1000.0) == 1
+    assert store.acquire_lease("b", 60, now=1030.0) is None  # held by a
+    assert store.acquire_lease("a", 60, now=1030.0) == 2  # a renews: a new token
+    assert store.acquire_lease("b", 60, now=1091.0) == 3  # expired: b takes it over
+
+
+def test_a_sweeper_whose_lease_lapsed_cannot_write(store, client):
+    put_raw_intake(client, "gig", "u1")
+    token_a = store.acquire_lease("a", 60, now=1000.0)
+    assert store.fenced_redrive("a", token_a, 1010.0, "gig", "u1") is True
+    store.acquire_lease("b", 60, now=1100.0)  # a's lease lapsed, b holds it now
+    with pytest.raises(LeaseLostError):
+        store.fenced_redrive("a", token_a, 1101.0, "gig", "u1")
+    item = store.get_intake("gig", "u1")
+    assert item is not None and int(item["redrive"]) == 1  # only a's write in time landed
+
+
+def test_run_history_is_immutable_and_a_run_happens_once(store):
+    seq = store.start_run("r1", NOW)
+    assert seq == 1
+    assert store.start_run("r1", NOW) is None  # started: a second start stops at once
+    store.finish_run("r1", seq, "succeeded", NOW, {})
+    assert store.start_run("r1", NOW) is None
+    assert store.start_run("r1", NOW, replay=True) is None  # succeeded runs never replay
+    assert [i["exec_status"] for i in store.run_history("r1")] == ["started", "succeeded"]
+
+
+def test_a_duplicate_concurrent_start_is_caught_by_the_atomic_counter(store, monkeypatch):
+    # GIVEN two starters that both read an empty history (they ran at the same instant)
+    monkeypatch.setattr(store, "run_history", lambda run_id=None: [])
+    assert store.start_run("r1", NOW) == 1
+    # THEN the second one's increment returns 2 and it stops
+    with pytest.raises(DuplicateRunError):
+        store.start_run("r1", NOW)
+
+
+def test_sweep_re_emits_old_undecided_records_and_the_stream_decides_them(store, client, stream):
+    # GIVEN decided and undecided signups (the stream dropped some: we never deliver them)
+    store.create_event("gig", 2, NOW)
+    put_raw_intake(client, "gig", "kept", submitted_at={"S": "2026-01-01T00:00:00Z"})
+    handled = stream.read_new()
+    stream_handler._processor = StreamProcessor(store)
+    stream_handler.handler({"Records": handled}, LocalLambdaContext())
+    put_raw_intake(client, "gig", "lost1", submitted_at={"S": "2026-01-01T00:00:00Z"})
+    put_raw_intake(client, "gig", "lost2", submitted_at={"S": "2026-01-01T00:00:00Z"})
+    put_raw_intake(client, "gig", "fresh", submitted_at={"S": "2999-01-01T00:00:00Z"})
+    stream.read_new()  # ... and lost
+    # WHEN the sweeper runs
+    result = Sweeper(store, owner="s", min_age_s=300).sweep("run-1")
+    # THEN exactly the old undecided ones are re-emitted, as MODIFY records
+    assert (result.status, result.undecided, result.re_emitted) == ("succeeded", 2, 2)
+    records = stream.read_new()
+    assert sorted((r["eventName"], r["dynamodb"]["Keys"]["signup_id"]["S"]) for r in records) == [
+        ("MODIFY", "lost1"),
+        ("MODIFY", "lost2"),
+    ]
+    stream_handler.handler({"Records": records}, LocalLambdaContext())
+    assert {k[1] for k in decisions(client)} == {"kept", "lost1", "lost2"}
+    # and a second sweep right after finds only the fresh one, too young to touch
+    assert list(find_undecided(store, min_age_s=300)) == []
+    assert audit(store, pending_grace_s=10**9).ok
+    stream_handler._processor = None
+
+
+def test_replay_failed_reruns_only_failed_runs(store, client):
+    put_raw_intake(client, "gig", "u1")
+    calls = {"scan": 0}
+
+    def fail_first_scan(operation: str, kwargs: dict[str, Any]) -> str | None:
+        if operation == "scan":
+            calls["scan"] += 1
+            return "InternalServerError" if calls["scan"] == 1 else None
+        return None
+
+    flaky = SignupStore(FaultyClient(client, fail_first_scan), sleep=lambda _: None, max_attempts=1)
+    sweeper = Sweeper(flaky, owner="s", min_age_s=0)
+    assert sweeper.sweep("run-ok-later").status == "failed"
+    Sweeper(store, owner="s", min_age_s=0).sweep("run-fine")
+    # WHEN failed runs are replayed
+    results = Sweeper(store, owner="s", min_age_s=0).replay_failed()
+    # THEN only the failed one ran again, and it succeeded
+    assert [(r.run_id, r.status) for r in results] == [("run-ok-later", "succeeded")]
+    assert [i["exec_status"] for i in store.run_history("run-ok-later")] == [
+        "started",
+        "failed",
+        "started",
+        "succeeded",
+    ]
+    assert Sweeper(store, owner="s").replay_failed() == []
+
+
+def test_only_one_sweeper_at_a_time(store):
+    clock = Clock()
+    first = Sweeper(store, owner="one", lease_s=60, clock=clock)
+    assert store.acquire_lease("one", 60, clock()) is not None
+    second = Sweeper(store, owner="two", lease_s=60, clock=clock)
+    assert second.sweep("r").status == "lease_busy"
+    clock.t += 61
+    assert second.sweep("r").status == "succeeded"
+    assert first.sweep("r").status == "already_ran"
