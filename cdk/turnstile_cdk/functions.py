@@ -1,0 +1,174 @@
+"""What every turnstile Lambda function shares: code asset, runtime, Powertools layer, logging."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+
+__all__ = [
+    "FUNCTIONS_DIR",
+    "METRICS_NAMESPACE",
+    "POWERTOOLS_LAYER_ACCOUNT",
+    "POWERTOOLS_VERSION",
+    "SERVICE_NAME",
+    "FunctionCommons",
+    "TurnstileFunction",
+    "powertools_layer_arn",
+    "powertools_ssm_parameter",
+]
+
+#: The repository's ``functions/`` directory: the whole Python package is the Lambda asset.
+FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
+
+#: Powertools names (the handlers emit EMF metrics with dimension service=turnstile).
+SERVICE_NAME = "turnstile"
+METRICS_NAMESPACE = "Turnstile"
+
+#: Must match requirements.txt, so the code runs on Lambda with the Powertools it is tested with.
+POWERTOOLS_VERSION = "3.37.0"
+#: The AWS account that publishes the public Powertools for AWS Lambda (Python) layers.
+POWERTOOLS_LAYER_ACCOUNT = "017000801446"
+
+RUNTIME = lambda_.Runtime.PYTHON_3_12
+#: Graviton: about 20 % cheaper per GB-second than x86_64; the code is pure Python.
+ARCHITECTURE = lambda_.Architecture.ARM_64
+_ARCH_NAME = "arm64"
+_PYTHON_TAG = "python312"  # the layer name's spelling of the runtime
+_PYTHON_VERSION = "python3.12"  # the SSM parameter path's spelling
+
+#: Left out of the asset: byte code, tests, packaging metadata.
+ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "tests", "**/tests", "*.egg-info"]
+
+
+def powertools_layer_arn(layer_version: int, *, region: str = Aws.REGION) -> str:
+    """The public layer's ARN in the stack's region (``region`` is a token at synth time)."""
+    return (
+        f"arn:{Aws.PARTITION}:lambda:{region}:{POWERTOOLS_LAYER_ACCOUNT}:layer:"
+        f"AWSLambdaPowertoolsPythonV3-{_PYTHON_TAG}-{_ARCH_NAME}:{layer_version}"
+    )
+
+
+def powertools_ssm_parameter(version: str = POWERTOOLS_VERSION) -> str:
+    """The SSM parameter in which Powertools publishes the layer ARN of ``version``, per region."""
+    return f"/aws/service/powertools/python/{_ARCH_NAME}/{_PYTHON_VERSION}/{version}"
+
+
+@dataclass
+class FunctionCommons:
+    """Built once per stack, shared by every function: one asset upload, one layer reference."""
+
+    code: lambda_.Code
+    layer: lambda_.ILayerVersion
+    log_level: str
+
+    @classmethod
+    def create(
+        cls, scope: Construct, *, log_level: str, powertools_layer_version: int | None
+    ) -> FunctionCommons:
+        if powertools_layer_version is None:
+            # The layer ARN's version number is only known per release from Powertools'
+            # public SSM parameter; resolving it at deploy time pins exactly POWERTOOLS_VERSION.
+            arn = ssm.StringParameter.value_for_string_parameter(scope, powertools_ssm_parameter())
+        else:
+            arn = powertools_layer_arn(powertools_layer_version)
+        return cls(
+            # No bundling: boto3 comes with the runtime and Powertools with its layer.
+            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDES),
+            layer=lambda_.LayerVersion.from_layer_version_arn(scope, "PowertoolsLayer", arn),
+            log_level=log_level,
+        )
+
+
+class TurnstileFunction(Construct):
+    """A Python function with its own role and log group (no managed policies, no wildcards
+    beyond X-Ray's), Powertools layer and environment, and X-Ray tracing on.
+
+    Its role starts empty: callers add exactly the grants the function needs, and name in
+    ``wildcard_reasons`` why any further ``Resource: *`` they add cannot be narrowed.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        commons: FunctionCommons,
+        handler: str,
+        description: str,
+        table_names: dict[str, str],
+        timeout: Duration,
+        memory_size: int,
+        wildcard_reasons: tuple[str, ...] = (),
+        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.log_group = logs.LogGroup(
+            self,
+            "LogGroup",
+            retention=log_retention,
+            # Logs expire anyway; keeping them after the stack is gone only costs money.
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"turnstile {construct_id}: least privilege, granted per table",
+        )
+        # Instead of AWSLambdaBasicExecutionRole (logs:* on every log group): this group only.
+        self.log_group.grant_write(self.role)
+        environment = {
+            INTAKE_TABLE.env_var: table_names[INTAKE_TABLE.env_var],
+            MAIN_TABLE.env_var: table_names[MAIN_TABLE.env_var],
+            "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+            "POWERTOOLS_LOG_LEVEL": commons.log_level,
+        }
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            description=description,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            handler=handler,
+            code=commons.code,
+            layers=[commons.layer],
+            environment=environment,
+            timeout=timeout,
+            memory_size=memory_size,
+            tracing=lambda_.Tracing.ACTIVE,
+            role=self.role,
+            log_group=self.log_group,
+        )
+        Validations.of(self.function).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-L1",
+                reason=(
+                    "python3.12 is pinned on purpose: it is a supported Lambda runtime, and the "
+                    "Powertools layer is built per Python minor version and pinned to the "
+                    "version the code is tested with. A runtime upgrade is a deliberate change "
+                    "made together with the layer, not something a synth should drift into."
+                ),
+            )
+        )
+        Validations.of(self.role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason=" ".join(
+                    (
+                        "X-Ray tracing: xray:PutTraceSegments and xray:PutTelemetryRecords "
+                        "support no resource-level permissions, so AWS requires Resource '*'.",
+                        *wildcard_reasons,
+                    )
+                ),
+            )
+        )

@@ -1,0 +1,118 @@
+"""The turnstile stack: composes the constructs and names the outputs the CLI looks up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from constructs import Construct
+
+from turnstile.stack_outputs import OutputKey
+
+from .api import ApiAuth, TurnstileApi
+from .functions import FunctionCommons
+from .monitoring import Monitoring
+from .settings import TurnstileSettings
+from .stream_processor import StreamProcessor
+from .sweeper import Sweeper
+from .tables import TurnstileTables
+
+__all__ = ["TurnstileStack"]
+
+
+class TurnstileStack(Stack):
+    """Tables, stream processor, HTTP API, sweeper and monitoring; no resource defined here."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        settings: TurnstileSettings | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self.settings = settings = settings or TurnstileSettings()
+        self.template_options.description = (
+            "turnstile: decides who gets a limited resource, exactly once, in arrival order"
+        )
+
+        self.tables = TurnstileTables(self, "Tables", retain=settings.retain_tables)
+        table_names = self.tables.environment
+        commons = FunctionCommons.create(
+            self,
+            log_level=settings.log_level,
+            powertools_layer_version=settings.powertools_layer_version,
+        )
+        self.processor = StreamProcessor(
+            self,
+            "StreamProcessor",
+            commons=commons,
+            intake=self.tables.intake,
+            main=self.tables.main,
+            table_names=table_names,
+        )
+        self.api = TurnstileApi(
+            self,
+            "Api",
+            commons=commons,
+            intake=self.tables.intake,
+            main=self.tables.main,
+            table_names=table_names,
+            auth=ApiAuth(jwt_issuer=settings.jwt_issuer, jwt_audience=settings.jwt_audience),
+            rate_limit=settings.api_rate_limit,
+            burst_limit=settings.api_burst_limit,
+        )
+        self.sweeper = Sweeper(
+            self,
+            "Sweeper",
+            commons=commons,
+            intake=self.tables.intake,
+            main=self.tables.main,
+            table_names=table_names,
+        )
+        self.monitoring = Monitoring(
+            self,
+            "Monitoring",
+            processor=self.processor.function,
+            functions={
+                "Processor": self.processor.function,
+                "Api": self.api.function,
+                "Sweeper": self.sweeper.function,
+            },
+            failure_queue=self.processor.failure_queue,
+            tables={"Intake": self.tables.intake, "Main": self.tables.main},
+            alarm_email=settings.alarm_email,
+        )
+
+        # Defined on the stack itself so the output keys are exactly these (no hash suffix).
+        CfnOutput(
+            self,
+            OutputKey.INTAKE_TABLE_NAME,
+            value=self.tables.intake.table_name,
+            description="Producers write signups here (PutItem with attribute_not_exists).",
+        )
+        CfnOutput(
+            self,
+            OutputKey.MAIN_TABLE_NAME,
+            value=self.tables.main.table_name,
+            description="Events and decisions.",
+        )
+        CfnOutput(
+            self,
+            OutputKey.API_URL,
+            value=self.api.url,
+            description="HTTP API base URL (SigV4-signed requests unless a JWT authorizer is set).",
+        )
+        CfnOutput(
+            self,
+            OutputKey.FAILURE_QUEUE_URL,
+            value=self.processor.failure_queue.queue_url,
+            description="Batches the stream processor gave up on: drain with 'turnstile redrive'.",
+        )
+        CfnOutput(
+            self,
+            "AlarmTopicArn",
+            value=self.monitoring.topic.topic_arn,
+            description="Subscribe to receive turnstile alarms.",
+        )

@@ -1,0 +1,102 @@
+"""The stream processor: intake stream -> event source mapping -> function -> main table."""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, Duration, Validations
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from turnstile.contract import STREAM_SOURCE, EventSourceSettings
+
+from .event_source import event_source_mapping_properties
+from .functions import FunctionCommons, TurnstileFunction
+from .permissions import PROCESSOR_MAIN_ACTIONS
+
+__all__ = ["StreamProcessor"]
+
+
+class StreamProcessor(Construct):
+    """The only writer of decisions.
+
+    Parts: ``function``, ``failure_queue`` (metadata of batches given up on: the input of
+    ``turnstile redrive``) and ``event_source_mapping`` (settings from contract.STREAM_SOURCE).
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        commons: FunctionCommons,
+        intake: dynamodb.ITable,
+        main: dynamodb.ITable,
+        table_names: dict[str, str],
+        settings: EventSourceSettings = STREAM_SOURCE,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.failure_queue = sqs.Queue(
+            self,
+            "FailureQueue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            # The longest SQS allows: the records themselves stay in the intake table.
+            retention_period=Duration.days(14),
+        )
+        Validations.of(self.failure_queue).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SQS3",
+                reason=(
+                    "This queue is itself the terminal on-failure destination of the stream "
+                    "mapping (a dead-letter queue in all but name); an operator drains it with "
+                    "'turnstile redrive'. A DLQ behind it would only hide failures further."
+                ),
+            )
+        )
+        self.handler = TurnstileFunction(
+            self,
+            "Processor",
+            commons=commons,
+            handler="turnstile.handlers.stream.handler",
+            description="turnstile stream processor: decides each signup exactly once, in order",
+            table_names=table_names,
+            # A batch is up to batch_size records committed in per-event transactions with
+            # retries inside the invocation; far below the record age limit.
+            timeout=Duration.seconds(60),
+            # More memory buys proportionally more CPU: lower decision latency per batch.
+            memory_size=512,
+            wildcard_reasons=(
+                "dynamodb:ListStreams (needed by the event source mapping to find the intake "
+                "stream) is a list action that AWS only authorizes on Resource '*'.",
+            ),
+        )
+        self.function = self.handler.function
+
+        # Read the stream only; on main exactly what deciding needs; never write intake.
+        intake.grant_stream_read(self.function)
+        main.grant(self.function, *PROCESSOR_MAIN_ACTIONS)
+        self.failure_queue.grant_send_messages(self.function)
+
+        stream_arn = intake.table_stream_arn
+        if stream_arn is None:
+            raise ValueError("the intake table has no stream")
+        self.event_source_mapping = lambda_.CfnEventSourceMapping(
+            self,
+            "IntakeStreamMapping",
+            function_name=self.function.function_name,
+            event_source_arn=stream_arn,
+            destination_config=lambda_.CfnEventSourceMapping.DestinationConfigProperty(
+                on_failure=lambda_.CfnEventSourceMapping.OnFailureProperty(
+                    destination=self.failure_queue.queue_arn
+                )
+            ),
+        )
+        # The settings-derived properties come from one pure function, verbatim, so the
+        # template and the local poller cannot disagree.
+        for name, value in event_source_mapping_properties(settings).items():
+            self.event_source_mapping.add_property_override(name, value)
+        # Creating the mapping checks the role can read the stream: grants first.
+        role_policy = self.handler.role.node.try_find_child("DefaultPolicy")
+        if role_policy is not None:
+            self.event_source_mapping.node.add_dependency(role_policy)

@@ -1,0 +1,90 @@
+"""The sweeper: every few minutes, re-emit intake records that never got a decision."""
+
+from __future__ import annotations
+
+from aws_cdk import Acknowledgment, CfnResource, Duration, Stack, Validations
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_scheduler_targets as targets
+from constructs import Construct
+
+from .functions import FunctionCommons, TurnstileFunction
+from .permissions import SWEEPER_INTAKE_ACTIONS, SWEEPER_MAIN_ACTIONS
+
+__all__ = ["SWEEP_INTERVAL", "Sweeper"]
+
+SWEEP_INTERVAL = Duration.minutes(5)
+
+
+class Sweeper(Construct):
+    """It never decides (DESIGN.md): it bumps ``redrive`` on a stale intake record, a MODIFY the
+    stream filter lets through, so the processor decides it like any other record.
+
+    Parts: ``function``, ``schedule`` and its invoke-only ``schedule_role``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        commons: FunctionCommons,
+        intake: dynamodb.ITable,
+        main: dynamodb.ITable,
+        table_names: dict[str, str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.handler = TurnstileFunction(
+            self,
+            "Sweeper",
+            commons=commons,
+            handler="turnstile.handlers.sweeper.handler",
+            description="turnstile sweeper: re-emits intake records still undecided",
+            table_names=table_names,
+            # Less than the interval, so two runs rarely overlap (its lease guards the rest).
+            timeout=Duration.minutes(4),
+            memory_size=256,
+        )
+        self.function = self.handler.function
+        intake.grant(self.function, *SWEEPER_INTAKE_ACTIONS)
+        main.grant(self.function, *SWEEPER_MAIN_ACTIONS)
+
+        # Our own role (rather than the stack-wide one the target would create), so its one
+        # permission and the reason for its shape sit with the sweeper.
+        self.schedule_role = iam.Role(
+            self,
+            "ScheduleRole",
+            assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"),
+            description="turnstile sweeper schedule: may invoke the sweeper function only",
+        )
+        Validations.of(self.schedule_role).acknowledge(
+            Acknowledgment(
+                id=f"AwsSolutions-IAM5[Resource::<{self._logical_id_of_function()}.Arn>:*]",
+                reason=(
+                    "lambda:InvokeFunction on the sweeper function only: the ':*' suffix "
+                    "(added by grantInvoke) matches this one function's versions and aliases, "
+                    "no other function."
+                ),
+            )
+        )
+        self.schedule = scheduler.Schedule(
+            self,
+            "Schedule",
+            description="turnstile sweeper run",
+            schedule=scheduler.ScheduleExpression.rate(SWEEP_INTERVAL),
+            target=targets.LambdaInvoke(
+                self.function,
+                role=self.schedule_role,
+                # The next run comes in 5 minutes: retrying a missed one only piles runs up.
+                retry_attempts=0,
+                max_event_age=Duration.minutes(4),
+            ),
+        )
+
+    def _logical_id_of_function(self) -> str:
+        """cdk-nag names the wildcard finding after the function's (hashed) logical id."""
+        stack = Stack.of(self)
+        cfn_function = self.function.node.default_child
+        assert isinstance(cfn_function, CfnResource)
+        return str(stack.resolve(stack.get_logical_id(cfn_function)))

@@ -1,0 +1,60 @@
+"""The intake and main tables, built from the contract's TableSpec (keys, stream, TTL)."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from constructs import Construct
+
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, TableSpec
+
+__all__ = ["TurnstileTables", "table_from_spec"]
+
+
+def table_from_spec(scope: Construct, spec: TableSpec, *, retain: bool) -> dynamodb.Table:
+    """One on-demand table with point-in-time recovery, keyed and streamed as ``spec`` says."""
+    stream = dynamodb.StreamViewType(spec.stream_view_type) if spec.stream_view_type else None
+    table = dynamodb.Table(
+        scope,
+        spec.logical_id,
+        partition_key=dynamodb.Attribute(
+            name=spec.partition_key, type=dynamodb.AttributeType.STRING
+        ),
+        sort_key=dynamodb.Attribute(name=spec.sort_key, type=dynamodb.AttributeType.STRING),
+        # On demand: signups arrive in bursts (a sale opens) and cost nothing at rest.
+        billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+        stream=stream,
+        time_to_live_attribute=spec.ttl_attribute,
+        point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+            point_in_time_recovery_enabled=True
+        ),
+        # AWS managed key: key use shows in CloudTrail, no key to administer or pay for.
+        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        # The tables are the system of record (decisions are final): both guards follow the
+        # one stack setting, so a test stack can still be torn down completely.
+        deletion_protection=retain,
+        removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+    )
+    # A fixed logical id (the contract's): moving the construct in the tree can never make
+    # CloudFormation replace, and so empty, a table of record.
+    cfn_table = table.node.default_child
+    assert isinstance(cfn_table, dynamodb.CfnTable)
+    cfn_table.override_logical_id(spec.logical_id)
+    return table
+
+
+class TurnstileTables(Construct):
+    """``intake`` (producers append, streamed to the processor) and ``main`` (events, decisions)."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, retain: bool = True) -> None:
+        super().__init__(scope, construct_id)
+        self.intake = table_from_spec(self, INTAKE_TABLE, retain=retain)
+        self.main = table_from_spec(self, MAIN_TABLE, retain=retain)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The table-name variables every function reads (contract.TableSpec.env_var)."""
+        return {
+            INTAKE_TABLE.env_var: self.intake.table_name,
+            MAIN_TABLE.env_var: self.main.table_name,
+        }

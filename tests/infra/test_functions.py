@@ -1,0 +1,147 @@
+"""The three functions: code asset, runtime, Powertools layer, environment, tracing, logs."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from aws_cdk.assertions import Template
+
+from turnstile_cdk.functions import POWERTOOLS_VERSION
+
+from .conftest import VARIANT_STACK, Synthesized, function_by_handler, render
+
+HANDLERS = (
+    "turnstile.handlers.stream.handler",
+    "turnstile.handlers.api.handler",
+    "turnstile.handlers.sweeper.handler",
+)
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_function_runtime_tracing_and_environment(template: Template, handler: str) -> None:
+    _, function = function_by_handler(template, handler)
+    properties = function["Properties"]
+    assert properties["Runtime"] == "python3.12"
+    assert properties["Architectures"] == ["arm64"]
+    assert properties["TracingConfig"] == {"Mode": "Active"}
+    assert properties["Environment"]["Variables"] == {
+        "TURNSTILE_INTAKE_TABLE": {"Ref": "IntakeTable"},
+        "TURNSTILE_MAIN_TABLE": {"Ref": "MainTable"},
+        "POWERTOOLS_SERVICE_NAME": "turnstile",
+        "POWERTOOLS_METRICS_NAMESPACE": "Turnstile",
+        "POWERTOOLS_LOG_LEVEL": "INFO",
+    }
+    assert 1 <= properties["Timeout"] <= 300
+    assert 128 <= properties["MemorySize"] <= 1024
+
+
+def test_timeouts_fit_their_callers(template: Template) -> None:
+    _, api = function_by_handler(template, "turnstile.handlers.api.handler")
+    _, sweeper = function_by_handler(template, "turnstile.handlers.sweeper.handler")
+    assert api["Properties"]["Timeout"] < 30  # API Gateway's integration timeout
+    assert sweeper["Properties"]["Timeout"] < 5 * 60  # less than the sweep interval
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_function_code_is_the_functions_asset(
+    synthesized: Synthesized, template: Template, handler: str
+) -> None:
+    _, function = function_by_handler(template, handler)
+    object_key = function["Properties"]["Code"]["S3Key"]
+    assert re.fullmatch(r"[0-9a-f]{64}\.zip", object_key)
+    asset_dir = synthesized.outdir / _asset_source(synthesized, object_key)
+    # The handler module is in the asset under its import path...
+    module = handler.rsplit(".", 1)[0].replace(".", "/") + ".py"
+    assert (asset_dir / "turnstile" / "contract.py").is_file()
+    if handler.endswith("stream.handler"):  # the others are being written alongside
+        assert (asset_dir / module).is_file()
+    # ...and nothing that only builds or tests it.
+    files = [p.relative_to(asset_dir) for p in asset_dir.rglob("*")]
+    assert not [p for p in files if p.suffix == ".pyc" or "__pycache__" in p.parts]
+    assert not [p for p in files if "tests" in p.parts or p.name.endswith(".egg-info")]
+
+
+def _asset_source(synthesized: Synthesized, object_key: str) -> str:
+    """The staged directory the asset manifest uploads as ``object_key``."""
+    manifest = json.loads((synthesized.outdir / "Turnstile.assets.json").read_text())
+    (source,) = [
+        asset["source"]
+        for asset in manifest["files"].values()
+        if any(d["objectKey"] == object_key for d in asset["destinations"].values())
+    ]
+    assert source["packaging"] == "zip"
+    return str(source["path"])
+
+
+def test_one_asset_serves_every_function(template: Template) -> None:
+    keys = {
+        str(render(f["Properties"]["Code"]["S3Key"]))
+        for f in template.find_resources("AWS::Lambda::Function").values()
+    }
+    assert len(keys) == 1
+
+
+def test_powertools_layer_is_pinned_to_the_tested_version(template: Template) -> None:
+    """The layer is Powertools' own SSM parameter for exactly the version requirements.txt pins."""
+    assert version("aws-lambda-powertools") == POWERTOOLS_VERSION
+    parameters = template.to_json()["Parameters"]
+    layer_params = {
+        name
+        for name, p in parameters.items()
+        if p["Type"] == "AWS::SSM::Parameter::Value<String>"
+        and p["Default"] == f"/aws/service/powertools/python/arm64/python3.12/{POWERTOOLS_VERSION}"
+    }
+    (layer_param,) = layer_params
+    for handler in HANDLERS:
+        _, function = function_by_handler(template, handler)
+        assert function["Properties"]["Layers"] == [{"Ref": layer_param}]
+
+
+def test_powertools_layer_arn_can_be_pinned_by_number(synthesized: Synthesized) -> None:
+    """turnstile:powertoolsLayerVersion=N: the public ARN, built in the stack's region."""
+    variant = synthesized.template(VARIANT_STACK)
+    expected = (
+        "arn:${AWS::Partition}:lambda:${AWS::Region}:017000801446:layer:"
+        "AWSLambdaPowertoolsPythonV3-python312-arm64:7"
+    )
+    for handler in HANDLERS:
+        _, function = function_by_handler(variant, handler)
+        assert [render(layer) for layer in function["Properties"]["Layers"]] == [expected]
+        assert function["Properties"]["Environment"]["Variables"]["POWERTOOLS_LOG_LEVEL"] == "DEBUG"
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_function_logs_to_its_own_log_group_with_retention(
+    template: Template, handler: str
+) -> None:
+    _, function = function_by_handler(template, handler)
+    log_group_id = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    log_group = template.to_json()["Resources"][log_group_id]
+    assert log_group["Type"] == "AWS::Logs::LogGroup"
+    assert log_group["Properties"]["RetentionInDays"] == 30
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_function_role_has_no_managed_policies(template: Template, handler: str) -> None:
+    _, function = function_by_handler(template, handler)
+    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    role = template.to_json()["Resources"][role_id]
+    assert "ManagedPolicyArns" not in role["Properties"]
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Action": "sts:AssumeRole",
+            "Effect": "Allow",
+            "Principal": {"Service": "lambda.amazonaws.com"},
+        }
+    ]
+
+
+def test_functions_dir_is_the_repository_package() -> None:
+    from turnstile_cdk.functions import FUNCTIONS_DIR
+
+    assert Path(__file__).resolve().parents[2] / "functions" == FUNCTIONS_DIR
+    assert (FUNCTIONS_DIR / "turnstile" / "contract.py").is_file()

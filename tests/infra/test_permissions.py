@@ -1,0 +1,124 @@
+"""Least privilege: every action each role may take, on which resource, and nothing else."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from aws_cdk.assertions import Template
+
+from turnstile_cdk.permissions import (
+    API_INTAKE_ACTIONS,
+    API_MAIN_ACTIONS,
+    PROCESSOR_MAIN_ACTIONS,
+    SWEEPER_INTAKE_ACTIONS,
+    SWEEPER_MAIN_ACTIONS,
+)
+
+from .conftest import function_by_handler, render, role_permissions
+
+INTAKE = "${IntakeTable.Arn}"
+MAIN = "${MainTable.Arn}"
+STREAM = "${IntakeTable.StreamArn}"
+XRAY = {"xray:PutTraceSegments": {"*"}, "xray:PutTelemetryRecords": {"*"}}
+
+
+def _permissions(template: Template, handler: str) -> dict[str, set[str]]:
+    _, function = function_by_handler(template, handler)
+    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
+    log_group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+    permissions = role_permissions(template, role_id)
+    # Logging to its own group only, never logs:* on every group.
+    assert permissions.pop("logs:CreateLogStream") == {f"${{{log_group}.Arn}}"}
+    assert permissions.pop("logs:PutLogEvents") == {f"${{{log_group}.Arn}}"}
+    for action, resources in XRAY.items():
+        assert permissions.pop(action) == resources
+    return permissions
+
+
+def _on(actions: tuple[str, ...], resource: str) -> dict[str, set[str]]:
+    return {action: {resource} for action in actions}
+
+
+def _merge(*grants: dict[str, set[str]]) -> dict[str, set[str]]:
+    merged: dict[str, set[str]] = {}
+    for grant in grants:
+        for action, resources in grant.items():
+            merged.setdefault(action, set()).update(resources)
+    return merged
+
+
+def test_processor_reads_the_stream_and_decides_into_main_only(template: Template) -> None:
+    queue_id = template.find_outputs("FailureQueueUrl")["FailureQueueUrl"]["Value"]["Ref"]
+    queue = f"${{{queue_id}.Arn}}"
+    assert _permissions(template, "turnstile.handlers.stream.handler") == _merge(
+        _on(
+            ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"), STREAM
+        ),
+        {"dynamodb:ListStreams": {"*"}},
+        _on(PROCESSOR_MAIN_ACTIONS, MAIN),
+        _on(("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"), queue),
+    )
+
+
+def test_processor_has_what_deciding_needs(template: Template) -> None:
+    granted = _permissions(template, "turnstile.handlers.stream.handler")
+    # ConsistentRead GetItem/BatchGetItem/Query, the transaction's item actions, batch writes.
+    for action in (
+        "GetItem",
+        "BatchGetItem",
+        "Query",
+        "PutItem",
+        "UpdateItem",
+        "BatchWriteItem",
+        "ConditionCheckItem",
+    ):
+        assert granted[f"dynamodb:{action}"] == {MAIN}
+    # Never a write on intake: decisions are the processor's only output.
+    assert not [a for a, resources in granted.items() if INTAKE in resources]
+
+
+def test_api_writes_intake_and_event_items_only(template: Template) -> None:
+    assert _permissions(template, "turnstile.handlers.api.handler") == _merge(
+        _on(API_MAIN_ACTIONS, MAIN), _on(API_INTAKE_ACTIONS, INTAKE)
+    )
+    assert "dynamodb:PutItem" in API_INTAKE_ACTIONS  # submit
+    assert {"dynamodb:PutItem", "dynamodb:UpdateItem"} <= set(API_MAIN_ACTIONS)  # create/close
+    assert "dynamodb:GetItem" in API_INTAKE_ACTIONS and "dynamodb:GetItem" in API_MAIN_ACTIONS
+
+
+def test_sweeper_only_bumps_intake_and_keeps_its_lease_in_main(template: Template) -> None:
+    assert _permissions(template, "turnstile.handlers.sweeper.handler") == _merge(
+        _on(SWEEPER_INTAKE_ACTIONS, INTAKE), _on(SWEEPER_MAIN_ACTIONS, MAIN)
+    )
+    intake_writes = {
+        a
+        for a in SWEEPER_INTAKE_ACTIONS
+        if "Get" not in a and a not in ("dynamodb:Query", "dynamodb:Scan")
+    }
+    assert intake_writes == {"dynamodb:UpdateItem"}
+
+
+def test_no_wildcard_actions_anywhere(templates: list[tuple[str, Template]]) -> None:
+    for name, template in templates:
+        for policy_id, policy in template.find_resources("AWS::IAM::Policy").items():
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                actions = statement["Action"]
+                for action in [actions] if isinstance(actions, str) else actions:
+                    assert "*" not in action, f"{name}/{policy_id} allows {action}"
+        assert "dynamodb:*" not in json.dumps(template.to_json())
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        "turnstile.handlers.stream.handler",
+        "turnstile.handlers.api.handler",
+        "turnstile.handlers.sweeper.handler",
+    ],
+)
+def test_only_stream_listing_and_xray_use_resource_star(template: Template, handler: str) -> None:
+    granted = _permissions(template, handler)
+    star = {action for action, resources in granted.items() if "*" in resources}
+    assert star <= {"dynamodb:ListStreams"}
+    assert all(str(render(r)).startswith("${") for rs in granted.values() for r in rs if r != "*")

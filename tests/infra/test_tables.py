@@ -1,0 +1,78 @@
+"""Both tables as the contract defines them, with the production guards."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Template
+
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, TableSpec
+
+
+def _keys(spec: TableSpec) -> dict[str, object]:
+    return {
+        "KeySchema": [
+            {"AttributeName": spec.partition_key, "KeyType": "HASH"},
+            {"AttributeName": spec.sort_key, "KeyType": "RANGE"},
+        ],
+        "AttributeDefinitions": [
+            {"AttributeName": spec.partition_key, "AttributeType": "S"},
+            {"AttributeName": spec.sort_key, "AttributeType": "S"},
+        ],
+    }
+
+
+@pytest.mark.parametrize("spec", [INTAKE_TABLE, MAIN_TABLE], ids=lambda s: s.logical_id)
+def test_table_keys_billing_recovery_and_encryption(template: Template, spec: TableSpec) -> None:
+    # The contract's logical id is kept verbatim: the table is never replaced by a refactor.
+    table = template.to_json()["Resources"][spec.logical_id]
+    assert table["Type"] == "AWS::DynamoDB::Table"
+    properties = table["Properties"]
+    assert {k: properties[k] for k in ("KeySchema", "AttributeDefinitions")} == _keys(spec)
+    assert properties["BillingMode"] == "PAY_PER_REQUEST"
+    assert properties["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    # SSEEnabled true without a key id: the AWS managed aws/dynamodb key.
+    assert properties["SSESpecification"] == {"SSEEnabled": True}
+    # Data of record: retained and deletion-protected unless the stack says otherwise.
+    assert properties["DeletionProtectionEnabled"] is True
+    assert table["DeletionPolicy"] == "Retain"
+    assert table["UpdateReplacePolicy"] == "Retain"
+
+
+def test_intake_streams_new_images_and_expires_by_ttl(template: Template) -> None:
+    template.has_resource_properties(
+        "AWS::DynamoDB::Table",
+        {
+            "KeySchema": _keys(INTAKE_TABLE)["KeySchema"],
+            "StreamSpecification": {"StreamViewType": INTAKE_TABLE.stream_view_type},
+            "TimeToLiveSpecification": {
+                "AttributeName": INTAKE_TABLE.ttl_attribute,
+                "Enabled": True,
+            },
+        },
+    )
+    assert INTAKE_TABLE.stream_view_type == "NEW_IMAGE"
+    assert INTAKE_TABLE.ttl_attribute == "expires_at"
+
+
+def test_main_has_no_stream_and_no_ttl(template: Template) -> None:
+    properties = template.to_json()["Resources"][MAIN_TABLE.logical_id]["Properties"]
+    assert "StreamSpecification" not in properties
+    assert "TimeToLiveSpecification" not in properties
+
+
+def test_tables_can_be_made_disposable(variant_template: Template) -> None:
+    """turnstile:retainTables=false: a test stack that `cdk destroy` removes completely."""
+    tables = variant_template.find_resources(
+        "AWS::DynamoDB::Table",
+        {
+            "Properties": {"DeletionProtectionEnabled": False},
+            "DeletionPolicy": "Delete",
+            "UpdateReplacePolicy": "Delete",
+        },
+    )
+    assert sorted(tables) == sorted([INTAKE_TABLE.logical_id, MAIN_TABLE.logical_id])
+    # Still recoverable while it lives.
+    variant_template.all_resources_properties(
+        "AWS::DynamoDB::Table",
+        {"PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True}},
+    )
