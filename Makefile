@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: setup run test lint synth clean
+.PHONY: setup run test lint synth drills clean
 
 setup: $(STAMP)
 
@@ -22,6 +22,9 @@ run: setup
 test: setup
 	$(VENV)/bin/ruff check functions cdk tests
 	$(PY) -m pytest
+
+drills: setup
+	TURNSTILE_DRILL_SCALE=$${TURNSTILE_DRILL_SCALE:-5} $(PY) -m pytest tests/drills -s -q
 
 lint: setup
 	$(VENV)/bin/ruff check functions cdk tests

@@ -108,33 +108,19 @@ def cmd_worker(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: worker.stop_event.set())
     print(f"turnstile worker: polling {worker.poller.stream_arn}", flush=True)
     try:
-        if args.until_idle:
-            _run_until_idle(worker, args.until_idle)
-        else:
-            worker.run()
+        worker.run(until_idle_s=args.until_idle)
     except KeyboardInterrupt:
         worker.stop_event.set()
     stats = worker.poller.stats
     injected = sum(f.injected for f in worker.faults)
+    calls = sum(f.calls for f in worker.faults)
     print(
         f"turnstile worker: stopped after {stats.invocations} invocations, "
-        f"{stats.records_delivered} records delivered, {injected} faults injected",
+        f"{stats.records_delivered} records delivered, {injected} faults injected "
+        f"in {calls} calls",
         flush=True,
     )
     return 0
-
-
-def _run_until_idle(worker: Any, idle_s: float) -> None:
-    """Poll until the stream has been quiet for ``idle_s`` seconds (replays, scripts)."""
-    quiet_since = time.monotonic()
-    while not worker.stop_event.is_set():
-        if worker.poller.poll_once():
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= idle_s:
-            break
-        else:
-            time.sleep(worker.poller.settings.poll_interval_s)
-    worker.poller.flush()
 
 
 def cmd_event_create(args: argparse.Namespace) -> int:

@@ -79,16 +79,24 @@ def redrive_queue(
     max_messages: int = 1000,
     sleep: Callable[[float], None] = time.sleep,
 ) -> RedriveResult:
-    """Drain the on-failure queue once; keep any message whose records are not decided."""
+    """Drain the on-failure queue once; keep any message whose records are not decided.
+
+    Every message is read once per call (a kept one becomes visible again later, for the
+    next call); all their undecided records are re-emitted together, then awaited together.
+    """
     result = RedriveResult()
-    while result.messages < max_messages:
+    seen: set[str] = set()
+    batches: list[tuple[dict[str, Any], list[tuple[str, str]]]] = []
+    intake_fallback: list[tuple[str, str]] | None = None
+    while len(seen) < max_messages:
         response = sqs.receive_message(
-            QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=int(wait_s) + 30
+            QueueUrl=queue_url, MaxNumberOfMessages=10, VisibilityTimeout=int(wait_s) + 60
         )
-        messages = response.get("Messages", [])
-        if not messages:
+        fresh = [m for m in response.get("Messages", []) if m["MessageId"] not in seen]
+        if not fresh:
             break
-        for message in messages:
+        for message in fresh:
+            seen.add(message["MessageId"])
             result.messages += 1
             try:
                 info = json.loads(message["Body"])["DDBStreamBatchInfo"]
@@ -98,26 +106,35 @@ def redrive_queue(
                 continue
             keys = _keys_from_stream(streams, info)
             if keys is None:
-                # Past retention: everything still undecided in intake is what it pointed at
-                # (or a superset of it, which re-emitting cannot harm).
-                keys = [(u.event_id, u.signup_id) for u in find_undecided(store, min_age_s=0)]
+                # Past retention: everything still undecided in intake is what it pointed
+                # at (or a superset of it, which re-emitting cannot harm).
+                if intake_fallback is None:
+                    intake_fallback = [
+                        (u.event_id, u.signup_id) for u in find_undecided(store, min_age_s=0)
+                    ]
+                keys = intake_fallback
                 result.from_intake += len(keys)
             else:
                 result.from_stream += len(keys)
-            pending = _undecided(store, keys)
-            for event_id, signup_id in pending:
-                if store.redrive(event_id, signup_id):
-                    result.re_emitted += 1
-            deadline = time.monotonic() + wait_s
-            while pending and time.monotonic() < deadline:
-                sleep(poll_s)
-                pending = _undecided(store, pending)
-            if pending:
-                result.kept += 1
-                result.errors.append(f"{len(pending)} records still undecided; message kept")
-                continue
-            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
-            result.deleted += 1
+            batches.append((message, keys))
+
+    pending = _undecided(store, sorted({k for _, keys in batches for k in keys}))
+    for event_id, signup_id in pending:
+        if store.redrive(event_id, signup_id):
+            result.re_emitted += 1
+    deadline = time.monotonic() + wait_s
+    while pending and time.monotonic() < deadline:
+        sleep(poll_s)
+        pending = _undecided(store, pending)
+    still = set(pending)
+    for message, keys in batches:
+        left = [k for k in keys if k in still]
+        if left:
+            result.kept += 1
+            result.errors.append(f"{len(left)} records still undecided; message kept")
+            continue
+        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+        result.deleted += 1
     return result
 
 

@@ -250,19 +250,27 @@ class StreamPoller:
 
     # -- the loop ---------------------------------------------------------------------
 
-    def run(self, stop: threading.Event) -> None:
-        """Poll until ``stop`` is set. Errors talking to the endpoint are logged and retried."""
+    def run(self, stop: threading.Event, until_idle_s: float | None = None) -> None:
+        """Poll until ``stop`` is set (or the stream was quiet for ``until_idle_s``).
+
+        Errors talking to the endpoint are logged and retried from the checkpoint.
+        """
+        quiet_since = time.monotonic()
         while not stop.is_set():
             try:
                 got = self.poll_once()
             except Exception:
-                log.exception("stream poll failed; retrying")
+                log.exception("stream poll failed; retrying from the checkpoint")
                 got = 0
                 for state in self._shards.values():
-                    state.iterator = None  # re-read from the checkpoint
+                    state.iterator = None
                 self._buffers.clear()
                 stop.wait(1.0)
-            if not got:
+            if got:
+                quiet_since = time.monotonic()
+            elif until_idle_s is not None and time.monotonic() - quiet_since >= until_idle_s:
+                break
+            else:
                 stop.wait(self.settings.poll_interval_s)
         self.flush()
 

@@ -122,8 +122,8 @@ class Worker:
         self.stop_event = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def run(self) -> None:
-        self.poller.run(self.stop_event)
+    def run(self, until_idle_s: float | None = None) -> None:
+        self.poller.run(self.stop_event, until_idle_s)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="stream-worker", daemon=True)

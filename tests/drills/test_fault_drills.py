@@ -1,0 +1,341 @@
+"""Fault drills: invariants 1, 2, 4, 5 and 6 under crashes, faults, replays and poison.
+
+Each drill runs real processes against a fresh ``turnstile local --no-worker``: workers are
+``turnstile worker`` subprocesses (killed with SIGKILL, run twice at once, run with faults
+injected), and each drill ends with ``turnstile audit`` clean. ``TURNSTILE_DRILL_SCALE``
+(``make drills``) multiplies the load; the default keeps all drills to a few minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from tests.e2e.conftest import BIN, free_port, user_environment, wait_healthy
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+
+pytestmark = pytest.mark.drill
+
+SCALE = max(1, int(os.environ.get("TURNSTILE_DRILL_SCALE", "1")))
+FIGURES: dict[str, dict[str, Any]] = {}
+
+POISON = {
+    "seats-zero": {"seats": {"N": "0"}},
+    "seats-negative": {"seats": {"N": "-1"}},
+    "seats-fraction": {"seats": {"N": "2.5"}},
+    "seats-string": {"seats": {"S": "3"}},
+    "seats-list": {"seats": {"L": [{"N": "1"}]}},
+    "attributes-not-a-map": {"attributes": {"S": "x"}},
+}
+
+
+class Drill:
+    """A fresh local endpoint without a worker, and the means to run workers against it."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        port, api_port = free_port(), free_port()
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.env = user_environment(self.endpoint)
+        self.stack = subprocess.Popen(
+            [
+                str(BIN / "turnstile"),
+                "local",
+                "--no-worker",
+                "--port",
+                str(port),
+                "--api-port",
+                str(api_port),
+                "--state-dir",
+                str(tmp / "stack"),
+            ],
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_healthy(f"http://127.0.0.1:{api_port}", self.stack)
+        self.client = boto3.client(
+            "dynamodb",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            config=Config(retries={"mode": "standard", "max_attempts": 10}),
+        )
+        self.workers: list[subprocess.Popen] = []
+
+    def turnstile(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
+        return subprocess.run(
+            [str(BIN / "turnstile"), *args],
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start_worker(self, name: str, *args: str, env: dict[str, str] | None = None):
+        log = open(self.tmp / f"worker-{name}.log", "a")  # noqa: SIM115 - lives with the process
+        process = subprocess.Popen(
+            [str(BIN / "turnstile"), "worker", "--state-dir", str(self.tmp / name), *args],
+            env={**self.env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.workers.append(process)
+        return process
+
+    def create_events(self, capacities: dict[str, int]) -> None:
+        for event_id, capacity in capacities.items():
+            result = self.turnstile("event", "create", event_id, "--capacity", str(capacity))
+            assert result.returncode == 0, result.stderr
+
+    def produce(
+        self,
+        capacities: dict[str, int],
+        count: int,
+        prefix: str,
+        threads: int = 4,
+        poison_every: int = 0,
+    ) -> int:
+        """Write ``count`` signups (and poison, if asked) from several threads; the total."""
+        errors: list[BaseException] = []
+        written = [0] * threads
+
+        def producer(n: int) -> None:
+            rng = random.Random(f"{prefix}-{n}")
+            c = boto3.client(
+                "dynamodb",
+                endpoint_url=self.endpoint,
+                region_name="us-east-1",
+                aws_access_key_id="test",
+                aws_secret_access_key="test",
+                config=Config(retries={"mode": "standard", "max_attempts": 10}),
+            )
+            try:
+                for i in range(n, count, threads):
+                    item = {
+                        "event_id": {"S": rng.choice(list(capacities))},
+                        "signup_id": {"S": f"{prefix}-{i}"},
+                        "seats": {"N": str(rng.randint(1, 3))},
+                        "submitted_at": {"S": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                    }
+                    if poison_every and i % poison_every == 0:
+                        kind = list(POISON)[(i // poison_every) % len(POISON)]
+                        item.pop("seats")
+                        item.update(POISON[kind])
+                        item["signup_id"] = {"S": f"{prefix}-{i}-poison-{kind}"}
+                    c.put_item(
+                        TableName=INTAKE_TABLE.name,
+                        Item=item,
+                        ConditionExpression="attribute_not_exists(signup_id)",
+                    )
+                    written[n] += 1
+            except BaseException as exc:
+                errors.append(exc)
+
+        pool = [threading.Thread(target=producer, args=(n,)) for n in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+        assert errors == []
+        return sum(written)
+
+    def scan(self, table: str) -> dict[tuple[str, str], dict[str, Any]]:
+        items: dict[tuple[str, str], dict[str, Any]] = {}
+        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+        while True:
+            page = self.client.scan(**kwargs)
+            for i in page["Items"]:
+                items[(i["event_id"]["S"], i["signup_id"]["S"])] = i
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def decisions(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return {k: v for k, v in self.scan(MAIN_TABLE.name).items() if "status" in v}
+
+    def finish(self, *args: str, env: dict[str, str] | None = None) -> str:
+        """Run one worker until the stream is quiet; its closing line."""
+        result = self.turnstile(
+            "worker",
+            "--state-dir",
+            str(self.tmp / "finisher"),
+            "--until-idle",
+            "3",
+            *args,
+            env=env,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout.strip().splitlines()[-1]
+
+    def audit_clean(self) -> dict[str, Any]:
+        result = self.turnstile("audit", "--json")
+        body = json.loads(result.stdout)
+        assert result.returncode == 0 and body["ok"], json.dumps(body, indent=1)[:3000]
+        return body
+
+    def figures(self, written: int, **extra: Any) -> dict[str, Any]:
+        """lost, doubled and oversold, counted from the tables."""
+        intake = self.scan(INTAKE_TABLE.name)
+        decided = self.decisions()
+        events = {k[0]: v for k, v in self.scan(MAIN_TABLE.name).items() if k[1] == "#EVENT"}
+        oversold = 0
+        doubled = 0
+        for event_id, event in events.items():
+            accepted = [
+                d for k, d in decided.items() if k[0] == event_id and d["status"]["S"] == "ACCEPTED"
+            ]
+            seats = sum(int(d["seats"]["N"]) for d in accepted)
+            oversold += max(0, seats - int(event["capacity"]["N"]))
+            positions = [int(d["position"]["N"]) for d in accepted]
+            doubled += len(positions) - len(set(positions))
+        return {
+            "signups": written,
+            "lost": len(set(intake) - set(decided)),
+            "doubled": doubled + len(set(decided) - set(intake)),
+            "oversold": oversold,
+            **extra,
+        }
+
+    def close(self) -> None:
+        for w in self.workers:
+            if w.poll() is None:
+                w.kill()
+            w.wait()
+        self.stack.terminate()
+        self.stack.wait(timeout=30)
+
+
+@pytest.fixture
+def drill(tmp_path) -> Iterator[Drill]:
+    d = Drill(tmp_path)
+    try:
+        yield d
+    finally:
+        d.close()
+
+
+def report(name: str, figures: dict[str, Any]) -> None:
+    FIGURES[name] = figures
+    print(f"\nDRILL {name}: {json.dumps(figures)}")
+    assert (figures["lost"], figures["doubled"], figures["oversold"]) == (0, 0, 0), figures
+
+
+def test_drill_worker_killed_with_sigkill_and_restarted(drill):
+    capacities = {"k-one": 1, "k-small": 15, "k-mid": 120, "k-big": 700}
+    drill.create_events(capacities)
+    total = 1000 * SCALE
+    kills = 0
+    produced: list[int] = []
+    producer = threading.Thread(
+        target=lambda: produced.append(drill.produce(capacities, total, "kill", poison_every=37))
+    )
+    producer.start()
+    rng = random.Random(2026)
+    snapshot: dict[tuple[str, str], dict[str, Any]] = {}
+    while producer.is_alive() or kills < 5 + SCALE:
+        worker = drill.start_worker("killed")
+        time.sleep(rng.uniform(0.4, 1.6))
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+        kills += 1
+        if kills == 3:
+            snapshot = drill.decisions()
+    producer.join()
+    drill.finish()
+    # Decisions made before later kills were never changed (invariant 2).
+    final = drill.decisions()
+    changed = [k for k, v in snapshot.items() if final.get(k) != v]
+    assert changed == []
+    poison = [d for k, d in final.items() if "-poison-" in k[1]]
+    assert poison and all(d["reason"]["S"] == "invalid_request" for d in poison)
+    drill.audit_clean()
+    report("sigkill", drill.figures(produced[0], kills=kills, poison=len(poison)))
+
+
+def test_drill_throttling_and_5xx_on_a_tenth_of_worker_calls(drill):
+    capacities = {"f-a": 40, "f-b": 200}
+    drill.create_events(capacities)
+    written = drill.produce(capacities, 600 * SCALE, "fault", poison_every=50)
+    line = drill.finish(env={"TURNSTILE_FAULT_RATE": "0.1"})
+    injected = int(line.split(" faults injected")[0].rsplit(" ", 1)[-1])
+    calls = int(line.split(" faults injected in ")[1].split()[0])
+    assert injected > 0, line
+    drill.audit_clean()
+    report("faults-10pct", drill.figures(written, injected_faults=injected, worker_calls=calls))
+
+
+def test_drill_two_workers_on_one_stream(drill):
+    capacities = {"t-a": 7, "t-b": 90, "t-c": 300}
+    drill.create_events(capacities)
+    a = drill.start_worker("a")
+    b = drill.start_worker("b")
+    written = drill.produce(capacities, 800 * SCALE, "twin")
+    time.sleep(3)
+    drill.finish()
+    for w in (a, b):
+        w.send_signal(signal.SIGTERM)
+        w.wait(timeout=60)
+    drill.audit_clean()
+    report("two-workers", drill.figures(written))
+
+
+def test_drill_whole_stream_replayed_three_times(drill):
+    capacities = {"r-a": 5, "r-b": 60}
+    drill.create_events(capacities)
+    written = drill.produce(capacities, 400 * SCALE, "replay", poison_every=29)
+    drill.finish()
+    before = drill.scan(MAIN_TABLE.name)
+    for i in range(3):
+        result = drill.turnstile(
+            "worker",
+            "--from-start",
+            "--until-idle",
+            "2",
+            "--state-dir",
+            str(drill.tmp / f"replay-{i}"),
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+        assert drill.scan(MAIN_TABLE.name) == before, f"replay {i + 1} changed the main table"
+    drill.audit_clean()
+    report("replay-x3", drill.figures(written, replays=3))
+
+
+def test_drill_worker_down_past_retention_then_the_sweeper_decides(drill):
+    capacities = {"s-a": 25, "s-b": 100}
+    drill.create_events(capacities)
+    written = drill.produce(capacities, 300 * SCALE, "late", poison_every=41)
+    retention = {"TURNSTILE_MAX_RECORD_AGE_S": "4"}
+    time.sleep(5)  # the worker was down: every record is now past the (shortened) age
+    drill.finish(env=retention)
+    assert len(drill.decisions()) == 0, "records past retention must not be decided"
+    # The worker is back (same short retention) while the sweeper re-emits what is left.
+    worker = drill.start_worker("back", env=retention)
+    sweep = drill.turnstile("sweep", "--min-age", "0")
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    [run] = json.loads(sweep.stdout)
+    assert run["status"] == "succeeded" and run["re_emitted"] == written, run
+    drill.finish(env=retention)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=60)
+    # The on-failure queue still points at the aged-out batches: redrive clears it.
+    redrive = drill.turnstile("redrive", "--wait", "5")
+    assert redrive.returncode == 0, redrive.stdout + redrive.stderr
+    assert json.loads(redrive.stdout)["deleted"] >= 1
+    drill.audit_clean()
+    report("past-retention", drill.figures(written, re_emitted=run["re_emitted"]))
