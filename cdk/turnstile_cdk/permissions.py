@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "API_INTAKE_ACTIONS",
     "API_MAIN_ACTIONS",
+    "PROCESSOR_INTAKE_ACTIONS",
     "PROCESSOR_MAIN_ACTIONS",
     "SWEEPER_INTAKE_ACTIONS",
     "SWEEPER_MAIN_ACTIONS",
@@ -16,8 +17,10 @@ __all__ = [
 
 _POINT_READS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
 
-#: Decides: reads the event item (ConsistentRead) and commits decisions + counters in one
-#: transaction. It never writes intake; stream access is granted with the stream itself.
+#: Decides: reads the event item (ConsistentRead), commits counters + journal with one
+#: conditional UpdateItem, writes decision items with BatchWriteItem, and rejects signups
+#: of unknown events in a transaction guarded by a ConditionCheck. Stream access is granted
+#: with the stream itself.
 PROCESSOR_MAIN_ACTIONS = (
     *_POINT_READS,
     "dynamodb:PutItem",
@@ -25,6 +28,10 @@ PROCESSOR_MAIN_ACTIONS = (
     "dynamodb:BatchWriteItem",
     "dynamodb:ConditionCheckItem",
 )
+
+#: Reads intake items only to rebuild decision items of a journal whose writer crashed
+#: (their attributes are not in the journal); it never writes intake.
+PROCESSOR_INTAKE_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem")
 
 #: Creates and closes events (the event item) and reads events and decisions.
 API_MAIN_ACTIONS = (*_POINT_READS, "dynamodb:PutItem", "dynamodb:UpdateItem")

@@ -12,7 +12,7 @@ from turnstile.contract import STREAM_SOURCE, EventSourceSettings
 
 from .event_source import event_source_mapping_properties
 from .functions import FunctionCommons, TurnstileFunction
-from .permissions import PROCESSOR_MAIN_ACTIONS
+from .permissions import PROCESSOR_INTAKE_ACTIONS, PROCESSOR_MAIN_ACTIONS
 
 __all__ = ["StreamProcessor"]
 
@@ -61,8 +61,8 @@ class StreamProcessor(Construct):
             handler="turnstile.handlers.stream.handler",
             description="turnstile stream processor: decides each signup exactly once, in order",
             table_names=table_names,
-            # A batch is up to batch_size records committed in per-event transactions with
-            # retries inside the invocation; far below the record age limit.
+            # A batch is up to batch_size records, one conditional commit and a few batch
+            # writes per event, with retries inside the invocation; far below the age limit.
             timeout=Duration.seconds(60),
             # More memory buys proportionally more CPU: lower decision latency per batch.
             memory_size=512,
@@ -73,8 +73,10 @@ class StreamProcessor(Construct):
         )
         self.function = self.handler.function
 
-        # Read the stream only; on main exactly what deciding needs; never write intake.
+        # Read the stream (and intake items, for crash recovery); on main exactly what
+        # deciding needs; never write intake.
         intake.grant_stream_read(self.function)
+        intake.grant(self.function, *PROCESSOR_INTAKE_ACTIONS)
         main.grant(self.function, *PROCESSOR_MAIN_ACTIONS)
         self.failure_queue.grant_send_messages(self.function)
 

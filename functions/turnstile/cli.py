@@ -342,6 +342,11 @@ def _apply_stack(stack_name: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --stack NAME is accepted anywhere (`turnstile redrive --stack Turnstile` reads well).
+    if "--stack" in argv[1:]:
+        at = argv.index("--stack")
+        argv = ["--stack", *argv[at + 1 : at + 2], *argv[:at], *argv[at + 2 :]]
     args = build_parser().parse_args(argv)
     try:
         if args.stack:

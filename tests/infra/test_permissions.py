@@ -10,6 +10,7 @@ from aws_cdk.assertions import Template
 from turnstile_cdk.permissions import (
     API_INTAKE_ACTIONS,
     API_MAIN_ACTIONS,
+    PROCESSOR_INTAKE_ACTIONS,
     PROCESSOR_MAIN_ACTIONS,
     SWEEPER_INTAKE_ACTIONS,
     SWEEPER_MAIN_ACTIONS,
@@ -56,6 +57,7 @@ def test_processor_reads_the_stream_and_decides_into_main_only(template: Templat
             ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"), STREAM
         ),
         {"dynamodb:ListStreams": {"*"}},
+        _on(PROCESSOR_INTAKE_ACTIONS, INTAKE),
         _on(PROCESSOR_MAIN_ACTIONS, MAIN),
         _on(("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"), queue),
     )
@@ -63,10 +65,8 @@ def test_processor_reads_the_stream_and_decides_into_main_only(template: Templat
 
 def test_processor_has_what_deciding_needs(template: Template) -> None:
     granted = _permissions(template, "turnstile.handlers.stream.handler")
-    # ConsistentRead GetItem/BatchGetItem/Query, the transaction's item actions, batch writes.
+    # ConsistentRead reads, the commit's UpdateItem, batch writes, the transaction's items.
     for action in (
-        "GetItem",
-        "BatchGetItem",
         "Query",
         "PutItem",
         "UpdateItem",
@@ -74,8 +74,13 @@ def test_processor_has_what_deciding_needs(template: Template) -> None:
         "ConditionCheckItem",
     ):
         assert granted[f"dynamodb:{action}"] == {MAIN}
+    for action in ("GetItem", "BatchGetItem"):
+        assert granted[f"dynamodb:{action}"] == {MAIN, INTAKE}
     # Never a write on intake: decisions are the processor's only output.
-    assert not [a for a, resources in granted.items() if INTAKE in resources]
+    assert {a for a, resources in granted.items() if INTAKE in resources} == {
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+    }
 
 
 def test_api_writes_intake_and_event_items_only(template: Template) -> None:
