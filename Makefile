@@ -16,15 +16,22 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch node_modules/.installed
+
 run: setup
 	$(VENV)/bin/turnstile local
 
-test: setup
+test: setup node_modules/.installed
 	$(VENV)/bin/ruff check functions cdk tests
 	$(PY) -m pytest
 
 drills: setup
 	TURNSTILE_DRILL_SCALE=$${TURNSTILE_DRILL_SCALE:-5} $(PY) -m pytest tests/drills -s -q
+
+synth: setup node_modules/.installed
+	npx --no-install cdk synth --quiet
 
 lint: setup
 	$(VENV)/bin/ruff check functions cdk tests
