@@ -1,0 +1,783 @@
+"""The HTTP API: routes, request validation and the OpenAPI document.
+
+One Powertools ``APIGatewayHttpResolver`` (API Gateway HTTP API, payload format 2.0)
+serves every route. It runs unchanged behind API Gateway on AWS and behind the local
+``ApiServer``. The routes are thin: validate, one call into ``SignupStore``, shape the
+answer. ``ROUTES`` is the single list the resolver, the 405 answers and the OpenAPI
+document are all built from, so the document cannot drift from what is served.
+
+Errors are always JSON ``{"error": CODE, "message": TEXT}``; nothing a client sends
+yields a 5xx (a 503 means DynamoDB is throttling or down: retry after ``Retry-After``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from functools import cached_property
+from typing import Any
+from urllib.parse import quote, unquote
+
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
+from aws_lambda_powertools.metrics import Metrics, MetricUnit
+from botocore.exceptions import BotoCoreError, ClientError
+
+from turnstile.contract import ID_PATTERN, Attr, Status
+from turnstile.domain import MAX_SEATS
+from turnstile.errors import (
+    EventExistsError,
+    EventNotFoundError,
+    SignupConflictError,
+    StoreUnavailableError,
+)
+from turnstile.store import EventRecord, SignupStore, to_item
+
+__all__ = [
+    "MAX_ATTRIBUTES_BYTES",
+    "MAX_BODY_BYTES",
+    "MAX_CAPACITY",
+    "OPENAPI",
+    "ROUTES",
+    "SERVICE",
+    "RequestError",
+    "Route",
+    "create_app",
+]
+
+SERVICE = "turnstile-api"
+
+#: Largest request body (decoded bytes); larger ones get 413 before any parsing.
+MAX_BODY_BYTES = 16 * 1024
+#: Largest ``attributes`` object, as compact UTF-8 JSON.
+MAX_ATTRIBUTES_BYTES = 4 * 1024
+#: Largest capacity: the largest integer every JSON parser represents exactly (2**53 - 1).
+MAX_CAPACITY = 2**53 - 1
+#: DynamoDB allows 32 levels of nesting in an item; attributes sit one level down already.
+MAX_ATTRIBUTES_DEPTH = 16
+#: Seconds a client should wait after a 503 before trying again.
+RETRY_AFTER_S = 1
+
+JSON = "application/json"
+
+logger = Logger(service=SERVICE, child=True)
+
+
+@dataclass(frozen=True)
+class Route:
+    """One operation: the method, its OpenAPI path template and its OpenAPI operation id."""
+
+    method: str
+    path: str
+    operation_id: str
+
+    @property
+    def powertools_rule(self) -> str:
+        """The path in Powertools' syntax: ``{event_id}`` becomes ``<event_id>``."""
+        return re.sub(r"\{(\w+)\}", r"<\1>", self.path)
+
+    @cached_property
+    def matcher(self) -> re.Pattern[str]:
+        """Matches any request path of this shape, whatever the segment holds."""
+        return re.compile("^" + re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(self.path)) + "$")
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("POST", "/events", "createEvent"),
+    Route("GET", "/events/{event_id}", "getEvent"),
+    Route("POST", "/events/{event_id}/close", "closeEvent"),
+    Route("POST", "/events/{event_id}/signups", "submitSignup"),
+    Route("GET", "/events/{event_id}/signups/{signup_id}", "getSignup"),
+    Route("GET", "/openapi.json", "getOpenApiDocument"),
+)
+
+
+class RequestError(Exception):
+    """A request the API refuses; becomes ``{"error": code, "message": message}``."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+def _invalid(message: str) -> RequestError:
+    return RequestError(400, "invalid_request", message)
+
+
+# -- responses ------------------------------------------------------------------------
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _json(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Response[str]:
+    return Response(status_code=status, content_type=JSON, body=_dumps(body), headers=headers)
+
+
+def _error(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> Response[str]:
+    return _json(status, {"error": code, "message": message}, headers)
+
+
+def _plain(value: Any) -> Any:
+    """DynamoDB's Python values (Decimal, sets, Binary) as plain JSON values."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, set | frozenset):
+        return sorted((_plain(v) for v in value), key=str)
+    raw = getattr(value, "value", value)  # boto3's Binary wraps bytes in .value
+    if isinstance(raw, bytes | bytearray):
+        return base64.b64encode(bytes(raw)).decode()
+    return value
+
+
+def _whole(value: Any) -> int | None:
+    """An item's number as an int, or None where a direct writer left something else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    return None
+
+
+def _event_view(record: EventRecord) -> dict[str, Any]:
+    public = record.to_public()
+    # version is the processor's optimistic lock, not part of the public answer.
+    public.pop("version", None)
+    return public
+
+
+def _signup_view(
+    event_id: str,
+    signup_id: str,
+    decision: Mapping[str, Any] | None,
+    intake: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    source = decision if decision is not None else intake or {}
+    seats = source.get(Attr.SEATS, 1 if decision is None else None)
+    attributes = source.get(Attr.ATTRIBUTES)
+    submitted_at = source.get(Attr.SUBMITTED_AT)
+    if submitted_at is None and intake is not None:
+        submitted_at = intake.get(Attr.SUBMITTED_AT)
+    decided = decision or {}
+    return {
+        "event_id": event_id,
+        "signup_id": signup_id,
+        "status": decided.get(Attr.STATUS, Status.PENDING),
+        "seats": _whole(seats),
+        "reason": decided.get(Attr.REASON),
+        "detail": decided.get("detail"),
+        "position": _whole(decided.get(Attr.POSITION)),
+        "submitted_at": submitted_at if isinstance(submitted_at, str) else None,
+        "decided_at": decided.get(Attr.DECIDED_AT),
+        "attributes": _plain(attributes) if isinstance(attributes, Mapping) else {},
+    }
+
+
+def _signup_location(event_id: str, signup_id: str) -> str:
+    return f"/events/{quote(event_id, safe=':@')}/signups/{quote(signup_id, safe=':@')}"
+
+
+def _now() -> str:
+    """ISO-8601 UTC with microseconds, e.g. ``2026-11-21T21:24:27.123456Z``."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# -- request parsing ------------------------------------------------------------------
+
+
+def _raw_body(event: Mapping[str, Any]) -> bytes:
+    """The request body as bytes; 400 if it is not valid base64 where it says it is."""
+    body = event.get("body")
+    if not body:
+        return b""
+    if event.get("isBase64Encoded"):
+        try:
+            return base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise _invalid("body is not valid base64") from exc
+    try:
+        return str(body).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _invalid("body is not valid UTF-8") from exc
+
+
+def _check_body_size(event: Mapping[str, Any]) -> None:
+    body = event.get("body") or ""
+    # base64 inflates by 4/3; a cheap upper bound before decoding anything big.
+    if len(body) > MAX_BODY_BYTES * 4 // 3 + 4 or len(_raw_body(event)) > MAX_BODY_BYTES:
+        raise RequestError(413, "payload_too_large", f"request body is over {MAX_BODY_BYTES} bytes")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
+    """The body as a JSON object with only ``allowed`` keys; fractions parse as Decimal."""
+    raw = _raw_body(event)
+    if not raw.strip():
+        raise _invalid("body must be a JSON object")
+    try:
+        # Decimal, not float: DynamoDB takes no floats, and 2.0 must stay distinguishable
+        # from 2 so that seats and capacity can insist on integers.
+        value = json.loads(raw, parse_float=Decimal, parse_constant=_reject_constant)
+    except RecursionError as exc:
+        raise _invalid("body is nested too deeply") from exc
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN, ints over 4300 digits
+        raise _invalid(f"body is not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise _invalid("body must be a JSON object")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        # Refused, not ignored: a misspelt "seats" would otherwise silently mean 1 seat.
+        raise _invalid(f"unknown field(s): {', '.join(unknown)}")
+    return value
+
+
+def _id(value: Any, name: str) -> str:
+    # fullmatch: the pattern ends in "$", which re.match lets pass a trailing newline.
+    if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
+        raise _invalid(f"{name} must match {ID_PATTERN.pattern}")
+    return value
+
+
+def _path_id(value: str, name: str) -> str:
+    """A path parameter, percent-decoded (API Gateway may or may not have), then checked."""
+    return _id(unquote(value), name)
+
+
+def _integer(value: Any, name: str, minimum: int, maximum: int) -> int:
+    # bool is an int subclass, and a Decimal means the JSON had a fraction or exponent
+    # (even 2.0): both are refused, so only JSON integer literals pass.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(f"{name} must be an integer from {minimum} to {maximum}")
+    if not minimum <= value <= maximum:
+        raise _invalid(f"{name} must be an integer from {minimum} to {maximum}")
+    return value
+
+
+def _check_nesting(value: Any, depth: int) -> None:
+    if depth > MAX_ATTRIBUTES_DEPTH:
+        raise _invalid(f"attributes are nested more than {MAX_ATTRIBUTES_DEPTH} levels deep")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not key:
+                raise _invalid("attribute names must not be empty")
+            _check_nesting(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_nesting(item, depth + 1)
+
+
+def _attributes(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _invalid("attributes must be a JSON object")
+    _check_nesting(value, 1)
+    try:
+        size = _json_size(value)
+    except UnicodeEncodeError as exc:  # lone surrogates from "\udXXX" escapes
+        raise _invalid("attributes must be valid Unicode text") from exc
+    if size > MAX_ATTRIBUTES_BYTES:
+        raise _invalid(f"attributes are {size} bytes as JSON, over {MAX_ATTRIBUTES_BYTES}")
+    try:
+        # The store's own conversion decides what DynamoDB can hold (38 digits, range).
+        to_item({Attr.ATTRIBUTES: value})
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        raise _invalid(f"attributes hold a value DynamoDB cannot store: {exc}") from exc
+    return value
+
+
+def _json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON, Decimals counted as the digits they hold."""
+    if isinstance(value, dict):
+        inner = sum(_json_size(k) + 1 + _json_size(v) for k, v in value.items())
+        return 2 + inner + max(len(value) - 1, 0)
+    if isinstance(value, list):
+        return 2 + sum(_json_size(v) for v in value) + max(len(value) - 1, 0)
+    if isinstance(value, Decimal):
+        return len(str(value))
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+
+
+# -- the application ------------------------------------------------------------------
+
+
+def create_app(
+    store: Callable[[], SignupStore],
+    metrics: Metrics | None = None,
+) -> APIGatewayHttpResolver:
+    """Build the resolver with every route of ``ROUTES``.
+
+    ``store`` is called on each request that needs DynamoDB (so the Lambda entry can
+    build its ``SignupStore`` lazily); ``metrics``, when given, receives PascalCase
+    past-tense counts such as ``SignupSubmitted``.
+    """
+    app = APIGatewayHttpResolver(serializer=_dumps)
+
+    def count(name: str) -> None:
+        if metrics is not None:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+
+    def limit_body(app: APIGatewayHttpResolver, next_middleware: Any) -> Any:
+        # Every route, and unknown ones too: the limit is the API's, not a route's.
+        _check_body_size(app.current_event.raw_event)
+        return next_middleware(app)
+
+    app.use(middlewares=[limit_body])
+
+    def create_event() -> Response[str]:
+        body = _json_object(app.current_event.raw_event, frozenset({"event_id", "capacity"}))
+        event_id = _id(body.get("event_id"), "event_id")
+        capacity = _integer(body.get("capacity"), "capacity", 0, MAX_CAPACITY)
+        record = store().create_event(event_id, capacity, now=_now())
+        count("EventCreated")
+        logger.info("event created", event_id=event_id, capacity=capacity)
+        location = f"/events/{quote(event_id, safe=':@')}"
+        return _json(201, _event_view(record), {"Location": location})
+
+    def get_event(event_id: str) -> Response[str]:
+        event_id = _path_id(event_id, "event_id")
+        record = store().get_event(event_id)
+        if record is None:
+            raise EventNotFoundError(f"no event {event_id!r}")
+        return _json(200, _event_view(record))
+
+    def close_event(event_id: str) -> Response[str]:
+        event_id = _path_id(event_id, "event_id")
+        record, closed_now = store().close_event(event_id)
+        if record is None:
+            raise EventNotFoundError(f"no event {event_id!r}")
+        if closed_now:
+            count("EventClosed")
+            logger.info("event closed", event_id=event_id)
+        return _json(200, {**_event_view(record), "closed_now": closed_now})
+
+    def submit_signup(event_id: str) -> Response[str]:
+        event_id = _path_id(event_id, "event_id")
+        body = _json_object(
+            app.current_event.raw_event, frozenset({"signup_id", "seats", "attributes"})
+        )
+        signup_id = _id(body.get("signup_id"), "signup_id")
+        seats = _integer(body["seats"], "seats", 1, MAX_SEATS) if "seats" in body else 1
+        attributes = _attributes(body["attributes"]) if "attributes" in body else None
+        signups = store()
+        # Checked here because the processor would only reject it later as unknown_event;
+        # an event created meanwhile is fine either way.
+        if signups.get_event(event_id) is None:
+            raise EventNotFoundError(f"no event {event_id!r}")
+        record, created = signups.put_intake(
+            event_id, signup_id, seats, attributes, submitted_at=_now()
+        )
+        count("SignupSubmitted" if created else "SignupResubmitted")
+        logger.info("signup submitted", event_id=event_id, signup_id=signup_id, new=created)
+        submitted_at = record.get(Attr.SUBMITTED_AT)
+        answer = {
+            "status": Status.PENDING,
+            "event_id": event_id,
+            "signup_id": signup_id,
+            "seats": seats,
+            "submitted_at": submitted_at if isinstance(submitted_at, str) else None,
+        }
+        return _json(202, answer, {"Location": _signup_location(event_id, signup_id)})
+
+    def get_signup(event_id: str, signup_id: str) -> Response[str]:
+        event_id = _path_id(event_id, "event_id")
+        signup_id = _path_id(signup_id, "signup_id")
+        signups = store()
+        # Decision first: a decision never goes away, so if it is absent now and the
+        # intake record is present next, the signup was PENDING at some point in between.
+        decision = signups.get_decision(event_id, signup_id)
+        intake = None if decision is not None else signups.get_intake(event_id, signup_id)
+        if decision is None and intake is None:
+            raise RequestError(
+                404, "signup_not_found", f"no signup {signup_id!r} for event {event_id!r}"
+            )
+        return _json(200, _signup_view(event_id, signup_id, decision, intake))
+
+    def openapi_document() -> Response[str]:
+        return _json(200, OPENAPI)
+
+    # Registered from ROUTES, so a route missing here or in the document fails at import.
+    operations: dict[str, Callable[..., Response[str]]] = {
+        "createEvent": create_event,
+        "getEvent": get_event,
+        "closeEvent": close_event,
+        "submitSignup": submit_signup,
+        "getSignup": get_signup,
+        "getOpenApiDocument": openapi_document,
+    }
+    if set(operations) != {r.operation_id for r in ROUTES}:
+        raise RuntimeError("ROUTES and the route functions disagree")
+    for route in ROUTES:
+        app.route(route.powertools_rule, method=route.method)(operations[route.operation_id])
+
+    @app.not_found
+    def no_route(_: Exception) -> Response[str]:
+        method = app.current_event.http_method.upper()
+        path = app.current_event.path
+        allowed = sorted({r.method for r in ROUTES if r.matcher.match(path)})
+        if method in allowed:
+            # The shape fits but a segment holds characters no id may contain.
+            return _error(400, "invalid_request", "a path segment is not a valid id")
+        if allowed:
+            return _error(
+                405,
+                "method_not_allowed",
+                f"{method} is not allowed here; use {', '.join(allowed)}",
+                {"Allow": ", ".join(allowed)},
+            )
+        return _error(404, "not_found", f"no route for {method} {path}")
+
+    @app.exception_handler(RequestError)
+    def request_error(exc: RequestError) -> Response[str]:
+        return _error(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(EventNotFoundError)
+    def event_not_found(exc: EventNotFoundError) -> Response[str]:
+        return _error(404, "event_not_found", str(exc))
+
+    @app.exception_handler(EventExistsError)
+    def event_exists(exc: EventExistsError) -> Response[str]:
+        return _error(409, "event_exists", str(exc))
+
+    @app.exception_handler(SignupConflictError)
+    def signup_conflict(exc: SignupConflictError) -> Response[str]:
+        return _error(409, "signup_conflict", str(exc))
+
+    @app.exception_handler([StoreUnavailableError, BotoCoreError])
+    def unavailable(exc: Exception) -> Response[str]:
+        # Throttled past the store's retries, or DynamoDB unreachable: transient.
+        count("StoreUnavailable")
+        logger.warning("store unavailable", error=str(exc))
+        return _error(
+            503,
+            "unavailable",
+            "the store is busy or unreachable; retry later",
+            {"Retry-After": str(RETRY_AFTER_S)},
+        )
+
+    @app.exception_handler([ClientError, Exception])
+    def internal(exc: Exception) -> Response[str]:
+        logger.exception("request failed")
+        return _error(500, "internal_error", "the request failed on the server")
+
+    return app
+
+
+# -- the OpenAPI document -------------------------------------------------------------
+
+_ID_SCHEMA = {"type": "string", "pattern": ID_PATTERN.pattern, "minLength": 1, "maxLength": 128}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _error_response(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {JSON: {"schema": _ref("Error")}},
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _ok(description: str, schema: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {JSON: {"schema": _ref(schema)}},
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _body(schema: str) -> dict[str, Any]:
+    return {"required": True, "content": {JSON: {"schema": _ref(schema)}}}
+
+
+_LOCATION = {"Location": {"required": True, "schema": {"type": "string"}}}
+_COMMON = {
+    "400": _error_response("Bad input: the message says which."),
+    "413": _error_response(f"The body is over {MAX_BODY_BYTES} bytes."),
+    "503": _error_response(
+        "DynamoDB is throttling or unreachable; retry after Retry-After seconds.",
+        {"Retry-After": {"required": True, "schema": {"type": "integer"}}},
+    ),
+}
+_EVENT_PARAM = {"$ref": "#/components/parameters/EventId"}
+_SIGNUP_PARAM = {"$ref": "#/components/parameters/SignupId"}
+
+_OPERATIONS: dict[str, dict[str, Any]] = {
+    "createEvent": {
+        "summary": "Create an OPEN event with a capacity in seats.",
+        "requestBody": _body("EventCreate"),
+        "responses": {
+            "201": _ok("Created.", "Event", _LOCATION),
+            "409": _error_response("An event with this id exists (error: event_exists)."),
+            **_COMMON,
+        },
+    },
+    "getEvent": {
+        "summary": "The event's capacity, seats taken and state (read consistently).",
+        "parameters": [_EVENT_PARAM],
+        "responses": {
+            "200": _ok("The event.", "Event"),
+            "404": _error_response("No such event (error: event_not_found)."),
+            **_COMMON,
+        },
+    },
+    "closeEvent": {
+        "summary": "OPEN -> CLOSED. Later signups are rejected with event_closed.",
+        "description": (
+            "Idempotent: closing a CLOSED event answers 200 with closed_now false. No body is read."
+        ),
+        "parameters": [_EVENT_PARAM],
+        "responses": {
+            "200": _ok("The event after the call.", "EventClosed"),
+            "404": _error_response("No such event (error: event_not_found)."),
+            **_COMMON,
+        },
+    },
+    "submitSignup": {
+        "summary": "Submit a signup: recorded as PENDING, decided later in arrival order.",
+        "description": (
+            "signup_id is the idempotency key: the same body again answers 202 again, even "
+            "once decided; another body for the same signup_id answers 409. A CLOSED "
+            "event still takes submissions; they are rejected with event_closed."
+        ),
+        "parameters": [_EVENT_PARAM],
+        "requestBody": _body("SignupCreate"),
+        "responses": {
+            "202": _ok(
+                "Recorded; poll the Location for the decision.", "SignupAccepted", _LOCATION
+            ),
+            "404": _error_response("No such event (error: event_not_found)."),
+            "409": _error_response(
+                "This signup_id was submitted with another body (error: signup_conflict)."
+            ),
+            **_COMMON,
+        },
+    },
+    "getSignup": {
+        "summary": "A signup's status: PENDING, ACCEPTED or REJECTED (read consistently).",
+        "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
+        "responses": {
+            "200": _ok("The signup.", "Signup"),
+            "404": _error_response("No such signup (error: signup_not_found)."),
+            **_COMMON,
+        },
+    },
+    "getOpenApiDocument": {
+        "summary": "This document.",
+        "responses": {
+            "200": {
+                "description": "The OpenAPI document.",
+                "content": {JSON: {"schema": {"type": "object"}}},
+            },
+            "413": _COMMON["413"],
+        },
+    },
+}
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error", "message"],
+        "properties": {
+            "error": {
+                "type": "string",
+                "description": (
+                    "invalid_request, payload_too_large, not_found, method_not_allowed, "
+                    "event_not_found, signup_not_found, event_exists, signup_conflict, "
+                    "unavailable, internal_error"
+                ),
+            },
+            "message": {"type": "string"},
+        },
+    },
+    "EventCreate": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["event_id", "capacity"],
+        "example": {"event_id": "concert-2026", "capacity": 100},
+        "properties": {
+            "event_id": _ID_SCHEMA,
+            "capacity": {"type": "integer", "minimum": 0, "maximum": MAX_CAPACITY},
+        },
+    },
+    "Event": {
+        "type": "object",
+        "required": [
+            "event_id",
+            "capacity",
+            "taken",
+            "remaining",
+            "accepted",
+            "state",
+            "created_at",
+        ],
+        "properties": {
+            "event_id": _ID_SCHEMA,
+            "capacity": {"type": "integer", "minimum": 0},
+            "taken": {"type": "integer", "minimum": 0, "description": "Seats accepted."},
+            "remaining": {"type": "integer"},
+            "accepted": {"type": "integer", "minimum": 0, "description": "Signups accepted."},
+            "state": {"type": "string", "enum": ["OPEN", "CLOSED"]},
+            "created_at": {"type": "string", "nullable": True},
+        },
+    },
+    "EventClosed": {
+        "allOf": [
+            _ref("Event"),
+            {
+                "type": "object",
+                "required": ["closed_now"],
+                "properties": {
+                    "closed_now": {
+                        "type": "boolean",
+                        "description": "True only for the call that moved OPEN to CLOSED.",
+                    }
+                },
+            },
+        ]
+    },
+    "SignupCreate": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["signup_id"],
+        "example": {"signup_id": "user-42", "seats": 2, "attributes": {"name": "Ada"}},
+        "properties": {
+            "signup_id": _ID_SCHEMA,
+            "seats": {"type": "integer", "minimum": 1, "maximum": MAX_SEATS, "default": 1},
+            "attributes": {
+                "type": "object",
+                "description": (
+                    f"The producer's own data, copied onto the decision. Limits beyond "
+                    f"this schema: at most {MAX_ATTRIBUTES_BYTES} bytes as compact UTF-8 "
+                    f"JSON, nested at most {MAX_ATTRIBUTES_DEPTH} levels, no empty names, "
+                    "numbers DynamoDB can hold (38 significant digits, magnitude 1e-130 "
+                    "to under 1e126, or 0). Past them: 400."
+                ),
+            },
+        },
+    },
+    "SignupAccepted": {
+        "type": "object",
+        "required": ["status", "event_id", "signup_id", "seats", "submitted_at"],
+        "properties": {
+            "status": {"type": "string", "enum": ["PENDING"]},
+            "event_id": _ID_SCHEMA,
+            "signup_id": _ID_SCHEMA,
+            "seats": {"type": "integer", "minimum": 1},
+            "submitted_at": {"type": "string", "nullable": True},
+        },
+    },
+    "Signup": {
+        "type": "object",
+        "required": [
+            "event_id",
+            "signup_id",
+            "status",
+            "seats",
+            "reason",
+            "detail",
+            "position",
+            "submitted_at",
+            "decided_at",
+            "attributes",
+        ],
+        "properties": {
+            "event_id": _ID_SCHEMA,
+            "signup_id": _ID_SCHEMA,
+            "status": {"type": "string", "enum": ["PENDING", "ACCEPTED", "REJECTED"]},
+            "seats": {"type": "integer", "nullable": True},
+            "reason": {
+                "type": "string",
+                "nullable": True,
+                "description": "REJECTED only: capacity_full, unknown_event, event_closed, "
+                "invalid_request.",
+            },
+            "detail": {"type": "string", "nullable": True},
+            "position": {
+                "type": "integer",
+                "nullable": True,
+                "description": "ACCEPTED only: 1, 2, 3 ... in order of acceptance.",
+            },
+            "submitted_at": {"type": "string", "nullable": True},
+            "decided_at": {"type": "string", "nullable": True},
+            "attributes": {"type": "object"},
+        },
+    },
+}
+
+
+def _build_openapi() -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        operation = {"operationId": route.operation_id, **_OPERATIONS[route.operation_id]}
+        paths.setdefault(route.path, {})[route.method.lower()] = operation
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "turnstile",
+            "version": "1",
+            "description": (
+                "Decide who gets a limited resource, exactly once, in arrival order. "
+                "Submit signups, then poll their status."
+            ),
+        },
+        "paths": paths,
+        "components": {
+            "parameters": {
+                "EventId": {
+                    "name": "event_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": _ID_SCHEMA,
+                    "example": "concert-2026",
+                },
+                "SignupId": {
+                    "name": "signup_id",
+                    "in": "path",
+                    "required": True,
+                    "schema": _ID_SCHEMA,
+                    "example": "user-42",
+                },
+            },
+            "schemas": _SCHEMAS,
+        },
+    }
+
+
+#: The OpenAPI 3.0 document of every route, served at ``GET /openapi.json``.
+OPENAPI: dict[str, Any] = _build_openapi()
+
+
+if __name__ == "__main__":  # python -m turnstile.api > docs/openapi.json
+    print(json.dumps(OPENAPI, indent=2, sort_keys=True))

@@ -1,0 +1,74 @@
+"""Fixtures of the HTTP API tests: v2 events for the handler, and a live local API.
+
+The live API is an ``ApiServer`` serving ``handlers.api.handler`` over real HTTP, backed by
+a moto server on its own port (``AWS_ENDPOINT_URL`` points the handler's boto3 at it).
+It is module-scoped: a module that uses it must not also use the in-process ``aws``
+fixture, whose ``mock_aws`` resets the moto backends the server shares.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from tests.api.helpers import Answer, Invoke, LiveApi, v2_event
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.handlers import api as api_handler
+from turnstile.local.api_server import ApiServer, LocalLambdaContext
+from turnstile.store import SignupStore, default_client
+
+
+@pytest.fixture
+def store(aws: boto3.Session) -> Iterator[SignupStore]:
+    """A store on the in-process moto tables; the handler builds its own on them too."""
+    api_handler.get_store.cache_clear()
+    yield SignupStore(client=aws.client("dynamodb"))
+    api_handler.get_store.cache_clear()
+
+
+@pytest.fixture
+def invoke(store: SignupStore) -> Invoke:
+    """Call the Lambda handler as API Gateway would; returns status, headers, JSON body."""
+
+    def call(method: str, path: str, body: Any = None, **kwargs: Any) -> Answer:
+        response = api_handler.handler(v2_event(method, path, body, **kwargs), LocalLambdaContext())
+        raw = response.get("body") or ""
+        return Answer(
+            status=response["statusCode"],
+            headers={k.lower(): v for k, v in (response.get("headers") or {}).items()},
+            body=json.loads(raw) if raw else None,
+        )
+
+    return call
+
+
+@pytest.fixture(scope="module")
+def live_api() -> Iterator[LiveApi]:
+    """The handler behind a real ``ApiServer`` on a free port, DynamoDB from a moto server."""
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    host, port = moto.get_host_and_port()
+    moto_url = f"http://{host}:{port}"
+    server: ApiServer | None = None
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AWS_ENDPOINT_URL", moto_url)
+        api_handler.get_store.cache_clear()
+        try:
+            client = default_client()
+            for spec in (INTAKE_TABLE, MAIN_TABLE):
+                client.create_table(**spec.create_table_kwargs())
+            server = ApiServer(
+                "127.0.0.1", 0, lambda: {"ok": True}, app_handler=api_handler.handler
+            )
+            server.start()
+            yield LiveApi(url=server.url, moto_url=moto_url, store=SignupStore(client=client))
+        finally:
+            if server is not None:
+                server.stop()
+            api_handler.get_store.cache_clear()
+            moto.stop()

@@ -1,0 +1,193 @@
+"""TurnstileClient without the real API: SigV4 signing, transient errors in wait()."""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from turnstile.client import ApiError, TurnstileClient, region_of_execute_api
+from turnstile.local.api_server import ApiServer
+
+AUTHORIZATION = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/\d{8}/(?P<region>[a-z0-9-]+)/execute-api/"
+    r"aws4_request, SignedHeaders=(?P<signed>[a-z0-9;-]+), Signature=(?P<signature>[0-9a-f]{64})$"
+)
+
+
+class Scripted:
+    """An app handler that answers from a script of v2 results and records the events."""
+
+    def __init__(self, *results: dict[str, Any]) -> None:
+        self.results = list(results)
+        self.events: list[dict[str, Any]] = []
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        self.events.append(event)
+        return self.results.pop(0) if len(self.results) > 1 else self.results[0]
+
+
+def reply(status: int, body: Any, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "application/json", **(headers or {})},
+        "body": json.dumps(body),
+    }
+
+
+@pytest.fixture
+def scripted() -> Scripted:
+    return Scripted(reply(200, {"status": "PENDING"}))
+
+
+@pytest.fixture
+def server(scripted: Scripted) -> Iterator[ApiServer]:
+    api = ApiServer("127.0.0.1", 0, lambda: {}, scripted)
+    api.start()
+    yield api
+    api.stop()
+
+
+@pytest.fixture
+def session() -> boto3.Session:
+    return boto3.Session(
+        aws_access_key_id="AKIDEXAMPLE",
+        aws_secret_access_key="secret",
+        aws_session_token="token",
+        region_name="us-east-1",
+    )
+
+
+def _recomputed_signature(event: dict[str, Any], url: str, signed: str) -> str:
+    """What botocore's SigV4 signs for the request as the server received it."""
+    headers = event["headers"]
+    names = signed.split(";")
+    request = AWSRequest(
+        method=event["requestContext"]["http"]["method"],
+        url=url + event["rawPath"],
+        data=(event.get("body") or "").encode(),
+        headers={n: headers[n] for n in names if n != "host"},
+    )
+    request.context["timestamp"] = headers["x-amz-date"]
+    auth = SigV4Auth(Credentials("AKIDEXAMPLE", "secret", "token"), "execute-api", "us-east-1")
+    return auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+
+
+def test_sign_true_adds_a_valid_sigv4_signature(server, scripted, session, monkeypatch):
+    # GIVEN a client told to sign, and botocore's signer watched
+    calls: list[str] = []
+    original = SigV4Auth.add_auth
+
+    def watched(self: SigV4Auth, request: AWSRequest) -> None:
+        calls.append(self._service_name)
+        original(self, request)
+
+    monkeypatch.setattr(SigV4Auth, "add_auth", watched)
+    client = TurnstileClient(server.url, session=session, sign=True)
+    # WHEN
+    client.submit("e1", "u1", seats=2)
+    client.get("e1", "u1")
+    # THEN every request carries a SigV4 Authorization that botocore recomputes exactly
+    assert calls == ["execute-api", "execute-api"]
+    for event in scripted.events:
+        headers = event["headers"]
+        match = AUTHORIZATION.match(headers["authorization"])
+        assert match, headers["authorization"]
+        assert match["region"] == "us-east-1"
+        assert {"host", "x-amz-date", "x-amz-security-token"} <= set(match["signed"].split(";"))
+        assert headers["x-amz-security-token"] == "token"
+        assert match["signature"] == _recomputed_signature(event, server.url, match["signed"])
+
+
+def test_local_url_is_not_signed_by_default(server, scripted, session):
+    TurnstileClient(server.url, session=session).get("e1", "u1")
+    assert "authorization" not in scripted.events[0]["headers"]
+
+
+def test_execute_api_url_is_signed_for_its_region(monkeypatch, session):
+    # No AWS here: capture the request urllib would send instead of sending it.
+    sent: list[urllib.request.Request] = []
+
+    class Answer:
+        status = 200
+
+        def read(self) -> bytes:
+            return b'{"status": "PENDING"}'
+
+        def __enter__(self) -> Answer:
+            return self
+
+        def __exit__(self, *_: Any) -> None:
+            return None
+
+    def fake_urlopen(request: urllib.request.Request, timeout: float) -> Answer:
+        sent.append(request)
+        return Answer()
+
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    url = "https://a1b2c3d4e5.execute-api.eu-west-1.amazonaws.com/prod"
+    TurnstileClient(url, session=session).get("e1", "u1")
+    (request,) = sent
+    assert request.full_url == f"{url}/events/e1/signups/u1"
+    match = AUTHORIZATION.match(request.get_header("Authorization"))
+    assert match and match["region"] == "eu-west-1"
+
+
+@pytest.mark.parametrize(
+    ("url", "region"),
+    [
+        ("https://abc123.execute-api.us-east-1.amazonaws.com/prod", "us-east-1"),
+        ("https://abc123.execute-api.cn-north-1.amazonaws.com.cn", "cn-north-1"),
+        ("https://abc-vpce-1.execute-api.ap-south-1.vpce.amazonaws.com/", "ap-south-1"),
+        ("http://127.0.0.1:8080", None),
+        ("https://api.example.com/execute-api.us-east-1.amazonaws.com", None),
+    ],
+)
+def test_region_of_execute_api(url: str, region: str | None):
+    assert region_of_execute_api(url) == region
+
+
+def test_wait_polls_through_503_and_honours_retry_after(server, scripted):
+    # GIVEN the API throttled twice, then a decision
+    scripted.results = [
+        reply(503, {"error": "unavailable", "message": "busy"}, {"Retry-After": "1"}),
+        reply(503, {"error": "unavailable", "message": "busy"}, {"Retry-After": "1"}),
+        reply(200, {"status": "REJECTED", "reason": "capacity_full"}),
+    ]
+    pauses: list[float] = []
+    client = TurnstileClient(server.url, sleep=pauses.append)
+    # WHEN
+    decision = client.wait("e1", "u1", timeout_s=30, initial_delay_s=0.01)
+    # THEN
+    assert decision["reason"] == "capacity_full"
+    assert pauses == [1.0, 1.0]
+
+
+def test_api_error_carries_retry_after(server, scripted):
+    scripted.results = [
+        reply(503, {"error": "unavailable", "message": "busy"}, {"Retry-After": "2"})
+    ]
+    with pytest.raises(ApiError) as error:
+        TurnstileClient(server.url).get_event("e1")
+    assert (error.value.status, error.value.code, error.value.retry_after) == (
+        503,
+        "unavailable",
+        2,
+    )
+    assert error.value.transient
+
+
+def test_wait_stops_polling_at_a_permanent_error(server, scripted):
+    scripted.results = [reply(404, {"error": "signup_not_found", "message": "no"})]
+    pauses: list[float] = []
+    with pytest.raises(ApiError):
+        TurnstileClient(server.url, sleep=pauses.append).wait("e1", "u1", timeout_s=30)
+    assert pauses == []

@@ -1,0 +1,425 @@
+"""The HTTP API's routes, through the Lambda handler with v2 events, against moto."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from tests.api.helpers import Invoke, decide_pending, v2_event
+from turnstile import api
+from turnstile.handlers import api as api_handler
+from turnstile.local.api_server import LocalLambdaContext
+from turnstile.store import SignupStore
+
+ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+
+
+@pytest.fixture
+def concert(invoke: Invoke) -> str:
+    answer = invoke("POST", "/events", {"event_id": "concert", "capacity": 3})
+    assert answer.status == 201
+    return "concert"
+
+
+# -- events ---------------------------------------------------------------------------
+
+
+def test_create_event_answers_201_with_the_event_and_its_location(invoke: Invoke):
+    # WHEN
+    answer = invoke("POST", "/events", {"event_id": "concert-2026", "capacity": 0})
+    # THEN
+    assert answer.status == 201
+    assert answer.headers["location"] == "/events/concert-2026"
+    assert answer.headers["content-type"] == "application/json"
+    body = answer.body
+    assert ISO_UTC.match(body.pop("created_at"))
+    assert body == {
+        "event_id": "concert-2026",
+        "capacity": 0,
+        "taken": 0,
+        "remaining": 0,
+        "accepted": 0,
+        "state": "OPEN",
+    }
+
+
+def test_create_existing_event_answers_409(invoke: Invoke, concert: str):
+    answer = invoke("POST", "/events", {"event_id": concert, "capacity": 9})
+    assert answer.status == 409
+    assert answer.body["error"] == "event_exists"
+    assert invoke("GET", f"/events/{concert}").body["capacity"] == 3
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"event_id": "e1"},
+        {"capacity": 1},
+        {"event_id": "e1", "capacity": -1},
+        {"event_id": "e1", "capacity": 1.5},
+        {"event_id": "e1", "capacity": "3"},
+        {"event_id": "e1", "capacity": True},
+        {"event_id": "e1", "capacity": None},
+        {"event_id": "e1", "capacity": api.MAX_CAPACITY + 1},
+        {"event_id": "", "capacity": 1},
+        {"event_id": "-e1", "capacity": 1},
+        {"event_id": "e 1", "capacity": 1},
+        {"event_id": "e1\n", "capacity": 1},
+        {"event_id": "e" * 129, "capacity": 1},
+        {"event_id": 7, "capacity": 1},
+        {"event_id": "e1", "capacity": 1, "owner": "me"},
+        [],
+        "e1",
+        None,
+        7,
+    ],
+    ids=repr,
+)
+def test_create_event_refuses_bad_input_with_400(invoke: Invoke, body: Any):
+    answer = invoke("POST", "/events", json.dumps(body))
+    assert answer.status == 400
+    assert answer.body["error"] == "invalid_request"
+    assert answer.body["message"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",
+        "{",
+        '{"event_id": "e1", "capacity": 2.0}',
+        '{"event_id": "e1", "capacity": 1e2}',
+        '{"event_id": "e1", "capacity": NaN}',
+        '{"event_id": "e1", "capacity": Infinity}',
+        '{"event_id": "e1", "capacity": ' + "9" * 5000 + "}",
+        "[" * 5000 + "]" * 5000,
+        b'{"event_id": "\xff"}',
+    ],
+    ids=["empty", "truncated", "2.0", "1e2", "NaN", "Infinity", "5000 digits", "deep", "bad utf-8"],
+)
+def test_malformed_or_inexact_json_answers_400(invoke: Invoke, raw: str | bytes):
+    answer = invoke("POST", "/events", raw, base64_body=isinstance(raw, bytes))
+    assert answer.status == 400
+    assert answer.body["error"] == "invalid_request"
+
+
+def test_base64_body_is_decoded(invoke: Invoke):
+    answer = invoke("POST", "/events", {"event_id": "b64", "capacity": 1}, base64_body=True)
+    assert answer.status == 201
+
+
+def test_body_that_is_not_base64_answers_400(store: SignupStore):
+    event = v2_event("POST", "/events", "x")
+    event.update(body="@@@", isBase64Encoded=True)
+    response = api_handler.handler(event, LocalLambdaContext())
+    assert response["statusCode"] == 400
+
+
+def test_get_event_answers_200_with_counts(invoke: Invoke, concert: str):
+    answer = invoke("GET", f"/events/{concert}")
+    assert answer.status == 200
+    assert {k: answer.body[k] for k in ("capacity", "taken", "remaining", "state")} == {
+        "capacity": 3,
+        "taken": 0,
+        "remaining": 3,
+        "state": "OPEN",
+    }
+    assert "version" not in answer.body
+
+
+def test_unknown_event_answers_404(invoke: Invoke):
+    answer = invoke("GET", "/events/nope")
+    assert answer.status == 404
+    assert answer.body["error"] == "event_not_found"
+
+
+@pytest.mark.parametrize("segment", ["-x", "%2Fx", "a%20b", "x" * 129, "%E2%82%AC", 'a"b'])
+def test_path_id_off_the_pattern_answers_400(invoke: Invoke, segment: str):
+    answer = invoke("GET", f"/events/{segment}")
+    assert answer.status == 400
+    assert answer.body["error"] == "invalid_request"
+
+
+def test_percent_encoded_path_ids_are_decoded(invoke: Invoke):
+    invoke("POST", "/events", {"event_id": "a@b:c", "capacity": 1})
+    assert invoke("GET", "/events/a%40b%3Ac").body["event_id"] == "a@b:c"
+    assert invoke("GET", "/events/a@b:c").status == 200
+
+
+def test_close_closes_once_then_reports_the_state(invoke: Invoke, concert: str):
+    first = invoke("POST", f"/events/{concert}/close")
+    second = invoke("POST", f"/events/{concert}/close")
+    assert (first.status, first.body["state"], first.body["closed_now"]) == (200, "CLOSED", True)
+    assert (second.status, second.body["state"], second.body["closed_now"]) == (
+        200,
+        "CLOSED",
+        False,
+    )
+
+
+def test_close_unknown_event_answers_404(invoke: Invoke):
+    assert invoke("POST", "/events/nope/close").status == 404
+
+
+# -- signups --------------------------------------------------------------------------
+
+
+def test_submit_answers_202_pending_with_location(invoke: Invoke, concert: str):
+    answer = invoke("POST", f"/events/{concert}/signups", {"signup_id": "user-1", "seats": 2})
+    assert answer.status == 202
+    assert answer.headers["location"] == f"/events/{concert}/signups/user-1"
+    body = answer.body
+    assert ISO_UTC.match(body.pop("submitted_at"))
+    assert body == {"status": "PENDING", "event_id": concert, "signup_id": "user-1", "seats": 2}
+
+
+def test_submit_defaults_to_one_seat(invoke: Invoke, concert: str):
+    answer = invoke("POST", f"/events/{concert}/signups", {"signup_id": "user-1"})
+    assert answer.body["seats"] == 1
+
+
+def test_same_submission_again_is_202_with_the_first_timestamp(invoke: Invoke, concert: str):
+    body = {"signup_id": "u1", "seats": 2, "attributes": {"tier": "gold", "score": 1.5}}
+    first = invoke("POST", f"/events/{concert}/signups", body)
+    again = invoke("POST", f"/events/{concert}/signups", body)
+    assert (first.status, again.status) == (202, 202)
+    assert again.body == first.body
+
+
+def test_same_submission_after_the_decision_is_still_202(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    invoke("POST", f"/events/{concert}/signups", {"signup_id": "u1"})
+    decide_pending(store, concert)
+    again = invoke("POST", f"/events/{concert}/signups", {"signup_id": "u1"})
+    assert again.status == 202
+    assert invoke("GET", f"/events/{concert}/signups/u1").body["status"] == "ACCEPTED"
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"signup_id": "u1", "seats": 3},
+        {"signup_id": "u1", "seats": 2, "attributes": {"tier": "silver"}},
+        {"signup_id": "u1", "seats": 2, "attributes": {}},
+    ],
+    ids=["seats", "attributes", "no attributes"],
+)
+def test_same_signup_with_another_body_answers_409(invoke: Invoke, concert: str, other):
+    invoke("POST", f"/events/{concert}/signups", {**other, "seats": 2, "attributes": {"a": 1}})
+    answer = invoke("POST", f"/events/{concert}/signups", other)
+    assert answer.status == 409
+    assert answer.body["error"] == "signup_conflict"
+
+
+def test_submit_to_unknown_event_answers_404(invoke: Invoke, store: SignupStore):
+    answer = invoke("POST", "/events/nope/signups", {"signup_id": "u1"})
+    assert answer.status == 404
+    assert answer.body["error"] == "event_not_found"
+    assert store.get_intake("nope", "u1") is None
+
+
+def test_submit_to_closed_event_is_recorded_and_later_rejected(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    invoke("POST", f"/events/{concert}/close")
+    assert invoke("POST", f"/events/{concert}/signups", {"signup_id": "late"}).status == 202
+    decide_pending(store, concert)
+    status = invoke("GET", f"/events/{concert}/signups/late").body
+    assert (status["status"], status["reason"]) == ("REJECTED", "event_closed")
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"seats": 1},
+        {"signup_id": ""},
+        {"signup_id": "#EVENT"},
+        {"signup_id": "u1", "seats": 0},
+        {"signup_id": "u1", "seats": -1},
+        {"signup_id": "u1", "seats": 1.5},
+        {"signup_id": "u1", "seats": "1"},
+        {"signup_id": "u1", "seats": True},
+        {"signup_id": "u1", "seats": None},
+        {"signup_id": "u1", "seats": 1_000_001},
+        {"signup_id": "u1", "attributes": []},
+        {"signup_id": "u1", "attributes": "x"},
+        {"signup_id": "u1", "attributes": None},
+        {"signup_id": "u1", "attributes": {"blob": "x" * 4100}},
+        {"signup_id": "u1", "attributes": {"": 1}},
+        {"signup_id": "u1", "attributes": _nested(api.MAX_ATTRIBUTES_DEPTH + 1)},
+        {"signup_id": "u1", "seat": 2},
+    ],
+    ids=repr,
+)
+def test_submit_refuses_bad_input_with_400(invoke: Invoke, concert: str, body: Any):
+    answer = invoke("POST", f"/events/{concert}/signups", body)
+    assert answer.status == 400, answer.body
+    assert answer.body["error"] == "invalid_request"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"signup_id": "u1", "seats": 2.0}',
+        '{"signup_id": "u1", "attributes": {"n": 1.' + "1" * 40 + "}}",
+        '{"signup_id": "u1", "attributes": {"n": 1e999}}',
+        '{"signup_id": "u1", "attributes": {"s": "\\ud800"}}',
+    ],
+    ids=["seats 2.0", "41 digits", "1e999", "lone surrogate"],
+)
+def test_submit_refuses_what_dynamodb_cannot_hold_with_400(invoke: Invoke, concert: str, raw):
+    answer = invoke("POST", f"/events/{concert}/signups", raw)
+    assert answer.status == 400, answer.body
+
+
+def test_attributes_of_exactly_4_kb_are_taken(invoke: Invoke, concert: str):
+    attributes = {"blob": ""}
+    attributes["blob"] = "x" * (api.MAX_ATTRIBUTES_BYTES - len('{"blob":""}'))
+    answer = invoke(
+        "POST", f"/events/{concert}/signups", {"signup_id": "u1", "attributes": attributes}
+    )
+    assert answer.status == 202
+    attributes["blob"] += "x"
+    answer = invoke(
+        "POST", f"/events/{concert}/signups", {"signup_id": "u2", "attributes": attributes}
+    )
+    assert answer.status == 400
+
+
+def test_get_signup_is_pending_until_decided(invoke: Invoke, concert: str, store: SignupStore):
+    invoke("POST", f"/events/{concert}/signups", {"signup_id": "u1", "attributes": {"k": [1, "v"]}})
+    pending = invoke("GET", f"/events/{concert}/signups/u1")
+    assert pending.status == 200
+    assert pending.body["status"] == "PENDING"
+    assert pending.body["attributes"] == {"k": [1, "v"]}
+    assert (pending.body["reason"], pending.body["position"], pending.body["decided_at"]) == (
+        None,
+        None,
+        None,
+    )
+
+
+def test_get_signup_reports_acceptance_and_rejection(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    # GIVEN capacity 3: 2 seats, then 2 more (too many), then 1 (fits)
+    for signup_id, seats in (("a", 2), ("b", 2), ("c", 1)):
+        invoke("POST", f"/events/{concert}/signups", {"signup_id": signup_id, "seats": seats})
+    # WHEN the processor decides
+    decide_pending(store, concert)
+    # THEN
+    a, b, c = (invoke("GET", f"/events/{concert}/signups/{s}").body for s in "abc")
+    assert (a["status"], a["position"], a["seats"], a["reason"]) == ("ACCEPTED", 1, 2, None)
+    assert (b["status"], b["position"], b["reason"]) == ("REJECTED", None, "capacity_full")
+    assert (c["status"], c["position"]) == ("ACCEPTED", 2)
+    assert a["decided_at"] == "2026-11-21T21:30:00Z"
+    assert invoke("GET", f"/events/{concert}").body["taken"] == 3
+
+
+def test_unknown_signup_answers_404(invoke: Invoke, concert: str):
+    answer = invoke("GET", f"/events/{concert}/signups/nobody")
+    assert answer.status == 404
+    assert answer.body["error"] == "signup_not_found"
+
+
+# -- routing, limits and failures ------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/", "/nope", "/events/e1/extra/x", "/events/e1/signups/u1/x"])
+def test_unknown_route_answers_404(invoke: Invoke, path: str):
+    answer = invoke("GET", path)
+    assert answer.status == 404
+    assert answer.body["error"] == "not_found"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("DELETE", "/events/e1", "GET"),
+        ("PATCH", "/events", "POST"),
+        ("PUT", "/events/e1/signups/u1", "GET"),
+        ("GET", "/events/e1/close", "POST"),
+        ("GET", "/events/e1/signups", "POST"),
+        ("HEAD", "/events/e1", "GET"),
+        ("POST", "/openapi.json", "GET"),
+    ],
+)
+def test_wrong_method_answers_405_with_allow(invoke: Invoke, method: str, path: str, allow: str):
+    answer = invoke(method, path)
+    assert (answer.status, answer.headers["allow"]) == (405, allow)
+    assert answer.body["error"] == "method_not_allowed"
+
+
+def test_body_over_the_limit_answers_413(invoke: Invoke, concert: str):
+    big = {"signup_id": "u1", "attributes": {"x": "y" * api.MAX_BODY_BYTES}}
+    assert invoke("POST", f"/events/{concert}/signups", big).status == 413
+    assert invoke("POST", f"/events/{concert}/signups", big, base64_body=True).status == 413
+    assert invoke("POST", "/nope", big).status == 413
+
+
+def test_openapi_document_is_served(invoke: Invoke):
+    answer = invoke("GET", "/openapi.json")
+    assert answer.status == 200
+    assert answer.body == json.loads(json.dumps(api.OPENAPI))
+
+
+class _FailingClient:
+    """A DynamoDB client whose every call raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __getattr__(self, name: str) -> Any:
+        def call(**_: Any) -> Any:
+            raise self.error
+
+        return call
+
+
+def _failing_store(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    def build(**kwargs: Any) -> SignupStore:
+        return SignupStore(
+            client=_FailingClient(error), sleep=lambda _: None, max_attempts=2, **kwargs
+        )
+
+    monkeypatch.setattr(api_handler, "SignupStore", build)
+    api_handler.get_store.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow"}}, "GetItem"),
+        EndpointConnectionError(endpoint_url="http://127.0.0.1:1"),
+    ],
+    ids=["throttled", "unreachable"],
+)
+def test_store_unavailable_answers_503_with_retry_after(
+    invoke: Invoke, monkeypatch: pytest.MonkeyPatch, error: Exception
+):
+    _failing_store(monkeypatch, error)
+    answer = invoke("GET", "/events/e1")
+    assert answer.status == 503
+    assert answer.headers["retry-after"] == str(api.RETRY_AFTER_S)
+    assert answer.body["error"] == "unavailable"
+
+
+def test_unexpected_store_error_is_a_json_500(invoke: Invoke, monkeypatch: pytest.MonkeyPatch):
+    error = ClientError({"Error": {"Code": "ResourceNotFoundException", "Message": "x"}}, "GetItem")
+    _failing_store(monkeypatch, error)
+    answer = invoke("GET", "/events/e1")
+    assert answer.status == 500
+    assert answer.body == {"error": "internal_error", "message": "the request failed on the server"}

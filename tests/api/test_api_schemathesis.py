@@ -1,0 +1,112 @@
+"""Schemathesis against the live local API, driven by the document it serves at /openapi.json.
+
+Valid and invalid requests generated from the document must never get a 5xx, and every
+response must match the document (status code, headers, content type, body schema).
+
+Cases come from ``as_strategy`` under a plain ``@given``: schemathesis' pytest
+``from_fixture`` loader reads ``Node._nodeid``, which pytest 9.2 no longer has.
+
+``attributes`` has limits JSON Schema cannot state (size, depth, non-empty names, the
+numbers DynamoDB can hold); the document names them in prose, the API answers 400 past
+them, and valid-mode cases are kept inside them so "valid must be accepted" still holds.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+
+from tests.api.helpers import LiveApi
+from turnstile.api import MAX_ATTRIBUTES_BYTES, MAX_ATTRIBUTES_DEPTH, ROUTES
+
+KNOWN_EVENT = "concert-2026"
+KNOWN_SIGNUP = "user-42"
+#: Per operation and mode; small enough that the whole module stays well under a minute.
+MAX_EXAMPLES = 15
+
+
+def _number_fits(value: float | int) -> bool:
+    """DynamoDB numbers: 38 significant digits, magnitude 1e-130 to under 1e126, or 0."""
+    number = Decimal(json.dumps(value))
+    if number == 0:
+        return True
+    digits = len(number.as_tuple().digits)
+    return digits <= 38 and -130 <= number.adjusted() <= 125
+
+
+def _attribute_fits(value: Any, depth: int) -> bool:
+    if depth > MAX_ATTRIBUTES_DEPTH:
+        return False
+    if isinstance(value, dict):
+        return all(k and _attribute_fits(v, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_attribute_fits(v, depth + 1) for v in value)
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        return _number_fits(value)
+    return True
+
+
+def within_documented_limits(case: Any) -> Any:
+    """The case, without ``attributes`` where they break a limit the schema cannot state."""
+    body = case.body
+    if isinstance(body, dict) and isinstance(body.get("attributes"), dict):
+        attributes = body["attributes"]
+        compact = json.dumps(attributes, separators=(",", ":"), ensure_ascii=False)
+        fits = _attribute_fits(attributes, 1) and len(compact.encode()) <= MAX_ATTRIBUTES_BYTES
+        if not fits:
+            case.body = {k: v for k, v in body.items() if k != "attributes"}
+    return case
+
+
+@pytest.fixture(scope="module")
+def api_schema(live_api: LiveApi) -> Any:
+    # An existing event and signup, so generated requests reach the happy paths too.
+    now = "2026-11-21T21:24:27.000000Z"
+    live_api.store.create_event(KNOWN_EVENT, 100, now=now)
+    live_api.store.put_intake(KNOWN_EVENT, KNOWN_SIGNUP, 1, None, submitted_at=now)
+    return schemathesis.openapi.from_url(f"{live_api.url}/openapi.json")
+
+
+@pytest.mark.parametrize(
+    ("mode", "known_ids"),
+    [
+        (GenerationMode.POSITIVE, True),
+        (GenerationMode.POSITIVE, False),
+        (GenerationMode.NEGATIVE, False),
+    ],
+    ids=["valid-known-ids", "valid", "invalid"],
+)
+@pytest.mark.parametrize("route", ROUTES, ids=lambda r: f"{r.method} {r.path}")
+def test_api_conforms_to_its_openapi_document(
+    api_schema: Any, live_api: LiveApi, route: Any, mode: GenerationMode, known_ids: bool
+) -> None:
+    operation = api_schema[route.path][route.method]
+    names = {p.name for p in operation.path_parameters}
+    if known_ids and not names:
+        pytest.skip("no path parameters to fix")
+    if mode is GenerationMode.NEGATIVE and not names and not operation.body.items:
+        pytest.skip("no input to make invalid")
+    fixed = {"event_id": KNOWN_EVENT, "signup_id": KNOWN_SIGNUP} if known_ids else {}
+    strategy = operation.as_strategy(
+        generation_mode=mode, path_parameters={k: v for k, v in fixed.items() if k in names}
+    )
+    if mode is GenerationMode.POSITIVE:
+        strategy = strategy.map(within_documented_limits)
+
+    @given(case=strategy)
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+    def check(case: Any) -> None:
+        case.call_and_validate(base_url=live_api.url)
+
+    check()
