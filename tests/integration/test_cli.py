@@ -1,0 +1,82 @@
+"""The turnstile command in-process against moto: output, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from turnstile import cli
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_event_create_show_submit_status(aws, capsys):
+    code, out, _ = run(capsys, "event", "create", "gig", "--capacity", "2")
+    assert code == 0 and json.loads(out)["capacity"] == 2
+    code, out, _ = run(capsys, "submit", "gig", "u1", "--seats", "2", "--attributes", '{"a": 1.5}')
+    assert code == 0 and json.loads(out)["status"] == "PENDING"
+    code, out, _ = run(capsys, "status", "gig", "u1")
+    assert code == 0 and json.loads(out)["status"] == "PENDING"
+    # still pending after --wait: exit 3, the JSON still printed
+    code, out, _ = run(capsys, "status", "gig", "u1", "--wait", "0.3")
+    assert code == cli.EXIT_STILL_PENDING and json.loads(out)["status"] == "PENDING"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["event", "create", "bad id", "--capacity", "1"], "event_id 'bad id' does not match"),
+        (["event", "create", "gig", "--capacity", "-1"], "--capacity must be at least 0"),
+        (["event", "show", "nope"], "no event 'nope'"),
+        (["submit", "gig", "u1", "--seats", "0"], "--seats must be at least 1"),
+        (["submit", "gig", "u1", "--attributes", "[1]"], "--attributes must be a JSON object"),
+        (["submit", "gig", "u1", "--attributes", "{"], "--attributes is not JSON"),
+        (["status", "gig", "ghost"], "no signup 'ghost' in event 'gig'"),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(aws, capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == cli.EXIT_ERROR
+    assert err.startswith(f"turnstile: {message}") and err.count("\n") == 1
+
+
+def test_conflicting_resubmission_is_an_error(aws, capsys):
+    assert run(capsys, "submit", "gig", "u1", "--seats", "1")[0] == 0
+    code, _, err = run(capsys, "submit", "gig", "u1", "--seats", "2")
+    assert code == cli.EXIT_ERROR and "another body" in err
+
+
+def test_stack_option_is_accepted_after_the_command(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(cli, "_apply_stack", seen.append)
+    monkeypatch.setattr(cli, "cmd_audit", lambda args: 0)
+    assert cli.main(["audit", "--stack", "Prod"]) == 0
+    assert cli.main(["--stack", "Prod2", "audit"]) == 0
+    assert seen == ["Prod", "Prod2"]
+
+
+def test_audit_reports_a_broken_table(aws, capsys):
+    from turnstile.store import SignupStore
+
+    store = SignupStore(aws.client("dynamodb"))
+    store.create_event("gig", 1, "2026-01-01T00:00:00Z")
+    aws.client("dynamodb").put_item(
+        TableName=store.main_table,
+        Item={
+            "event_id": {"S": "gig"},
+            "signup_id": {"S": "forged"},
+            "status": {"S": "ACCEPTED"},
+            "seats": {"N": "3"},
+            "position": {"N": "1"},
+            "sequence_number": {"N": "1"},
+        },
+    )
+    code, out, _ = run(capsys, "audit")
+    assert code == cli.EXIT_AUDIT_FAILED
+    assert "oversold: 3 seats accepted, capacity 1" in out
+    assert "audit BROKEN" in out
