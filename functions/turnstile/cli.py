@@ -17,6 +17,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from turnstile.client import ApiError
 from turnstile.contract import ID_PATTERN, Attr, Status
 from turnstile.errors import TurnstileError
 
@@ -44,7 +45,7 @@ def _print_json(value: Any) -> None:
 
 
 def _check_id(kind: str, value: str) -> str:
-    if not ID_PATTERN.match(value):
+    if not ID_PATTERN.fullmatch(value):
         raise CliError(f"{kind} {value!r} does not match {ID_PATTERN.pattern}")
     return value
 
@@ -142,6 +143,16 @@ def cmd_event_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _api_url(args: argparse.Namespace) -> str | None:
+    return getattr(args, "api_url", None) or os.environ.get("TURNSTILE_API_URL") or None
+
+
+def _api_client(url: str) -> Any:
+    from turnstile.client import TurnstileClient
+
+    return TurnstileClient(url)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from turnstile.processor import utc_now
 
@@ -157,6 +168,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
             raise CliError(f"--attributes is not JSON: {exc}") from exc
         if not isinstance(attributes, dict):
             raise CliError("--attributes must be a JSON object")
+    url = _api_url(args)
+    if url:
+        _print_json(_api_client(url).submit(args.event_id, args.signup_id, args.seats, attributes))
+        return 0
     item, created = _store().put_intake(
         args.event_id, args.signup_id, args.seats, attributes, utc_now()
     )
@@ -181,7 +196,25 @@ def signup_status(store: Any, event_id: str, signup_id: str) -> dict[str, Any] |
     }
 
 
+def _status_via_api(args: argparse.Namespace, url: str) -> int:
+    from turnstile.client import WaitTimeoutError
+
+    client = _api_client(url)
+    if not args.wait:
+        _print_json(client.get(args.event_id, args.signup_id))
+        return 0
+    try:
+        _print_json(client.wait(args.event_id, args.signup_id, timeout_s=args.wait))
+        return 0
+    except WaitTimeoutError:
+        _print_json(client.get(args.event_id, args.signup_id))
+        return EXIT_STILL_PENDING
+
+
 def cmd_status(args: argparse.Namespace) -> int:
+    url = _api_url(args)
+    if url:
+        return _status_via_api(args, url)
     store = _store()
     deadline = time.monotonic() + (args.wait or 0)
     delay = 0.1
@@ -298,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("signup_id")
     p.add_argument("--seats", type=int, default=1)
     p.add_argument("--attributes", help="a JSON object carried to the decision")
+    p.add_argument(
+        "--api-url",
+        help="go through the HTTP API at this URL (default $TURNSTILE_API_URL, else the tables)",
+    )
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("status", help="a signup's status as JSON")
@@ -305,6 +342,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("signup_id")
     p.add_argument(
         "--wait", type=float, default=0, metavar="SECONDS", help="wait up to SECONDS for a decision"
+    )
+    p.add_argument(
+        "--api-url",
+        help="go through the HTTP API at this URL (default $TURNSTILE_API_URL, else the tables)",
     )
     p.set_defaults(func=cmd_status)
 
@@ -353,6 +394,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _apply_stack(args.stack)
         return int(args.func(args) or 0)
     except (CliError, TurnstileError) as exc:
+        print(f"turnstile: {exc}", file=sys.stderr)
+    except ApiError as exc:
+        print(f"turnstile: API error {exc}", file=sys.stderr)
+    except OSError as exc:  # the API unreachable, a state file unwritable
         print(f"turnstile: {exc}", file=sys.stderr)
     except ClientError as exc:
         error = exc.response.get("Error", {})

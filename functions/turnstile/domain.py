@@ -132,9 +132,9 @@ def parse_request(
     event_id = image.get("event_id", keys.get("event_id"))
     signup_id = image.get("signup_id", keys.get("signup_id"))
     problems: list[str] = []
-    if not isinstance(event_id, str) or not ID_PATTERN.match(event_id):
+    if not isinstance(event_id, str) or not ID_PATTERN.fullmatch(event_id):
         problems.append("event_id does not match the id pattern")
-    if not isinstance(signup_id, str) or not ID_PATTERN.match(signup_id):
+    if not isinstance(signup_id, str) or not ID_PATTERN.fullmatch(signup_id):
         problems.append("signup_id does not match the id pattern")
     seats, seat_problem = _seats(image.get("seats"))
     if seat_problem:

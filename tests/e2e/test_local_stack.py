@@ -186,3 +186,21 @@ def test_cli_errors_are_one_line_without_a_traceback(local_stack):
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert result.stderr.startswith("turnstile: ") and result.stderr.count("\n") == 1
+
+
+def test_submit_and_status_through_the_http_api(local_stack):
+    stack = local_stack
+    assert stack.turnstile("event", "create", "e2e-api", "--capacity", "1").returncode == 0
+    env_api = ["--api-url", stack.api_url]
+    first = stack.turnstile("submit", "e2e-api", "first", *env_api)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["status"] == "PENDING"
+    second = stack.turnstile("submit", "e2e-api", "second", "--seats", "1", *env_api)
+    assert second.returncode == 0, second.stderr
+    done = stack.turnstile("status", "e2e-api", "second", "--wait", "30", *env_api)
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert (body["status"], body["reason"]) == ("REJECTED", "capacity_full")
+    # A different body for the same signup is a conflict, reported in one line
+    clash = stack.turnstile("submit", "e2e-api", "first", "--seats", "2", *env_api)
+    assert clash.returncode == 2 and clash.stderr.startswith("turnstile: API error 409")
