@@ -16,20 +16,21 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from turnstile.api import ROUTES as API_ROUTES
+
 from .functions import FunctionCommons, TurnstileFunction
 from .permissions import API_INTAKE_ACTIONS, API_MAIN_ACTIONS
 
 __all__ = ["ROUTES", "ApiAuth", "TurnstileApi"]
 
-#: (method, path) of every route; one Lambda integration serves them all.
-ROUTES: tuple[tuple[apigwv2.HttpMethod, str], ...] = (
-    (apigwv2.HttpMethod.POST, "/events"),
-    (apigwv2.HttpMethod.GET, "/events/{event_id}"),
-    (apigwv2.HttpMethod.POST, "/events/{event_id}/close"),
-    (apigwv2.HttpMethod.POST, "/events/{event_id}/signups"),
-    (apigwv2.HttpMethod.GET, "/events/{event_id}/signups/{signup_id}"),
-    (apigwv2.HttpMethod.GET, "/openapi.json"),
+#: (method, path) of every route, from the API's own route list (the one its resolver and
+#: OpenAPI document are built from); one Lambda integration serves them all.
+ROUTES: tuple[tuple[apigwv2.HttpMethod, str], ...] = tuple(
+    (apigwv2.HttpMethod[route.method], route.path) for route in API_ROUTES
 )
+#: Anything else reaches the function too, so a wrong path or method gets the API's own
+#: JSON 404/405 (as locally) rather than API Gateway's bare {"message": "Not Found"}.
+CATCH_ALL = (apigwv2.HttpMethod.ANY, "/{proxy+}")
 
 #: One JSON object per request, so Logs Insights can query access logs by field.
 ACCESS_LOG_FORMAT = {
@@ -108,7 +109,7 @@ class TurnstileApi(Construct):
             create_default_stage=False,
         )
         integration = integrations.HttpLambdaIntegration("ApiIntegration", self.function)
-        for method, path in ROUTES:
+        for method, path in (*ROUTES, CATCH_ALL):
             self.http_api.add_routes(path=path, methods=[method], integration=integration)
 
         self.access_logs = logs.LogGroup(

@@ -6,6 +6,8 @@ import json
 
 from aws_cdk.assertions import Capture, Match, Template
 
+from turnstile.api import ROUTES
+
 from .conftest import VARIANT_SETTINGS, function_by_handler, only, render
 
 ROUTE_KEYS = {
@@ -15,7 +17,12 @@ ROUTE_KEYS = {
     "POST /events/{event_id}/signups",
     "GET /events/{event_id}/signups/{signup_id}",
     "GET /openapi.json",
+    "ANY /{proxy+}",  # the API's own JSON 404/405 for anything else
 }
+
+
+def test_the_interface_is_the_api_resolvers_route_list() -> None:
+    assert {f"{r.method} {r.path}" for r in ROUTES} | {"ANY /{proxy+}"} == ROUTE_KEYS
 
 
 def _api_id(template: Template) -> str:
