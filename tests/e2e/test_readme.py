@@ -1,4 +1,4 @@
-"""The README's first session, run verbatim (only the ports differ) against a fresh stack."""
+"""The README's sessions (tables + CLI, then the HTTP API) run verbatim against a fresh stack."""
 
 from __future__ import annotations
 
@@ -16,16 +16,18 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.e2e
 
 
-def first_session() -> str:
+def readme_block(name: str) -> str:
     text = (ROOT / "README.md").read_text()
-    block = re.search(
-        r"<!-- first-session -->\n```sh\n(.*?)```\n<!-- /first-session -->", text, re.S
-    )
-    assert block, "README.md lost its first-session block"
+    block = re.search(rf"<!-- {name} -->\n```sh\n(.*?)```\n<!-- /{name} -->", text, re.S)
+    assert block, f"README.md lost its {name} block"
     return block.group(1)
 
 
-def test_readme_first_session_works_verbatim(tmp_path):
+def first_session() -> str:
+    return readme_block("first-session")
+
+
+def test_readme_sessions_work_verbatim(tmp_path):
     port, api_port = free_port(), free_port()
     env = user_environment(f"http://127.0.0.1:{port}")
     stack = subprocess.Popen(
@@ -54,6 +56,14 @@ def test_readme_first_session_works_verbatim(tmp_path):
             text=True,
             timeout=180,
         )
+        http = subprocess.run(
+            ["bash", "-e", "-c", readme_block("http-session").replace("8080", str(api_port))],
+            cwd=ROOT,
+            env={**env, "PATH": f"{BIN}:{env['PATH']}"},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     finally:
         stack.terminate()
         stack.wait(timeout=30)
@@ -66,3 +76,9 @@ def test_readme_first_session_works_verbatim(tmp_path):
     assert by_signup["carol"]["reason"] == "capacity_full"
     assert '"taken": 2' in out
     assert "audit OK: 1 events, 2 accepted, 1 rejected, 0 pending, 0 violations" in out
+    # The HTTP API block: the producer's 202 with a Location, then the polled decisions.
+    assert http.returncode == 0, http.stdout + http.stderr
+    assert "HTTP/1.1 202" in http.stdout or "HTTP/1.0 202" in http.stdout
+    assert "Location: /events/gala/signups/dana" in http.stdout
+    assert "ACCEPTED\ncapacity_full\n" in http.stdout
+    assert json.loads(http.stdout.strip().splitlines()[-1])["reason"] == "capacity_full"
