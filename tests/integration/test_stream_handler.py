@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -295,3 +296,26 @@ def test_unknown_event_rejection_loses_to_an_event_created_meanwhile(client, sto
     # The rejection's ConditionCheck failed, the processor reloaded and accepted.
     assert status_of(client, "late", "a") == (Status.ACCEPTED, None)
     assert audit(store).ok
+
+
+def test_emits_emf_metrics_for_the_dashboard(client, store, stream, monkeypatch, capsys):
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    store.create_event("gig", 1, NOW)
+    for i in range(150):  # more latency values than one EMF document may hold
+        submit(client, "gig", f"u{i}")
+    capsys.readouterr()
+    invoke(stream.read_new())
+    documents = [
+        json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line
+    ]
+    assert len(documents) == 1, "one EMF document per batch, not an early flush"
+    [doc] = documents
+    names = {m["Name"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+    assert {"SignupAccepted", "SignupRejected", "DecisionLatency", "RecordsReceived"} <= names
+    assert (doc["SignupAccepted"], doc["SignupRejected"], doc["RecordsReceived"]) == (
+        [1.0],
+        [149.0],
+        [150.0],
+    )
+    assert 50 <= len(doc["DecisionLatency"]) < 100
+    assert doc["service"] == "turnstile"
