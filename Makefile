@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: setup run test lint synth drills clean
+.PHONY: setup run test lint synth drills bench clean
 
 setup: $(STAMP)
 
@@ -26,6 +26,10 @@ run: setup
 test: setup node_modules/.installed
 	$(VENV)/bin/ruff check functions cdk tests
 	$(PY) -m pytest
+
+bench: setup
+	mkdir -p results
+	$(VENV)/bin/turnstile bench --quick --json results/bench.json --plot results/bench.png
 
 drills: setup
 	TURNSTILE_DRILL_SCALE=$${TURNSTILE_DRILL_SCALE:-5} $(PY) -m pytest tests/drills -s -q

@@ -372,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue-url", help="default: the stack's or the local queue")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS")
     p.set_defaults(func=cmd_redrive)
+
+    from turnstile.bench import register as register_bench
+
+    register_bench(sub)
     return parser
 
 

@@ -1,0 +1,634 @@
+"""Requests and capacity units, counted by wrapping boto3 clients.
+
+Units follow DynamoDB's published on-demand rules, computed from the items themselves:
+
+* item size = the UTF-8 bytes of every attribute name plus the size of its value;
+* a write unit per 1 KB of item (rounded up, at least 1); a read unit per 4 KB (rounded up,
+  at least 1), half of it for an eventually consistent read; both doubled inside
+  transactions;
+* PutItem, UpdateItem and DeleteItem are charged on the larger of the item before and
+  after; a write whose condition fails still costs the existing item's units (at least 1);
+* BatchWriteItem and BatchGetItem are charged item by item; a key that is not there still
+  costs a minimum read (AWS: "a read operation on an item that does not exist consumes
+  one read capacity unit", half when eventually consistent);
+* Query and Scan are charged on the total size of the items read, before any filter or
+  projection, rounded up to 4 KB per page.
+
+moto's ``ConsumedCapacity`` is deliberately not used: it does not follow these rules.
+
+Item sizes before a write, and the size of items a filtered or projected read touched,
+come from ``ItemSizes``: every item written through a metered client, by key. On the
+benchmark's fresh tables, where every writer is metered, it is authoritative, so metering
+costs no extra request to the endpoint (whose requests per second are the bottleneck); the
+benchmark checks it against a full scan at the end.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from turnstile.contract import Attr
+
+__all__ = [
+    "READ_BLOCK_BYTES",
+    "WRITE_BLOCK_BYTES",
+    "ItemSizes",
+    "Meter",
+    "MeterSnapshot",
+    "MeteredClient",
+    "attribute_value_size",
+    "combine",
+    "item_size",
+    "read_units",
+    "write_units",
+]
+
+WRITE_BLOCK_BYTES = 1024
+READ_BLOCK_BYTES = 4096
+
+
+# -- sizes and units --------------------------------------------------------------------
+
+
+def _number_size(text: str) -> int:
+    """AWS: about one byte per two significant digits, plus one (leading/trailing 0 trimmed)."""
+    digits = text.lstrip("+-").replace(".", "")
+    mantissa, _, _ = digits.lower().partition("e")
+    significant = mantissa.strip("0")
+    return math.ceil(len(significant) / 2) + 1
+
+
+def _binary_size(value: Any) -> int:
+    if isinstance(value, bytes | bytearray | memoryview):
+        return len(value)
+    # A base64 string, as it travels in JSON (Lambda events, the wire format).
+    return len(base64.b64decode(value))
+
+
+def attribute_value_size(value: Mapping[str, Any]) -> int:
+    """Bytes of one typed value (``{"S": ...}``, ``{"M": {...}}``...) by DynamoDB's rules.
+
+    Lists and maps cost 3 bytes plus one byte per element; a map element also counts its
+    key's bytes. NULL and BOOL are one byte.
+    """
+    (kind, raw), *_ = value.items()
+    if kind == "S":
+        return len(str(raw).encode())
+    if kind == "N":
+        return _number_size(str(raw))
+    if kind == "B":
+        return _binary_size(raw)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "SS":
+        return sum(len(str(v).encode()) for v in raw)
+    if kind == "NS":
+        return sum(_number_size(str(v)) for v in raw)
+    if kind == "BS":
+        return sum(_binary_size(v) for v in raw)
+    if kind == "L":
+        return 3 + sum(attribute_value_size(v) + 1 for v in raw)
+    if kind == "M":
+        return 3 + sum(len(k.encode()) + attribute_value_size(v) + 1 for k, v in raw.items())
+    raise ValueError(f"unknown attribute type {kind!r}")
+
+
+def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
+    """Bytes of a typed item: every attribute name plus its value."""
+    return sum(len(name.encode()) + attribute_value_size(v) for name, v in item.items())
+
+
+def write_units(size: int, transactional: bool = False) -> int:
+    """Write request units for an item of ``size`` bytes: one per 1 KB, at least one."""
+    units = max(1, math.ceil(size / WRITE_BLOCK_BYTES))
+    return units * 2 if transactional else units
+
+
+def read_units(size: int, consistent: bool = True, transactional: bool = False) -> float:
+    """Read request units for ``size`` bytes read: one per 4 KB (at least one block).
+
+    Eventually consistent reads cost half; transactional reads double.
+    """
+    blocks = max(1, math.ceil(size / READ_BLOCK_BYTES))
+    units = float(blocks) if consistent else blocks / 2
+    return units * 2 if transactional else units
+
+
+# -- the size index ---------------------------------------------------------------------
+
+ItemKey = tuple[str, str, str]
+
+
+class ItemSizes:
+    """The size of every item written through a metered client, by (table, pk, sk).
+
+    ``authoritative`` means every writer of these tables is metered, so an unknown key is
+    an absent item; otherwise a metered client asks the endpoint (unmetered) instead.
+    """
+
+    def __init__(
+        self,
+        authoritative: bool = True,
+        partition_key: str = Attr.EVENT_ID,
+        sort_key: str = Attr.SIGNUP_ID,
+    ) -> None:
+        self.authoritative = authoritative
+        self.partition_key = partition_key
+        self.sort_key = sort_key
+        self._sizes: dict[ItemKey, int] = {}
+        self._largest: dict[ItemKey, int] = {}
+        self._partitions: dict[tuple[str, str], list[int]] = {}  # [items, bytes]
+        self._lock = threading.Lock()
+
+    def key(self, table: str, key_or_item: Mapping[str, Mapping[str, Any]]) -> ItemKey:
+        pk = key_or_item[self.partition_key]
+        sk = key_or_item[self.sort_key]
+        return table, str(next(iter(pk.values()))), str(next(iter(sk.values())))
+
+    def get(self, key: ItemKey) -> int | None:
+        with self._lock:
+            return self._sizes.get(key)
+
+    def set(self, key: ItemKey, size: int | None) -> None:
+        """Record an item's size after a write (None: the item is gone)."""
+        with self._lock:
+            old = self._sizes.pop(key, None)
+            part = self._partitions.setdefault((key[0], key[1]), [0, 0])
+            if old is not None:
+                part[0] -= 1
+                part[1] -= old
+            if size is not None:
+                self._sizes[key] = size
+                self._largest[key] = max(size, self._largest.get(key, 0))
+                part[0] += 1
+                part[1] += size
+
+    def largest(self, key: ItemKey) -> int:
+        """The largest size an item ever had (0 if never written)."""
+        with self._lock:
+            return self._largest.get(key, 0)
+
+    def partition(self, table: str, pk: str) -> tuple[int, int]:
+        """(items, bytes) of one partition key's items."""
+        with self._lock:
+            items, size = self._partitions.get((table, pk), [0, 0])
+            return items, size
+
+    def table(self, table: str) -> tuple[int, int]:
+        """(items, bytes) of a whole table."""
+        with self._lock:
+            parts = [v for (t, _), v in self._partitions.items() if t == table]
+            return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+    def sizes(self, table: str) -> dict[tuple[str, str], int]:
+        """Every known item size of a table, by (pk, sk)."""
+        with self._lock:
+            return {(k[1], k[2]): v for k, v in self._sizes.items() if k[0] == table}
+
+
+# -- the meter ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeterSnapshot:
+    """What a meter counted: requests and units by operation, plus bookkeeping."""
+
+    requests: dict[str, int] = field(default_factory=dict)
+    read_units: dict[str, float] = field(default_factory=dict)
+    write_units: dict[str, float] = field(default_factory=dict)
+    failed_conditional_writes: int = 0
+    retry_attempts: int = 0
+    unmetered_requests: int = 0
+    estimated_reads: int = 0
+
+    @property
+    def total_requests(self) -> int:
+        return sum(self.requests.values())
+
+    @property
+    def total_read_units(self) -> float:
+        return sum(self.read_units.values())
+
+    @property
+    def total_write_units(self) -> float:
+        return sum(self.write_units.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "requests": dict(sorted(self.requests.items())),
+            "read_units": dict(sorted(self.read_units.items())),
+            "write_units": dict(sorted(self.write_units.items())),
+            "failed_conditional_writes": self.failed_conditional_writes,
+            "retry_attempts": self.retry_attempts,
+            "unmetered_requests": self.unmetered_requests,
+            "estimated_reads": self.estimated_reads,
+        }
+
+
+class Meter:
+    """Thread-safe counters shared by every client of one role (producers, processor...)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()
+        self._requests: Counter[str] = Counter()
+        self._read: Counter[str] = Counter()
+        self._write: Counter[str] = Counter()
+        self._failed_conditional = 0
+        self._retries = 0
+        self._unmetered = 0
+        self._estimated = 0
+
+    def record(
+        self,
+        operation: str,
+        read: float = 0.0,
+        write: float = 0.0,
+        failed_conditional: bool = False,
+        retries: int = 0,
+    ) -> None:
+        with self._lock:
+            self._requests[operation] += 1 + retries
+            if read:
+                self._read[operation] += read
+            if write:
+                self._write[operation] += write
+            self._failed_conditional += int(failed_conditional)
+            self._retries += retries
+
+    def note_unmetered(self) -> None:
+        with self._lock:
+            self._unmetered += 1
+
+    def note_estimate(self) -> None:
+        with self._lock:
+            self._estimated += 1
+
+    def snapshot(self) -> MeterSnapshot:
+        with self._lock:
+            return MeterSnapshot(
+                requests=dict(self._requests),
+                read_units=dict(self._read),
+                write_units=dict(self._write),
+                failed_conditional_writes=self._failed_conditional,
+                retry_attempts=self._retries,
+                unmetered_requests=self._unmetered,
+                estimated_reads=self._estimated,
+            )
+
+
+# -- the wrapper ----------------------------------------------------------------------
+
+
+def _retries(response: Mapping[str, Any] | None) -> int:
+    meta = (response or {}).get("ResponseMetadata") or {}
+    return int(meta.get("RetryAttempts", 0) or 0)
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _partition_only(kwargs: Mapping[str, Any]) -> str | None:
+    """The partition key value of a Query whose key condition names nothing else."""
+    expression = str(kwargs.get("KeyConditionExpression") or "")
+    if not expression or " and " in f" {expression.lower()} " or "between" in expression.lower():
+        return None
+    if "begins_with" in expression:
+        return None
+    values = kwargs.get("ExpressionAttributeValues") or {}
+    placeholders = [p for p in values if p in expression]
+    if len(placeholders) != 1:
+        return None
+    return str(next(iter(values[placeholders[0]].values())))
+
+
+class MeteredClient:
+    """A boto3 DynamoDB (or DynamoDB Streams) client that meters what goes through it.
+
+    Every other attribute passes through, so it can stand in for the client anywhere
+    (``SignupStore``, ``StreamPoller``). ``sizes`` is shared by all clients writing the
+    same tables; ``None`` meters requests only (the streams client).
+    """
+
+    def __init__(self, client: Any, meter: Meter, sizes: ItemSizes | None = None) -> None:
+        self._client = client
+        self.meter = meter
+        self.sizes = sizes
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+        metered = getattr(self, f"_m_{name}", None)
+        if metered is not None and self.sizes is not None:
+            return metered
+
+        def counted(**kwargs: Any) -> Any:
+            response = attr(**kwargs)
+            self.meter.record(name, retries=_retries(response))
+            return response
+
+        return counted
+
+    # -- helpers ------------------------------------------------------------------------
+
+    @property
+    def _index(self) -> ItemSizes:
+        assert self.sizes is not None
+        return self.sizes
+
+    def _size_before(self, table: str, key: Mapping[str, Any]) -> int:
+        """An item's size now (0 when absent), from the index or an unmetered read."""
+        known = self._index.get(self._index.key(table, key))
+        if known is not None or self._index.authoritative:
+            return known or 0
+        self.meter.note_unmetered()
+        response = self._client.get_item(TableName=table, Key=dict(key), ConsistentRead=True)
+        return item_size(response["Item"]) if "Item" in response else 0
+
+    # -- single-item operations -----------------------------------------------------------
+
+    def _m_get_item(self, **kwargs: Any) -> Any:
+        response = self._client.get_item(**kwargs)
+        table, key = kwargs["TableName"], kwargs["Key"]
+        item = response.get("Item")
+        if item is None:
+            size = 0
+        elif "ProjectionExpression" in kwargs or "AttributesToGet" in kwargs:
+            size = self._size_before(table, key) or item_size(item)
+        else:
+            size = item_size(item)
+        units = read_units(size, consistent=bool(kwargs.get("ConsistentRead")))
+        self.meter.record("get_item", read=units, retries=_retries(response))
+        return response
+
+    def _m_put_item(self, **kwargs: Any) -> Any:
+        table, item = kwargs["TableName"], kwargs["Item"]
+        key = self._index.key(table, item)
+        before = self._size_before(table, item)
+        after = item_size(item)
+        try:
+            response = self._client.put_item(**kwargs)
+        except ClientError as exc:
+            self._failed_write("put_item", exc, before)
+            raise
+        self._index.set(key, after)
+        self.meter.record(
+            "put_item", write=write_units(max(before, after)), retries=_retries(response)
+        )
+        return response
+
+    def _m_update_item(self, **kwargs: Any) -> Any:
+        table, key = kwargs["TableName"], kwargs["Key"]
+        before = self._size_before(table, key)
+        asked = kwargs.get("ReturnValues", "NONE")
+        call = dict(kwargs)
+        if asked == "NONE":
+            # The item after the update sizes the write; the caller never sees it.
+            call["ReturnValues"] = "ALL_NEW"
+        try:
+            response = self._client.update_item(**call)
+        except ClientError as exc:
+            self._failed_write("update_item", exc, before)
+            raise
+        if call.get("ReturnValues") == "ALL_NEW":
+            after = item_size(response.get("Attributes") or {})
+        else:
+            self.meter.note_unmetered()
+            got = self._client.get_item(TableName=table, Key=key, ConsistentRead=True)
+            after = item_size(got["Item"]) if "Item" in got else 0
+        self._index.set(self._index.key(table, key), after)
+        self.meter.record(
+            "update_item", write=write_units(max(before, after)), retries=_retries(response)
+        )
+        if asked == "NONE":
+            response = {k: v for k, v in response.items() if k != "Attributes"}
+        return response
+
+    def _m_delete_item(self, **kwargs: Any) -> Any:
+        table, key = kwargs["TableName"], kwargs["Key"]
+        before = self._size_before(table, key)
+        try:
+            response = self._client.delete_item(**kwargs)
+        except ClientError as exc:
+            self._failed_write("delete_item", exc, before)
+            raise
+        self._index.set(self._index.key(table, key), None)
+        self.meter.record("delete_item", write=write_units(before), retries=_retries(response))
+        return response
+
+    def _failed_write(self, operation: str, exc: ClientError, before: int) -> None:
+        """A failed condition still costs the existing item's write units; other errors
+        (throttling, validation) are counted as requests without units."""
+        failed = _code(exc) == "ConditionalCheckFailedException"
+        self.meter.record(
+            operation,
+            write=write_units(before) if failed else 0.0,
+            failed_conditional=failed,
+            retries=_retries(exc.response),
+        )
+
+    # -- batches ------------------------------------------------------------------------
+
+    def _m_batch_write_item(self, **kwargs: Any) -> Any:
+        response = self._client.batch_write_item(**kwargs)
+        unprocessed = response.get("UnprocessedItems") or {}
+        units = 0.0
+        for table, requests in kwargs["RequestItems"].items():
+            skipped = [self._request_key(table, r) for r in unprocessed.get(table, [])]
+            for request in requests:
+                key = self._request_key(table, request)
+                if key in skipped:
+                    continue  # not written, not charged: the caller sends it again
+                before = self._size_before(table, self._key_dict(key))
+                if "PutRequest" in request:
+                    after = item_size(request["PutRequest"]["Item"])
+                    units += write_units(max(before, after))
+                    self._index.set(key, after)
+                else:
+                    units += write_units(before)
+                    self._index.set(key, None)
+        self.meter.record("batch_write_item", write=units, retries=_retries(response))
+        return response
+
+    def _request_key(self, table: str, request: Mapping[str, Any]) -> ItemKey:
+        if "PutRequest" in request:
+            return self._index.key(table, request["PutRequest"]["Item"])
+        return self._index.key(table, request["DeleteRequest"]["Key"])
+
+    def _key_dict(self, key: ItemKey) -> dict[str, Any]:
+        index = self._index
+        return {index.partition_key: {"S": key[1]}, index.sort_key: {"S": key[2]}}
+
+    def _m_batch_get_item(self, **kwargs: Any) -> Any:
+        response = self._client.batch_get_item(**kwargs)
+        unprocessed = response.get("UnprocessedKeys") or {}
+        units = 0.0
+        for table, spec in kwargs["RequestItems"].items():
+            projected = "ProjectionExpression" in spec or "AttributesToGet" in spec
+            returned = response.get("Responses", {}).get(table, [])
+            # A projection may leave the keys out: then sizes come from the index.
+            found = {} if projected else {self._index.key(table, i): i for i in returned}
+            skipped = {
+                self._index.key(table, k) for k in unprocessed.get(table, {}).get("Keys", [])
+            }
+            consistent = bool(spec.get("ConsistentRead"))
+            for raw_key in spec["Keys"]:
+                key = self._index.key(table, raw_key)
+                if key in skipped:
+                    continue
+                item = found.get(key)
+                if item is not None:
+                    size = item_size(item)
+                elif projected:
+                    size = self._size_before(table, raw_key)
+                else:
+                    size = 0  # not there: it still costs a minimum read
+                units += read_units(size, consistent=consistent)
+        self.meter.record("batch_get_item", read=units, retries=_retries(response))
+        return response
+
+    # -- queries --------------------------------------------------------------------------
+
+    def _m_query(self, **kwargs: Any) -> Any:
+        response = self._client.query(**kwargs)
+        self.meter.record(
+            "query",
+            read=self._read_size_units("query", kwargs, response),
+            retries=_retries(response),
+        )
+        return response
+
+    def _m_scan(self, **kwargs: Any) -> Any:
+        response = self._client.scan(**kwargs)
+        self.meter.record(
+            "scan", read=self._read_size_units("scan", kwargs, response), retries=_retries(response)
+        )
+        return response
+
+    def _read_size_units(
+        self, operation: str, kwargs: Mapping[str, Any], response: Mapping[str, Any]
+    ) -> float:
+        """Units of one Query/Scan page: the bytes of every item it read, pre-filter."""
+        table = kwargs["TableName"]
+        consistent = bool(kwargs.get("ConsistentRead"))
+        items = response.get("Items", [])
+        scanned = int(response.get("ScannedCount", len(items)))
+        whole = (
+            "ExclusiveStartKey" not in kwargs
+            and "LastEvaluatedKey" not in response
+            and "Segment" not in kwargs
+        )
+        full_items = (
+            "ProjectionExpression" not in kwargs
+            and "FilterExpression" not in kwargs
+            and kwargs.get("Select", "ALL_ATTRIBUTES") == "ALL_ATTRIBUTES"
+        )
+        if full_items:
+            return read_units(sum(item_size(i) for i in items), consistent)
+        if whole and self._index.authoritative:
+            pk = _partition_only(kwargs) if operation == "query" else None
+            if operation == "scan" or pk is not None:
+                count, size = (
+                    self._index.table(table) if pk is None else self._index.partition(table, pk)
+                )
+                if count == scanned:
+                    return read_units(size, consistent)
+        # A page of a filtered or projected read that the index cannot pin down (a write
+        # landed between the read and the index): the mean item size times what DynamoDB
+        # says it scanned.
+        self.meter.note_estimate()
+        pk = _partition_only(kwargs) if operation == "query" else None
+        count, size = self._index.table(table) if pk is None else self._index.partition(table, pk)
+        mean = size / count if count else 0
+        return read_units(round(mean * scanned), consistent)
+
+    # -- transactions -----------------------------------------------------------------------
+
+    def _m_transact_write_items(self, **kwargs: Any) -> Any:
+        actions = kwargs["TransactItems"]
+        plans: list[tuple[str, ItemKey, int, int | None]] = []  # kind, key, before, after
+        for action in actions:
+            (kind, spec), *_ = action.items()
+            table = spec["TableName"]
+            target = spec["Item"] if kind == "Put" else spec["Key"]
+            before = self._size_before(table, target)
+            after = item_size(spec["Item"]) if kind == "Put" else None
+            plans.append((kind, self._index.key(table, target), before, after))
+        error: ClientError | None = None
+        try:
+            response: Any = self._client.transact_write_items(**kwargs)
+        except ClientError as exc:
+            # A cancelled transaction is still charged for what it touched.
+            error, response = exc, exc.response
+        units = 0.0
+        for kind, key, before, after in plans:
+            if kind == "Update" and error is None:
+                # Transactions return no values: read the item back to size it.
+                self.meter.note_unmetered()
+                got = self._client.get_item(
+                    TableName=key[0], Key=self._key_dict(key), ConsistentRead=True
+                )
+                after = item_size(got["Item"]) if "Item" in got else 0
+            # ConditionCheck and Delete are sized on the item as it stands.
+            units += write_units(max(before, after or 0), transactional=True)
+            if error is None and kind in ("Put", "Update"):
+                self._index.set(key, after)
+            elif error is None and kind == "Delete":
+                self._index.set(key, None)
+        self.meter.record(
+            "transact_write_items",
+            write=units,
+            failed_conditional=error is not None,
+            retries=_retries(response),
+        )
+        if error is not None:
+            raise error
+        return response
+
+    def _m_transact_get_items(self, **kwargs: Any) -> Any:
+        response = self._client.transact_get_items(**kwargs)
+        units = 0.0
+        for action, got in zip(
+            kwargs["TransactItems"], response.get("Responses", []), strict=False
+        ):
+            spec = action["Get"]
+            item = got.get("Item")
+            size = self._size_before(spec["TableName"], spec["Key"]) if item else 0
+            units += read_units(size, consistent=True, transactional=True)
+        self.meter.record("transact_get_items", read=units, retries=_retries(response))
+        return response
+
+
+def combine(snapshots: Iterable[MeterSnapshot]) -> MeterSnapshot:
+    """One snapshot that adds several up (a strategy's roles together)."""
+    requests: Counter[str] = Counter()
+    reads: Counter[str] = Counter()
+    writes: Counter[str] = Counter()
+    failed = retries = unmetered = estimated = 0
+    for s in snapshots:
+        requests.update(s.requests)
+        reads.update(s.read_units)
+        writes.update(s.write_units)
+        failed += s.failed_conditional_writes
+        retries += s.retry_attempts
+        unmetered += s.unmetered_requests
+        estimated += s.estimated_reads
+    return MeterSnapshot(
+        requests=dict(requests),
+        read_units=dict(reads),
+        write_units=dict(writes),
+        failed_conditional_writes=failed,
+        retry_attempts=retries,
+        unmetered_requests=unmetered,
+        estimated_reads=estimated,
+    )
