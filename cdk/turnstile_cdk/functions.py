@@ -45,8 +45,17 @@ _ARCH_NAME = "arm64"
 _PYTHON_TAG = "python312"  # the layer name's spelling of the runtime
 _PYTHON_VERSION = "python3.12"  # the SSM parameter path's spelling
 
-#: Left out of the asset: byte code, tests, packaging metadata.
-ASSET_EXCLUDES = ["**/__pycache__", "**/*.pyc", "tests", "**/tests", "*.egg-info"]
+#: Left out of the asset: byte code, tests, packaging metadata, and the parts of the package
+#: that only run on a developer's machine (the local stack and the benchmark).
+ASSET_EXCLUDES = [
+    "**/__pycache__",
+    "**/*.pyc",
+    "tests",
+    "**/tests",
+    "*.egg-info",
+    "turnstile/local",
+    "turnstile/bench",
+]
 
 
 def powertools_layer_arn(layer_version: int, *, region: str = Aws.REGION) -> str:
