@@ -23,7 +23,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
-from tests.e2e.conftest import BIN, free_port, user_environment, wait_healthy
+from tests.e2e.conftest import BIN, running_local_stack
 from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
 
 pytestmark = pytest.mark.drill
@@ -46,26 +46,10 @@ class Drill:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        port, api_port = free_port(), free_port()
-        self.endpoint = f"http://127.0.0.1:{port}"
-        self.env = user_environment(self.endpoint)
-        self.stack = subprocess.Popen(
-            [
-                str(BIN / "turnstile"),
-                "local",
-                "--no-worker",
-                "--port",
-                str(port),
-                "--api-port",
-                str(api_port),
-                "--state-dir",
-                str(tmp / "stack"),
-            ],
-            env=self.env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_healthy(f"http://127.0.0.1:{api_port}", self.stack)
+        self._stack = running_local_stack(tmp / "stack", "--no-worker")
+        running = self._stack.__enter__()
+        self.endpoint = running.endpoint
+        self.env = running.env
         self.client = boto3.client(
             "dynamodb",
             endpoint_url=self.endpoint,
@@ -216,8 +200,7 @@ class Drill:
             if w.poll() is None:
                 w.kill()
             w.wait()
-        self.stack.terminate()
-        self.stack.wait(timeout=30)
+        self._stack.__exit__(None, None, None)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,36 +81,43 @@ def wait_healthy(api_url: str, process: subprocess.Popen, timeout: float = 60) -
     raise RuntimeError("turnstile local did not become healthy")
 
 
-@pytest.fixture(scope="session")
-def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+@contextmanager
+def running_local_stack(state_dir: Path, *extra: str) -> Iterator[RunningStack]:
+    """``turnstile local`` on free ports, as a user starts it; stopped on exit."""
     port, api_port = free_port(), free_port()
-    state_dir = tmp_path_factory.mktemp("turnstile-state")
     endpoint = f"http://127.0.0.1:{port}"
     env = user_environment(endpoint)
-    log = open(state_dir / "local.log", "w")  # noqa: SIM115 - closed at teardown
-    process = subprocess.Popen(
-        [
-            str(BIN / "turnstile"),
-            "local",
-            "--port",
-            str(port),
-            "--api-port",
-            str(api_port),
-            "--state-dir",
-            str(state_dir),
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    api_url = f"http://127.0.0.1:{api_port}"
-    try:
-        wait_healthy(api_url, process)
-        yield RunningStack(endpoint, api_url, env, state_dir, process)
-    finally:
-        process.terminate()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / "local.log", "w") as log:
+        process = subprocess.Popen(
+            [
+                str(BIN / "turnstile"),
+                "local",
+                "--port",
+                str(port),
+                "--api-port",
+                str(api_port),
+                "--state-dir",
+                str(state_dir),
+                *extra,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        api_url = f"http://127.0.0.1:{api_port}"
         try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+            wait_healthy(api_url, process)
+            yield RunningStack(endpoint, api_url, env, state_dir, process)
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
+    with running_local_stack(tmp_path_factory.mktemp("turnstile-state")) as stack:
+        yield stack

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import BIN, free_port, user_environment, wait_healthy
+from tests.e2e.conftest import BIN, running_local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,25 +28,10 @@ def first_session() -> str:
 
 
 def test_readme_sessions_work_verbatim(tmp_path):
-    port, api_port = free_port(), free_port()
-    env = user_environment(f"http://127.0.0.1:{port}")
-    stack = subprocess.Popen(
-        [
-            str(BIN / "turnstile"),
-            "local",
-            "--port",
-            str(port),
-            "--api-port",
-            str(api_port),
-            "--state-dir",
-            str(tmp_path),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_healthy(f"http://127.0.0.1:{api_port}", stack)
+    with running_local_stack(tmp_path) as stack:
+        port = stack.endpoint.rsplit(":", 1)[1]
+        api_port = stack.api_url.rsplit(":", 1)[1]
+        env = stack.env
         script = first_session().replace("127.0.0.1:4566", f"127.0.0.1:{port}")
         result = subprocess.run(
             ["bash", "-e", "-c", script],
@@ -64,9 +49,6 @@ def test_readme_sessions_work_verbatim(tmp_path):
             text=True,
             timeout=180,
         )
-    finally:
-        stack.terminate()
-        stack.wait(timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     statuses = [json.loads(m) for m in re.findall(r"^\{\n.*?^\}", out, re.S | re.M)]
