@@ -168,6 +168,7 @@ class Drill:
 
     def audit_clean(self) -> dict[str, Any]:
         result = self.turnstile("audit", "--json")
+        assert result.stdout, result.stderr
         body = json.loads(result.stdout)
         assert result.returncode == 0 and body["ok"], json.dumps(body, indent=1)[:3000]
         return body
