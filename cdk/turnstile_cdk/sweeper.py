@@ -79,6 +79,11 @@ class Sweeper(Construct):
                 # The next run comes in 5 minutes: retrying a missed one only piles runs up.
                 retry_attempts=0,
                 max_event_age=Duration.minutes(4),
+                # The tick's own time names the run: a duplicate delivery of one tick is
+                # the same run, which its history stops at once.
+                input=scheduler.ScheduleTargetInput.from_object(
+                    {"scheduled_time": scheduler.ContextAttribute.scheduled_time}
+                ),
             ),
         )
 

@@ -21,6 +21,8 @@ def test_schedule_invokes_the_sweeper_every_five_minutes(template: Template) -> 
                 "RoleArn": {"Fn::GetAtt": [role, "Arn"]},
                 # A missed run is not retried: the next one is 5 minutes away.
                 "RetryPolicy": {"MaximumRetryAttempts": 0, "MaximumEventAgeInSeconds": 240},
+                # The handler names the run after the tick, so a duplicate tick is one run.
+                "Input": '{"scheduled_time":"<aws.scheduler.scheduled-time>"}',
             },
         },
     )

@@ -137,3 +137,19 @@ def test_only_one_sweeper_at_a_time(store):
     clock.t += 61
     assert second.sweep("r").status == "succeeded"
     assert first.sweep("r").status == "already_ran"
+
+
+def test_the_scheduled_handler_names_the_run_after_its_tick(store, monkeypatch):
+    from turnstile.handlers import sweeper as sweeper_handler
+
+    class Context:
+        aws_request_id = "req-1"
+        function_name = "sweeper"
+        memory_limit_in_mb = 256
+        invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:sweeper"
+
+    tick = {"scheduled_time": "2026-11-21T22:07:00Z"}
+    first = sweeper_handler.handler(tick, Context())
+    again = sweeper_handler.handler(tick, Context())  # the same tick delivered twice
+    assert [r["run_id"] for r in first["runs"]] == ["2026-11-21T22:05:00Z"]
+    assert [(r["status"]) for r in first["runs"] + again["runs"]] == ["succeeded", "already_ran"]
