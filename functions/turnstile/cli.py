@@ -259,7 +259,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from turnstile.sweeper import Sweeper
 
-    sweeper = Sweeper(_store(), lease_s=args.lease, min_age_s=args.min_age)
+    sweeper = Sweeper(_store(), lease_s=args.lease, min_age_s=args.min_age, max_run_s=args.max_run)
     results = sweeper.replay_failed() if args.replay_failed else [sweeper.sweep(args.run_id)]
     _print_json([r.to_dict() for r in results])
     return EXIT_ERROR if any(r.status == "failed" for r in results) else 0
@@ -364,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="re-emit undecided intake records into the stream")
     p.add_argument("--min-age", type=float, default=300.0, metavar="SECONDS")
     p.add_argument("--lease", type=float, default=120.0, metavar="SECONDS")
+    p.add_argument(
+        "--max-run",
+        type=float,
+        default=180.0,
+        metavar="SECONDS",
+        help="stop re-emitting after SECONDS; the next run does the rest",
+    )
     p.add_argument("--run-id", help="default: the current five-minute slot")
     p.add_argument("--replay-failed", action="store_true", help="rerun only the runs that failed")
     p.set_defaults(func=cmd_sweep)

@@ -678,51 +678,71 @@ class SignupStore:
     def fenced_redrive(
         self, owner: str, token: int, now: float, event_id: str, signup_id: str
     ) -> bool:
-        """Re-emit an intake record only while our lease (and its token) holds (seed 003).
+        """Re-emit one intake record only while our lease (and its token) holds (seed 003).
 
         Raises ``LeaseLostError`` if the lease moved on; returns False if the intake record
         no longer exists.
         """
-        try:
-            self._call(
-                "transact_write_items",
-                TransactItems=[
-                    self._lease_check(owner, token, now),
-                    {
-                        "Update": {
-                            "TableName": self.intake_table,
-                            "Key": self._key(event_id, signup_id),
-                            "UpdateExpression": "ADD #redrive :one SET #at = :at",
-                            "ConditionExpression": "attribute_exists(#sk)",
-                            "ExpressionAttributeNames": {
-                                "#redrive": Attr.REDRIVE,
-                                "#at": Attr.REDRIVEN_AT,
-                                "#sk": Attr.SIGNUP_ID,
-                            },
-                            "ExpressionAttributeValues": {
-                                ":one": {"N": "1"},
-                                ":at": {"N": repr(now)},
-                            },
-                        }
-                    },
-                ],
-            )
-        except ClientError as exc:
-            if _code(exc) != "TransactionCanceledException":
-                raise
-            reasons = exc.response.get("CancellationReasons") or []
-            if reasons and reasons[0].get("Code") == "ConditionalCheckFailed":
+        return self.fenced_redrive_many(owner, token, now, [(event_id, signup_id)]) == 1
+
+    def fenced_redrive_many(
+        self, owner: str, token: int, now: float, keys: Sequence[tuple[str, str]]
+    ) -> int:
+        """Re-emit intake records, up to 99 per transaction, each transaction fenced by a
+        ConditionCheck on our lease and token. Returns how many were re-emitted.
+
+        Raises ``LeaseLostError`` the moment the lease has moved on. A record that no longer
+        exists cancels its transaction; that chunk is then re-emitted one record at a time.
+        """
+        done = 0
+        for chunk in _chunks(list(keys), TRANSACTION_LIMIT - 1):
+            try:
+                self._call(
+                    "transact_write_items",
+                    TransactItems=[
+                        self._lease_check(owner, token, now),
+                        *(self._redrive_update(e, s, now) for e, s in chunk),
+                    ],
+                )
+                done += len(chunk)
+            except ClientError as exc:
+                if _code(exc) != "TransactionCanceledException":
+                    raise
+                self._raise_if_lease_lost(exc, owner, token, now)
+                if len(chunk) == 1:
+                    continue  # the one record is gone: nothing to re-emit
+                done += sum(self.fenced_redrive(owner, token, now, e, s) for e, s in chunk)
+        return done
+
+    def _redrive_update(self, event_id: str, signup_id: str, now: float) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": self.intake_table,
+                "Key": self._key(event_id, signup_id),
+                "UpdateExpression": "ADD #redrive :one SET #at = :at",
+                "ConditionExpression": "attribute_exists(#sk)",
+                "ExpressionAttributeNames": {
+                    "#redrive": Attr.REDRIVE,
+                    "#at": Attr.REDRIVEN_AT,
+                    "#sk": Attr.SIGNUP_ID,
+                },
+                "ExpressionAttributeValues": {":one": {"N": "1"}, ":at": {"N": repr(now)}},
+            }
+        }
+
+    def _raise_if_lease_lost(self, exc: ClientError, owner: str, token: int, now: float) -> None:
+        """Which condition cancelled the transaction: the lease's (raise) or a record's."""
+        reasons = exc.response.get("CancellationReasons") or []
+        if reasons:
+            if reasons[0].get("Code") == "ConditionalCheckFailed":
                 raise LeaseLostError(f"sweeper lease of {owner!r} (token {token}) lapsed") from exc
-            if len(reasons) > 1 and reasons[1].get("Code") == "ConditionalCheckFailed":
-                return False
-            # moto gives no per-item reasons: find out which condition failed.
-            lease = self.get_decision(*SWEEPER_LEASE_KEY) or {}
-            if lease.get("owner") != owner or int(lease.get("fence", -1)) != token:
-                raise LeaseLostError(f"sweeper lease of {owner!r} (token {token}) lapsed") from exc
-            if float(lease.get("lease_until", 0)) < now:
-                raise LeaseLostError(f"sweeper lease of {owner!r} expired") from exc
-            return False
-        return True
+            return
+        # moto gives no per-item reasons: read the lease to tell.
+        lease = self.get_decision(*SWEEPER_LEASE_KEY) or {}
+        if lease.get("owner") != owner or int(lease.get("fence", -1)) != token:
+            raise LeaseLostError(f"sweeper lease of {owner!r} (token {token}) lapsed") from exc
+        if float(lease.get("lease_until", 0)) < now:
+            raise LeaseLostError(f"sweeper lease of {owner!r} expired") from exc
 
     def start_run(self, run_id: str, now: str, replay: bool = False) -> int | None:
         """Record that a sweep run starts, immutably (seed 000); the history item's number.

@@ -53,7 +53,6 @@ class Undecided:
 class SweepResult:
     run_id: str
     status: str = "skipped"
-    scanned: int = 0
     undecided: int = 0
     re_emitted: int = 0
     lease_token: int | None = None
@@ -111,7 +110,8 @@ class Sweeper:
         owner: str | None = None,
         lease_s: float = 120.0,
         min_age_s: float = 300.0,
-        max_re_emits: int = 10_000,
+        max_re_emits: int = 100_000,
+        max_run_s: float = 180.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -119,6 +119,11 @@ class Sweeper:
         self.lease_s = lease_s
         self.min_age_s = min_age_s
         self.max_re_emits = max_re_emits
+        #: A run stops re-emitting after this long (the Lambda timeout is 4 minutes); the
+        #: rest is counted as undecided and left to the next run.
+        self.max_run_s = max_run_s
+        #: Records re-emitted per fenced transaction (DynamoDB allows 100 actions).
+        self.chunk = 99
         self.clock = clock
 
     def sweep(self, run_id: str | None = None, replay: bool = False) -> SweepResult:
@@ -136,7 +141,7 @@ class Sweeper:
                 result.status = "already_ran"
                 return result
             try:
-                self._work(token, result)
+                self._work(result)
                 result.status = "succeeded"
             except LeaseLostError as exc:
                 result.status = "failed"
@@ -148,18 +153,38 @@ class Sweeper:
             self.store.finish_run(run_id, seq, result.status, utc_now(), result.to_dict())
             return result
         finally:
-            self.store.release_lease(self.owner, token)
+            self.store.release_lease(self.owner, result.lease_token or token)
 
-    def _work(self, token: int, result: SweepResult) -> None:
-        deadline = self.clock() + self.lease_s * 0.8
+    def _work(self, result: SweepResult) -> None:
+        assert result.lease_token is not None
+        started = renewed = self.clock()
+        batch: list[tuple[str, str]] = []
+
+        def flush() -> None:
+            nonlocal renewed
+            now = self.clock()
+            if now - renewed > self.lease_s / 3:
+                # Renew well before expiry; the new token fences every later write.
+                token = self.store.acquire_lease(self.owner, self.lease_s, now)
+                if token is None:
+                    raise LeaseLostError(f"sweeper lease of {self.owner!r} was taken over")
+                result.lease_token, renewed = token, now
+            assert result.lease_token is not None
+            result.re_emitted += self.store.fenced_redrive_many(
+                self.owner, result.lease_token, now, batch
+            )
+            batch.clear()
+
         for undecided in find_undecided(self.store, self.min_age_s, self.clock()):
             result.undecided += 1
-            if result.re_emitted >= self.max_re_emits or self.clock() > deadline:
+            out_of_budget = self.clock() - started > self.max_run_s
+            if out_of_budget or result.re_emitted + len(batch) >= self.max_re_emits:
                 continue  # counted, left for the next run
-            if self.store.fenced_redrive(
-                self.owner, token, self.clock(), undecided.event_id, undecided.signup_id
-            ):
-                result.re_emitted += 1
+            batch.append((undecided.event_id, undecided.signup_id))
+            if len(batch) == self.chunk:
+                flush()
+        if batch:
+            flush()
 
     def replay_failed(self) -> list[SweepResult]:
         """Rerun every run whose latest history entry is ``failed``, and only those."""

@@ -310,11 +310,19 @@ def test_drill_worker_down_past_retention_then_the_sweeper_decides(drill):
     assert len(drill.decisions()) == 0, "records past retention must not be decided"
     # The worker is back (same short retention) while the sweeper re-emits what is left.
     worker = drill.start_worker("back", env=retention)
-    sweep = drill.turnstile("sweep", "--min-age", "0")
-    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
-    [run] = json.loads(sweep.stdout)
-    assert run["status"] == "succeeded" and run["re_emitted"] == written, run
-    drill.finish(env=retention)
+    runs: list[dict[str, Any]] = []
+    while not runs or runs[-1]["undecided"]:
+        # A run re-emits for at most --max-run seconds; the next run does the rest. On
+        # moto every transaction copies the tables, so a large backlog takes a few runs.
+        assert len(runs) < 6, runs
+        sweep = drill.turnstile("sweep", "--min-age", "0", "--run-id", f"drill-{len(runs)}")
+        assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+        [run] = json.loads(sweep.stdout)
+        assert run["status"] == "succeeded", run
+        runs.append(run)
+        drill.finish(env=retention)
+    re_emitted = sum(r["re_emitted"] for r in runs)
+    assert runs[0]["undecided"] == written and re_emitted >= written
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=60)
     # The on-failure queue still points at the aged-out batches: redrive clears it.
@@ -322,4 +330,4 @@ def test_drill_worker_down_past_retention_then_the_sweeper_decides(drill):
     assert redrive.returncode == 0, redrive.stdout + redrive.stderr
     assert json.loads(redrive.stdout)["deleted"] >= 1
     drill.audit_clean()
-    report("past-retention", drill.figures(written, re_emitted=run["re_emitted"]))
+    report("past-retention", drill.figures(written, re_emitted=re_emitted, sweep_runs=len(runs)))

@@ -153,3 +153,49 @@ def test_the_scheduled_handler_names_the_run_after_its_tick(store, monkeypatch):
     again = sweeper_handler.handler(tick, Context())  # the same tick delivered twice
     assert [r["run_id"] for r in first["runs"]] == ["2026-11-21T22:05:00Z"]
     assert [(r["status"]) for r in first["runs"] + again["runs"]] == ["succeeded", "already_ran"]
+
+
+def slow_store(client, clock: Clock, seconds_per_record: float) -> SignupStore:
+    class SlowStore(SignupStore):
+        def fenced_redrive_many(self, owner, token, now, keys):  # type: ignore[override]
+            clock.t += seconds_per_record * len(keys)
+            return super().fenced_redrive_many(owner, token, now, keys)
+
+    return SlowStore(client)
+
+
+def test_a_long_run_renews_its_lease_and_writes_with_the_new_token(store, client):
+    for i in range(5):
+        put_raw_intake(client, "gig", f"u{i}")
+    clock = Clock()
+    # Each re-emission takes half a minute of a 60 s lease: without renewal the third
+    # would be refused by the lease's condition.
+    sweeper = Sweeper(
+        slow_store(client, clock, 30), owner="s", lease_s=60, min_age_s=0, clock=clock
+    )
+    sweeper.chunk = 1
+    result = sweeper.sweep("long")
+    assert (result.status, result.re_emitted, result.errors) == ("succeeded", 5, [])
+    assert result.lease_token is not None and result.lease_token > 1  # renewed on the way
+
+
+def test_a_run_stops_at_its_time_budget_and_leaves_the_rest(store, client):
+    for i in range(4):
+        put_raw_intake(client, "gig", f"u{i}")
+    clock = Clock()
+    sweeper = Sweeper(
+        slow_store(client, clock, 10), owner="s", min_age_s=0, max_run_s=15, clock=clock
+    )
+    sweeper.chunk = 1
+    result = sweeper.sweep("budget")
+    assert (result.undecided, result.re_emitted) == (4, 2)
+
+
+def test_re_emission_is_batched_and_skips_records_that_vanished(store, client):
+    for i in range(150):
+        put_raw_intake(client, "gig", f"u{i}")
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", f"u{i}") for i in range(150)] + [("gig", "never-written")]
+    assert store.fenced_redrive_many("s", token, 1001.0, keys) == 150
+    assert all(int(store.get_intake("gig", f"u{i}")["redrive"]) == 1 for i in (0, 98, 149))
