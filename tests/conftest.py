@@ -77,3 +77,19 @@ def aws() -> Iterator[boto3.Session]:
 @pytest.fixture
 def stream(aws: boto3.Session) -> StreamReader:
     return StreamReader(aws)
+
+
+@pytest.fixture
+def endpoint() -> Iterator[str]:
+    """The embedded endpoint in this process, on a free port, with moto's state wiped
+    (moto keeps one state per process, shared with in-process mocks)."""
+    from moto.core.base_backend import BackendDict
+
+    from turnstile.local.server import EmbeddedAws
+
+    BackendDict.reset()
+    server = EmbeddedAws("127.0.0.1", 0)
+    server.start()
+    yield server.url
+    server.stop()
+    BackendDict.reset()

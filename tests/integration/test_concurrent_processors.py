@@ -10,24 +10,14 @@ import random
 import threading
 
 import boto3
-import pytest
 
 from tests.helpers import decisions, put_raw_intake
 from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
 from turnstile.local.poller import to_lambda_record
-from turnstile.local.server import EmbeddedAws
 from turnstile.processor import IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore, default_client
 
 NOW = "2026-01-01T00:00:00.000000Z"
-
-
-@pytest.fixture
-def endpoint():
-    server = EmbeddedAws("127.0.0.1", 0)
-    server.start()
-    yield server.url
-    server.stop()
 
 
 def test_three_processors_on_one_stream_never_oversell(endpoint):

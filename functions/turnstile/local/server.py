@@ -8,6 +8,7 @@ which costs nothing measurable at moto's few hundred requests per second.
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -19,7 +20,66 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import BaseWSGIServer, make_server
 
-__all__ = ["EmbeddedAws", "SerializedApp"]
+__all__ = ["EmbeddedAws", "SerializedApp", "patch_moto_transactions"]
+
+
+class _TransactionBackup:
+    """Stands in for the ``copy`` module inside moto's ``transact_write_items``.
+
+    moto backs up a whole table (items, stream records and all) by deep copy once per
+    action, so a 100-action transaction copies the table 100 times: slow, and on tables of
+    thousands of items it drove the local stack out of memory. On rollback it puts the copy
+    in place, whose new stream shard the pollers' iterators never see again. Here a table
+    is backed up once, items only, and keeps its stream shard; records that the cancelled
+    writes added to the stream are cut off again (DynamoDB never streams them).
+    """
+
+    def __init__(self) -> None:
+        self.tables: dict[int, tuple[Any, int]] = {}
+
+    def deepcopy(self, value: Any, memo: Any = None) -> Any:
+        from moto.dynamodb.models.table import Table
+
+        if not isinstance(value, Table):
+            return copy.deepcopy(value, memo)
+        if id(value) not in self.tables:
+            backup = copy.copy(value)
+            backup.items = copy.deepcopy(value.items)
+            shard = value.stream_shard
+            self.tables[id(value)] = (backup, len(shard.items) if shard else 0)
+        return self.tables[id(value)][0]
+
+    def rollback_streams(self) -> None:
+        for backup, length in self.tables.values():
+            if backup.stream_shard is not None:
+                del backup.stream_shard.items[length:]
+
+
+def patch_moto_transactions() -> None:
+    """Make moto's TransactWriteItems back tables up once and keep streams continuous.
+
+    Safe only where requests are serialized (``SerializedApp``), as the local stack does.
+    """
+    from moto.dynamodb import models
+
+    backend = models.DynamoDBBackend
+    if getattr(backend.transact_write_items, "turnstile_patched", False):
+        return
+    original = backend.transact_write_items
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
+        backup = _TransactionBackup()
+        models.copy = backup  # type: ignore[attr-defined]
+        try:
+            return original(self, transact_items)
+        except Exception:
+            backup.rollback_streams()
+            raise
+        finally:
+            models.copy = copy  # type: ignore[attr-defined]
+
+    transact_write_items.turnstile_patched = True  # type: ignore[attr-defined]
+    backend.transact_write_items = transact_write_items  # type: ignore[method-assign]
 
 
 class SerializedApp:
@@ -39,6 +99,7 @@ class EmbeddedAws:
     """moto's server on ``host:port`` (port 0 picks a free one), in a background thread."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 4566) -> None:
+        patch_moto_transactions()
         app = SerializedApp(DomainDispatcherApplication(create_backend_app))
         self._server: BaseWSGIServer = make_server(
             host, port, app, threaded=True, request_handler=MotoRequestHandler
