@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from turnstile.api import MAX_BODY_BYTES
+from turnstile.local.server import BackgroundServer
 
 __all__ = ["MAX_DRAIN_BYTES", "ApiServer", "LocalLambdaContext"]
 
@@ -81,7 +82,7 @@ class _BodyError(Exception):
         self.status, self.code, self.message, self.close = status, code, message, close
 
 
-class ApiServer:
+class ApiServer(BackgroundServer):
     """Serves the API on ``host:port`` in a background thread.
 
     ``health`` returns a dict of checks; ``GET /health`` answers 200 when every value is
@@ -337,17 +338,3 @@ class ApiServer:
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(data)
-
-    # -- lifecycle --------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()

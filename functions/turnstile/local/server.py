@@ -20,7 +20,7 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import BaseWSGIServer, make_server
 
-__all__ = ["EmbeddedAws", "SerializedApp", "patch_moto_transactions"]
+__all__ = ["BackgroundServer", "EmbeddedAws", "SerializedApp", "patch_moto_transactions"]
 
 
 class _TransactionBackup:
@@ -95,18 +95,11 @@ class SerializedApp:
             return [b"".join(self.app(environ, start_response))]
 
 
-class EmbeddedAws:
-    """moto's server on ``host:port`` (port 0 picks a free one), in a background thread."""
+class BackgroundServer:
+    """A ``socketserver`` server (``self._server``) run by ``self._thread``: its lifecycle."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 4566) -> None:
-        patch_moto_transactions()
-        app = SerializedApp(DomainDispatcherApplication(create_backend_app))
-        self._server: BaseWSGIServer = make_server(
-            host, port, app, threaded=True, request_handler=MotoRequestHandler
-        )
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="embedded-aws", daemon=True
-        )
+    _server: Any
+    _thread: threading.Thread
 
     @property
     def url(self) -> str:
@@ -119,3 +112,17 @@ class EmbeddedAws:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class EmbeddedAws(BackgroundServer):
+    """moto's server on ``host:port`` (port 0 picks a free one), in a background thread."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 4566) -> None:
+        patch_moto_transactions()
+        app = SerializedApp(DomainDispatcherApplication(create_backend_app))
+        self._server: BaseWSGIServer = make_server(
+            host, port, app, threaded=True, request_handler=MotoRequestHandler
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="embedded-aws", daemon=True
+        )
