@@ -22,6 +22,7 @@ os.environ.pop("AWS_ENDPOINT_URL", None)
 os.environ.pop("AWS_PROFILE", None)
 os.environ.pop("TURNSTILE_INTAKE_TABLE", None)
 os.environ.pop("TURNSTILE_MAIN_TABLE", None)
+os.environ.pop("TURNSTILE_CONTROL_TABLE", None)
 
 from collections.abc import Iterator
 from typing import Any
@@ -30,7 +31,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import ALL_TABLES, INTAKE_TABLE
 from turnstile.local.poller import to_lambda_record
 
 
@@ -61,13 +62,13 @@ class StreamReader:
 
 def create_tables(session: boto3.Session) -> None:
     client = session.client("dynamodb")
-    for spec in (INTAKE_TABLE, MAIN_TABLE):
+    for spec in ALL_TABLES:
         client.create_table(**spec.create_table_kwargs())
 
 
 @pytest.fixture
 def aws() -> Iterator[boto3.Session]:
-    """A fresh in-process moto account with turnstile's two tables."""
+    """A fresh in-process moto account with turnstile's tables."""
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
         create_tables(session)

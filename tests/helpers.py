@@ -7,7 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 
 
 def put_raw_intake(client: Any, event_id: str, signup_id: str, **attrs: Any) -> None:
@@ -17,21 +17,38 @@ def put_raw_intake(client: Any, event_id: str, signup_id: str, **attrs: Any) -> 
     client.put_item(TableName=INTAKE_TABLE.name, Item=item)
 
 
-def main_table_items(client: Any) -> dict[tuple[str, str], dict[str, Any]]:
+def table_items(client: Any, table: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """Every item of a table by its key values (any key names), read consistently."""
+    key_names = [
+        k["AttributeName"] for k in client.describe_table(TableName=table)["Table"]["KeySchema"]
+    ]
     items: dict[tuple[str, str], dict[str, Any]] = {}
-    kwargs: dict[str, Any] = {"TableName": MAIN_TABLE.name, "ConsistentRead": True}
+    kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
     while True:
         page = client.scan(**kwargs)
         for item in page["Items"]:
-            items[(item["event_id"]["S"], item["signup_id"]["S"])] = item
+            items[(item[key_names[0]]["S"], item[key_names[1]]["S"])] = item
         if "LastEvaluatedKey" not in page:
             return items
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
+def main_table_items(client: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return table_items(client, MAIN_TABLE.name)
+
+
+def state_items(client: Any) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """Everything turnstile wrote: decisions (main) and event/system items (control)."""
+    return {
+        (table, *key): item
+        for table in (MAIN_TABLE.name, CONTROL_TABLE.name)
+        for key, item in table_items(client, table).items()
+    }
+
+
 def decisions(client: Any) -> dict[tuple[str, str], dict[str, Any]]:
-    """Decision items only: not event items, not the sweeper's system items."""
-    return {k: v for k, v in main_table_items(client).items() if "status" in v}
+    """Decision items: the main table holds nothing else."""
+    return main_table_items(client)
 
 
 class FaultyClient:

@@ -19,7 +19,7 @@ from constructs import Construct
 from turnstile.api import ROUTES as API_ROUTES
 
 from .functions import FunctionCommons, TurnstileFunction
-from .permissions import API_INTAKE_ACTIONS, API_MAIN_ACTIONS
+from .permissions import API_CONTROL_ACTIONS, API_INTAKE_ACTIONS, API_MAIN_ACTIONS
 
 __all__ = ["ROUTES", "ApiAuth", "TurnstileApi"]
 
@@ -78,6 +78,7 @@ class TurnstileApi(Construct):
         commons: FunctionCommons,
         intake: dynamodb.ITable,
         main: dynamodb.ITable,
+        control: dynamodb.ITable,
         table_names: dict[str, str],
         auth: ApiAuth,
         rate_limit: int,
@@ -98,6 +99,7 @@ class TurnstileApi(Construct):
         self.function = self.handler.function
         main.grant(self.function, *API_MAIN_ACTIONS)
         intake.grant(self.function, *API_INTAKE_ACTIONS)
+        control.grant(self.function, *API_CONTROL_ACTIONS)
 
         self.http_api = apigwv2.HttpApi(
             self,

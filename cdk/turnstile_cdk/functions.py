@@ -12,7 +12,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import ALL_TABLES
 
 __all__ = [
     "FUNCTIONS_DIR",
@@ -136,8 +136,7 @@ class TurnstileFunction(Construct):
         # Instead of AWSLambdaBasicExecutionRole (logs:* on every log group): this group only.
         self.log_group.grant_write(self.role)
         environment = {
-            INTAKE_TABLE.env_var: table_names[INTAKE_TABLE.env_var],
-            MAIN_TABLE.env_var: table_names[MAIN_TABLE.env_var],
+            **{spec.env_var: table_names[spec.env_var] for spec in ALL_TABLES},
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "POWERTOOLS_LOG_LEVEL": commons.log_level,

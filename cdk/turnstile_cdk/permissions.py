@@ -7,25 +7,27 @@ by the action it performs (PutItem, UpdateItem, DeleteItem, ConditionCheckItem, 
 from __future__ import annotations
 
 __all__ = [
+    "API_CONTROL_ACTIONS",
     "API_INTAKE_ACTIONS",
     "API_MAIN_ACTIONS",
+    "PROCESSOR_CONTROL_ACTIONS",
     "PROCESSOR_INTAKE_ACTIONS",
     "PROCESSOR_MAIN_ACTIONS",
+    "SWEEPER_CONTROL_ACTIONS",
     "SWEEPER_INTAKE_ACTIONS",
     "SWEEPER_MAIN_ACTIONS",
 ]
 
 _POINT_READS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
 
-#: Decides: reads the event item (ConsistentRead), commits counters + journal with one
-#: conditional UpdateItem, writes decision items with BatchWriteItem, and rejects signups
-#: of unknown events in a transaction guarded by a ConditionCheck. Stream access is granted
-#: with the stream itself.
-PROCESSOR_MAIN_ACTIONS = (
-    *_POINT_READS,
-    "dynamodb:PutItem",
+#: Decides: writes decision items with BatchWriteItem, and rejections of signups of unknown
+#: events with conditional puts in a transaction. Reads decisions to know what is decided.
+PROCESSOR_MAIN_ACTIONS = (*_POINT_READS, "dynamodb:PutItem", "dynamodb:BatchWriteItem")
+#: Reads the event item (ConsistentRead), commits counters + journal with one conditional
+#: UpdateItem, and checks that an unknown event still has no item (ConditionCheck).
+PROCESSOR_CONTROL_ACTIONS = (
+    "dynamodb:GetItem",
     "dynamodb:UpdateItem",
-    "dynamodb:BatchWriteItem",
     "dynamodb:ConditionCheckItem",
 )
 
@@ -33,18 +35,22 @@ PROCESSOR_MAIN_ACTIONS = (
 #: (their attributes are not in the journal); it never writes intake.
 PROCESSOR_INTAKE_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem")
 
-#: Creates and closes events (the event item) and reads events and decisions.
-API_MAIN_ACTIONS = (*_POINT_READS, "dynamodb:PutItem", "dynamodb:UpdateItem")
+#: Reads decisions.
+API_MAIN_ACTIONS = _POINT_READS
+#: Creates and closes events (the event item) and reads them.
+API_CONTROL_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
 #: Submits signups (conditional PutItem) and reads them back for status and 409 checks.
 API_INTAKE_ACTIONS = (*_POINT_READS, "dynamodb:PutItem")
 
 #: Finds intake records without a decision and re-emits them by bumping ``redrive``:
 #: UpdateItem is its only write on intake, and it never deletes.
 SWEEPER_INTAKE_ACTIONS = (*_POINT_READS, "dynamodb:Scan", "dynamodb:UpdateItem")
-#: Reads decisions, and keeps its lease and run-history items in main.
-SWEEPER_MAIN_ACTIONS = (
+#: Reads decisions.
+SWEEPER_MAIN_ACTIONS = _POINT_READS
+#: Reads event items (journals); keeps its lease (fenced by ConditionCheck) and its run
+#: history.
+SWEEPER_CONTROL_ACTIONS = (
     *_POINT_READS,
-    "dynamodb:Scan",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
     "dynamodb:ConditionCheckItem",

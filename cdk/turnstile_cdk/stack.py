@@ -50,6 +50,7 @@ class TurnstileStack(Stack):
             commons=commons,
             intake=self.tables.intake,
             main=self.tables.main,
+            control=self.tables.control,
             table_names=table_names,
         )
         self.api = TurnstileApi(
@@ -58,6 +59,7 @@ class TurnstileStack(Stack):
             commons=commons,
             intake=self.tables.intake,
             main=self.tables.main,
+            control=self.tables.control,
             table_names=table_names,
             auth=ApiAuth(jwt_issuer=settings.jwt_issuer, jwt_audience=settings.jwt_audience),
             rate_limit=settings.api_rate_limit,
@@ -69,6 +71,7 @@ class TurnstileStack(Stack):
             commons=commons,
             intake=self.tables.intake,
             main=self.tables.main,
+            control=self.tables.control,
             table_names=table_names,
         )
         self.monitoring = Monitoring(
@@ -81,7 +84,11 @@ class TurnstileStack(Stack):
                 "Sweeper": self.sweeper.function,
             },
             failure_queue=self.processor.failure_queue,
-            tables={"Intake": self.tables.intake, "Main": self.tables.main},
+            tables={
+                "Intake": self.tables.intake,
+                "Main": self.tables.main,
+                "Control": self.tables.control,
+            },
             alarm_email=settings.alarm_email,
         )
 
@@ -96,7 +103,13 @@ class TurnstileStack(Stack):
             self,
             OutputKey.MAIN_TABLE_NAME,
             value=self.tables.main.table_name,
-            description="Events and decisions.",
+            description="Decisions, one per intake record, under its own key.",
+        )
+        CfnOutput(
+            self,
+            OutputKey.CONTROL_TABLE_NAME,
+            value=self.tables.control.table_name,
+            description="Event items, the sweeper's lease and run history (turnstile's own).",
         )
         CfnOutput(
             self,

@@ -12,7 +12,11 @@ from turnstile.contract import STREAM_SOURCE, EventSourceSettings
 
 from .event_source import event_source_mapping_properties
 from .functions import FunctionCommons, TurnstileFunction
-from .permissions import PROCESSOR_INTAKE_ACTIONS, PROCESSOR_MAIN_ACTIONS
+from .permissions import (
+    PROCESSOR_CONTROL_ACTIONS,
+    PROCESSOR_INTAKE_ACTIONS,
+    PROCESSOR_MAIN_ACTIONS,
+)
 
 __all__ = ["StreamProcessor"]
 
@@ -32,6 +36,7 @@ class StreamProcessor(Construct):
         commons: FunctionCommons,
         intake: dynamodb.ITable,
         main: dynamodb.ITable,
+        control: dynamodb.ITable,
         table_names: dict[str, str],
         settings: EventSourceSettings = STREAM_SOURCE,
     ) -> None:
@@ -78,6 +83,7 @@ class StreamProcessor(Construct):
         intake.grant_stream_read(self.function)
         intake.grant(self.function, *PROCESSOR_INTAKE_ACTIONS)
         main.grant(self.function, *PROCESSOR_MAIN_ACTIONS)
+        control.grant(self.function, *PROCESSOR_CONTROL_ACTIONS)
         self.failure_queue.grant_send_messages(self.function)
 
         stream_arn = intake.table_stream_arn

@@ -10,7 +10,7 @@ from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
 from .functions import FunctionCommons, TurnstileFunction
-from .permissions import SWEEPER_INTAKE_ACTIONS, SWEEPER_MAIN_ACTIONS
+from .permissions import SWEEPER_CONTROL_ACTIONS, SWEEPER_INTAKE_ACTIONS, SWEEPER_MAIN_ACTIONS
 
 __all__ = ["SWEEP_INTERVAL", "Sweeper"]
 
@@ -32,6 +32,7 @@ class Sweeper(Construct):
         commons: FunctionCommons,
         intake: dynamodb.ITable,
         main: dynamodb.ITable,
+        control: dynamodb.ITable,
         table_names: dict[str, str],
     ) -> None:
         super().__init__(scope, construct_id)
@@ -49,6 +50,7 @@ class Sweeper(Construct):
         self.function = self.handler.function
         intake.grant(self.function, *SWEEPER_INTAKE_ACTIONS)
         main.grant(self.function, *SWEEPER_MAIN_ACTIONS)
+        control.grant(self.function, *SWEEPER_CONTROL_ACTIONS)
 
         # Our own role (rather than the stack-wide one the target would create), so its one
         # permission and the reason for its shape sit with the sweeper.

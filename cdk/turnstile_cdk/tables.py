@@ -1,4 +1,4 @@
-"""The intake and main tables, built from the contract's TableSpec (keys, stream, TTL)."""
+"""The intake, main and control tables, built from the contract's TableSpec (keys, stream, TTL)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, TableSpec
+from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, TableSpec
 
 __all__ = ["TurnstileTables", "table_from_spec"]
 
@@ -44,12 +44,15 @@ def table_from_spec(scope: Construct, spec: TableSpec, *, retain: bool) -> dynam
 
 
 class TurnstileTables(Construct):
-    """``intake`` (producers append, streamed to the processor) and ``main`` (events, decisions)."""
+    """``intake`` (producers append, streamed to the processor), ``main`` (decisions only) and
+    ``control`` (event items, the sweeper's lease and run history: no producer key reaches it).
+    """
 
     def __init__(self, scope: Construct, construct_id: str, *, retain: bool = True) -> None:
         super().__init__(scope, construct_id)
         self.intake = table_from_spec(self, INTAKE_TABLE, retain=retain)
         self.main = table_from_spec(self, MAIN_TABLE, retain=retain)
+        self.control = table_from_spec(self, CONTROL_TABLE, retain=retain)
 
     @property
     def environment(self) -> dict[str, str]:
@@ -57,4 +60,5 @@ class TurnstileTables(Construct):
         return {
             INTAKE_TABLE.env_var: self.intake.table_name,
             MAIN_TABLE.env_var: self.main.table_name,
+            CONTROL_TABLE.env_var: self.control.table_name,
         }

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from turnstile.contract import EVENT_SORT_KEY, Attr, Reason, Status
+from turnstile.contract import Attr, Reason, Status
 from turnstile.store import EventRecord, SignupStore
 
 __all__ = ["AuditReport", "EventAudit", "audit"]
@@ -171,8 +171,9 @@ def audit(
     pending_grace_s: float = 300.0,
     now: datetime | None = None,
 ) -> AuditReport:
-    """Read both tables (or one event's partition) and check every event."""
+    """Read the tables (or one event's partitions) and check every event."""
     now = now or datetime.now(UTC)
+    event_items = {item[Attr.EVENT_ID]: item for item in store.event_items(event_id)}
     main: dict[str, list[dict[str, Any]]] = {}
     for item in store.scan(store.main_table, event_id):
         main.setdefault(item[Attr.EVENT_ID], []).append(item)
@@ -180,12 +181,11 @@ def audit(
     for item in store.scan(store.intake_table, event_id):
         intake.setdefault(item[Attr.EVENT_ID], []).append(item)
     reports = []
-    event_ids = set(main) | set(intake) | ({event_id} if event_id else set())
-    # Partitions starting with '#' hold system items (the sweeper's), never events.
-    for eid in sorted(e for e in event_ids if not e.startswith("#")):
-        items = main.get(eid, [])
-        event_item = next((i for i in items if i[Attr.SIGNUP_ID] == EVENT_SORT_KEY), None)
-        decisions = [i for i in items if i[Attr.SIGNUP_ID] != EVENT_SORT_KEY and Attr.STATUS in i]
+    event_ids = set(event_items) | set(main) | set(intake) | ({event_id} if event_id else set())
+    for eid in sorted(event_ids):
+        # The main table holds only decisions (events live in the control table).
+        decisions = main.get(eid, [])
+        event_item = event_items.get(eid)
         journal_ids: set[str] = set()
         if event_item is not None and event_item.get(Attr.JOURNAL) is not None:
             record = EventRecord.from_values(event_item)

@@ -12,21 +12,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "EVENT_SORT_KEY",
+    "ALL_TABLES",
+    "CONTROL_TABLE",
     "FAILURE_QUEUE_NAME",
     "ID_PATTERN",
     "INTAKE_TABLE",
     "MAIN_TABLE",
     "MAX_ATTRIBUTES_BYTES",
     "STREAM_SOURCE",
-    "SWEEPER_LEASE_KEY",
-    "SWEEPER_RUNS_PARTITION",
     "Attr",
+    "ControlKey",
     "EventSourceSettings",
     "EventState",
     "Reason",
     "Status",
     "TableSpec",
+    "control_table_name",
     "intake_table_name",
     "main_table_name",
 ]
@@ -37,12 +38,33 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 #: The largest ``attributes`` map a signup may carry, in DynamoDB's item-size bytes.
 MAX_ATTRIBUTES_BYTES = 4096
 
-#: System items live in partitions that no event id can take (ids never start with '#').
-SWEEPER_LEASE_KEY = ("#sweeper", "#lease")
-SWEEPER_RUNS_PARTITION = "#sweeper-runs"
 
-#: The sort key of the event item in the main table.
-EVENT_SORT_KEY = "#EVENT"
+
+class ControlKey:
+    """Keys of the control table, the only home of the items turnstile keeps for itself.
+
+    The trust boundary by construction: producers write any key they like into intake, and
+    every decision lands in the main table under its intake record's own key. No item of
+    turnstile's own lives there, so no intake key can write, replace or shadow one. In the
+    control table each key starts with a fixed kind prefix (``EVENT#``, ``SWEEPER``,
+    ``SWEEP-RUN``) and a free-form part (an event id) only ever follows ``EVENT#``, so even
+    a hostile event id read from intake can name nothing but an event item.
+    """
+
+    PK = "pk"
+    SK = "sk"
+    EVENT_PREFIX = "EVENT#"
+    EVENT_SK = "EVENT"
+    SWEEPER_LEASE = ("SWEEPER", "LEASE")
+    SWEEP_RUNS = "SWEEP-RUN"
+
+    @classmethod
+    def event(cls, event_id: str) -> tuple[str, str]:
+        return f"{cls.EVENT_PREFIX}{event_id}", cls.EVENT_SK
+
+    @classmethod
+    def sweep_run(cls, run_id: str, seq: int) -> tuple[str, str]:
+        return cls.SWEEP_RUNS, f"{run_id}#{seq:06d}"
 
 
 class Attr:
@@ -143,10 +165,20 @@ INTAKE_TABLE = TableSpec(
 #: The local stack's on-failure destination (on AWS the CDK stack names it).
 FAILURE_QUEUE_NAME = "turnstile-stream-failures"
 
+#: Decision items only, one per intake record, under the intake record's own key.
 MAIN_TABLE = TableSpec(
     logical_id="MainTable",
     default_name="turnstile-main",
     env_var="TURNSTILE_MAIN_TABLE",
+)
+
+#: Event items and the sweeper's lease and run history (keys: ``ControlKey``).
+CONTROL_TABLE = TableSpec(
+    logical_id="ControlTable",
+    default_name="turnstile-control",
+    env_var="TURNSTILE_CONTROL_TABLE",
+    partition_key=ControlKey.PK,
+    sort_key=ControlKey.SK,
 )
 
 
@@ -156,6 +188,14 @@ def intake_table_name() -> str:
 
 def main_table_name() -> str:
     return MAIN_TABLE.name
+
+
+def control_table_name() -> str:
+    return CONTROL_TABLE.name
+
+
+#: Every table turnstile owns, in the order the stacks create them.
+ALL_TABLES = (INTAKE_TABLE, MAIN_TABLE, CONTROL_TABLE)
 
 
 @dataclass(frozen=True)

@@ -36,12 +36,11 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from turnstile.contract import (
-    EVENT_SORT_KEY,
+    CONTROL_TABLE,
     INTAKE_TABLE,
     MAIN_TABLE,
-    SWEEPER_LEASE_KEY,
-    SWEEPER_RUNS_PARTITION,
     Attr,
+    ControlKey,
     EventState,
     Status,
 )
@@ -191,13 +190,20 @@ def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 
 class SignupStore:
-    """DynamoDB access for both tables. Pass ``client`` to use a stubbed or local one."""
+    """DynamoDB access for the three tables. Pass ``client`` to use a stubbed or local one.
+
+    ``intake`` and ``main`` are keyed by ``(event_id, signup_id)``: the producer's record and
+    its decision. Everything turnstile keeps for itself (event items, the sweeper's lease and
+    run history) lives in the ``control`` table under ``ControlKey`` keys, out of reach of any
+    key a producer can write.
+    """
 
     def __init__(
         self,
         client: Any = None,
         intake_table: str | None = None,
         main_table: str | None = None,
+        control_table: str | None = None,
         max_attempts: int = 8,
         base_delay_s: float = 0.05,
         max_delay_s: float = 2.0,
@@ -206,6 +212,7 @@ class SignupStore:
         self.client = client or default_client()
         self.intake_table = intake_table or INTAKE_TABLE.name
         self.main_table = main_table or MAIN_TABLE.name
+        self.control_table = control_table or CONTROL_TABLE.name
         self.max_attempts = max_attempts
         self.base_delay_s = base_delay_s
         self.max_delay_s = max_delay_s
@@ -243,17 +250,28 @@ class SignupStore:
 
     @staticmethod
     def _key(event_id: str, signup_id: str) -> dict[str, Any]:
+        """The key of an intake record or of its decision."""
         return {Attr.EVENT_ID: {"S": event_id}, Attr.SIGNUP_ID: {"S": signup_id}}
+
+    @staticmethod
+    def _control_key(key: tuple[str, str]) -> dict[str, Any]:
+        """A control-table key, as built by ``ControlKey``."""
+        return {ControlKey.PK: {"S": key[0]}, ControlKey.SK: {"S": key[1]}}
+
+    def _event_key(self, event_id: str) -> dict[str, Any]:
+        return self._control_key(ControlKey.event(event_id))
 
     # -- events -----------------------------------------------------------------------
 
     def create_event(self, event_id: str, capacity: int, now: str) -> EventRecord:
         """Create an OPEN event; raise ``EventExistsError`` if the id is taken."""
         snapshot = EventSnapshot(event_id=event_id, capacity=capacity)
+        pk, sk = ControlKey.event(event_id)
         item = to_item(
             {
+                ControlKey.PK: pk,
+                ControlKey.SK: sk,
                 Attr.EVENT_ID: event_id,
-                Attr.SIGNUP_ID: EVENT_SORT_KEY,
                 Attr.CAPACITY: capacity,
                 Attr.TAKEN: 0,
                 Attr.ACCEPTED: 0,
@@ -265,10 +283,10 @@ class SignupStore:
         try:
             self._call(
                 "put_item",
-                TableName=self.main_table,
+                TableName=self.control_table,
                 Item=item,
-                ConditionExpression="attribute_not_exists(#sk)",
-                ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
+                ConditionExpression="attribute_not_exists(#pk)",
+                ExpressionAttributeNames={"#pk": ControlKey.PK},
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
@@ -280,13 +298,45 @@ class SignupStore:
         """The event item, read strongly consistent by default, or None."""
         response = self._call(
             "get_item",
-            TableName=self.main_table,
-            Key=self._key(event_id, EVENT_SORT_KEY),
+            TableName=self.control_table,
+            Key=self._event_key(event_id),
             ConsistentRead=consistent,
         )
         if "Item" not in response:
             return None
         return self._event_from_item(response["Item"])
+
+    def scan_events(self) -> Iterator[EventRecord]:
+        """Every event (the audit's and the CLI's listing; never the decision path)."""
+        for item in self.event_items():
+            yield EventRecord.from_values(item)
+
+    def event_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Event items as plain values: one event's (if it exists) or all, read consistently."""
+        if event_id is not None:
+            response = self._call(
+                "get_item",
+                TableName=self.control_table,
+                Key=self._event_key(event_id),
+                ConsistentRead=True,
+            )
+            if "Item" in response:
+                yield from_item(response["Item"])
+            return
+        kwargs: dict[str, Any] = {
+            "TableName": self.control_table,
+            "ConsistentRead": True,
+            "FilterExpression": "begins_with(#pk, :prefix)",
+            "ExpressionAttributeNames": {"#pk": ControlKey.PK},
+            "ExpressionAttributeValues": {":prefix": {"S": ControlKey.EVENT_PREFIX}},
+        }
+        while True:
+            response = self._call("scan", **kwargs)
+            for raw in response.get("Items", []):
+                yield from_item(raw)
+            if "LastEvaluatedKey" not in response:
+                return
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     @staticmethod
     def _event_from_item(raw: Mapping[str, Any]) -> EventRecord:
@@ -300,14 +350,14 @@ class SignupStore:
         try:
             response = self._call(
                 "update_item",
-                TableName=self.main_table,
-                Key=self._key(event_id, EVENT_SORT_KEY),
+                TableName=self.control_table,
+                Key=self._event_key(event_id),
                 UpdateExpression="SET #state = :closed ADD #version :one",
-                ConditionExpression="attribute_exists(#sk) AND #state = :open",
+                ConditionExpression="attribute_exists(#pk) AND #state = :open",
                 ExpressionAttributeNames={
                     "#state": Attr.STATE,
                     "#version": Attr.VERSION,
-                    "#sk": Attr.SIGNUP_ID,
+                    "#pk": ControlKey.PK,
                 },
                 ExpressionAttributeValues={
                     ":closed": {"S": EventState.CLOSED},
@@ -411,8 +461,7 @@ class SignupStore:
 
     def get_decisions(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Decision items that exist for these signups, read strongly consistent."""
-        ids = [s for s in dict.fromkeys(signup_ids) if s != EVENT_SORT_KEY]
-        return self._batch_get(self.main_table, event_id, ids)
+        return self._batch_get(self.main_table, event_id, list(dict.fromkeys(signup_ids)))
 
     def _batch_get(
         self, table: str, event_id: str, signup_ids: list[str]
@@ -458,8 +507,8 @@ class SignupStore:
         try:
             self._call(
                 "update_item",
-                TableName=self.main_table,
-                Key=self._key(expected.event_id, EVENT_SORT_KEY),
+                TableName=self.control_table,
+                Key=self._event_key(expected.event_id),
                 UpdateExpression=(
                     "SET #taken = :taken, #accepted = :accepted, #version = :next, #journal = :j"
                 ),
@@ -566,10 +615,10 @@ class SignupStore:
             actions: list[dict[str, Any]] = [
                 {
                     "ConditionCheck": {
-                        "TableName": self.main_table,
-                        "Key": self._key(event_id, EVENT_SORT_KEY),
-                        "ConditionExpression": "attribute_not_exists(#sk)",
-                        "ExpressionAttributeNames": {"#sk": Attr.SIGNUP_ID},
+                        "TableName": self.control_table,
+                        "Key": self._event_key(event_id),
+                        "ConditionExpression": "attribute_not_exists(#pk)",
+                        "ExpressionAttributeNames": {"#pk": ControlKey.PK},
                     }
                 }
             ]
@@ -595,7 +644,7 @@ class SignupStore:
                     ) from exc
                 raise
 
-    # -- the sweeper's lease and run history (system items in the main table) -----------
+    # -- the sweeper's lease and run history (control table) ---------------------------
 
     def acquire_lease(self, owner: str, duration_s: float, now: float) -> int | None:
         """Take the sweeper lease if free, expired or already ours (seed 001).
@@ -606,17 +655,17 @@ class SignupStore:
         try:
             response = self._call(
                 "update_item",
-                TableName=self.main_table,
-                Key=self._key(*SWEEPER_LEASE_KEY),
+                TableName=self.control_table,
+                Key=self._control_key(ControlKey.SWEEPER_LEASE),
                 UpdateExpression="SET #owner = :owner, #until = :until ADD #fence :one",
                 ConditionExpression=(
-                    "attribute_not_exists(#sk) OR #until < :now OR #owner = :owner"
+                    "attribute_not_exists(#pk) OR #until < :now OR #owner = :owner"
                 ),
                 ExpressionAttributeNames={
                     "#owner": "owner",
                     "#until": "lease_until",
                     "#fence": "fence",
-                    "#sk": Attr.SIGNUP_ID,
+                    "#pk": ControlKey.PK,
                 },
                 ExpressionAttributeValues={
                     ":owner": {"S": owner},
@@ -635,8 +684,8 @@ class SignupStore:
     def _lease_check(self, owner: str, token: int, now: float) -> dict[str, Any]:
         return {
             "ConditionCheck": {
-                "TableName": self.main_table,
-                "Key": self._key(*SWEEPER_LEASE_KEY),
+                "TableName": self.control_table,
+                "Key": self._control_key(ControlKey.SWEEPER_LEASE),
                 "ConditionExpression": "#owner = :owner AND #fence = :token AND #until >= :now",
                 "ExpressionAttributeNames": {
                     "#owner": "owner",
@@ -651,13 +700,23 @@ class SignupStore:
             }
         }
 
+    def get_lease(self) -> dict[str, Any] | None:
+        """The sweeper's lease item (owner, fence, lease_until), read consistently, or None."""
+        response = self._call(
+            "get_item",
+            TableName=self.control_table,
+            Key=self._control_key(ControlKey.SWEEPER_LEASE),
+            ConsistentRead=True,
+        )
+        return from_item(response["Item"]) if "Item" in response else None
+
     def release_lease(self, owner: str, token: int) -> None:
         """Give the lease up early (only if it is still ours, with the same token)."""
         try:
             self._call(
                 "update_item",
-                TableName=self.main_table,
-                Key=self._key(*SWEEPER_LEASE_KEY),
+                TableName=self.control_table,
+                Key=self._control_key(ControlKey.SWEEPER_LEASE),
                 UpdateExpression="SET #until = :zero",
                 ConditionExpression="#owner = :owner AND #fence = :token",
                 ExpressionAttributeNames={
@@ -738,7 +797,7 @@ class SignupStore:
                 raise LeaseLostError(f"sweeper lease of {owner!r} (token {token}) lapsed") from exc
             return
         # moto gives no per-item reasons: read the lease to tell.
-        lease = self.get_decision(*SWEEPER_LEASE_KEY) or {}
+        lease = self.get_lease() or {}
         if lease.get("owner") != owner or int(lease.get("fence", -1)) != token:
             raise LeaseLostError(f"sweeper lease of {owner!r} (token {token}) lapsed") from exc
         if float(lease.get("lease_until", 0)) < now:
@@ -758,8 +817,8 @@ class SignupStore:
         seq = int(latest["seq"]) + 1 if latest else 1
         response = self._call(
             "update_item",
-            TableName=self.main_table,
-            Key=self._key(SWEEPER_RUNS_PARTITION, f"{run_id}#{seq:06d}"),
+            TableName=self.control_table,
+            Key=self._control_key(ControlKey.sweep_run(run_id, seq)),
             UpdateExpression=(
                 "ADD #counter :one SET #status = if_not_exists(#status, :started), "
                 "#created = if_not_exists(#created, :now), #run = :run, #seq = :seq"
@@ -788,13 +847,14 @@ class SignupStore:
         self, run_id: str, seq: int, status: str, now: str, detail: Mapping[str, Any]
     ) -> None:
         """Append the run's outcome (``succeeded`` or ``failed``) as a new immutable item."""
+        pk, sk = ControlKey.sweep_run(run_id, seq + 1)
         self._call(
             "put_item",
-            TableName=self.main_table,
+            TableName=self.control_table,
             Item=to_item(
                 {
-                    Attr.EVENT_ID: SWEEPER_RUNS_PARTITION,
-                    Attr.SIGNUP_ID: f"{run_id}#{seq + 1:06d}",
+                    ControlKey.PK: pk,
+                    ControlKey.SK: sk,
                     "run_id": run_id,
                     "seq": seq + 1,
                     "exec_status": status,
@@ -803,22 +863,22 @@ class SignupStore:
                     "detail": json.dumps(dict(detail), default=str),
                 }
             ),
-            ConditionExpression="attribute_not_exists(#sk)",
-            ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
+            ConditionExpression="attribute_not_exists(#pk)",
+            ExpressionAttributeNames={"#pk": ControlKey.PK},
         )
 
     def run_history(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """History items of one run (or all runs), oldest first."""
         kwargs: dict[str, Any] = {
-            "TableName": self.main_table,
+            "TableName": self.control_table,
             "ConsistentRead": True,
-            "ExpressionAttributeNames": {"#pk": Attr.EVENT_ID},
-            "ExpressionAttributeValues": {":pk": {"S": SWEEPER_RUNS_PARTITION}},
+            "ExpressionAttributeNames": {"#pk": ControlKey.PK},
+            "ExpressionAttributeValues": {":pk": {"S": ControlKey.SWEEP_RUNS}},
             "KeyConditionExpression": "#pk = :pk",
         }
         if run_id is not None:
             kwargs["KeyConditionExpression"] += " AND begins_with(#sk, :prefix)"
-            kwargs["ExpressionAttributeNames"]["#sk"] = Attr.SIGNUP_ID
+            kwargs["ExpressionAttributeNames"]["#sk"] = ControlKey.SK
             kwargs["ExpressionAttributeValues"][":prefix"] = {"S": f"{run_id}#"}
         items: list[dict[str, Any]] = []
         while True:

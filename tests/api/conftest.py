@@ -17,7 +17,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.api.helpers import Answer, Invoke, LiveApi, v2_event
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import ALL_TABLES
 from turnstile.handlers import api as api_handler
 from turnstile.local.api_server import ApiServer, LocalLambdaContext
 from turnstile.store import SignupStore, default_client
@@ -60,7 +60,7 @@ def live_api() -> Iterator[LiveApi]:
         api_handler.get_store.cache_clear()
         try:
             client = default_client()
-            for spec in (INTAKE_TABLE, MAIN_TABLE):
+            for spec in ALL_TABLES:
                 client.create_table(**spec.create_table_kwargs())
             server = ApiServer(
                 "127.0.0.1", 0, lambda: {"ok": True}, app_handler=api_handler.handler

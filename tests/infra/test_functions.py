@@ -31,6 +31,7 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
     assert properties["Environment"]["Variables"] == {
         "TURNSTILE_INTAKE_TABLE": {"Ref": "IntakeTable"},
         "TURNSTILE_MAIN_TABLE": {"Ref": "MainTable"},
+        "TURNSTILE_CONTROL_TABLE": {"Ref": "ControlTable"},
         "POWERTOOLS_SERVICE_NAME": "turnstile",
         "POWERTOOLS_METRICS_NAMESPACE": "Turnstile",
         "POWERTOOLS_LOG_LEVEL": "INFO",

@@ -8,10 +8,13 @@ import pytest
 from aws_cdk.assertions import Template
 
 from turnstile_cdk.permissions import (
+    API_CONTROL_ACTIONS,
     API_INTAKE_ACTIONS,
     API_MAIN_ACTIONS,
+    PROCESSOR_CONTROL_ACTIONS,
     PROCESSOR_INTAKE_ACTIONS,
     PROCESSOR_MAIN_ACTIONS,
+    SWEEPER_CONTROL_ACTIONS,
     SWEEPER_INTAKE_ACTIONS,
     SWEEPER_MAIN_ACTIONS,
 )
@@ -20,6 +23,7 @@ from .conftest import function_by_handler, render, role_permissions
 
 INTAKE = "${IntakeTable.Arn}"
 MAIN = "${MainTable.Arn}"
+CONTROL = "${ControlTable.Arn}"
 STREAM = "${IntakeTable.StreamArn}"
 XRAY = {"xray:PutTraceSegments": {"*"}, "xray:PutTelemetryRecords": {"*"}}
 
@@ -49,7 +53,7 @@ def _merge(*grants: dict[str, set[str]]) -> dict[str, set[str]]:
     return merged
 
 
-def test_processor_reads_the_stream_and_decides_into_main_only(template: Template) -> None:
+def test_processor_reads_the_stream_and_decides_into_main_and_control(template: Template) -> None:
     queue_id = template.find_outputs("FailureQueueUrl")["FailureQueueUrl"]["Value"]["Ref"]
     queue = f"${{{queue_id}.Arn}}"
     assert _permissions(template, "turnstile.handlers.stream.handler") == _merge(
@@ -59,23 +63,21 @@ def test_processor_reads_the_stream_and_decides_into_main_only(template: Templat
         {"dynamodb:ListStreams": {"*"}},
         _on(PROCESSOR_INTAKE_ACTIONS, INTAKE),
         _on(PROCESSOR_MAIN_ACTIONS, MAIN),
+        _on(PROCESSOR_CONTROL_ACTIONS, CONTROL),
         _on(("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"), queue),
     )
 
 
 def test_processor_has_what_deciding_needs(template: Template) -> None:
     granted = _permissions(template, "turnstile.handlers.stream.handler")
-    # ConsistentRead reads, the commit's UpdateItem, batch writes, the transaction's items.
-    for action in (
-        "Query",
-        "PutItem",
-        "UpdateItem",
-        "BatchWriteItem",
-        "ConditionCheckItem",
-    ):
+    # Decision items: batch writes and the unknown-event transaction's conditional puts.
+    for action in ("Query", "PutItem", "BatchWriteItem"):
         assert granted[f"dynamodb:{action}"] == {MAIN}
-    for action in ("GetItem", "BatchGetItem"):
-        assert granted[f"dynamodb:{action}"] == {MAIN, INTAKE}
+    # The event item: the commit's UpdateItem and the unknown-event ConditionCheck.
+    for action in ("UpdateItem", "ConditionCheckItem"):
+        assert granted[f"dynamodb:{action}"] == {CONTROL}
+    assert granted["dynamodb:GetItem"] == {MAIN, INTAKE, CONTROL}
+    assert granted["dynamodb:BatchGetItem"] == {MAIN, INTAKE}
     # Never a write on intake: decisions are the processor's only output.
     assert {a for a, resources in granted.items() if INTAKE in resources} == {
         "dynamodb:GetItem",
@@ -85,17 +87,29 @@ def test_processor_has_what_deciding_needs(template: Template) -> None:
 
 def test_api_writes_intake_and_event_items_only(template: Template) -> None:
     assert _permissions(template, "turnstile.handlers.api.handler") == _merge(
-        _on(API_MAIN_ACTIONS, MAIN), _on(API_INTAKE_ACTIONS, INTAKE)
+        _on(API_MAIN_ACTIONS, MAIN),
+        _on(API_INTAKE_ACTIONS, INTAKE),
+        _on(API_CONTROL_ACTIONS, CONTROL),
     )
     assert "dynamodb:PutItem" in API_INTAKE_ACTIONS  # submit
-    assert {"dynamodb:PutItem", "dynamodb:UpdateItem"} <= set(API_MAIN_ACTIONS)  # create/close
+    assert {"dynamodb:PutItem", "dynamodb:UpdateItem"} <= set(API_CONTROL_ACTIONS)  # create/close
+    # Decisions are the processor's: the API only reads them.
+    assert set(API_MAIN_ACTIONS) == {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
     assert "dynamodb:GetItem" in API_INTAKE_ACTIONS and "dynamodb:GetItem" in API_MAIN_ACTIONS
 
 
-def test_sweeper_only_bumps_intake_and_keeps_its_lease_in_main(template: Template) -> None:
+def test_sweeper_only_bumps_intake_and_keeps_its_lease_in_control(template: Template) -> None:
     assert _permissions(template, "turnstile.handlers.sweeper.handler") == _merge(
-        _on(SWEEPER_INTAKE_ACTIONS, INTAKE), _on(SWEEPER_MAIN_ACTIONS, MAIN)
+        _on(SWEEPER_INTAKE_ACTIONS, INTAKE),
+        _on(SWEEPER_MAIN_ACTIONS, MAIN),
+        _on(SWEEPER_CONTROL_ACTIONS, CONTROL),
     )
+    # It never writes a decision.
+    assert set(SWEEPER_MAIN_ACTIONS) == {
+        "dynamodb:GetItem",
+        "dynamodb:BatchGetItem",
+        "dynamodb:Query",
+    }
     intake_writes = {
         a
         for a in SWEEPER_INTAKE_ACTIONS

@@ -19,6 +19,7 @@ from turnstile.stack_outputs import (
 OUTPUTS = {
     "IntakeTableName": "Turnstile-IntakeTable-1A2B",
     "MainTableName": "Turnstile-MainTable-3C4D",
+    "ControlTableName": "Turnstile-ControlTable-5E6F",
     "ApiUrl": "https://abc123.execute-api.eu-west-1.amazonaws.com",
     "FailureQueueUrl": "https://sqs.eu-west-1.amazonaws.com/123456789012/Turnstile-Failure",
     "AlarmTopicArn": "arn:aws:sns:eu-west-1:123456789012:Turnstile-Alarm",
@@ -56,6 +57,7 @@ def test_environment_for_stack() -> None:
     assert environment_for_stack(OUTPUTS) == {
         "TURNSTILE_INTAKE_TABLE": "Turnstile-IntakeTable-1A2B",
         "TURNSTILE_MAIN_TABLE": "Turnstile-MainTable-3C4D",
+        "TURNSTILE_CONTROL_TABLE": "Turnstile-ControlTable-5E6F",
         "TURNSTILE_API_URL": "https://abc123.execute-api.eu-west-1.amazonaws.com",
         "TURNSTILE_FAILURE_QUEUE_URL": (
             "https://sqs.eu-west-1.amazonaws.com/123456789012/Turnstile-Failure"

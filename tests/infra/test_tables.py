@@ -1,11 +1,11 @@
-"""Both tables as the contract defines them, with the production guards."""
+"""The three tables as the contract defines them, with the production guards."""
 
 from __future__ import annotations
 
 import pytest
 from aws_cdk.assertions import Template
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, TableSpec
+from turnstile.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, TableSpec
 
 
 def _keys(spec: TableSpec) -> dict[str, object]:
@@ -21,7 +21,7 @@ def _keys(spec: TableSpec) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("spec", [INTAKE_TABLE, MAIN_TABLE], ids=lambda s: s.logical_id)
+@pytest.mark.parametrize("spec", ALL_TABLES, ids=lambda s: s.logical_id)
 def test_table_keys_billing_recovery_and_encryption(template: Template, spec: TableSpec) -> None:
     # The contract's logical id is kept verbatim: the table is never replaced by a refactor.
     table = template.to_json()["Resources"][spec.logical_id]
@@ -54,10 +54,17 @@ def test_intake_streams_new_images_and_expires_by_ttl(template: Template) -> Non
     assert INTAKE_TABLE.ttl_attribute == "expires_at"
 
 
-def test_main_has_no_stream_and_no_ttl(template: Template) -> None:
-    properties = template.to_json()["Resources"][MAIN_TABLE.logical_id]["Properties"]
+@pytest.mark.parametrize("spec", [MAIN_TABLE, CONTROL_TABLE], ids=lambda s: s.logical_id)
+def test_main_and_control_have_no_stream_and_no_ttl(template: Template, spec: TableSpec) -> None:
+    properties = template.to_json()["Resources"][spec.logical_id]["Properties"]
     assert "StreamSpecification" not in properties
     assert "TimeToLiveSpecification" not in properties
+
+
+def test_control_table_keys_cannot_be_reached_from_intake_keys() -> None:
+    """The control table is keyed by (pk, sk), never by (event_id, signup_id)."""
+    assert (CONTROL_TABLE.partition_key, CONTROL_TABLE.sort_key) == ("pk", "sk")
+    assert CONTROL_TABLE.stream_view_type is None
 
 
 def test_tables_can_be_made_disposable(variant_template: Template) -> None:
@@ -70,7 +77,7 @@ def test_tables_can_be_made_disposable(variant_template: Template) -> None:
             "UpdateReplacePolicy": "Delete",
         },
     )
-    assert sorted(tables) == sorted([INTAKE_TABLE.logical_id, MAIN_TABLE.logical_id])
+    assert sorted(tables) == sorted(spec.logical_id for spec in ALL_TABLES)
     # Still recoverable while it lives.
     variant_template.all_resources_properties(
         "AWS::DynamoDB::Table",

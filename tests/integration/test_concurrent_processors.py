@@ -12,7 +12,7 @@ import threading
 import boto3
 
 from tests.helpers import decisions, put_raw_intake
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import ALL_TABLES, INTAKE_TABLE
 from turnstile.local.poller import to_lambda_record
 from turnstile.processor import IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore, default_client
@@ -22,7 +22,7 @@ NOW = "2026-01-01T00:00:00.000000Z"
 
 def test_three_processors_on_one_stream_never_oversell(endpoint):
     client = default_client(endpoint)
-    for spec in (INTAKE_TABLE, MAIN_TABLE):
+    for spec in ALL_TABLES:
         client.create_table(**spec.create_table_kwargs())
     store = SignupStore(client)
     capacities = {"small": 5, "mid": 17, "big": 60}

@@ -6,7 +6,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE
 from turnstile.store import default_client
 
 
@@ -23,7 +23,7 @@ def update(key: str) -> dict:
 
 def test_a_cancelled_transaction_leaves_no_trace_and_the_stream_goes_on(endpoint):
     client = default_client(endpoint)
-    for spec in (INTAKE_TABLE, MAIN_TABLE):
+    for spec in ALL_TABLES:
         client.create_table(**spec.create_table_kwargs())
     streams = boto3.client("dynamodbstreams", endpoint_url=endpoint)
     arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
@@ -43,9 +43,9 @@ def test_a_cancelled_transaction_leaves_no_trace_and_the_stream_goes_on(endpoint
     # WHEN a transaction updates two items and then fails its last condition
     failing_check = {
         "ConditionCheck": {
-            "TableName": MAIN_TABLE.name,
-            "Key": {"event_id": {"S": "e"}, "signup_id": {"S": "#EVENT"}},
-            "ConditionExpression": "attribute_exists(signup_id)",
+            "TableName": CONTROL_TABLE.name,
+            "Key": {"pk": {"S": "EVENT#e"}, "sk": {"S": "EVENT"}},
+            "ConditionExpression": "attribute_exists(pk)",
         }
     }
     with pytest.raises(ClientError) as info:

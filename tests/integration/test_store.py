@@ -47,8 +47,8 @@ def test_commit_guards_on_version_and_capacity(stubbed):
         "update_item",
         {},
         {
-            "TableName": "turnstile-main",
-            "Key": {"event_id": {"S": "e1"}, "signup_id": {"S": "#EVENT"}},
+            "TableName": "turnstile-control",
+            "Key": {"pk": {"S": "EVENT#e1"}, "sk": {"S": "EVENT"}},
             "UpdateExpression": ANY,
             "ConditionExpression": "#version = :expected AND #capacity >= :taken",
             "ExpressionAttributeNames": ANY,

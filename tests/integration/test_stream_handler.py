@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import FaultyClient, decisions, main_table_items, put_raw_intake
+from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
 from turnstile.audit import audit
 from turnstile.contract import Reason, Status
 from turnstile.handlers import stream as stream_handler
@@ -82,13 +82,13 @@ def test_redelivered_batch_changes_nothing(client, store, stream):
         submit(client, "gig", f"u{i}")
     records = stream.read_new()
     invoke(records)
-    before = main_table_items(client)
+    before = state_items(client)
     # WHEN the same batch arrives again, twice, and then a later half of it
     assert invoke(records) == {"batchItemFailures": []}
     invoke(records)
     invoke(records[2:])
     # THEN not a byte of the main table changed
-    assert main_table_items(client) == before
+    assert state_items(client) == before
 
 
 def test_failure_mid_batch_keeps_order_and_other_events_go_on(client, store, stream):
@@ -102,7 +102,7 @@ def test_failure_mid_batch_keeps_order_and_other_events_go_on(client, store, str
     commits = {"A": 0}
 
     def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
-        if operation == "update_item" and kwargs["Key"]["event_id"]["S"] == "A":
+        if operation == "update_item" and kwargs["Key"]["pk"]["S"] == "EVENT#A":
             commits["A"] += 1
             return "InternalServerError" if commits["A"] >= 2 else None
         return None
@@ -168,10 +168,10 @@ def test_throttling_past_the_retries_fails_only_that_group(client, store, stream
     submit(client, "B", "b0")
 
     def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
-        key = kwargs.get("Key", {}).get("event_id", {}).get("S")
+        key = kwargs.get("Key", {}).get("pk", {}).get("S")
         return (
             "ProvisionedThroughputExceededException"
-            if key == "A" and operation == "update_item"
+            if key == "EVENT#A" and operation == "update_item"
             else None
         )
 
@@ -227,7 +227,7 @@ def test_modify_of_a_decided_signup_changes_nothing(client, store, stream):
     submit(client, "gig", "a")
     submit(client, "gig", "b")
     invoke(stream.read_new())
-    before = main_table_items(client)
+    before = state_items(client)
     # WHEN a producer rewrites decided intake records (MODIFY), seats and all
     put_raw_intake(client, "gig", "b", seats={"N": "1"}, attributes={"M": {"x": {"S": "y"}}})
     store.redrive("gig", "a")
@@ -235,7 +235,7 @@ def test_modify_of_a_decided_signup_changes_nothing(client, store, stream):
     assert [r["eventName"] for r in records] == ["MODIFY", "MODIFY"]
     assert invoke(records) == {"batchItemFailures": []}
     # THEN decisions are unchanged
-    assert main_table_items(client) == before
+    assert state_items(client) == before
 
 
 def test_remove_records_from_ttl_are_ignored(client, store, stream):
@@ -245,9 +245,9 @@ def test_remove_records_from_ttl_are_ignored(client, store, stream):
     client.delete_item(TableName=store.intake_table, Key=store._key("gig", "a"))
     records = stream.read_new()
     records[0]["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
-    before = main_table_items(client)
+    before = state_items(client)
     assert invoke(records) == {"batchItemFailures": []}
-    assert main_table_items(client) == before
+    assert state_items(client) == before
 
 
 def test_a_crash_between_commit_and_items_is_recovered_from_the_journal(client, store, stream):

@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 from turnstile.local.server import EmbeddedAws
 from turnstile.local.stack import ensure_resources, local_aws_environment
 
@@ -43,6 +43,7 @@ class LocalEndpoint:
         self.label = label
         self.intake_table = f"bench-{label}-intake"
         self.main_table = f"bench-{label}-main"
+        self.control_table = f"bench-{label}-control"
         self.server: EmbeddedAws | None = None
         self._saved: dict[str, str | None] = {}
         self.client: Any = None
@@ -63,6 +64,7 @@ class LocalEndpoint:
                 **local_aws_environment(self.server.url),
                 INTAKE_TABLE.env_var: self.intake_table,
                 MAIN_TABLE.env_var: self.main_table,
+                CONTROL_TABLE.env_var: self.control_table,
             }
         )
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")

@@ -35,7 +35,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import Attr
+from turnstile.contract import Attr, ControlKey
 
 __all__ = [
     "READ_BLOCK_BYTES",
@@ -147,10 +147,20 @@ class ItemSizes:
         self._largest: dict[ItemKey, int] = {}
         self._partitions: dict[tuple[str, str], list[int]] = {}  # [items, bytes]
         self._lock = threading.Lock()
+        #: Key attribute names per table: the control table is keyed by (pk, sk).
+        self._names: dict[str, tuple[str, str]] = {}
+
+    def key_names(self, table: str) -> tuple[str, str]:
+        return self._names.get(table, (self.partition_key, self.sort_key))
 
     def key(self, table: str, key_or_item: Mapping[str, Mapping[str, Any]]) -> ItemKey:
-        pk = key_or_item[self.partition_key]
-        sk = key_or_item[self.sort_key]
+        names = self._names.get(table)
+        if names is None:
+            control = (ControlKey.PK, ControlKey.SK)
+            names = control if all(n in key_or_item for n in control) else self.key_names(table)
+            self._names[table] = names
+        pk = key_or_item[names[0]]
+        sk = key_or_item[names[1]]
         return table, str(next(iter(pk.values()))), str(next(iter(sk.values())))
 
     def get(self, key: ItemKey) -> int | None:
@@ -466,8 +476,8 @@ class MeteredClient:
         return self._index.key(table, request["DeleteRequest"]["Key"])
 
     def _key_dict(self, key: ItemKey) -> dict[str, Any]:
-        index = self._index
-        return {index.partition_key: {"S": key[1]}, index.sort_key: {"S": key[2]}}
+        pk, sk = self._index.key_names(key[0])
+        return {pk: {"S": key[1]}, sk: {"S": key[2]}}
 
     def _m_batch_get_item(self, **kwargs: Any) -> Any:
         response = self._client.batch_get_item(**kwargs)

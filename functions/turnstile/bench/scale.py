@@ -36,7 +36,7 @@ from turnstile.bench.strategies import (
     quiet,
 )
 from turnstile.bench.workload import Signup, Workload, event_capacities, generate, intake_item
-from turnstile.contract import EVENT_SORT_KEY
+from turnstile.contract import ControlKey
 from turnstile.processor import utc_now
 from turnstile.store import SignupStore
 
@@ -191,6 +191,7 @@ def run_direct(
                 MeteredClient(endpoint.client, meter, sizes),
                 intake_table=endpoint.intake_table,
                 main_table=endpoint.main_table,
+                control_table=endpoint.control_table,
             ),
             chunk_size=BATCH_SIZE,
         )
@@ -208,7 +209,7 @@ def run_direct(
                 failed += len(response.get("batchItemFailures", []))
                 event_item = max(
                     event_item,
-                    max(sizes.largest((endpoint.main_table, e, EVENT_SORT_KEY)) for e in ids),
+                    max(sizes.largest((endpoint.control_table, *ControlKey.event(e))) for e in ids),
                 )
                 for record in batch:
                     image = record["dynamodb"]["NewImage"]

@@ -37,7 +37,7 @@ from turnstile.bench.metering import (
 )
 from turnstile.bench.progress import Progress
 from turnstile.bench.workload import Signup, Workload, dynamodb_values, event_capacities
-from turnstile.contract import EVENT_SORT_KEY, STREAM_SOURCE, Attr, Reason, Status
+from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Reason, Status
 from turnstile.domain import Decision, SignupRequest
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
 from turnstile.store import SignupStore
@@ -180,7 +180,9 @@ class _DecisionWriter:
 
 
 def _event_key(event_id: str) -> dict[str, Any]:
-    return {Attr.EVENT_ID: {"S": event_id}, Attr.SIGNUP_ID: {"S": EVENT_SORT_KEY}}
+    """The key of turnstile's event item (control table), which every way reads capacity from."""
+    pk, sk = ControlKey.event(event_id)
+    return {ControlKey.PK: {"S": pk}, ControlKey.SK: {"S": sk}}
 
 
 def create_events(endpoint: LocalEndpoint, workload: Workload, sizes: ItemSizes) -> SignupStore:
@@ -189,6 +191,7 @@ def create_events(endpoint: LocalEndpoint, workload: Workload, sizes: ItemSizes)
         MeteredClient(endpoint.client, Meter("setup"), sizes),
         intake_table=endpoint.intake_table,
         main_table=endpoint.main_table,
+        control_table=endpoint.control_table,
     )
     now = utc_now()
     for event_id, capacity in event_capacities(workload).items():
@@ -214,7 +217,9 @@ def run_naive(
     def capacity(event_id: str) -> int:
         # Capacity never changes: one eventually consistent read per event, then cached.
         if event_id not in capacities:
-            item = client.get_item(TableName=store.main_table, Key=_event_key(event_id))["Item"]
+            item = client.get_item(TableName=store.control_table, Key=_event_key(event_id))[
+                "Item"
+            ]
             capacities[event_id] = int(item[Attr.CAPACITY]["N"])
         return capacities[event_id]
 
@@ -289,7 +294,7 @@ def run_optimistic(
         attempt = 0
         while True:
             event = client.get_item(
-                TableName=store.main_table, Key=_event_key(signup.event_id), ConsistentRead=True
+                TableName=store.control_table, Key=_event_key(signup.event_id), ConsistentRead=True
             )["Item"]
             capacity = int(event[Attr.CAPACITY]["N"])
             taken = int(event[Attr.TAKEN]["N"])
@@ -301,7 +306,7 @@ def run_optimistic(
                 break
             try:
                 client.update_item(
-                    TableName=store.main_table,
+                    TableName=store.control_table,
                     Key=_event_key(signup.event_id),
                     UpdateExpression="SET #taken = :taken, #accepted = :accepted, #version = :next",
                     ConditionExpression="#version = :expected",
@@ -458,6 +463,7 @@ def run_turnstile(
             MeteredClient(endpoint.client, meters["processor"], sizes),
             intake_table=endpoint.intake_table,
             main_table=endpoint.main_table,
+            control_table=endpoint.control_table,
         ),
         chunk_size=BATCH_SIZE,
     )
@@ -471,6 +477,7 @@ def run_turnstile(
         MeteredClient(endpoint.client, meters["producers"], sizes),
         intake_table=endpoint.intake_table,
         main_table=endpoint.main_table,
+        control_table=endpoint.control_table,
     )
     stop = threading.Event()
     printed_before = EMF_SINK.lines
@@ -537,7 +544,7 @@ def run_turnstile(
             "failed_groups": processor.failed_groups,
             "handler_s_per_batch": round(sum(timings) / max(1, len(timings)), 4),
             "event_item_bytes_max": max(
-                sizes.largest((endpoint.main_table, e, EVENT_SORT_KEY))
+                sizes.largest((endpoint.control_table, *ControlKey.event(e)))
                 for e in event_capacities(workload)
             ),
             "status_read_rounds": watcher.rounds,
@@ -582,7 +589,10 @@ def _audit(endpoint: LocalEndpoint) -> dict[str, Any]:
 
     report = audit(
         SignupStore(
-            endpoint.client, intake_table=endpoint.intake_table, main_table=endpoint.main_table
+            endpoint.client,
+            intake_table=endpoint.intake_table,
+            main_table=endpoint.main_table,
+            control_table=endpoint.control_table,
         )
     )
     return {"ok": report.ok, **report.totals}
@@ -648,7 +658,7 @@ def census(
     wanted = (Attr.EVENT_ID, Attr.SIGNUP_ID, Attr.STATUS, Attr.SEATS)
     for item in _scan(endpoint.client, endpoint.main_table, wanted):
         event_id, signup_id = item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"]
-        if signup_id == EVENT_SORT_KEY or Attr.STATUS not in item:
+        if Attr.STATUS not in item:
             continue
         result.decided += 1
         result.decision_sizes.append(known.get((event_id, signup_id), 0))

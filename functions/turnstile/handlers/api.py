@@ -14,7 +14,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 
 from turnstile.api import SERVICE, create_app
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 from turnstile.store import SignupStore
 
 __all__ = ["app", "get_store", "handler"]
@@ -30,11 +30,15 @@ metrics = Metrics(
 def get_store() -> SignupStore:
     """The container's store, built on first use and reused by every later invocation.
 
-    Built lazily so the table names (``TURNSTILE_INTAKE_TABLE`` / ``TURNSTILE_MAIN_TABLE``)
+    Built lazily so the table names (``TURNSTILE_*_TABLE``)
     and ``AWS_ENDPOINT_URL`` are read when the first request arrives, not at import.
     Tests that change them call ``get_store.cache_clear()``.
     """
-    return SignupStore(intake_table=INTAKE_TABLE.name, main_table=MAIN_TABLE.name)
+    return SignupStore(
+        intake_table=INTAKE_TABLE.name,
+        main_table=MAIN_TABLE.name,
+        control_table=CONTROL_TABLE.name,
+    )
 
 
 app = create_app(store=get_store, metrics=metrics)

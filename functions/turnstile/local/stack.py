@@ -12,9 +12,9 @@ from typing import Any
 import boto3
 
 from turnstile.contract import (
+    ALL_TABLES,
     FAILURE_QUEUE_NAME,
     INTAKE_TABLE,
-    MAIN_TABLE,
     STREAM_SOURCE,
     TableSpec,
 )
@@ -57,7 +57,7 @@ def ensure_resources(session: boto3.Session | None = None) -> dict[str, str]:
     """Create the tables (from the same specs as the CDK stack) and the on-failure queue."""
     session = session or boto3.Session()
     dynamodb = session.client("dynamodb")
-    for spec in (INTAKE_TABLE, MAIN_TABLE):
+    for spec in ALL_TABLES:
         _ensure_table(dynamodb, spec)
     queue_url = session.client("sqs").create_queue(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
     return {"failure_queue_url": queue_url}
