@@ -29,18 +29,19 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.metrics import Metrics, MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
-from turnstile.contract import ID_PATTERN, Attr, Status
-from turnstile.domain import MAX_SEATS
+from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, Attr, Status
+from turnstile.domain import MAX_ATTRIBUTES_DEPTH, MAX_SEATS, id_problem, signup_problems
 from turnstile.errors import (
     EventExistsError,
     EventNotFoundError,
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.store import EventRecord, SignupStore, to_item
+from turnstile.store import EventRecord, SignupStore
 
 __all__ = [
     "MAX_ATTRIBUTES_BYTES",
+    "MAX_ATTRIBUTES_DEPTH",
     "MAX_BODY_BYTES",
     "MAX_CAPACITY",
     "OPENAPI",
@@ -55,12 +56,8 @@ SERVICE = "turnstile-api"
 
 #: Largest request body (decoded bytes); larger ones get 413 before any parsing.
 MAX_BODY_BYTES = 16 * 1024
-#: Largest ``attributes`` object, as compact UTF-8 JSON.
-MAX_ATTRIBUTES_BYTES = 4 * 1024
 #: Largest capacity: the largest integer every JSON parser represents exactly (2**53 - 1).
 MAX_CAPACITY = 2**53 - 1
-#: DynamoDB allows 32 levels of nesting in an item; attributes sit one level down already.
-MAX_ATTRIBUTES_DEPTH = 16
 #: Seconds a client should wait after a 503 before trying again.
 RETRY_AFTER_S = 1
 
@@ -259,10 +256,10 @@ def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str,
 
 
 def _id(value: Any, name: str) -> str:
-    # fullmatch: the pattern ends in "$", which re.match lets pass a trailing newline.
-    if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
-        raise _invalid(f"{name} must match {ID_PATTERN.pattern}")
-    return value
+    problem = id_problem(value, name)
+    if problem:
+        raise _invalid(problem)
+    return str(value)
 
 
 def _path_id(value: str, name: str) -> str:
@@ -278,49 +275,6 @@ def _integer(value: Any, name: str, minimum: int, maximum: int) -> int:
     if not minimum <= value <= maximum:
         raise _invalid(f"{name} must be an integer from {minimum} to {maximum}")
     return value
-
-
-def _check_nesting(value: Any, depth: int) -> None:
-    if depth > MAX_ATTRIBUTES_DEPTH:
-        raise _invalid(f"attributes are nested more than {MAX_ATTRIBUTES_DEPTH} levels deep")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not key:
-                raise _invalid("attribute names must not be empty")
-            _check_nesting(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_nesting(item, depth + 1)
-
-
-def _attributes(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _invalid("attributes must be a JSON object")
-    _check_nesting(value, 1)
-    try:
-        size = _json_size(value)
-    except UnicodeEncodeError as exc:  # lone surrogates from "\udXXX" escapes
-        raise _invalid("attributes must be valid Unicode text") from exc
-    if size > MAX_ATTRIBUTES_BYTES:
-        raise _invalid(f"attributes are {size} bytes as JSON, over {MAX_ATTRIBUTES_BYTES}")
-    try:
-        # The store's own conversion decides what DynamoDB can hold (38 digits, range).
-        to_item({Attr.ATTRIBUTES: value})
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        raise _invalid(f"attributes hold a value DynamoDB cannot store: {exc}") from exc
-    return value
-
-
-def _json_size(value: Any) -> int:
-    """Bytes of ``value`` as compact UTF-8 JSON, Decimals counted as the digits they hold."""
-    if isinstance(value, dict):
-        inner = sum(_json_size(k) + 1 + _json_size(v) for k, v in value.items())
-        return 2 + inner + max(len(value) - 1, 0)
-    if isinstance(value, list):
-        return 2 + sum(_json_size(v) for v in value) + max(len(value) - 1, 0)
-    if isinstance(value, Decimal):
-        return len(str(value))
-    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
 
 
 # -- the application ------------------------------------------------------------------
@@ -381,9 +335,16 @@ def create_app(
         body = _json_object(
             app.current_event.raw_event, frozenset({"signup_id", "seats", "attributes"})
         )
-        signup_id = _id(body.get("signup_id"), "signup_id")
+        signup_id = body.get("signup_id")
+        # JSON's own strictness first (2.0 and true are no seat counts), then the one
+        # validator the stream processor applies too.
         seats = _integer(body["seats"], "seats", 1, MAX_SEATS) if "seats" in body else 1
-        attributes = _attributes(body["attributes"]) if "attributes" in body else None
+        attributes = body.get("attributes")
+        if "attributes" in body and attributes is None:
+            raise _invalid("attributes must be a map (a JSON object), or left out")
+        problems = signup_problems(event_id, signup_id, seats, attributes)
+        if problems:
+            raise _invalid("; ".join(problems))
         signups = store()
         # Checked here because the processor would only reject it later as unknown_event;
         # an event created meanwhile is fine either way.
@@ -679,10 +640,14 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "object",
                 "description": (
                     f"The producer's own data, copied onto the decision. Limits beyond "
-                    f"this schema: at most {MAX_ATTRIBUTES_BYTES} bytes as compact UTF-8 "
-                    f"JSON, nested at most {MAX_ATTRIBUTES_DEPTH} levels, no empty names, "
-                    "numbers DynamoDB can hold (38 significant digits, magnitude 1e-130 "
-                    "to under 1e126, or 0). Past them: 400."
+                    f"this schema: at most {MAX_ATTRIBUTES_BYTES} bytes by DynamoDB's "
+                    "item-size rules (strings their UTF-8 bytes, numbers about one byte "
+                    "per two significant digits plus one, null and booleans one, maps and "
+                    "lists 3 bytes plus one per element, plus each name's bytes), nested "
+                    f"at most {MAX_ATTRIBUTES_DEPTH} levels, no empty names, numbers "
+                    "DynamoDB can hold (38 significant digits, magnitude 1e-130 to under "
+                    "1e126, or 0). Past them: 400. The stream processor applies the same "
+                    "rules, so a 202 is never rejected later as invalid_request."
                 ),
             },
         },

@@ -154,20 +154,20 @@ def _api_client(url: str) -> Any:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from turnstile.domain import signup_problems
     from turnstile.processor import utc_now
 
-    _check_id("event_id", args.event_id)
-    _check_id("signup_id", args.signup_id)
-    if args.seats < 1:
-        raise CliError("--seats must be at least 1")
     attributes = None
     if args.attributes:
         try:
             attributes = json.loads(args.attributes, parse_float=Decimal)
         except json.JSONDecodeError as exc:
             raise CliError(f"--attributes is not JSON: {exc}") from exc
-        if not isinstance(attributes, dict):
-            raise CliError("--attributes must be a JSON object")
+    # The one validator the API and the stream processor apply: what passes here is never
+    # rejected later as invalid_request.
+    problems = signup_problems(args.event_id, args.signup_id, args.seats, attributes)
+    if problems:
+        raise CliError("; ".join(problems))
     url = _api_url(args)
     if url:
         _print_json(_api_client(url).submit(args.event_id, args.signup_id, args.seats, attributes))

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from tests.api.helpers import Invoke, decide_pending, v2_event
 from turnstile import api
 from turnstile.handlers import api as api_handler
+from turnstile.itemsize import value_size
 from turnstile.local.api_server import LocalLambdaContext
 from turnstile.store import SignupStore
 
@@ -285,9 +286,11 @@ def test_submit_refuses_what_dynamodb_cannot_hold_with_400(invoke: Invoke, conce
     assert answer.status == 400, answer.body
 
 
-def test_attributes_of_exactly_4_kb_are_taken(invoke: Invoke, concert: str):
-    attributes = {"blob": ""}
-    attributes["blob"] = "x" * (api.MAX_ATTRIBUTES_BYTES - len('{"blob":""}'))
+def test_attributes_of_exactly_4_kb_by_dynamodb_rules_are_taken(invoke: Invoke, concert: str):
+    # GIVEN attributes of exactly 4,096 bytes by DynamoDB's item-size rules:
+    # 3 (map) + 4 ("blob") + 1 (element) + the string's bytes
+    attributes = {"blob": "x" * (api.MAX_ATTRIBUTES_BYTES - 8)}
+    assert value_size(attributes) == api.MAX_ATTRIBUTES_BYTES
     answer = invoke(
         "POST", f"/events/{concert}/signups", {"signup_id": "u1", "attributes": attributes}
     )
@@ -297,6 +300,18 @@ def test_attributes_of_exactly_4_kb_are_taken(invoke: Invoke, concert: str):
         "POST", f"/events/{concert}/signups", {"signup_id": "u2", "attributes": attributes}
     )
     assert answer.status == 400
+    assert "4097 bytes" in answer.body["message"]
+
+
+def test_attributes_small_as_json_but_big_in_dynamodb_are_refused(invoke: Invoke, concert: str):
+    # GIVEN 1,300 empty maps: 3,906 bytes as JSON, 5,208 by DynamoDB's rules
+    attributes = {"l": [{}] * 1300}
+    answer = invoke(
+        "POST", f"/events/{concert}/signups", {"signup_id": "u1", "attributes": attributes}
+    )
+    # THEN refused now, instead of a 202 the processor would reject as invalid_request
+    assert answer.status == 400
+    assert "5208 bytes" in answer.body["message"]
 
 
 def test_get_signup_is_pending_until_decided(invoke: Invoke, concert: str, store: SignupStore):

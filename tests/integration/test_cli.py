@@ -33,9 +33,16 @@ def test_event_create_show_submit_status(aws, capsys):
         (["event", "create", "bad id", "--capacity", "1"], "event_id 'bad id' does not match"),
         (["event", "create", "gig", "--capacity", "-1"], "--capacity must be at least 0"),
         (["event", "show", "nope"], "no event 'nope'"),
-        (["submit", "gig", "u1", "--seats", "0"], "--seats must be at least 1"),
-        (["submit", "gig", "u1", "--attributes", "[1]"], "--attributes must be a JSON object"),
+        (["submit", "gig", "u1", "--seats", "0"], "seats must be at least 1"),
+        (["submit", "gig", "u1", "--seats", "1000001"], "seats must be at most 1000000"),
+        (["submit", "gig", "u1", "--attributes", "[1]"], "attributes must be a map"),
         (["submit", "gig", "u1", "--attributes", "{"], "--attributes is not JSON"),
+        (
+            ["submit", "gig", "u1", "--attributes", json.dumps({"l": [{}] * 1300})],
+            "attributes are 5208 bytes by DynamoDB's item-size rules, over 4096",
+        ),
+        (["submit", "gig", "u1", "--attributes", '{"": 1}'], "attribute names must be non-empty"),
+        (["submit", "gig", "u 1"], "signup_id must match"),
         (["status", "gig", "ghost"], "no signup 'ghost' in event 'gig'"),
     ],
 )
