@@ -18,7 +18,6 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
@@ -29,8 +28,16 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.metrics import Metrics, MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
+from turnstile.clock import utc_now
 from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, Attr, Status
-from turnstile.domain import MAX_ATTRIBUTES_DEPTH, MAX_SEATS, id_problem, signup_problems
+from turnstile.domain import (
+    MAX_ATTRIBUTES_DEPTH,
+    MAX_SEATS,
+    MAX_SUBMITTED_AT_CHARS,
+    id_problem,
+    parse_request,
+    signup_problems,
+)
 from turnstile.errors import (
     EventExistsError,
     EventNotFoundError,
@@ -173,12 +180,19 @@ def _signup_view(
     decision: Mapping[str, Any] | None,
     intake: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    source = decision if decision is not None else intake or {}
-    seats = source.get(Attr.SEATS, 1 if decision is None else None)
-    attributes = source.get(Attr.ATTRIBUTES)
-    submitted_at = source.get(Attr.SUBMITTED_AT)
-    if submitted_at is None and intake is not None:
-        submitted_at = intake.get(Attr.SUBMITTED_AT)
+    if decision is not None:
+        seats = decision.get(Attr.SEATS)
+        attributes = decision.get(Attr.ATTRIBUTES)
+        submitted_at = decision.get(Attr.SUBMITTED_AT)
+    else:
+        # A pending signup is shown as the processor will read it: whatever a producer
+        # wrote straight into intake (400 KB of submitted_at, a map of any size) is
+        # bounded by the same rules, never copied as it is.
+        request = parse_request(intake or {}, "", {"event_id": event_id, "signup_id": signup_id})
+        seats, attributes = request.seats or None, request.attributes
+        submitted_at = request.submitted_at
+    if not isinstance(submitted_at, str) or len(submitted_at) > MAX_SUBMITTED_AT_CHARS:
+        submitted_at = None
     decided = decision or {}
     return {
         "event_id": event_id,
@@ -188,7 +202,7 @@ def _signup_view(
         "reason": decided.get(Attr.REASON),
         "detail": decided.get("detail"),
         "position": _whole(decided.get(Attr.POSITION)),
-        "submitted_at": submitted_at if isinstance(submitted_at, str) else None,
+        "submitted_at": submitted_at,
         "decided_at": decided.get(Attr.DECIDED_AT),
         "attributes": _plain(attributes) if isinstance(attributes, Mapping) else {},
     }
@@ -200,7 +214,7 @@ def _signup_location(event_id: str, signup_id: str) -> str:
 
 def _now() -> str:
     """ISO-8601 UTC with microseconds, e.g. ``2026-11-21T21:24:27.123456Z``."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_now()
 
 
 # -- request parsing ------------------------------------------------------------------

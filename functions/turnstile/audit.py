@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from turnstile.clock import age_s
 from turnstile.contract import EVENT_SORT_KEY, Attr, Reason, Status
 from turnstile.store import EventRecord, SignupStore
 
@@ -27,6 +28,9 @@ class EventAudit:
     rejected: int = 0
     pending: int = 0
     oldest_pending_s: float | None = None
+    #: Pending records with no usable ``submitted_at`` (missing, junk, the future):
+    #: their age is unknown, so they count as past the grace, never as young.
+    pending_undated: int = 0
     unmaterialized: int = 0
     violations: list[str] = field(default_factory=list)
 
@@ -40,6 +44,7 @@ class EventAudit:
             "rejected": self.rejected,
             "pending": self.pending,
             "oldest_pending_s": self.oldest_pending_s,
+            "pending_undated": self.pending_undated,
             "unmaterialized": self.unmaterialized,
             "violations": self.violations,
         }
@@ -69,16 +74,6 @@ class AuditReport:
             "totals": self.totals,
             "events": [e.to_dict() for e in self.events],
         }
-
-
-def _age_s(timestamp: Any, now: datetime) -> float | None:
-    if not isinstance(timestamp, str):
-        return None
-    try:
-        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return max(0.0, (now - then).total_seconds())
 
 
 def audit_event(
@@ -148,19 +143,32 @@ def audit_event(
         ):
             v.append(f"{d[Attr.SIGNUP_ID]}: rejected capacity_full although it fitted")
 
-    # Invariants 2 and 4: every intake record gets exactly one decision.
+    # Invariants 2 and 4: every intake record gets exactly one decision. A producer's
+    # clock cannot hide a lost record: an unknown or future age counts as past the grace.
+    overdue = 0
     for record in intake:
         signup_id = record[Attr.SIGNUP_ID]
         if signup_id in decided or signup_id in journal_ids:
             continue
         report.pending += 1
-        age = _age_s(record.get(Attr.SUBMITTED_AT), now)
-        if age is not None:
-            report.oldest_pending_s = max(report.oldest_pending_s or 0.0, age)
-    if report.pending and (report.oldest_pending_s or 0.0) > pending_grace_s:
+        age = age_s(record.get(Attr.SUBMITTED_AT), now)
+        if age is None:
+            report.pending_undated += 1
+            overdue += 1
+            continue
+        report.oldest_pending_s = max(report.oldest_pending_s or 0.0, age)
+        overdue += age > pending_grace_s
+    if overdue:
+        oldest = report.oldest_pending_s
+        known = f"the oldest known for {oldest:.0f} s" if oldest is not None else "no known age"
+        undated = (
+            f", {report.pending_undated} with no usable submitted_at (counted as old)"
+            if report.pending_undated
+            else ""
+        )
         v.append(
-            f"{report.pending} pending, the oldest for {report.oldest_pending_s:.0f} s "
-            f"(more than {pending_grace_s:.0f} s)"
+            f"{overdue} of {report.pending} pending past the {pending_grace_s:.0f} s grace "
+            f"({known}{undated})"
         )
     return report
 

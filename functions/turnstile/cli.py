@@ -125,7 +125,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_event_create(args: argparse.Namespace) -> int:
-    from turnstile.processor import utc_now
+    from turnstile.clock import utc_now
 
     _check_id("event_id", args.event_id)
     if args.capacity < 0:
@@ -154,8 +154,8 @@ def _api_client(url: str) -> Any:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
+    from turnstile.clock import utc_now
     from turnstile.domain import signup_problems
-    from turnstile.processor import utc_now
 
     attributes = None
     if args.attributes:

@@ -327,6 +327,34 @@ def test_get_signup_is_pending_until_decided(invoke: Invoke, concert: str, store
     )
 
 
+def test_pending_signup_written_straight_into_intake_is_shown_bounded(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    # GIVEN a producer's own intake item: a huge submitted_at, attributes over the limit,
+    # seats that are no seat count
+    store.client.put_item(
+        TableName=store.intake_table,
+        Item={
+            "event_id": {"S": concert},
+            "signup_id": {"S": "raw"},
+            "seats": {"S": "many"},
+            "submitted_at": {"S": "2026-01-01T00:00:00Z" + " " * 50_000},
+            "attributes": {"M": {"blob": {"S": "x" * 100_000}}},
+        },
+    )
+    # WHEN a client polls it
+    answer = invoke("GET", f"/events/{concert}/signups/raw")
+    # THEN it is PENDING, and nothing unbounded is copied into the answer
+    assert answer.status == 200
+    body = answer.body
+    assert (body["status"], body["seats"], body["submitted_at"], body["attributes"]) == (
+        "PENDING",
+        None,
+        None,
+        {},
+    )
+
+
 def test_get_signup_reports_acceptance_and_rejection(
     invoke: Invoke, concert: str, store: SignupStore
 ):
