@@ -124,9 +124,14 @@ def audit_event(
             )
 
     # Invariant 3: arrival order. Positions grow with sequence numbers, and no request was
-    # rejected capacity_full while it fitted into what was left at its turn.
+    # rejected capacity_full while it fitted into what was left at its turn. Capacity may
+    # have changed since: judged against the lowest it has been, a rejection made before
+    # a raise is not taken for one that fitted.
     ordered = sorted(decided.values(), key=lambda d: int(d.get(Attr.SEQUENCE_NUMBER) or 0))
     capacity = report.capacity
+    if capacity is not None and event_item is not None:
+        lowest = event_item.get(Attr.MIN_CAPACITY)
+        capacity = min(capacity, int(lowest)) if lowest is not None else capacity
     taken = 0
     last_position = 0
     for d in ordered:

@@ -17,6 +17,7 @@ from turnstile.itemsize import value_size
 
 __all__ = [
     "MAX_ATTRIBUTES_DEPTH",
+    "MAX_CAPACITY",
     "MAX_DETAIL_CHARS",
     "MAX_SEATS",
     "MAX_SUBMITTED_AT_CHARS",
@@ -26,6 +27,7 @@ __all__ = [
     "SignupRequest",
     "attribute_size",
     "attributes_problem",
+    "capacity_problem",
     "decide",
     "id_problem",
     "parse_request",
@@ -35,6 +37,8 @@ __all__ = [
 
 #: The largest seat count one signup may ask for; bigger numbers are bad input, not "full".
 MAX_SEATS = 1_000_000
+#: The largest capacity: the largest integer every JSON parser represents exactly (2**53 - 1).
+MAX_CAPACITY = 2**53 - 1
 #: DynamoDB allows 32 levels of nesting in an item; this leaves room around attributes.
 MAX_ATTRIBUTES_DEPTH = 16
 #: ``submitted_at`` is copied onto the decision only up to this length (ISO-8601 needs 32).
@@ -136,6 +140,13 @@ def _seats(raw: Any) -> tuple[int, str | None]:
 def seats_problem(raw: Any) -> str | None:
     """Rule: see ``_seats``; None when ``raw`` is a valid seat count (or absent)."""
     return _seats(raw)[1]
+
+
+def capacity_problem(value: Any) -> str | None:
+    """Rule: a capacity is a whole number from 0 to MAX_CAPACITY (seats)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_CAPACITY:
+        return f"capacity must be an integer from 0 to {MAX_CAPACITY}"
+    return None
 
 
 def _text_problem(text: str) -> str | None:
