@@ -32,6 +32,7 @@ from turnstile.clock import utc_now
 from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, Attr, Status
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
+    MAX_CAPACITY,
     MAX_SEATS,
     MAX_SUBMITTED_AT_CHARS,
     id_problem,
@@ -39,6 +40,7 @@ from turnstile.domain import (
     signup_problems,
 )
 from turnstile.errors import (
+    CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
     SignupConflictError,
@@ -63,8 +65,6 @@ SERVICE = "turnstile-api"
 
 #: Largest request body (decoded bytes); larger ones get 413 before any parsing.
 MAX_BODY_BYTES = 16 * 1024
-#: Largest capacity: the largest integer every JSON parser represents exactly (2**53 - 1).
-MAX_CAPACITY = 2**53 - 1
 #: Seconds a client should wait after a 503 before trying again.
 RETRY_AFTER_S = 1
 
@@ -95,6 +95,7 @@ class Route:
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/events", "createEvent"),
     Route("GET", "/events/{event_id}", "getEvent"),
+    Route("PATCH", "/events/{event_id}", "updateEvent"),
     Route("POST", "/events/{event_id}/close", "closeEvent"),
     Route("POST", "/events/{event_id}/signups", "submitSignup"),
     Route("GET", "/events/{event_id}/signups/{signup_id}", "getSignup"),
@@ -334,6 +335,17 @@ def create_app(
             raise EventNotFoundError(f"no event {event_id!r}")
         return _json(200, _event_view(record))
 
+    def update_event(event_id: str) -> Response[str]:
+        event_id = _path_id(event_id, "event_id")
+        body = _json_object(app.current_event.raw_event, frozenset({"capacity"}))
+        if "capacity" not in body:
+            raise _invalid("capacity is required")
+        capacity = _integer(body["capacity"], "capacity", 0, MAX_CAPACITY)
+        record = store().update_capacity(event_id, capacity)
+        count("EventUpdated")
+        logger.info("event capacity changed", event_id=event_id, capacity=capacity)
+        return _json(200, _event_view(record))
+
     def close_event(event_id: str) -> Response[str]:
         event_id = _path_id(event_id, "event_id")
         record, closed_now = store().close_event(event_id)
@@ -400,6 +412,7 @@ def create_app(
     operations: dict[str, Callable[..., Response[str]]] = {
         "createEvent": create_event,
         "getEvent": get_event,
+        "updateEvent": update_event,
         "closeEvent": close_event,
         "submitSignup": submit_signup,
         "getSignup": get_signup,
@@ -434,6 +447,10 @@ def create_app(
     @app.exception_handler(EventNotFoundError)
     def event_not_found(exc: EventNotFoundError) -> Response[str]:
         return _error(404, "event_not_found", str(exc))
+
+    @app.exception_handler(CapacityBelowTakenError)
+    def capacity_below_taken(exc: CapacityBelowTakenError) -> Response[str]:
+        return _error(400, "capacity_below_taken", str(exc))
 
     @app.exception_handler(EventExistsError)
     def event_exists(exc: EventExistsError) -> Response[str]:
@@ -527,6 +544,26 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
             **_COMMON,
         },
     },
+    "updateEvent": {
+        "summary": "Change an event's capacity: up at any time, down to the seats taken.",
+        "description": (
+            "Decisions already made stand; signups decided after the change are decided "
+            "against the new capacity (a decision in flight is decided again). Lowering "
+            "below the seats already taken answers 400 capacity_below_taken, and the "
+            "message says how many are taken."
+        ),
+        "parameters": [_EVENT_PARAM],
+        "requestBody": _body("EventUpdate"),
+        "responses": {
+            "200": _ok("The event after the change.", "Event"),
+            "404": _error_response("No such event (error: event_not_found)."),
+            **_COMMON,
+            "400": _error_response(
+                "Bad input (error: invalid_request), or a capacity below the seats already "
+                "taken (error: capacity_below_taken; the message names how many)."
+            ),
+        },
+    },
     "closeEvent": {
         "summary": "OPEN -> CLOSED. Later signups are rejected with event_closed.",
         "description": (
@@ -588,9 +625,9 @@ _SCHEMAS: dict[str, Any] = {
             "error": {
                 "type": "string",
                 "description": (
-                    "invalid_request, payload_too_large, not_found, method_not_allowed, "
-                    "event_not_found, signup_not_found, event_exists, signup_conflict, "
-                    "unavailable, internal_error"
+                    "invalid_request, capacity_below_taken, payload_too_large, not_found, "
+                    "method_not_allowed, event_not_found, signup_not_found, event_exists, "
+                    "signup_conflict, unavailable, internal_error"
                 ),
             },
             "message": {"type": "string"},
@@ -603,6 +640,15 @@ _SCHEMAS: dict[str, Any] = {
         "example": {"event_id": "concert-2026", "capacity": 100},
         "properties": {
             "event_id": _ID_SCHEMA,
+            "capacity": {"type": "integer", "minimum": 0, "maximum": MAX_CAPACITY},
+        },
+    },
+    "EventUpdate": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["capacity"],
+        "example": {"capacity": 150},
+        "properties": {
             "capacity": {"type": "integer", "minimum": 0, "maximum": MAX_CAPACITY},
         },
     },

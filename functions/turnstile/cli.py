@@ -128,9 +128,24 @@ def cmd_event_create(args: argparse.Namespace) -> int:
     from turnstile.clock import utc_now
 
     _check_id("event_id", args.event_id)
-    if args.capacity < 0:
-        raise CliError("--capacity must be at least 0")
+    _check_capacity(args.capacity)
     record = _store().create_event(args.event_id, args.capacity, utc_now())
+    _print_json(record.to_public())
+    return 0
+
+
+def _check_capacity(capacity: int) -> None:
+    from turnstile.domain import capacity_problem
+
+    problem = capacity_problem(capacity)
+    if problem:
+        raise CliError(f"--{problem}")
+
+
+def cmd_event_update(args: argparse.Namespace) -> int:
+    _check_id("event_id", args.event_id)
+    _check_capacity(args.capacity)
+    record = _store().update_capacity(args.event_id, args.capacity)
     _print_json(record.to_public())
     return 0
 
@@ -315,13 +330,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_worker)
 
-    event = sub.add_parser("event", help="create or show an event").add_subparsers(
+    event = sub.add_parser("event", help="create, update or show an event").add_subparsers(
         dest="event_command", required=True
     )
     p = event.add_parser("create", help="create an OPEN event")
     p.add_argument("event_id")
     p.add_argument("--capacity", type=int, required=True)
     p.set_defaults(func=cmd_event_create)
+    p = event.add_parser(
+        "update",
+        help="change an event's capacity: up at any time, down to the seats taken",
+    )
+    p.add_argument("event_id")
+    p.add_argument("--capacity", type=int, required=True)
+    p.set_defaults(func=cmd_event_update)
     p = event.add_parser("show", help="show an event's counters")
     p.add_argument("event_id")
     p.set_defaults(func=cmd_event_show)

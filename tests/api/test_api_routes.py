@@ -162,6 +162,55 @@ def test_close_closes_once_then_reports_the_state(invoke: Invoke, concert: str):
     )
 
 
+def _take_seats(store: SignupStore, event_id: str, taken: int) -> None:
+    store.client.update_item(
+        TableName=store.main_table,
+        Key={"event_id": {"S": event_id}, "signup_id": {"S": "#EVENT"}},
+        UpdateExpression="SET taken = :taken",
+        ExpressionAttributeValues={":taken": {"N": str(taken)}},
+    )
+
+
+def test_patch_changes_capacity_and_answers_the_event(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    _take_seats(store, concert, 2)
+    answer = invoke("PATCH", f"/events/{concert}", {"capacity": 10})
+    assert answer.status == 200
+    assert (answer.body["capacity"], answer.body["taken"], answer.body["remaining"]) == (10, 2, 8)
+    assert "version" not in answer.body
+    assert invoke("GET", f"/events/{concert}").body["capacity"] == 10
+    # down to exactly what is taken
+    assert invoke("PATCH", f"/events/{concert}", {"capacity": 2}).body["remaining"] == 0
+
+
+def test_patch_below_taken_answers_400_naming_taken(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    _take_seats(store, concert, 2)
+    answer = invoke("PATCH", f"/events/{concert}", {"capacity": 1})
+    assert answer.status == 400
+    assert answer.body["error"] == "capacity_below_taken"
+    assert "2 seats already taken" in answer.body["message"]
+    assert invoke("GET", f"/events/{concert}").body["capacity"] == 3
+
+
+def test_patch_unknown_event_answers_404(invoke: Invoke):
+    answer = invoke("PATCH", "/events/nope", {"capacity": 1})
+    assert (answer.status, answer.body["error"]) == (404, "event_not_found")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"capacity": -1}, {"capacity": 1.5}, {"capacity": "3"}, {"capacity": None},
+     {"capacity": api.MAX_CAPACITY + 1}, {"capacity": 3, "state": "OPEN"}, [], None],
+    ids=repr,
+)
+def test_patch_refuses_bad_input_with_400(invoke: Invoke, concert: str, body: Any):
+    answer = invoke("PATCH", f"/events/{concert}", json.dumps(body))
+    assert (answer.status, answer.body["error"]) == (400, "invalid_request")
+
+
 def test_close_unknown_event_answers_404(invoke: Invoke):
     assert invoke("POST", "/events/nope/close").status == 404
 
@@ -391,12 +440,12 @@ def test_unknown_route_answers_404(invoke: Invoke, path: str):
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
     [
-        ("DELETE", "/events/e1", "GET"),
+        ("DELETE", "/events/e1", "GET, PATCH"),
         ("PATCH", "/events", "POST"),
         ("PUT", "/events/e1/signups/u1", "GET"),
         ("GET", "/events/e1/close", "POST"),
         ("GET", "/events/e1/signups", "POST"),
-        ("HEAD", "/events/e1", "GET"),
+        ("HEAD", "/events/e1", "GET, PATCH"),
         ("POST", "/openapi.json", "GET"),
     ],
 )
