@@ -24,6 +24,8 @@ from turnstile.errors import TurnstileError
 EXIT_ERROR = 2
 EXIT_AUDIT_FAILED = 1
 EXIT_STILL_PENDING = 3
+#: The audit could not read some event still enough to check it (and found nothing broken).
+EXIT_AUDIT_INCONCLUSIVE = 4
 
 
 class CliError(Exception):
@@ -262,13 +264,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
             )
             for violation in e.violations:
                 print(f"  VIOLATION {e.event_id}: {violation}")
+            for note in e.notes:
+                label = "INCONCLUSIVE" if e.inconclusive else "note"
+                print(f"  {label} {e.event_id}: {note}")
         t = report.totals
-        verdict = "OK" if report.ok else "BROKEN"
+        verdict = "BROKEN" if report.broken else "INCONCLUSIVE" if report.inconclusive else "OK"
+        inconclusive = f", {t['inconclusive']} inconclusive" if t["inconclusive"] else ""
         print(
             f"audit {verdict}: {t['events']} events, {t['accepted']} accepted, "
             f"{t['rejected']} rejected, {t['pending']} pending, {t['violations']} violations"
+            f"{inconclusive}"
         )
-    return 0 if report.ok else EXIT_AUDIT_FAILED
+    if report.broken:
+        return EXIT_AUDIT_FAILED
+    return EXIT_AUDIT_INCONCLUSIVE if report.inconclusive else 0
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -371,7 +380,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("audit", help="check the invariants against the tables")
+    p = sub.add_parser(
+        "audit",
+        help="check the invariants against the tables",
+        description=(
+            "Check invariants 1-4 against the tables. Exit 0: all checked, nothing broken; "
+            "1: something is broken (the report says what); 2: an error (such as no such "
+            "event); 4: nothing broken found, but some event kept changing while it was "
+            "read and could not be checked (inconclusive): run it again."
+        ),
+    )
     p.add_argument("event_id", nargs="?")
     p.add_argument("--json", action="store_true")
     p.add_argument(
