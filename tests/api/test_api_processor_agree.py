@@ -1,6 +1,7 @@
 """One validator: whatever the API answers 202 for, the stream processor never rejects as
 ``invalid_request``. The same bodies go to both: the API through its Lambda handler, the
-processor through the intake item the API wrote (as the stream delivers it)."""
+processor through the stream record of the intake item the API wrote, parsed as the
+stream handler parses it."""
 
 from __future__ import annotations
 
@@ -9,12 +10,15 @@ import json
 from decimal import Decimal
 from typing import Any
 
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.api.helpers import Invoke
-from turnstile.contract import MAX_ATTRIBUTES_BYTES
-from turnstile.domain import parse_request
+from tests.conftest import StreamReader
+from turnstile.contract import MAX_ATTRIBUTES_BYTES, Reason
+from turnstile.handlers.stream import to_intake_record
+from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 
 EVENT = "agree"
@@ -72,18 +76,20 @@ def to_json(value: Any) -> str:
 @example(body={"attributes": {"l": [{}] * 1300}})  # 3,906 bytes as JSON, 5,208 in DynamoDB
 @example(body={"attributes": {"n": [Decimal("1" * 38)] * 200}})
 def test_what_the_api_accepts_the_processor_never_rejects_as_invalid(
-    invoke: Invoke, store: SignupStore, body: dict[str, Any]
+    invoke: Invoke, store: SignupStore, stream: StreamReader, body: dict[str, Any]
 ):
     if store.get_event(EVENT) is None:
-        store.create_event(EVENT, 10, "2026-01-01T00:00:00Z")
+        store.create_event(EVENT, 10**6, "2026-01-01T00:00:00Z")
+    stream.read_new()
     signup_id = f"u{next(_ids)}"
     # WHEN the API takes the body
     answer = invoke("POST", f"/events/{EVENT}/signups", to_json({"signup_id": signup_id, **body}))
     assert answer.status in (202, 400), answer.body
     if answer.status != 202:
         return
-    # THEN the intake item it wrote is a valid request for the processor
-    image = store.get_intake(EVENT, signup_id)
-    assert image is not None
-    request = parse_request(image, "1")
-    assert request.problem is None, request.problem
+    # THEN the stream record of the intake item it wrote, through the handler's parsing and
+    # the processor, is decided, and never as invalid_request
+    [record] = stream.read_new()
+    result = StreamProcessor(store).process([to_intake_record(DynamoDBRecord(record))])
+    [decided] = result.decided
+    assert decided.decision.reason != Reason.INVALID_REQUEST, decided.decision.detail
