@@ -204,12 +204,16 @@ def signup_status(store: Any, event_id: str, signup_id: str) -> dict[str, Any] |
     intake = store.get_intake(event_id, signup_id)
     if intake is None:
         return None
+    from turnstile.domain import parse_request
+
+    # As the processor will read it: nothing a producer wrote is copied unbounded.
+    request = parse_request(intake, "", {Attr.EVENT_ID: event_id, Attr.SIGNUP_ID: signup_id})
     return {
         Attr.EVENT_ID: event_id,
         Attr.SIGNUP_ID: signup_id,
         Attr.STATUS: Status.PENDING,
-        Attr.SEATS: intake.get(Attr.SEATS, 1),
-        Attr.SUBMITTED_AT: intake.get(Attr.SUBMITTED_AT),
+        Attr.SEATS: request.seats or None,
+        Attr.SUBMITTED_AT: request.submitted_at,
     }
 
 

@@ -114,3 +114,24 @@ def test_audit_reports_a_broken_table(aws, capsys):
     assert code == cli.EXIT_AUDIT_FAILED
     assert "oversold: 3 seats accepted, capacity 1" in out
     assert "audit BROKEN" in out
+
+
+def test_status_of_a_raw_pending_signup_is_bounded(aws, capsys):
+    # GIVEN a producer's own intake item with 100 KB of submitted_at
+    aws.client("dynamodb").put_item(
+        TableName="turnstile-intake",
+        Item={
+            "event_id": {"S": "gig"},
+            "signup_id": {"S": "raw"},
+            "submitted_at": {"S": "x" * 100_000},
+        },
+    )
+    code, out, _ = run(capsys, "status", "gig", "raw")
+    assert code == 0
+    assert json.loads(out) == {
+        "event_id": "gig",
+        "signup_id": "raw",
+        "status": "PENDING",
+        "seats": 1,
+        "submitted_at": None,
+    }

@@ -347,3 +347,17 @@ def test_any_submitted_at_decides_and_never_fails_the_batch(
     [doc] = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"_aws"' in x]
     latency = doc.get("DecisionLatency", [])
     assert all(v >= 0 for v in (latency if isinstance(latency, list) else [latency]))
+
+
+def test_fields_copied_from_intake_are_bounded_on_the_decision(client, store, stream):
+    # GIVEN a valid signup whose producer wrote 100 KB of submitted_at
+    store.create_event("gig", 1, NOW)
+    put_raw_intake(client, "gig", "u1", submitted_at={"S": "2026-01-01T00:00:00Z" * 5000})
+    # WHEN decided
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN it is accepted (a bad submitted_at is no reason to reject), the decision item
+    # does not carry it, and its detail says it was dropped
+    item = decisions(client)[("gig", "u1")]
+    assert item["status"]["S"] == Status.ACCEPTED
+    assert "submitted_at" not in item
+    assert "submitted_at dropped" in item["detail"]["S"]
