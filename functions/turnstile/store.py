@@ -6,7 +6,7 @@ It owns keys, expressions and conditions, retries throttled calls with backoff, 
 The commit design (why each decision costs one write unit, and why that is safe):
 
 * The event item is the serialization point. A group's decisions are committed by one
-  ``UpdateItem`` on it, conditioned on ``version`` (optimistic lock, seed 004) and, when
+  ``UpdateItem`` on it, conditioned on ``version`` (an optimistic lock) and, when
   it takes seats, on ``taken <= capacity``; the update stores the new counters and a
   compact *journal* (zlib-compressed) of exactly the decisions that commit made.
 * The decision items are then *materialized* from that journal with plain batch writes:
