@@ -18,7 +18,6 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
@@ -29,18 +28,29 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.metrics import Metrics, MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
-from turnstile.contract import ID_PATTERN, Attr, Status
-from turnstile.domain import MAX_SEATS
+from turnstile.clock import utc_now
+from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, Attr, Status
+from turnstile.domain import (
+    MAX_ATTRIBUTES_DEPTH,
+    MAX_CAPACITY,
+    MAX_SEATS,
+    MAX_SUBMITTED_AT_CHARS,
+    id_problem,
+    parse_request,
+    signup_problems,
+)
 from turnstile.errors import (
+    CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.store import EventRecord, SignupStore, to_item
+from turnstile.store import EventRecord, SignupStore
 
 __all__ = [
     "MAX_ATTRIBUTES_BYTES",
+    "MAX_ATTRIBUTES_DEPTH",
     "MAX_BODY_BYTES",
     "MAX_CAPACITY",
     "OPENAPI",
@@ -55,12 +65,6 @@ SERVICE = "turnstile-api"
 
 #: Largest request body (decoded bytes); larger ones get 413 before any parsing.
 MAX_BODY_BYTES = 16 * 1024
-#: Largest ``attributes`` object, as compact UTF-8 JSON.
-MAX_ATTRIBUTES_BYTES = 4 * 1024
-#: Largest capacity: the largest integer every JSON parser represents exactly (2**53 - 1).
-MAX_CAPACITY = 2**53 - 1
-#: DynamoDB allows 32 levels of nesting in an item; attributes sit one level down already.
-MAX_ATTRIBUTES_DEPTH = 16
 #: Seconds a client should wait after a 503 before trying again.
 RETRY_AFTER_S = 1
 
@@ -91,6 +95,7 @@ class Route:
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/events", "createEvent"),
     Route("GET", "/events/{event_id}", "getEvent"),
+    Route("PATCH", "/events/{event_id}", "updateEvent"),
     Route("POST", "/events/{event_id}/close", "closeEvent"),
     Route("POST", "/events/{event_id}/signups", "submitSignup"),
     Route("GET", "/events/{event_id}/signups/{signup_id}", "getSignup"),
@@ -176,12 +181,19 @@ def _signup_view(
     decision: Mapping[str, Any] | None,
     intake: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    source = decision if decision is not None else intake or {}
-    seats = source.get(Attr.SEATS, 1 if decision is None else None)
-    attributes = source.get(Attr.ATTRIBUTES)
-    submitted_at = source.get(Attr.SUBMITTED_AT)
-    if submitted_at is None and intake is not None:
-        submitted_at = intake.get(Attr.SUBMITTED_AT)
+    if decision is not None:
+        seats = decision.get(Attr.SEATS)
+        attributes = decision.get(Attr.ATTRIBUTES)
+        submitted_at = decision.get(Attr.SUBMITTED_AT)
+    else:
+        # A pending signup is shown as the processor will read it: whatever a producer
+        # wrote straight into intake (400 KB of submitted_at, a map of any size) is
+        # bounded by the same rules, never copied as it is.
+        request = parse_request(intake or {}, "", {"event_id": event_id, "signup_id": signup_id})
+        seats, attributes = request.seats or None, request.attributes
+        submitted_at = request.submitted_at
+    if not isinstance(submitted_at, str) or len(submitted_at) > MAX_SUBMITTED_AT_CHARS:
+        submitted_at = None
     decided = decision or {}
     return {
         "event_id": event_id,
@@ -191,7 +203,7 @@ def _signup_view(
         "reason": decided.get(Attr.REASON),
         "detail": decided.get("detail"),
         "position": _whole(decided.get(Attr.POSITION)),
-        "submitted_at": submitted_at if isinstance(submitted_at, str) else None,
+        "submitted_at": submitted_at,
         "decided_at": decided.get(Attr.DECIDED_AT),
         "attributes": _plain(attributes) if isinstance(attributes, Mapping) else {},
     }
@@ -203,7 +215,7 @@ def _signup_location(event_id: str, signup_id: str) -> str:
 
 def _now() -> str:
     """ISO-8601 UTC with microseconds, e.g. ``2026-11-21T21:24:27.123456Z``."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc_now()
 
 
 # -- request parsing ------------------------------------------------------------------
@@ -259,10 +271,10 @@ def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str,
 
 
 def _id(value: Any, name: str) -> str:
-    # fullmatch: the pattern ends in "$", which re.match lets pass a trailing newline.
-    if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
-        raise _invalid(f"{name} must match {ID_PATTERN.pattern}")
-    return value
+    problem = id_problem(value, name)
+    if problem:
+        raise _invalid(problem)
+    return str(value)
 
 
 def _path_id(value: str, name: str) -> str:
@@ -278,49 +290,6 @@ def _integer(value: Any, name: str, minimum: int, maximum: int) -> int:
     if not minimum <= value <= maximum:
         raise _invalid(f"{name} must be an integer from {minimum} to {maximum}")
     return value
-
-
-def _check_nesting(value: Any, depth: int) -> None:
-    if depth > MAX_ATTRIBUTES_DEPTH:
-        raise _invalid(f"attributes are nested more than {MAX_ATTRIBUTES_DEPTH} levels deep")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not key:
-                raise _invalid("attribute names must not be empty")
-            _check_nesting(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_nesting(item, depth + 1)
-
-
-def _attributes(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _invalid("attributes must be a JSON object")
-    _check_nesting(value, 1)
-    try:
-        size = _json_size(value)
-    except UnicodeEncodeError as exc:  # lone surrogates from "\udXXX" escapes
-        raise _invalid("attributes must be valid Unicode text") from exc
-    if size > MAX_ATTRIBUTES_BYTES:
-        raise _invalid(f"attributes are {size} bytes as JSON, over {MAX_ATTRIBUTES_BYTES}")
-    try:
-        # The store's own conversion decides what DynamoDB can hold (38 digits, range).
-        to_item({Attr.ATTRIBUTES: value})
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        raise _invalid(f"attributes hold a value DynamoDB cannot store: {exc}") from exc
-    return value
-
-
-def _json_size(value: Any) -> int:
-    """Bytes of ``value`` as compact UTF-8 JSON, Decimals counted as the digits they hold."""
-    if isinstance(value, dict):
-        inner = sum(_json_size(k) + 1 + _json_size(v) for k, v in value.items())
-        return 2 + inner + max(len(value) - 1, 0)
-    if isinstance(value, list):
-        return 2 + sum(_json_size(v) for v in value) + max(len(value) - 1, 0)
-    if isinstance(value, Decimal):
-        return len(str(value))
-    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
 
 
 # -- the application ------------------------------------------------------------------
@@ -366,6 +335,17 @@ def create_app(
             raise EventNotFoundError(f"no event {event_id!r}")
         return _json(200, _event_view(record))
 
+    def update_event(event_id: str) -> Response[str]:
+        event_id = _path_id(event_id, "event_id")
+        body = _json_object(app.current_event.raw_event, frozenset({"capacity"}))
+        if "capacity" not in body:
+            raise _invalid("capacity is required")
+        capacity = _integer(body["capacity"], "capacity", 0, MAX_CAPACITY)
+        record = store().update_capacity(event_id, capacity)
+        count("EventUpdated")
+        logger.info("event capacity changed", event_id=event_id, capacity=capacity)
+        return _json(200, _event_view(record))
+
     def close_event(event_id: str) -> Response[str]:
         event_id = _path_id(event_id, "event_id")
         record, closed_now = store().close_event(event_id)
@@ -381,9 +361,16 @@ def create_app(
         body = _json_object(
             app.current_event.raw_event, frozenset({"signup_id", "seats", "attributes"})
         )
-        signup_id = _id(body.get("signup_id"), "signup_id")
+        signup_id = body.get("signup_id")
+        # JSON's own strictness first (2.0 and true are no seat counts), then the one
+        # validator the stream processor applies too.
         seats = _integer(body["seats"], "seats", 1, MAX_SEATS) if "seats" in body else 1
-        attributes = _attributes(body["attributes"]) if "attributes" in body else None
+        attributes = body.get("attributes")
+        if "attributes" in body and attributes is None:
+            raise _invalid("attributes must be a map (a JSON object), or left out")
+        problems = signup_problems(event_id, signup_id, seats, attributes)
+        if problems:
+            raise _invalid("; ".join(problems))
         signups = store()
         # Checked here because the processor would only reject it later as unknown_event;
         # an event created meanwhile is fine either way.
@@ -425,6 +412,7 @@ def create_app(
     operations: dict[str, Callable[..., Response[str]]] = {
         "createEvent": create_event,
         "getEvent": get_event,
+        "updateEvent": update_event,
         "closeEvent": close_event,
         "submitSignup": submit_signup,
         "getSignup": get_signup,
@@ -459,6 +447,10 @@ def create_app(
     @app.exception_handler(EventNotFoundError)
     def event_not_found(exc: EventNotFoundError) -> Response[str]:
         return _error(404, "event_not_found", str(exc))
+
+    @app.exception_handler(CapacityBelowTakenError)
+    def capacity_below_taken(exc: CapacityBelowTakenError) -> Response[str]:
+        return _error(400, "capacity_below_taken", str(exc))
 
     @app.exception_handler(EventExistsError)
     def event_exists(exc: EventExistsError) -> Response[str]:
@@ -552,6 +544,26 @@ _OPERATIONS: dict[str, dict[str, Any]] = {
             **_COMMON,
         },
     },
+    "updateEvent": {
+        "summary": "Change an event's capacity: up at any time, down to the seats taken.",
+        "description": (
+            "Decisions already made stand; signups decided after the change are decided "
+            "against the new capacity (a decision in flight is decided again). Lowering "
+            "below the seats already taken answers 400 capacity_below_taken, and the "
+            "message says how many are taken."
+        ),
+        "parameters": [_EVENT_PARAM],
+        "requestBody": _body("EventUpdate"),
+        "responses": {
+            "200": _ok("The event after the change.", "Event"),
+            "404": _error_response("No such event (error: event_not_found)."),
+            **_COMMON,
+            "400": _error_response(
+                "Bad input (error: invalid_request), or a capacity below the seats already "
+                "taken (error: capacity_below_taken; the message names how many)."
+            ),
+        },
+    },
     "closeEvent": {
         "summary": "OPEN -> CLOSED. Later signups are rejected with event_closed.",
         "description": (
@@ -613,9 +625,9 @@ _SCHEMAS: dict[str, Any] = {
             "error": {
                 "type": "string",
                 "description": (
-                    "invalid_request, payload_too_large, not_found, method_not_allowed, "
-                    "event_not_found, signup_not_found, event_exists, signup_conflict, "
-                    "unavailable, internal_error"
+                    "invalid_request, capacity_below_taken, payload_too_large, not_found, "
+                    "method_not_allowed, event_not_found, signup_not_found, event_exists, "
+                    "signup_conflict, unavailable, internal_error"
                 ),
             },
             "message": {"type": "string"},
@@ -628,6 +640,15 @@ _SCHEMAS: dict[str, Any] = {
         "example": {"event_id": "concert-2026", "capacity": 100},
         "properties": {
             "event_id": _ID_SCHEMA,
+            "capacity": {"type": "integer", "minimum": 0, "maximum": MAX_CAPACITY},
+        },
+    },
+    "EventUpdate": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["capacity"],
+        "example": {"capacity": 150},
+        "properties": {
             "capacity": {"type": "integer", "minimum": 0, "maximum": MAX_CAPACITY},
         },
     },
@@ -679,10 +700,14 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "object",
                 "description": (
                     f"The producer's own data, copied onto the decision. Limits beyond "
-                    f"this schema: at most {MAX_ATTRIBUTES_BYTES} bytes as compact UTF-8 "
-                    f"JSON, nested at most {MAX_ATTRIBUTES_DEPTH} levels, no empty names, "
-                    "numbers DynamoDB can hold (38 significant digits, magnitude 1e-130 "
-                    "to under 1e126, or 0). Past them: 400."
+                    f"this schema: at most {MAX_ATTRIBUTES_BYTES} bytes by DynamoDB's "
+                    "item-size rules (strings their UTF-8 bytes, numbers about one byte "
+                    "per two significant digits plus one, null and booleans one, maps and "
+                    "lists 3 bytes plus one per element, plus each name's bytes), nested "
+                    f"at most {MAX_ATTRIBUTES_DEPTH} levels, no empty names, numbers "
+                    "DynamoDB can hold (38 significant digits, magnitude 1e-130 to under "
+                    "1e126, or 0). Past them: 400. The stream processor applies the same "
+                    "rules, so a 202 is never rejected later as invalid_request."
                 ),
             },
         },

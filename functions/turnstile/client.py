@@ -124,6 +124,11 @@ class TurnstileClient:
         """The event: capacity, taken, remaining, accepted, state, created_at."""
         return self._call("GET", f"/events/{_segment(event_id)}")
 
+    def update_event(self, event_id: str, capacity: int) -> dict[str, Any]:
+        """Change the capacity: up at any time, down to the seats taken (else ``ApiError``
+        400 ``capacity_below_taken``, whose message names how many are taken)."""
+        return self._call("PATCH", f"/events/{_segment(event_id)}", {"capacity": capacity})
+
     def close_event(self, event_id: str) -> dict[str, Any]:
         """Close the event; ``closed_now`` says whether this call was the one that did."""
         return self._call("POST", f"/events/{_segment(event_id)}/close")

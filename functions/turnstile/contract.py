@@ -81,6 +81,8 @@ class Attr:
     REDRIVEN_AT = "redriven_at"
     # event item
     CAPACITY = "capacity"
+    #: The lowest capacity the event has had (set when capacity changes), for the audit.
+    MIN_CAPACITY = "min_capacity"
     TAKEN = "taken"
     ACCEPTED = "accepted"
     STATE = "state"

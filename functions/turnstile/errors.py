@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "CapacityBelowTakenError",
     "CommitConflictError",
     "DuplicateRunError",
     "EventExistsError",
@@ -32,6 +33,19 @@ class EventExistsError(TurnstileError):
 
 class EventNotFoundError(TurnstileError):
     """No event item with this id."""
+
+
+class CapacityBelowTakenError(TurnstileError):
+    """A capacity lower than the seats already taken: it can go down to ``taken``, no lower."""
+
+    def __init__(self, event_id: str, capacity: int, taken: int) -> None:
+        super().__init__(
+            f"capacity {capacity} is below the {taken} seats already taken of event "
+            f"{event_id!r}; it can go down to {taken}"
+        )
+        self.event_id = event_id
+        self.capacity = capacity
+        self.taken = taken
 
 
 class SignupConflictError(TurnstileError):

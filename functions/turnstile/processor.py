@@ -10,9 +10,9 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import Any
 
+from turnstile.clock import utc_now
 from turnstile.domain import Decision, SignupRequest, decide, parse_request
 from turnstile.errors import CommitConflictError
 from turnstile.store import SignupStore
@@ -22,11 +22,6 @@ __all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "u
 log = logging.getLogger(__name__)
 
 NEW_RECORD_EVENTS = frozenset({"INSERT", "MODIFY"})
-
-
-def utc_now() -> str:
-    """ISO-8601 UTC with microseconds, the format of every timestamp turnstile writes."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,9 @@ It owns keys, expressions and conditions, retries throttled calls with backoff, 
 The commit design (why each decision costs one write unit, and why that is safe):
 
 * The event item is the serialization point. A group's decisions are committed by one
-  ``UpdateItem`` on it, conditioned on ``version`` (optimistic lock, seed 004) and on
-  ``taken <= capacity``; the update stores the new counters and a compact *journal*
-  (zlib-compressed) of exactly the decisions that commit made.
+  ``UpdateItem`` on it, conditioned on ``version`` (an optimistic lock) and, when
+  it takes seats, on ``taken <= capacity``; the update stores the new counters and a
+  compact *journal* (zlib-compressed) of exactly the decisions that commit made.
 * The decision items are then *materialized* from that journal with plain batch writes:
   one write unit per decision item of up to 1 KB, instead of the two a transaction
   charges. Materializing is idempotent: the journal fixes every byte of every item.
@@ -46,9 +46,11 @@ from turnstile.contract import (
 )
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.errors import (
+    CapacityBelowTakenError,
     CommitConflictError,
     DuplicateRunError,
     EventExistsError,
+    EventNotFoundError,
     LeaseLostError,
     SignupConflictError,
     StoreUnavailableError,
@@ -152,6 +154,8 @@ class EventRecord:
     snapshot: EventSnapshot
     created_at: str | None = None
     journal: Journal | None = None
+    #: The lowest capacity the event has had, once it was changed (None: never changed).
+    min_capacity: int | None = None
 
     @classmethod
     def from_values(cls, item: Mapping[str, Any]) -> EventRecord:
@@ -168,6 +172,9 @@ class EventRecord:
             ),
             created_at=item.get(Attr.CREATED_AT),
             journal=Journal.decode(bytes(journal_blob)) if journal_blob is not None else None,
+            min_capacity=(
+                int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
+            ),
         )
 
     def to_public(self) -> dict[str, Any]:
@@ -182,6 +189,14 @@ class EventRecord:
             "version": s.version,
             "created_at": self.created_at,
         }
+
+
+def _version_is(expected: int) -> str:
+    """The optimistic lock's condition on ``#version`` = ``:expected``. An event item
+    written by hand may have no version: that reads as 0, so 0 also matches its absence."""
+    if expected == 0:
+        return "(attribute_not_exists(#version) OR #version = :expected)"
+    return "#version = :expected"
 
 
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
@@ -372,6 +387,60 @@ class SignupStore:
             raise
         return self._event_from_item(response["Attributes"]), True
 
+    def update_capacity(self, event_id: str, capacity: int, attempts: int = 10) -> EventRecord:
+        """Set an event's capacity: up at any time, down to the seats taken and no lower.
+
+        Bumps ``version``, so a commit decided against the old capacity conflicts and is
+        decided again; keeps ``min_capacity``, the lowest capacity the event has had.
+        Raises ``EventNotFoundError``, ``CapacityBelowTakenError`` (with the seats taken),
+        or ``StoreUnavailableError`` if commits kept moving the event on for ``attempts``
+        tries in a row.
+        """
+        for _ in range(attempts):
+            current = self.get_event(event_id)
+            if current is None:
+                raise EventNotFoundError(f"no event {event_id!r}")
+            snapshot = current.snapshot
+            if capacity < snapshot.taken:
+                raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
+            lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
+            names = {
+                "#capacity": Attr.CAPACITY,
+                "#min": Attr.MIN_CAPACITY,
+                "#version": Attr.VERSION,
+                "#taken": Attr.TAKEN,
+            }
+            values = {
+                ":capacity": {"N": str(capacity)},
+                ":min": {"N": str(min(lowest, capacity))},
+                ":one": {"N": "1"},
+                ":expected": {"N": str(snapshot.version)},
+            }
+            try:
+                response = self._call(
+                    "update_item",
+                    TableName=self.control_table,
+                    Key=self._event_key(event_id),
+                    UpdateExpression="SET #capacity = :capacity, #min = :min ADD #version :one",
+                    # The version pins what was read (taken, the lowest capacity); taken
+                    # is checked again in case the item is not what the read said.
+                    ConditionExpression=(
+                        f"{_version_is(snapshot.version)} AND "
+                        "(attribute_not_exists(#taken) OR #taken <= :capacity)"
+                    ),
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                    ReturnValues="ALL_NEW",
+                )
+            except ClientError as exc:
+                if _code(exc) == "ConditionalCheckFailedException":
+                    continue  # a commit (or a close) moved the event on: read it again
+                raise
+            return self._event_from_item(response["Attributes"])
+        raise StoreUnavailableError(
+            f"event {event_id!r} kept changing under the capacity update; try again"
+        )
+
     # -- intake -----------------------------------------------------------------------
 
     def put_intake(
@@ -504,6 +573,18 @@ class SignupStore:
         journal = Journal(
             version=expected.version + 1, decided_at=decided_at, decisions=outcome.decisions
         )
+        names = {
+            "#taken": Attr.TAKEN,
+            "#accepted": Attr.ACCEPTED,
+            "#version": Attr.VERSION,
+            "#journal": Attr.JOURNAL,
+        }
+        condition = _version_is(expected.version)
+        if outcome.state.taken > expected.taken:
+            # Only a commit that takes seats depends on room for them: one that only
+            # rejects must go through even when an operator left capacity below taken.
+            condition += " AND #capacity >= :taken"
+            names["#capacity"] = Attr.CAPACITY
         try:
             self._call(
                 "update_item",
@@ -512,14 +593,8 @@ class SignupStore:
                 UpdateExpression=(
                     "SET #taken = :taken, #accepted = :accepted, #version = :next, #journal = :j"
                 ),
-                ConditionExpression="#version = :expected AND #capacity >= :taken",
-                ExpressionAttributeNames={
-                    "#taken": Attr.TAKEN,
-                    "#accepted": Attr.ACCEPTED,
-                    "#version": Attr.VERSION,
-                    "#journal": Attr.JOURNAL,
-                    "#capacity": Attr.CAPACITY,
-                },
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
                 ExpressionAttributeValues={
                     ":taken": {"N": str(outcome.state.taken)},
                     ":accepted": {"N": str(outcome.state.accepted)},

@@ -14,6 +14,7 @@ of decisions, decides them. It never decides anything itself.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -21,11 +22,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
+from turnstile.clock import MAX_CLOCK_SKEW_S, age_s, utc_now
 from turnstile.contract import Attr
 from turnstile.errors import LeaseLostError
-from turnstile.processor import utc_now
 from turnstile.store import EventRecord, SignupStore
 
 __all__ = ["SweepResult", "Sweeper", "Undecided", "find_undecided", "run_id_for"]
@@ -62,13 +64,18 @@ class SweepResult:
         return asdict(self)
 
 
-def _age(value: Any, now: float) -> float | None:
-    if isinstance(value, str):
-        try:
-            return now - datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
-            return None
-    return None
+def _since_redrive(value: Any, now: float) -> float | None:
+    """Seconds since the sweeper last re-emitted the record (its own ``redriven_at``, epoch
+    seconds); None when that is no such number, or in the future, so it guards nothing."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return None
+    try:
+        since = now - float(value)
+    except (ArithmeticError, ValueError):
+        return None
+    if not math.isfinite(since) or since < -MAX_CLOCK_SKEW_S:
+        return None
+    return max(0.0, since)
 
 
 def find_undecided(
@@ -76,10 +83,13 @@ def find_undecided(
 ) -> Iterator[Undecided]:
     """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
 
-    A record with no ``submitted_at`` (written by hand) counts as old: re-emitting a record
-    that is merely pending costs one extra delivery and never changes a decision.
+    A record whose ``submitted_at`` is missing, no time, or in the future counts as old: a
+    producer's clock must not hide a record, and re-emitting one that is merely pending
+    costs one extra delivery and never changes a decision. Only the sweeper's own
+    ``redriven_at`` (a re-emission under ``min_age_s`` ago) makes a record wait.
     """
     now = time.time() if now is None else now
+    now_at = datetime.fromtimestamp(now, UTC)
     by_event: dict[str, list[dict[str, Any]]] = {}
     for item in store.scan(store.intake_table, event_id):
         by_event.setdefault(item[Attr.EVENT_ID], []).append(item)
@@ -91,11 +101,10 @@ def find_undecided(
         for item in items:
             if item[Attr.SIGNUP_ID] in decided:
                 continue
-            age = _age(item.get(Attr.SUBMITTED_AT), now)
-            redriven_at = item.get(Attr.REDRIVEN_AT)
-            since_redrive = now - float(redriven_at) if redriven_at is not None else None
+            age = age_s(item.get(Attr.SUBMITTED_AT), now_at)
+            since_redrive = _since_redrive(item.get(Attr.REDRIVEN_AT), now)
             if age is not None and age < min_age_s:
-                continue
+                continue  # known to be young
             if since_redrive is not None and since_redrive < min_age_s:
                 continue  # re-emitted recently: give the stream time to deliver it
             yield Undecided(eid, item[Attr.SIGNUP_ID], age)

@@ -50,6 +50,12 @@ def test_producer_and_poller_round_trip(client: TurnstileClient, live_api: LiveA
     assert decision["attributes"] == {"n": 1}
     event = client.get_event("round-trip")
     assert (event["taken"], event["remaining"]) == (2, 0)
+    # and its capacity changes over HTTP too: up, then not below what is taken
+    assert client.update_event("round-trip", capacity=5)["remaining"] == 3
+    with pytest.raises(ApiError) as below:
+        client.update_event("round-trip", capacity=1)
+    assert (below.value.status, below.value.code) == (400, "capacity_below_taken")
+    assert "2 seats already taken" in below.value.message
     closed = client.close_event("round-trip")
     assert (closed["state"], closed["closed_now"]) == ("CLOSED", True)
     assert client.close_event("round-trip")["closed_now"] is False
@@ -157,7 +163,7 @@ def test_over_http_bad_bodies_are_4xx(live_api: LiveApi, festival: str):
     status, _, body = raw(live_api, "POST", "/events", b"x" * (MAX_BODY_BYTES + 1))
     assert (status, body["error"]) == (413, "payload_too_large")
     status, headers, _ = raw(live_api, "DELETE", f"/events/{festival}")
-    assert (status, headers["Allow"]) == (405, "GET")
+    assert (status, headers["Allow"]) == (405, "GET, PATCH")
     assert raw(live_api, "GET", "/health")[0] == 200
 
 

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from tests.api.helpers import Invoke, decide_pending, v2_event
 from turnstile import api
 from turnstile.handlers import api as api_handler
+from turnstile.itemsize import value_size
 from turnstile.local.api_server import LocalLambdaContext
 from turnstile.store import SignupStore
 
@@ -161,6 +162,55 @@ def test_close_closes_once_then_reports_the_state(invoke: Invoke, concert: str):
     )
 
 
+def _take_seats(store: SignupStore, event_id: str, taken: int) -> None:
+    store.client.update_item(
+        TableName=store.control_table,
+        Key=store._event_key(event_id),
+        UpdateExpression="SET taken = :taken",
+        ExpressionAttributeValues={":taken": {"N": str(taken)}},
+    )
+
+
+def test_patch_changes_capacity_and_answers_the_event(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    _take_seats(store, concert, 2)
+    answer = invoke("PATCH", f"/events/{concert}", {"capacity": 10})
+    assert answer.status == 200
+    assert (answer.body["capacity"], answer.body["taken"], answer.body["remaining"]) == (10, 2, 8)
+    assert "version" not in answer.body
+    assert invoke("GET", f"/events/{concert}").body["capacity"] == 10
+    # down to exactly what is taken
+    assert invoke("PATCH", f"/events/{concert}", {"capacity": 2}).body["remaining"] == 0
+
+
+def test_patch_below_taken_answers_400_naming_taken(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    _take_seats(store, concert, 2)
+    answer = invoke("PATCH", f"/events/{concert}", {"capacity": 1})
+    assert answer.status == 400
+    assert answer.body["error"] == "capacity_below_taken"
+    assert "2 seats already taken" in answer.body["message"]
+    assert invoke("GET", f"/events/{concert}").body["capacity"] == 3
+
+
+def test_patch_unknown_event_answers_404(invoke: Invoke):
+    answer = invoke("PATCH", "/events/nope", {"capacity": 1})
+    assert (answer.status, answer.body["error"]) == (404, "event_not_found")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"capacity": -1}, {"capacity": 1.5}, {"capacity": "3"}, {"capacity": None},
+     {"capacity": api.MAX_CAPACITY + 1}, {"capacity": 3, "state": "OPEN"}, [], None],
+    ids=repr,
+)
+def test_patch_refuses_bad_input_with_400(invoke: Invoke, concert: str, body: Any):
+    answer = invoke("PATCH", f"/events/{concert}", json.dumps(body))
+    assert (answer.status, answer.body["error"]) == (400, "invalid_request")
+
+
 def test_close_unknown_event_answers_404(invoke: Invoke):
     assert invoke("POST", "/events/nope/close").status == 404
 
@@ -285,9 +335,11 @@ def test_submit_refuses_what_dynamodb_cannot_hold_with_400(invoke: Invoke, conce
     assert answer.status == 400, answer.body
 
 
-def test_attributes_of_exactly_4_kb_are_taken(invoke: Invoke, concert: str):
-    attributes = {"blob": ""}
-    attributes["blob"] = "x" * (api.MAX_ATTRIBUTES_BYTES - len('{"blob":""}'))
+def test_attributes_of_exactly_4_kb_by_dynamodb_rules_are_taken(invoke: Invoke, concert: str):
+    # GIVEN attributes of exactly 4,096 bytes by DynamoDB's item-size rules:
+    # 3 (map) + 4 ("blob") + 1 (element) + the string's bytes
+    attributes = {"blob": "x" * (api.MAX_ATTRIBUTES_BYTES - 8)}
+    assert value_size(attributes) == api.MAX_ATTRIBUTES_BYTES
     answer = invoke(
         "POST", f"/events/{concert}/signups", {"signup_id": "u1", "attributes": attributes}
     )
@@ -297,6 +349,18 @@ def test_attributes_of_exactly_4_kb_are_taken(invoke: Invoke, concert: str):
         "POST", f"/events/{concert}/signups", {"signup_id": "u2", "attributes": attributes}
     )
     assert answer.status == 400
+    assert "4097 bytes" in answer.body["message"]
+
+
+def test_attributes_small_as_json_but_big_in_dynamodb_are_refused(invoke: Invoke, concert: str):
+    # GIVEN 1,300 empty maps: 3,906 bytes as JSON, 5,208 by DynamoDB's rules
+    attributes = {"l": [{}] * 1300}
+    answer = invoke(
+        "POST", f"/events/{concert}/signups", {"signup_id": "u1", "attributes": attributes}
+    )
+    # THEN refused now, instead of a 202 the processor would reject as invalid_request
+    assert answer.status == 400
+    assert "5208 bytes" in answer.body["message"]
 
 
 def test_get_signup_is_pending_until_decided(invoke: Invoke, concert: str, store: SignupStore):
@@ -309,6 +373,34 @@ def test_get_signup_is_pending_until_decided(invoke: Invoke, concert: str, store
         None,
         None,
         None,
+    )
+
+
+def test_pending_signup_written_straight_into_intake_is_shown_bounded(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    # GIVEN a producer's own intake item: a huge submitted_at, attributes over the limit,
+    # seats that are no seat count
+    store.client.put_item(
+        TableName=store.intake_table,
+        Item={
+            "event_id": {"S": concert},
+            "signup_id": {"S": "raw"},
+            "seats": {"S": "many"},
+            "submitted_at": {"S": "2026-01-01T00:00:00Z" + " " * 50_000},
+            "attributes": {"M": {"blob": {"S": "x" * 100_000}}},
+        },
+    )
+    # WHEN a client polls it
+    answer = invoke("GET", f"/events/{concert}/signups/raw")
+    # THEN it is PENDING, and nothing unbounded is copied into the answer
+    assert answer.status == 200
+    body = answer.body
+    assert (body["status"], body["seats"], body["submitted_at"], body["attributes"]) == (
+        "PENDING",
+        None,
+        None,
+        {},
     )
 
 
@@ -348,12 +440,12 @@ def test_unknown_route_answers_404(invoke: Invoke, path: str):
 @pytest.mark.parametrize(
     ("method", "path", "allow"),
     [
-        ("DELETE", "/events/e1", "GET"),
+        ("DELETE", "/events/e1", "GET, PATCH"),
         ("PATCH", "/events", "POST"),
         ("PUT", "/events/e1/signups/u1", "GET"),
         ("GET", "/events/e1/close", "POST"),
         ("GET", "/events/e1/signups", "POST"),
-        ("HEAD", "/events/e1", "GET"),
+        ("HEAD", "/events/e1", "GET, PATCH"),
         ("POST", "/openapi.json", "GET"),
     ],
 )

@@ -13,6 +13,7 @@ from .conftest import VARIANT_SETTINGS, function_by_handler, only, render
 ROUTE_KEYS = {
     "POST /events",
     "GET /events/{event_id}",
+    "PATCH /events/{event_id}",
     "POST /events/{event_id}/close",
     "POST /events/{event_id}/signups",
     "GET /events/{event_id}/signups/{signup_id}",

@@ -31,11 +31,21 @@ def test_event_create_show_submit_status(aws, capsys):
     ("argv", "message"),
     [
         (["event", "create", "bad id", "--capacity", "1"], "event_id 'bad id' does not match"),
-        (["event", "create", "gig", "--capacity", "-1"], "--capacity must be at least 0"),
+        (["event", "create", "gig", "--capacity", "-1"], "--capacity must be an integer from 0"),
+        (["event", "create", "gig", "--capacity", str(2**53)], "--capacity must be an integer"),
+        (["event", "update", "nope", "--capacity", "3"], "no event 'nope'"),
+        (["event", "update", "gig", "--capacity", "-1"], "--capacity must be an integer from 0"),
         (["event", "show", "nope"], "no event 'nope'"),
-        (["submit", "gig", "u1", "--seats", "0"], "--seats must be at least 1"),
-        (["submit", "gig", "u1", "--attributes", "[1]"], "--attributes must be a JSON object"),
+        (["submit", "gig", "u1", "--seats", "0"], "seats must be at least 1"),
+        (["submit", "gig", "u1", "--seats", "1000001"], "seats must be at most 1000000"),
+        (["submit", "gig", "u1", "--attributes", "[1]"], "attributes must be a map"),
         (["submit", "gig", "u1", "--attributes", "{"], "--attributes is not JSON"),
+        (
+            ["submit", "gig", "u1", "--attributes", json.dumps({"l": [{}] * 1300})],
+            "attributes are 5208 bytes by DynamoDB's item-size rules, over 4096",
+        ),
+        (["submit", "gig", "u1", "--attributes", '{"": 1}'], "attribute names must be non-empty"),
+        (["submit", "gig", "u 1"], "signup_id must match"),
         (["status", "gig", "ghost"], "no signup 'ghost' in event 'gig'"),
     ],
 )
@@ -43,6 +53,30 @@ def test_errors_are_one_line_and_exit_2(aws, capsys, argv, message):
     code, _, err = run(capsys, *argv)
     assert code == cli.EXIT_ERROR
     assert err.startswith(f"turnstile: {message}") and err.count("\n") == 1
+
+
+def test_event_update_changes_capacity_down_to_taken(aws, capsys):
+    # GIVEN an event with 2 of 5 seats taken
+    assert run(capsys, "event", "create", "gig", "--capacity", "5")[0] == 0
+    aws.client("dynamodb").update_item(
+        TableName="turnstile-control",
+        Key={"pk": {"S": "EVENT#gig"}, "sk": {"S": "EVENT"}},
+        UpdateExpression="SET taken = :two",
+        ExpressionAttributeValues={":two": {"N": "2"}},
+    )
+    # WHEN raised, THEN the event is shown with its new capacity
+    code, out, _ = run(capsys, "event", "update", "gig", "--capacity", "8")
+    assert code == 0 and (json.loads(out)["capacity"], json.loads(out)["remaining"]) == (8, 6)
+    # WHEN lowered below taken, THEN one line that names what is taken, exit 2
+    code, out, err = run(capsys, "event", "update", "gig", "--capacity", "1")
+    assert (code, out) == (cli.EXIT_ERROR, "")
+    assert err == (
+        "turnstile: capacity 1 is below the 2 seats already taken of event 'gig'; "
+        "it can go down to 2\n"
+    )
+    # WHEN lowered to taken, THEN it is full
+    code, out, _ = run(capsys, "event", "update", "gig", "--capacity", "2")
+    assert code == 0 and json.loads(out)["remaining"] == 0
 
 
 def test_conflicting_resubmission_is_an_error(aws, capsys):
@@ -80,3 +114,24 @@ def test_audit_reports_a_broken_table(aws, capsys):
     assert code == cli.EXIT_AUDIT_FAILED
     assert "oversold: 3 seats accepted, capacity 1" in out
     assert "audit BROKEN" in out
+
+
+def test_status_of_a_raw_pending_signup_is_bounded(aws, capsys):
+    # GIVEN a producer's own intake item with 100 KB of submitted_at
+    aws.client("dynamodb").put_item(
+        TableName="turnstile-intake",
+        Item={
+            "event_id": {"S": "gig"},
+            "signup_id": {"S": "raw"},
+            "submitted_at": {"S": "x" * 100_000},
+        },
+    )
+    code, out, _ = run(capsys, "status", "gig", "raw")
+    assert code == 0
+    assert json.loads(out) == {
+        "event_id": "gig",
+        "signup_id": "raw",
+        "status": "PENDING",
+        "seats": 1,
+        "submitted_at": None,
+    }

@@ -319,3 +319,45 @@ def test_emits_emf_metrics_for_the_dashboard(client, store, stream, monkeypatch,
     )
     assert 50 <= len(doc["DecisionLatency"]) < 100
     assert doc["service"] == "turnstile"
+
+
+@pytest.mark.parametrize(
+    "submitted_at",
+    [
+        {"S": "2026-01-01T00:00:00"},  # naive, as datetime.utcnow().isoformat() writes it
+        {"S": "2026-01-01T09:00:00+09:00"},
+        {"S": "9999-12-31T23:59:59Z"},  # the future: latency 0, not negative
+        {"S": "yesterday"},
+        {"N": "1767225600"},
+    ],
+    ids=["naive", "offset", "future", "junk", "number"],
+)
+def test_any_submitted_at_decides_and_never_fails_the_batch(
+    client, store, stream, monkeypatch, capsys, submitted_at
+):
+    # GIVEN metrics on, and a signup whose submitted_at a producer wrote with its own clock
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    store.create_event("gig", 1, NOW)
+    put_raw_intake(client, "gig", "u1", seats={"N": "1"}, submitted_at=submitted_at)
+    capsys.readouterr()
+    # WHEN the batch is delivered (the latency metric is computed after the commit)
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN it is decided, and any latency published is a number of at least 0
+    assert status_of(client, "gig", "u1") == (Status.ACCEPTED, None)
+    [doc] = [json.loads(x) for x in capsys.readouterr().out.splitlines() if '"_aws"' in x]
+    latency = doc.get("DecisionLatency", [])
+    assert all(v >= 0 for v in (latency if isinstance(latency, list) else [latency]))
+
+
+def test_fields_copied_from_intake_are_bounded_on_the_decision(client, store, stream):
+    # GIVEN a valid signup whose producer wrote 100 KB of submitted_at
+    store.create_event("gig", 1, NOW)
+    put_raw_intake(client, "gig", "u1", submitted_at={"S": "2026-01-01T00:00:00Z" * 5000})
+    # WHEN decided
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN it is accepted (a bad submitted_at is no reason to reject), the decision item
+    # does not carry it, and its detail says it was dropped
+    item = decisions(client)[("gig", "u1")]
+    assert item["status"]["S"] == Status.ACCEPTED
+    assert "submitted_at" not in item
+    assert "submitted_at dropped" in item["detail"]["S"]

@@ -8,6 +8,7 @@ import pytest
 
 from tests.helpers import FaultyClient, decisions, put_raw_intake
 from turnstile.audit import audit
+from turnstile.clock import utc_now
 from turnstile.errors import DuplicateRunError, LeaseLostError
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.poller import LocalLambdaContext
@@ -82,7 +83,7 @@ def test_sweep_re_emits_old_undecided_records_and_the_stream_decides_them(store,
     stream_handler.handler({"Records": handled}, LocalLambdaContext())
     put_raw_intake(client, "gig", "lost1", submitted_at={"S": "2026-01-01T00:00:00Z"})
     put_raw_intake(client, "gig", "lost2", submitted_at={"S": "2026-01-01T00:00:00Z"})
-    put_raw_intake(client, "gig", "fresh", submitted_at={"S": "2999-01-01T00:00:00Z"})
+    put_raw_intake(client, "gig", "fresh", submitted_at={"S": utc_now()})
     stream.read_new()  # ... and lost
     # WHEN the sweeper runs
     result = Sweeper(store, owner="s", min_age_s=300).sweep("run-1")
@@ -199,3 +200,34 @@ def test_re_emission_is_batched_and_skips_records_that_vanished(store, client):
     keys = [("gig", f"u{i}") for i in range(150)] + [("gig", "never-written")]
     assert store.fenced_redrive_many("s", token, 1001.0, keys) == 150
     assert all(int(store.get_intake("gig", f"u{i}")["redrive"]) == 1 for i in (0, 98, 149))
+
+
+# -- aging: no clock a producer writes hides a record ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("label", "attrs", "found"),
+    [
+        ("no submitted_at", {}, True),
+        ("unparsable", {"submitted_at": {"S": "last tuesday"}}, True),
+        ("not a string", {"submitted_at": {"N": "1"}}, True),
+        ("far future", {"submitted_at": {"S": "9999-01-01T00:00:00Z"}}, True),
+        ("an hour ahead", {"submitted_at": {"S": "2027-01-15T09:00:00Z"}}, True),
+        ("naive and old", {"submitted_at": {"S": "2027-01-15T07:00:00"}}, True),
+        ("naive and young", {"submitted_at": {"S": "2027-01-15T07:59:00"}}, False),
+        ("young", {"submitted_at": {"S": "2027-01-15T07:59:00Z"}}, False),
+        # redriven_at is the sweeper's own "re-emitted, wait" guard; junk in it is no guard
+        ("re-emitted just now", {"redriven_at": {"N": "1800000000"}}, False),
+        ("redriven_at junk", {"redriven_at": {"S": "soon"}}, True),
+        ("redriven_at in the future", {"redriven_at": {"N": "99999999999"}}, True),
+        ("redriven_at not finite", {"redriven_at": {"N": "1E+125"}}, True),
+    ],
+)
+def test_find_undecided_counts_unknown_and_future_ages_as_old(store, client, label, attrs, found):
+    # GIVEN an undecided record; the sweeper's clock reads 2027-01-15T08:00:00Z
+    now = 1_800_000_000.0
+    put_raw_intake(client, "gig", "u1", **attrs)
+    # WHEN the sweeper looks for records undecided over 5 minutes
+    got = [u.signup_id for u in find_undecided(store, 300.0, now=now)]
+    # THEN only a record known to be young, or just re-emitted, is left to wait
+    assert got == (["u1"] if found else []), label

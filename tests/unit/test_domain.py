@@ -3,13 +3,24 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnstile.contract import EventState, Reason, Status
-from turnstile.domain import EventSnapshot, SignupRequest, decide, parse_request
+from turnstile.contract import MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
+from turnstile.domain import (
+    MAX_ATTRIBUTES_DEPTH,
+    MAX_DETAIL_CHARS,
+    MAX_SUBMITTED_AT_CHARS,
+    EventSnapshot,
+    SignupRequest,
+    decide,
+    parse_request,
+    signup_problems,
+)
+from turnstile.itemsize import value_size
 
 
 def req(signup_id: str, seats: int = 1, seq: int = 0, problem: str | None = None) -> SignupRequest:
@@ -23,6 +34,14 @@ def req(signup_id: str, seats: int = 1, seq: int = 0, problem: str | None = None
 
 
 OPEN3 = EventSnapshot(event_id="e1", capacity=3)
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    """A map nested ``depth`` levels deep (itself the first)."""
+    value: dict[str, Any] = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
 
 
 @pytest.mark.parametrize(
@@ -118,16 +137,95 @@ def test_state_advances_but_version_is_the_stores():
         ({"seats": Decimal("1e9")}, "at most"),
         ({"attributes": "x"}, "attributes must be a map"),
         ({"attributes": ["x"]}, "attributes must be a map"),
-        ({"attributes": {"blob": "x" * 5000}}, "attributes exceed"),
+        ({"attributes": {"blob": "x" * 5000}}, "bytes by DynamoDB's item-size rules"),
+        ({"attributes": {"l": [{}] * 1300}}, "5208 bytes"),  # 3,906 bytes as JSON
+        ({"attributes": {"": 1}}, "non-empty"),
+        ({"attributes": {"n": Decimal("1" * 39)}}, "cannot store"),
+        ({"attributes": {"n": Decimal("1e126")}}, "cannot store"),
+        ({"attributes": {"n": Decimal("NaN")}}, "not finite"),
+        ({"attributes": {"s": "\ud800"}}, "Unicode"),
+        ({"attributes": {"f": 1.5}}, "float"),
+        ({"attributes": _nested(MAX_ATTRIBUTES_DEPTH + 1)}, "nested more than"),
+        ({"signup_id": "#EVENT"}, "signup_id"),
+        ({"signup_id": "ok\n"}, "signup_id"),
+        ({"signup_id": 7}, "signup_id"),
         ({"signup_id": "-starts-with-dash"}, "signup_id"),
         ({"signup_id": "x" * 129}, "signup_id"),
         ({"event_id": "has space"}, "event_id"),
     ],
 )
 def test_parse_request_flags_bad_input(image, problem_part):
+    # The one validator: the API and the CLI refuse exactly this (signup_problems).
     full = {"event_id": "e1", "signup_id": "s1", **image}
     request = parse_request(full, "1")
     assert request.problem is not None and problem_part in request.problem
+
+
+def test_attributes_at_the_limits_are_valid():
+    # GIVEN attributes of exactly 4,096 bytes by DynamoDB's rules, nested 16 levels
+    blob = {"b": "x" * (MAX_ATTRIBUTES_BYTES - 3 - 1 - 1)}
+    assert value_size(blob) == MAX_ATTRIBUTES_BYTES
+    for attributes in (blob, _nested(MAX_ATTRIBUTES_DEPTH), {"n": Decimal("1" * 38)}):
+        assert signup_problems("e1", "s1", 1, attributes) == []
+        image = {"event_id": "e1", "signup_id": "s1", "attributes": attributes}
+        assert parse_request(image, "1").problem is None
+    assert signup_problems("e1", "s1", 1, {"b": "x" * 4092}) != []
+
+
+def test_a_bad_id_is_rejected_under_its_own_key_whatever_its_length():
+    # GIVEN an intake record whose signup id is 1,000 characters off the pattern
+    signup_id = "#" + "\u00e9" * 999
+    request = parse_request({"event_id": "e1", "signup_id": signup_id}, "1")
+    # THEN the request keeps the id (the rejection is written under it) and the detail
+    # does not repeat it
+    assert request.signup_id == signup_id
+    [decision] = decide(OPEN3, [request]).decisions
+    assert (decision.status, decision.reason) == (Status.REJECTED, Reason.INVALID_REQUEST)
+    assert decision.signup_id == signup_id
+    assert decision.detail is not None and len(decision.detail) <= MAX_DETAIL_CHARS
+
+
+@pytest.mark.parametrize(
+    "submitted_at",
+    ["x" * (MAX_SUBMITTED_AT_CHARS + 1), "2026-01-01T00:00:00Z" * 1000, Decimal(5), ["a"], {}],
+    ids=["65 chars", "20,000 chars", "number", "list", "map"],
+)
+def test_submitted_at_off_the_bound_is_dropped_with_a_note_not_rejected(submitted_at):
+    # GIVEN a valid signup whose submitted_at is too long or not a string
+    image = {"event_id": "e1", "signup_id": "s1", "submitted_at": submitted_at}
+    request = parse_request(image, "1")
+    # THEN it is valid, submitted_at is dropped, and the decision says so
+    assert request.problem is None
+    assert request.submitted_at is None
+    [decision] = decide(OPEN3, [request]).decisions
+    assert decision.status == Status.ACCEPTED
+    assert decision.detail is not None and "submitted_at dropped" in decision.detail
+
+
+def test_submitted_at_within_the_bound_is_kept_as_it_is():
+    for value in ("2026-01-01T00:00:00Z", "not a time at all", "y" * MAX_SUBMITTED_AT_CHARS):
+        request = parse_request({"event_id": "e1", "signup_id": "s1", "submitted_at": value}, "1")
+        assert (request.submitted_at, request.note) == (value, None)
+        assert decide(OPEN3, [request]).decisions[0].detail is None
+
+
+def test_detail_is_bounded_whatever_the_record_held():
+    # GIVEN a record that breaks every rule at once, and a dropped submitted_at
+    image = {
+        "event_id": "bad event " * 100,
+        "signup_id": "-" * 1000,
+        "seats": Decimal("1.5"),
+        "attributes": {"": "x" * 10_000},
+        "submitted_at": "z" * 100,
+    }
+    [decision] = decide(OPEN3, [parse_request(image, "1")]).decisions
+    assert decision.reason == Reason.INVALID_REQUEST
+    assert decision.detail is not None and len(decision.detail) <= MAX_DETAIL_CHARS
+    assert "submitted_at dropped" in decision.detail
+    # AND a problem text of any length (a future rule quoting input) is cut to the bound
+    long = SignupRequest("e1", "s2", "2", problem="p" * 5000, note="dropped")
+    [decision] = decide(OPEN3, [long]).decisions
+    assert decision.detail is not None and len(decision.detail) == MAX_DETAIL_CHARS
 
 
 def test_parse_request_defaults():

@@ -127,6 +127,20 @@ class MemoryDynamoDB:
             "<": lambda a, b: a < b,
         }
         for clause in condition.split(" AND "):
+            if clause.startswith("(") and clause.endswith(")"):
+                # (attribute_not_exists(#a) OR #a = :b): the store's lock on a version
+                # that a hand-written item may lack.
+                options = clause[1:-1].split(" OR ")
+                if not any(
+                    MemoryDynamoDB._holds(option, item, names, values) for option in options
+                ):
+                    return False
+                continue
+            if clause.startswith("attribute_not_exists(") and clause.endswith(")"):
+                name = clause[len("attribute_not_exists(") : -1]
+                if names.get(name, name) in item:
+                    return False
+                continue
             for symbol, compare in operators.items():
                 if f" {symbol} " in clause:
                     left, right = (p.strip() for p in clause.split(f" {symbol} "))

@@ -25,7 +25,6 @@ benchmark checks it against a full scan at the end.
 
 from __future__ import annotations
 
-import base64
 import math
 import threading
 from collections import Counter
@@ -36,6 +35,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from turnstile.contract import Attr, ControlKey
+from turnstile.itemsize import typed_item_size, typed_value_size
 
 __all__ = [
     "READ_BLOCK_BYTES",
@@ -58,52 +58,9 @@ READ_BLOCK_BYTES = 4096
 # -- sizes and units --------------------------------------------------------------------
 
 
-def _number_size(text: str) -> int:
-    """AWS: about one byte per two significant digits, plus one (leading/trailing 0 trimmed)."""
-    digits = text.lstrip("+-").replace(".", "")
-    mantissa, _, _ = digits.lower().partition("e")
-    significant = mantissa.strip("0")
-    return math.ceil(len(significant) / 2) + 1
-
-
-def _binary_size(value: Any) -> int:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return len(value)
-    # A base64 string, as it travels in JSON (Lambda events, the wire format).
-    return len(base64.b64decode(value))
-
-
-def attribute_value_size(value: Mapping[str, Any]) -> int:
-    """Bytes of one typed value (``{"S": ...}``, ``{"M": {...}}``...) by DynamoDB's rules.
-
-    Lists and maps cost 3 bytes plus one byte per element; a map element also counts its
-    key's bytes. NULL and BOOL are one byte.
-    """
-    (kind, raw), *_ = value.items()
-    if kind == "S":
-        return len(str(raw).encode())
-    if kind == "N":
-        return _number_size(str(raw))
-    if kind == "B":
-        return _binary_size(raw)
-    if kind in ("BOOL", "NULL"):
-        return 1
-    if kind == "SS":
-        return sum(len(str(v).encode()) for v in raw)
-    if kind == "NS":
-        return sum(_number_size(str(v)) for v in raw)
-    if kind == "BS":
-        return sum(_binary_size(v) for v in raw)
-    if kind == "L":
-        return 3 + sum(attribute_value_size(v) + 1 for v in raw)
-    if kind == "M":
-        return 3 + sum(len(k.encode()) + attribute_value_size(v) + 1 for k, v in raw.items())
-    raise ValueError(f"unknown attribute type {kind!r}")
-
-
-def item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
-    """Bytes of a typed item: every attribute name plus its value."""
-    return sum(len(name.encode()) + attribute_value_size(v) for name, v in item.items())
+#: Sizes come from the one calculator the validators use too.
+attribute_value_size = typed_value_size
+item_size = typed_item_size
 
 
 def write_units(size: int, transactional: bool = False) -> int:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -14,6 +13,7 @@ from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent, ev
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from turnstile.clock import parse_timestamp
 from turnstile.contract import Status
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore
@@ -66,12 +66,10 @@ def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
 
 
 def _latency_ms(submitted_at: str | None, decided_at: str) -> float | None:
-    if not submitted_at:
-        return None
-    try:
-        start = datetime.fromisoformat(submitted_at.replace("Z", "+00:00"))
-        end = datetime.fromisoformat(decided_at.replace("Z", "+00:00"))
-    except ValueError:
+    """Milliseconds from a producer's ``submitted_at`` (any clock, naive or junk) to the
+    decision; None when it is no time. Never raises: this runs after the commit."""
+    start, end = parse_timestamp(submitted_at), parse_timestamp(decided_at)
+    if start is None or end is None:
         return None
     return max(0.0, (end - start).total_seconds() * 1000)
 
