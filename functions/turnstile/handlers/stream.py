@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent, event_source
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -47,6 +49,33 @@ def get_processor() -> StreamProcessor:
     return _processor
 
 
+_deserializer = TypeDeserializer()
+
+
+def _binary_decoded(value: Mapping[str, Any]) -> dict[str, Any]:
+    """A typed value with its B and BS base64 text (as a Lambda event carries them) decoded
+    to bytes: Powertools' deserializer would hand the text on, and it would be stored as S."""
+    (kind, raw), *_ = value.items()
+    if kind == "B":
+        return {kind: _bytes(raw)}
+    if kind == "BS":
+        return {kind: [_bytes(v) for v in raw]}
+    if kind == "M":
+        return {kind: {k: _binary_decoded(v) for k, v in raw.items()}}
+    if kind == "L":
+        return {kind: [_binary_decoded(v) for v in raw]}
+    return {kind: raw}
+
+
+def _bytes(raw: str | bytes) -> bytes:
+    return base64.b64decode(raw, validate=True) if isinstance(raw, str) else bytes(raw)
+
+
+def _new_image(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The NewImage as plain Python values: numbers as Decimal, binary as bytes."""
+    return {k: _deserializer.deserialize(_binary_decoded(v)) for k, v in raw.items()}
+
+
 def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
     """The parts of a stream record the processor needs; a broken image stays broken."""
     stream = record.dynamodb
@@ -54,7 +83,8 @@ def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
     if stream is None:
         return IntakeRecord(sequence_number="", event_name=name, keys={})
     try:
-        image: dict[str, Any] | None = stream.new_image if stream.get("NewImage") else None
+        raw_image = stream.get("NewImage")
+        image: dict[str, Any] | None = _new_image(raw_image) if raw_image else None
     except Exception:  # an image that does not deserialize is decided as invalid
         image = None
     return IntakeRecord(
