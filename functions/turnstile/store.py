@@ -36,7 +36,7 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cached_property
 from typing import Any, TypeVar
@@ -126,31 +126,22 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _to_wire(value: Mapping[str, Any]) -> dict[str, Any]:
-    """A typed value as JSON can carry it: binary as base64 text, as DynamoDB's wire does."""
-    (kind, raw), *_ = value.items()
-    if kind == "B":
-        return {kind: base64.b64encode(bytes(raw)).decode()}
-    if kind == "BS":
-        return {kind: [base64.b64encode(bytes(v)).decode() for v in raw]}
-    if kind == "M":
-        return {kind: {k: _to_wire(v) for k, v in raw.items()}}
-    if kind == "L":
-        return {kind: [_to_wire(v) for v in raw]}
-    return {kind: raw}
+def _base64_text(value: Any) -> str:
+    """JSON for the bytes in a typed value: base64 text, as on DynamoDB's own wire."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
-def _from_wire(value: Mapping[str, Any]) -> dict[str, Any]:
-    (kind, raw), *_ = value.items()
-    if kind == "B":
-        return {kind: base64.b64decode(raw)}
-    if kind == "BS":
-        return {kind: [base64.b64decode(v) for v in raw]}
-    if kind == "M":
-        return {kind: {k: _from_wire(v) for k, v in raw.items()}}
-    if kind == "L":
-        return {kind: [_from_wire(v) for v in raw]}
-    return {kind: raw}
+def _binary_back(obj: dict[str, Any]) -> dict[str, Any]:
+    """``json.loads`` hook: a one-key ``{"B": text}`` or ``{"BS": [text]}`` is a typed binary
+    (a map's value is always an object, so no map can look like one)."""
+    if len(obj) == 1:
+        if isinstance(obj.get("B"), str):
+            return {"B": base64.b64decode(obj["B"])}
+        if isinstance(obj.get("BS"), list):
+            return {"BS": [base64.b64decode(v) for v in obj["BS"]]}
+    return obj
 
 
 def _utf8_len(text: str) -> int:
@@ -215,20 +206,53 @@ def _without_copies(decision: Decision, why: str) -> Decision:
 
 
 def _base_item(event_id: str, decision: Decision, decided_at: str) -> dict[str, Any]:
-    """The decision item without its copied fields, typed."""
-    return to_item(
-        {
-            Attr.EVENT_ID: event_id,
-            Attr.SIGNUP_ID: decision.signup_id,
-            Attr.STATUS: decision.status,
-            Attr.REASON: decision.reason,
-            "detail": decision.detail,
-            Attr.SEATS: decision.seats,
-            Attr.POSITION: decision.position,
-            Attr.DECIDED_AT: decided_at,
-            Attr.SEQUENCE_NUMBER: decision.sequence_number,
-        }
-    )
+    """The decision item without its copied fields, typed (what ``to_item`` would give,
+    built directly: this runs for every decision)."""
+    item: dict[str, Any] = {
+        Attr.EVENT_ID: {"S": event_id},
+        Attr.SIGNUP_ID: {"S": decision.signup_id},
+        Attr.STATUS: {"S": decision.status},
+    }
+    if decision.reason is not None:
+        item[Attr.REASON] = {"S": decision.reason}
+    if decision.detail is not None:
+        item["detail"] = {"S": decision.detail}
+    item[Attr.SEATS] = {"N": str(int(decision.seats))}
+    if decision.position is not None:
+        item[Attr.POSITION] = {"N": str(int(decision.position))}
+    item[Attr.DECIDED_AT] = {"S": decided_at}
+    item[Attr.SEQUENCE_NUMBER] = {"S": decision.sequence_number}
+    return item
+
+
+def _bounded(
+    event_id: str,
+    decision: Decision,
+    decided_at: str,
+    request: SignupRequest | Mapping[str, Any] | None,
+) -> tuple[Decision, dict[str, Any], str]:
+    """``bounded_decision``, and the copied fields as journal JSON."""
+    try:
+        copies = to_item(_copied_values(request))
+        for value in copies.values():
+            _check_storable(value)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        return _without_copies(decision, f"not storable in DynamoDB ({exc})"), {}, "{}"
+    text = _json(copies)
+    if not copies:
+        return decision, copies, text
+    # The JSON is never shorter than the item size (tags, quotes, base64): the exact size
+    # is needed only when the JSON alone would go over.
+    json_bytes = _utf8_len(text)
+    base = _item_size(_base_item(event_id, decision, decided_at))
+    if base + json_bytes > MAX_DECISION_ITEM_BYTES:
+        if base + _item_size(copies) > MAX_DECISION_ITEM_BYTES:
+            why = f"item over {MAX_DECISION_ITEM_BYTES} bytes"
+            return _without_copies(decision, why), {}, "{}"
+        if json_bytes > MAX_JOURNAL_ROW_BYTES - 1024:
+            why = f"journal row over {MAX_JOURNAL_ROW_BYTES} bytes"
+            return _without_copies(decision, why), {}, "{}"
+    return decision, copies, text
 
 
 def bounded_decision(
@@ -243,29 +267,12 @@ def bounded_decision(
     than ``MAX_DECISION_ITEM_BYTES`` (or its journal row than ``MAX_JOURNAL_ROW_BYTES``),
     are dropped, and the decision's ``detail`` says so.
     """
-    try:
-        copies = to_item(_copied_values(request))
-        for value in copies.values():
-            _check_storable(value)
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        return _without_copies(decision, f"not storable in DynamoDB ({exc})"), {}
-    if not copies:
-        return decision, copies
-    size = _item_size(_base_item(event_id, decision, decided_at)) + _item_size(copies)
-    if size > MAX_DECISION_ITEM_BYTES:
-        return _without_copies(decision, f"item over {MAX_DECISION_ITEM_BYTES} bytes"), {}
-    # JSON can cost up to ~8 bytes per item byte (escapes, type tags): measure when it might.
-    if size * 8 > MAX_JOURNAL_ROW_BYTES and _row_bytes(copies) > MAX_JOURNAL_ROW_BYTES - 1024:
-        return _without_copies(decision, f"journal row over {MAX_JOURNAL_ROW_BYTES} bytes"), {}
+    decision, copies, _ = _bounded(event_id, decision, decided_at, request)
     return decision, copies
 
 
-def _row_bytes(copies: Mapping[str, Any]) -> int:
-    return _utf8_len(_json({k: _to_wire(v) for k, v in copies.items()}))
-
-
 def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_base64_text)
 
 
 @dataclass(frozen=True)
@@ -281,6 +288,8 @@ class Journal:
     decided_at: str
     decisions: tuple[Decision, ...]
     copies: tuple[Mapping[str, Any], ...] | None
+    #: ``copies`` as JSON, when ``build`` has it already.
+    copies_json: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     #: Format 2: rows carry the copied fields. Format 1 (no "f"): rows without them.
     FORMAT = 2
@@ -297,21 +306,22 @@ class Journal:
         requests: Mapping[str, SignupRequest | Mapping[str, Any]],
     ) -> Journal:
         """The journal of ``decisions``, each with its copied fields (bounded) fixed now."""
-        pairs = [
-            bounded_decision(event_id, d, decided_at, requests.get(d.signup_id))
-            for d in decisions
+        bounded = [
+            _bounded(event_id, d, decided_at, requests.get(d.signup_id)) for d in decisions
         ]
         return cls(
             version=version,
             decided_at=decided_at,
-            decisions=tuple(d for d, _ in pairs),
-            copies=tuple(c for _, c in pairs),
+            decisions=tuple(d for d, _, _ in bounded),
+            copies=tuple(c for _, c, _ in bounded),
+            copies_json=tuple(j for _, _, j in bounded),
         )
 
     @cached_property
     def _rows(self) -> tuple[str, ...]:
         if self.copies is None:
             raise ValueError("a journal without copied fields is format 1: decode only")
+        texts = self.copies_json or tuple(_json(c) for c in self.copies)
         return tuple(
             _json(
                 [
@@ -322,10 +332,10 @@ class Journal:
                     d.position,
                     d.sequence_number,
                     d.detail,
-                    {k: _to_wire(v) for k, v in c.items()},
                 ]
-            )
-            for d, c in zip(self.decisions, self.copies, strict=True)
+            )[:-1]
+            + f",{text}]"
+            for d, text in zip(self.decisions, texts, strict=True)
         )
 
     def encode(self, count: int | None = None) -> bytes:
@@ -355,7 +365,9 @@ class Journal:
     def decode(cls, blob: bytes) -> Journal:
         """Any journal this code or an earlier one wrote (format 1 is zlib-compressed)."""
         raw = bz2.decompress(blob) if blob[:3] == b"BZh" else zlib.decompress(blob)
-        doc = json.loads(raw)
+        # Unescaped, '"B":"' and '"BS":[' occur only in a typed binary: skip the hook if absent.
+        has_binary = b'"B":"' in raw or b'"BS":[' in raw
+        doc = json.loads(raw, object_hook=_binary_back if has_binary else None)
         fmt = doc.get("f", 1)
         if fmt not in (1, cls.FORMAT):
             raise ValueError(f"journal format {fmt!r} is newer than this code")
@@ -375,7 +387,7 @@ class Journal:
                 )
             )
             if fmt != 1:
-                copies.append({k: _from_wire(v) for k, v in row[7].items()})
+                copies.append(row[7])
         return cls(
             version=int(doc["v"]),
             decided_at=doc["t"],

@@ -49,31 +49,20 @@ def get_processor() -> StreamProcessor:
     return _processor
 
 
-_deserializer = TypeDeserializer()
+class LambdaEventDeserializer(TypeDeserializer):
+    """Powertools' deserializer, except that B and BS come back as bytes: a Lambda event
+    carries them as base64 text, which Powertools hands on as text (stored, it would be S)."""
+
+    def _deserialize_b(self, value: str | bytes) -> bytes:
+        return base64.b64decode(value, validate=True) if isinstance(value, str) else value
 
 
-def _binary_decoded(value: Mapping[str, Any]) -> dict[str, Any]:
-    """A typed value with its B and BS base64 text (as a Lambda event carries them) decoded
-    to bytes: Powertools' deserializer would hand the text on, and it would be stored as S."""
-    (kind, raw), *_ = value.items()
-    if kind == "B":
-        return {kind: _bytes(raw)}
-    if kind == "BS":
-        return {kind: [_bytes(v) for v in raw]}
-    if kind == "M":
-        return {kind: {k: _binary_decoded(v) for k, v in raw.items()}}
-    if kind == "L":
-        return {kind: [_binary_decoded(v) for v in raw]}
-    return {kind: raw}
-
-
-def _bytes(raw: str | bytes) -> bytes:
-    return base64.b64decode(raw, validate=True) if isinstance(raw, str) else bytes(raw)
+_deserializer = LambdaEventDeserializer()
 
 
 def _new_image(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The NewImage as plain Python values: numbers as Decimal, binary as bytes."""
-    return {k: _deserializer.deserialize(_binary_decoded(v)) for k, v in raw.items()}
+    return {k: _deserializer.deserialize(v) for k, v in raw.items()}
 
 
 def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
