@@ -8,6 +8,7 @@ __all__ = [
     "DuplicateRunError",
     "EventExistsError",
     "EventNotFoundError",
+    "JournalTooLargeError",
     "LeaseLostError",
     "SignupConflictError",
     "StoreUnavailableError",
@@ -58,3 +59,11 @@ class LeaseLostError(TurnstileError):
 
 class DuplicateRunError(TurnstileError):
     """The same sweep run was started twice at the same moment; this start must stop."""
+
+
+class JournalTooLargeError(TurnstileError):
+    """One commit's journal would make the event item too big; ``fits`` decisions would fit."""
+
+    def __init__(self, message: str, fits: int) -> None:
+        super().__init__(message)
+        self.fits = fits

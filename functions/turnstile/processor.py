@@ -14,7 +14,7 @@ from typing import Any
 
 from turnstile.clock import utc_now
 from turnstile.domain import Decision, SignupRequest, decide, parse_request
-from turnstile.errors import CommitConflictError
+from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.store import SignupStore
 
 __all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
@@ -100,18 +100,21 @@ class StreamProcessor:
     def _process_group(
         self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
     ) -> None:
-        for start in range(0, len(requests), self.chunk_size):
+        start = 0
+        while start < len(requests):
             chunk = requests[start : start + self.chunk_size]
             try:
-                result.decided.extend(self._decide_chunk(event_id, chunk, result))
+                decided, consumed = self._decide_chunk(event_id, chunk, result)
             except Exception:
                 log.exception("event group failed", extra={"event_id": event_id})
                 result.failures.append(chunk[0].sequence_number)
                 return
+            result.decided.extend(decided)
+            start += consumed
 
     def _decide_chunk(
         self, event_id: str, chunk: Sequence[SignupRequest], result: BatchResult
-    ) -> list[DecidedSignup]:
+    ) -> tuple[list[DecidedSignup], int]:
         for _ in range(self.max_conflicts):
             try:
                 return self._try_chunk(event_id, chunk)
@@ -119,7 +122,14 @@ class StreamProcessor:
                 result.conflicts += 1
         raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
 
-    def _try_chunk(self, event_id: str, chunk: Sequence[SignupRequest]) -> list[DecidedSignup]:
+    def _try_chunk(
+        self, event_id: str, chunk: Sequence[SignupRequest]
+    ) -> tuple[list[DecidedSignup], int]:
+        """Decide and commit ``chunk``, or the longest prefix of it whose journal fits.
+
+        Returns what was decided and how many requests of ``chunk`` that covers; the
+        caller hands the rest to the next round, which decides them from the new state.
+        """
         by_id: dict[str, SignupRequest] = {}
         for request in chunk:
             by_id.setdefault(request.signup_id, request)
@@ -130,7 +140,7 @@ class StreamProcessor:
             outcome = decide(None, chunk, existing)
             if outcome.decisions:
                 self.store.reject_without_event(event_id, outcome.decisions, by_id, now)
-            return self._decided(event_id, outcome.decisions, now, by_id)
+            return self._decided(event_id, outcome.decisions, now, by_id), len(chunk)
 
         cache_key = (event_id, event.created_at)
         in_journal: set[str] = set()
@@ -142,13 +152,22 @@ class StreamProcessor:
                 self.store.materialize(event_id, event.journal, by_id)
                 self._remember(cache_key, event.journal.version)
         existing = self.store.get_decisions(event_id, [s for s in by_id if s not in in_journal])
-        outcome = decide(event.snapshot, chunk, set(existing) | in_journal)
+        already = set(existing) | in_journal
+        outcome = decide(event.snapshot, chunk, already)
         if not outcome.decisions:
-            return []
-        journal = self.store.commit(event.snapshot, outcome, now)
+            return [], len(chunk)
+        try:
+            journal = self.store.commit(event.snapshot, outcome, now, by_id)
+        except JournalTooLargeError as too_big:
+            # Big copied fields: commit the decisions that fit, by deciding only the
+            # requests up to the last of them (deciding a prefix gives a prefix).
+            last = outcome.decisions[too_big.fits - 1].signup_id
+            chunk = chunk[: next(i for i, r in enumerate(chunk) if r.signup_id == last) + 1]
+            outcome = decide(event.snapshot, chunk, already)
+            journal = self.store.commit(event.snapshot, outcome, now, by_id)
         self.store.materialize(event_id, journal, by_id)
         self._remember(cache_key, journal.version)
-        return self._decided(event_id, outcome.decisions, now, by_id)
+        return self._decided(event_id, journal.decisions, now, by_id), len(chunk)
 
     def _remember(self, key: tuple[str, str | None], version: int) -> None:
         self._materialized[key] = version

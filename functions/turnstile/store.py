@@ -8,10 +8,18 @@ The commit design (why each decision costs one write unit, and why that is safe)
 * The event item is the serialization point. A group's decisions are committed by one
   ``UpdateItem`` on it, conditioned on ``version`` (an optimistic lock) and, when
   it takes seats, on ``taken <= capacity``; the update stores the new counters and a
-  compact *journal* (zlib-compressed) of exactly the decisions that commit made.
+  compact *journal* (bzip2-compressed JSON) of exactly the decisions that commit made.
 * The decision items are then *materialized* from that journal with plain batch writes:
   one write unit per decision item of up to 1 KB, instead of the two a transaction
-  charges. Materializing is idempotent: the journal fixes every byte of every item.
+  charges. Materializing is idempotent: the journal fixes every byte of every item. It
+  carries the fields copied from intake (``attributes``, ``submitted_at``) in DynamoDB's
+  typed form, so materializing never reads intake: a producer who rewrites or deletes an
+  intake record later cannot change a decision, and binary stays binary.
+* Nothing a producer writes can make an item too big to write. A decision item over
+  ``MAX_DECISION_ITEM_BYTES`` is stored without its copied fields (``detail`` says so),
+  and a commit whose journal would exceed ``MAX_JOURNAL_BYTES`` raises
+  ``JournalTooLargeError`` saying how many decisions fit; the processor commits those and
+  decides the rest in its next round. The event item stays well under 400 KB.
 * Before a processor commits journal N+1 it makes sure journal N is materialized (it
   wrote it itself, or it writes it again). So every decision is either an item or in the
   current journal, and "already decided" is known exactly before each commit.
@@ -21,13 +29,16 @@ The commit design (why each decision costs one write unit, and why that is safe)
 
 from __future__ import annotations
 
+import base64
+import bz2
 import json
 import random
 import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import cached_property
 from typing import Any, TypeVar
 
 import boto3
@@ -51,12 +62,13 @@ from turnstile.errors import (
     DuplicateRunError,
     EventExistsError,
     EventNotFoundError,
+    JournalTooLargeError,
     LeaseLostError,
     SignupConflictError,
     StoreUnavailableError,
 )
 
-__all__ = ["EventRecord", "Journal", "SignupStore", "default_client"]
+__all__ = ["EventRecord", "Journal", "SignupStore", "bounded_decision", "default_client"]
 
 T = TypeVar("T")
 
@@ -76,6 +88,19 @@ RETRYABLE_CODES = frozenset(
 BATCH_WRITE_LIMIT = 25
 BATCH_GET_LIMIT = 100
 TRANSACTION_LIMIT = 100
+#: A transaction's items together; DynamoDB's limit is 4 MB.
+TRANSACTION_BYTES = 3 * 1024 * 1024
+
+#: An encoded (compressed) journal stays under this, so the event item that carries it
+#: stays under 300 KB, far from DynamoDB's 400 KB item limit.
+MAX_JOURNAL_BYTES = 256 * 1024
+#: A decision item over this (DynamoDB's item size) is stored without its copied fields.
+MAX_DECISION_ITEM_BYTES = 64 * 1024
+#: So is one whose journal row (JSON) would be longer than this: one decision then always
+#: fits a journal, whatever its characters cost in JSON.
+MAX_JOURNAL_ROW_BYTES = 128 * 1024
+#: The attributes a decision item copies from its intake record.
+COPIED_FIELDS = (Attr.SUBMITTED_AT, Attr.ATTRIBUTES)
 
 _serializer = TypeSerializer()
 _deserializer = TypeDeserializer()
@@ -102,49 +127,274 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def _base64_text(value: Any) -> str:
+    """JSON for the bytes in a typed value: base64 text, as on DynamoDB's own wire."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _binary_back(obj: dict[str, Any]) -> dict[str, Any]:
+    """``json.loads`` hook: a one-key ``{"B": text}`` or ``{"BS": [text]}`` is a typed binary
+    (a map's value is always an object, so no map can look like one)."""
+    if len(obj) == 1:
+        if isinstance(obj.get("B"), str):
+            return {"B": base64.b64decode(obj["B"])}
+        if isinstance(obj.get("BS"), list):
+            return {"BS": [base64.b64decode(v) for v in obj["BS"]]}
+    return obj
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def _value_size(value: Mapping[str, Any]) -> int:
+    """Bytes of one typed value by DynamoDB's item-size rules (numbers rounded up)."""
+    (kind, raw), *_ = value.items()
+    if kind in ("S", "N"):
+        return _utf8_len(str(raw))
+    if kind == "B":
+        return len(raw)
+    if kind in ("SS", "NS"):
+        return sum(_utf8_len(str(v)) for v in raw)
+    if kind == "BS":
+        return sum(len(v) for v in raw)
+    if kind == "L":
+        return 3 + sum(_value_size(v) + 1 for v in raw)
+    if kind == "M":
+        return 3 + sum(_utf8_len(k) + _value_size(v) + 1 for k, v in raw.items())
+    return 1  # BOOL, NULL
+
+
+def _item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
+    """Bytes of a typed item: every attribute name plus its value (an upper bound: a
+    number counts its text, not DynamoDB's one byte per two digits)."""
+    return sum(len(name.encode()) + _value_size(v) for name, v in item.items())
+
+
+def _check_storable(value: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` for what the serializer accepts and DynamoDB refuses."""
+    (kind, raw), *_ = value.items()
+    if kind in ("SS", "NS", "BS") and not raw:
+        raise ValueError("an empty set")
+    if kind == "M":
+        for v in raw.values():
+            _check_storable(v)
+    elif kind == "L":
+        for v in raw:
+            _check_storable(v)
+
+
+def _copied_values(request: SignupRequest | Mapping[str, Any] | None) -> dict[str, Any]:
+    """The copied fields of a request (or of an intake item, plain values), if present."""
+    if isinstance(request, SignupRequest):
+        attributes: Any = request.attributes or None
+        submitted_at = request.submitted_at
+    elif request is not None:
+        raw_attrs = request.get(Attr.ATTRIBUTES)
+        attributes = raw_attrs if isinstance(raw_attrs, Mapping) and raw_attrs else None
+        raw_sub = request.get(Attr.SUBMITTED_AT)
+        submitted_at = raw_sub if isinstance(raw_sub, str) else None
+    else:
+        attributes, submitted_at = None, None
+    return {Attr.SUBMITTED_AT: submitted_at, Attr.ATTRIBUTES: attributes}
+
+
+def _without_copies(decision: Decision, why: str) -> Decision:
+    note = f"attributes and submitted_at not stored: {why}"
+    return replace(decision, detail=f"{decision.detail}; {note}" if decision.detail else note)
+
+
+def _base_item(event_id: str, decision: Decision, decided_at: str) -> dict[str, Any]:
+    """The decision item without its copied fields, typed (what ``to_item`` would give,
+    built directly: this runs for every decision)."""
+    item: dict[str, Any] = {
+        Attr.EVENT_ID: {"S": event_id},
+        Attr.SIGNUP_ID: {"S": decision.signup_id},
+        Attr.STATUS: {"S": decision.status},
+    }
+    if decision.reason is not None:
+        item[Attr.REASON] = {"S": decision.reason}
+    if decision.detail is not None:
+        item["detail"] = {"S": decision.detail}
+    item[Attr.SEATS] = {"N": str(int(decision.seats))}
+    if decision.position is not None:
+        item[Attr.POSITION] = {"N": str(int(decision.position))}
+    item[Attr.DECIDED_AT] = {"S": decided_at}
+    item[Attr.SEQUENCE_NUMBER] = {"S": decision.sequence_number}
+    return item
+
+
+def _bounded(
+    event_id: str,
+    decision: Decision,
+    decided_at: str,
+    request: SignupRequest | Mapping[str, Any] | None,
+) -> tuple[Decision, dict[str, Any], str]:
+    """``bounded_decision``, and the copied fields as journal JSON."""
+    try:
+        copies = to_item(_copied_values(request))
+        for value in copies.values():
+            _check_storable(value)
+    except (TypeError, ValueError, ArithmeticError) as exc:
+        return _without_copies(decision, f"not storable in DynamoDB ({exc})"), {}, "{}"
+    text = _json(copies)
+    if not copies:
+        return decision, copies, text
+    # The JSON is never shorter than the item size (tags, quotes, base64): the exact size
+    # is needed only when the JSON alone would go over.
+    json_bytes = _utf8_len(text)
+    base = _item_size(_base_item(event_id, decision, decided_at))
+    if base + json_bytes > MAX_DECISION_ITEM_BYTES:
+        if base + _item_size(copies) > MAX_DECISION_ITEM_BYTES:
+            why = f"item over {MAX_DECISION_ITEM_BYTES} bytes"
+            return _without_copies(decision, why), {}, "{}"
+        if json_bytes > MAX_JOURNAL_ROW_BYTES - 1024:
+            why = f"journal row over {MAX_JOURNAL_ROW_BYTES} bytes"
+            return _without_copies(decision, why), {}, "{}"
+    return decision, copies, text
+
+
+def bounded_decision(
+    event_id: str,
+    decision: Decision,
+    decided_at: str,
+    request: SignupRequest | Mapping[str, Any] | None,
+) -> tuple[Decision, dict[str, Any]]:
+    """The decision and its copied fields (typed), fixed now; bounded whatever the input.
+
+    Copied fields that DynamoDB would refuse, or that would make the decision item larger
+    than ``MAX_DECISION_ITEM_BYTES`` (or its journal row than ``MAX_JOURNAL_ROW_BYTES``),
+    are dropped, and the decision's ``detail`` says so.
+    """
+    decision, copies, _ = _bounded(event_id, decision, decided_at, request)
+    return decision, copies
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_base64_text)
+
+
 @dataclass(frozen=True)
 class Journal:
-    """The decisions of the last commit on an event item, to be materialized as items."""
+    """The decisions of the last commit on an event item, to be materialized as items.
+
+    ``copies`` holds, per decision, the fields its item copies from intake, in DynamoDB's
+    typed form as fixed at commit time. It is None only for a journal of format 1 (written
+    before journals carried them), whose items take those fields from intake.
+    """
 
     version: int
     decided_at: str
     decisions: tuple[Decision, ...]
+    copies: tuple[Mapping[str, Any], ...] | None
+    #: ``copies`` as JSON, when ``build`` has it already.
+    copies_json: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
+    #: Format 2: rows carry the copied fields. Format 1 (no "f"): rows without them.
+    FORMAT = 2
     _STATUS = {Status.ACCEPTED: "A", Status.REJECTED: "R"}
     _STATUS_BACK = {"A": Status.ACCEPTED, "R": Status.REJECTED}
 
-    def encode(self) -> bytes:
-        rows = [
-            [
-                d.signup_id,
-                self._STATUS[d.status],
-                d.reason,
-                d.seats,
-                d.position,
-                d.sequence_number,
-                d.detail,
-            ]
-            for d in self.decisions
+    @classmethod
+    def build(
+        cls,
+        event_id: str,
+        version: int,
+        decided_at: str,
+        decisions: Sequence[Decision],
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+    ) -> Journal:
+        """The journal of ``decisions``, each with its copied fields (bounded) fixed now."""
+        bounded = [
+            _bounded(event_id, d, decided_at, requests.get(d.signup_id)) for d in decisions
         ]
-        doc = {"v": self.version, "t": self.decided_at, "d": rows}
-        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 9)
+        return cls(
+            version=version,
+            decided_at=decided_at,
+            decisions=tuple(d for d, _, _ in bounded),
+            copies=tuple(c for _, c, _ in bounded),
+            copies_json=tuple(j for _, _, j in bounded),
+        )
+
+    @cached_property
+    def _rows(self) -> tuple[str, ...]:
+        if self.copies is None:
+            raise ValueError("a journal without copied fields is format 1: decode only")
+        texts = self.copies_json or tuple(_json(c) for c in self.copies)
+        return tuple(
+            _json(
+                [
+                    d.signup_id,
+                    self._STATUS[d.status],
+                    d.reason,
+                    d.seats,
+                    d.position,
+                    d.sequence_number,
+                    d.detail,
+                ]
+            )[:-1]
+            + f",{text}]"
+            for d, text in zip(self.decisions, texts, strict=True)
+        )
+
+    def encode(self, count: int | None = None) -> bytes:
+        """The journal (or its first ``count`` decisions) as stored on the event item."""
+        rows = self._rows if count is None else self._rows[:count]
+        head = _json({"f": self.FORMAT, "v": self.version, "t": self.decided_at})
+        doc = f'{head[:-1]},"d":[{",".join(rows)}]}}'
+        # bzip2: copied fields (text, mostly) come out ~30% smaller than with zlib, and
+        # every KB of journal is a write unit per commit; the CPU is a few ms per commit.
+        return bz2.compress(doc.encode("utf-8", "surrogatepass"), 9)
+
+    def longest_prefix(self, limit: int) -> int:
+        """How many leading decisions encode within ``limit`` bytes (at least one: a row
+        is bounded by ``MAX_JOURNAL_ROW_BYTES``)."""
+        if len(self.encode()) <= limit:
+            return len(self.decisions)
+        fits, too_many = 1, len(self.decisions)
+        while too_many - fits > 1:
+            middle = (fits + too_many) // 2
+            if len(self.encode(middle)) <= limit:
+                fits = middle
+            else:
+                too_many = middle
+        return fits
 
     @classmethod
     def decode(cls, blob: bytes) -> Journal:
-        doc = json.loads(zlib.decompress(blob))
-        decisions = tuple(
-            Decision(
-                signup_id=sid,
-                status=cls._STATUS_BACK[st],
-                reason=reason,
-                seats=seats,
-                position=position,
-                sequence_number=seq,
-                detail=detail,
+        """Any journal this code or an earlier one wrote (format 1 is zlib-compressed)."""
+        raw = bz2.decompress(blob) if blob[:3] == b"BZh" else zlib.decompress(blob)
+        # Unescaped, '"B":"' and '"BS":[' occur only in a typed binary: skip the hook if absent.
+        has_binary = b'"B":"' in raw or b'"BS":[' in raw
+        doc = json.loads(raw, object_hook=_binary_back if has_binary else None)
+        fmt = doc.get("f", 1)
+        if fmt not in (1, cls.FORMAT):
+            raise ValueError(f"journal format {fmt!r} is newer than this code")
+        decisions: list[Decision] = []
+        copies: list[dict[str, Any]] = []
+        for row in doc["d"]:
+            sid, st, reason, seats, position, seq, detail = row[:7]
+            decisions.append(
+                Decision(
+                    signup_id=sid,
+                    status=cls._STATUS_BACK[st],
+                    reason=reason,
+                    seats=seats,
+                    position=position,
+                    sequence_number=seq,
+                    detail=detail,
+                )
             )
-            for sid, st, reason, seats, position, seq, detail in doc["d"]
+            if fmt != 1:
+                copies.append(row[7])
+        return cls(
+            version=int(doc["v"]),
+            decided_at=doc["t"],
+            decisions=tuple(decisions),
+            copies=tuple(copies) if fmt != 1 else None,
         )
-        return cls(version=int(doc["v"]), decided_at=doc["t"], decisions=decisions)
 
 
 @dataclass(frozen=True)
@@ -202,6 +452,21 @@ def _version_is(expected: int) -> str:
 def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def _chunks_within(
+    items: Sequence[dict[str, Any]], count: int, size: int
+) -> Iterator[Sequence[dict[str, Any]]]:
+    """Consecutive runs of at most ``count`` typed items and ``size`` bytes (at least one)."""
+    start, total = 0, 0
+    for index, item in enumerate(items):
+        item_bytes = _item_size(item)
+        if index > start and (index - start == count or total + item_bytes > size):
+            yield items[start:index]
+            start, total = index, 0
+        total += item_bytes
+    if start < len(items):
+        yield items[start:]
 
 
 class SignupStore:
@@ -563,16 +828,33 @@ class SignupStore:
         self._sleep(random.uniform(0, min(self.max_delay_s, self.base_delay_s * 2**attempt)))
         return attempt
 
-    def commit(self, expected: EventSnapshot, outcome: Outcome, decided_at: str) -> Journal:
+    def commit(
+        self,
+        expected: EventSnapshot,
+        outcome: Outcome,
+        decided_at: str,
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+    ) -> Journal:
         """Commit a group's decisions and the event's counters in one conditional write.
 
-        Raises ``CommitConflictError`` when the event item's version moved on (another
-        processor, or a close), so the caller reloads and decides again.
+        The journal fixes each decision item to the byte, with the fields it copies from
+        ``requests`` (by signup id). Raises ``CommitConflictError`` when the event item's
+        version moved on (another processor, or a close), so the caller reloads and decides
+        again; ``JournalTooLargeError`` (nothing written) when the journal would exceed
+        ``MAX_JOURNAL_BYTES``, with how many leading decisions would fit.
         """
         assert outcome.state is not None
-        journal = Journal(
-            version=expected.version + 1, decided_at=decided_at, decisions=outcome.decisions
+        journal = Journal.build(
+            expected.event_id, expected.version + 1, decided_at, outcome.decisions, requests
         )
+        blob = journal.encode()
+        if len(blob) > MAX_JOURNAL_BYTES:
+            fits = journal.longest_prefix(MAX_JOURNAL_BYTES)
+            raise JournalTooLargeError(
+                f"event {expected.event_id!r}: a journal of {len(outcome.decisions)} decisions"
+                f" is {len(blob)} bytes; {fits} fit in {MAX_JOURNAL_BYTES}",
+                fits=fits,
+            )
         names = {
             "#taken": Attr.TAKEN,
             "#accepted": Attr.ACCEPTED,
@@ -600,7 +882,7 @@ class SignupStore:
                     ":accepted": {"N": str(outcome.state.accepted)},
                     ":next": {"N": str(journal.version)},
                     ":expected": {"N": str(expected.version)},
-                    ":j": {"B": journal.encode()},
+                    ":j": {"B": blob},
                 },
             )
         except ClientError as exc:
@@ -618,52 +900,45 @@ class SignupStore:
         decided_at: str,
         request: SignupRequest | Mapping[str, Any] | None,
     ) -> dict[str, Any]:
-        """The decision item exactly as the contract describes it (typed for the client)."""
-        if isinstance(request, SignupRequest):
-            attributes: Any = request.attributes or None
-            submitted_at = request.submitted_at
-        elif request is not None:
-            raw_attrs = request.get(Attr.ATTRIBUTES)
-            attributes = raw_attrs if isinstance(raw_attrs, Mapping) and raw_attrs else None
-            raw_sub = request.get(Attr.SUBMITTED_AT)
-            submitted_at = raw_sub if isinstance(raw_sub, str) else None
-        else:
-            attributes, submitted_at = None, None
-        return to_item(
-            {
-                Attr.EVENT_ID: event_id,
-                Attr.SIGNUP_ID: decision.signup_id,
-                Attr.STATUS: decision.status,
-                Attr.REASON: decision.reason,
-                "detail": decision.detail,
-                Attr.SEATS: decision.seats,
-                Attr.POSITION: decision.position,
-                Attr.DECIDED_AT: decided_at,
-                Attr.SEQUENCE_NUMBER: decision.sequence_number,
-                Attr.SUBMITTED_AT: submitted_at,
-                Attr.ATTRIBUTES: attributes,
-            }
-        )
+        """The decision item exactly as the contract describes it (typed for the client),
+        bounded as ``bounded_decision`` says."""
+        decision, copies = bounded_decision(event_id, decision, decided_at, request)
+        return {**_base_item(event_id, decision, decided_at), **copies}
+
+    def journal_items(
+        self,
+        event_id: str,
+        journal: Journal,
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The journal's decision items. A journal fixes them to the byte; only one of
+        format 1 takes the copied fields from ``requests``, or else from intake."""
+        if journal.copies is not None:
+            return [
+                {**_base_item(event_id, d, journal.decided_at), **c}
+                for d, c in zip(journal.decisions, journal.copies, strict=True)
+            ]
+        requests = requests or {}
+        missing = [d.signup_id for d in journal.decisions if d.signup_id not in requests]
+        sources: dict[str, SignupRequest | Mapping[str, Any]] = dict(requests)
+        if missing:
+            sources.update(self.get_intakes(event_id, missing))
+        return [
+            self.decision_item(event_id, d, journal.decided_at, sources.get(d.signup_id))
+            for d in journal.decisions
+        ]
 
     def materialize(
         self,
         event_id: str,
         journal: Journal,
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
     ) -> None:
         """Write the journal's decision items (idempotent: the journal fixes their content).
 
-        ``requests`` supplies attributes by signup id; missing ones are read from intake.
+        ``requests`` is read only for a journal of format 1 (see ``journal_items``).
         """
-        missing = [d.signup_id for d in journal.decisions if d.signup_id not in requests]
-        sources: dict[str, SignupRequest | Mapping[str, Any]] = dict(requests)
-        if missing:
-            sources.update(self.get_intakes(event_id, missing))
-        items = [
-            self.decision_item(event_id, d, journal.decided_at, sources.get(d.signup_id))
-            for d in journal.decisions
-        ]
-        self._batch_write(self.main_table, items)
+        self._batch_write(self.main_table, self.journal_items(event_id, journal, requests))
 
     def _batch_write(self, table: str, items: Sequence[dict[str, Any]]) -> None:
         for chunk in _chunks(items, BATCH_WRITE_LIMIT):
@@ -684,9 +959,14 @@ class SignupStore:
         """Write rejections for an event with no event item, only while it still has none.
 
         Each transaction checks that the event item does not exist, so a rejection can
-        never race with an acceptance committed after the event was created.
+        never race with an acceptance committed after the event was created. Transactions
+        hold at most 99 items and ``TRANSACTION_BYTES``.
         """
-        for chunk in _chunks(list(decisions), TRANSACTION_LIMIT - 1):
+        items = [
+            self.decision_item(event_id, d, decided_at, requests.get(d.signup_id))
+            for d in decisions
+        ]
+        for chunk in _chunks_within(items, TRANSACTION_LIMIT - 1, TRANSACTION_BYTES):
             actions: list[dict[str, Any]] = [
                 {
                     "ConditionCheck": {
@@ -701,14 +981,12 @@ class SignupStore:
                 {
                     "Put": {
                         "TableName": self.main_table,
-                        "Item": self.decision_item(
-                            event_id, d, decided_at, requests.get(d.signup_id)
-                        ),
+                        "Item": item,
                         "ConditionExpression": "attribute_not_exists(#sk)",
                         "ExpressionAttributeNames": {"#sk": Attr.SIGNUP_ID},
                     }
                 }
-                for d in chunk
+                for item in chunk
             ]
             try:
                 self._call("transact_write_items", TransactItems=actions)

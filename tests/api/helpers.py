@@ -91,6 +91,7 @@ def decide_pending(
     assert record is not None, "decide_pending needs an existing event"
     already = store.get_decisions(event_id, [r.signup_id for r in requests])
     outcome = decide(record.snapshot, requests, already_decided=already)
-    journal = store.commit(record.snapshot, outcome, decided_at)
-    store.materialize(event_id, journal, {r.signup_id: r for r in requests})
+    by_id = {r.signup_id: r for r in requests}
+    journal = store.commit(record.snapshot, outcome, decided_at, by_id)
+    store.materialize(event_id, journal)
     return outcome.decisions

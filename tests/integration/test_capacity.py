@@ -167,4 +167,4 @@ def test_update_capacity_bumps_version_so_an_in_flight_commit_re_decides(client,
     store.update_capacity("gig", 2)
     # THEN its commit conflicts (it must reload and decide b again, with 2 seats)
     with pytest.raises(CommitConflictError):
-        store.commit(before.snapshot, outcome, NOW)
+        store.commit(before.snapshot, outcome, NOW, {r.signup_id: r for r in requests})

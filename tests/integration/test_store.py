@@ -37,7 +37,7 @@ def test_commit_conflict_becomes_a_domain_error(stubbed):
     stubber.add_client_error("update_item", service_error_code="ConditionalCheckFailedException")
     before, outcome = one_acceptance()
     with pytest.raises(CommitConflictError):
-        store.commit(before, outcome, NOW)
+        store.commit(before, outcome, NOW, {})
 
 
 def test_commit_guards_on_version_and_capacity(stubbed):
@@ -61,7 +61,7 @@ def test_commit_guards_on_version_and_capacity(stubbed):
             },
         },
     )
-    journal = store.commit(before, outcome, NOW)
+    journal = store.commit(before, outcome, NOW, {})
     assert journal.version == 5 and journal.decisions == outcome.decisions
 
 
@@ -111,7 +111,7 @@ def test_journal_round_trips_and_is_compact():
         Decision(f"user-{i:06d}@example.com", str(10**21 + i), "ACCEPTED", 1, position=i + 1)
         for i in range(100)
     )
-    journal = Journal(version=3, decided_at=NOW, decisions=decisions)
+    journal = Journal.build("e1", 3, NOW, decisions, {})
     blob = journal.encode()
     assert Journal.decode(blob) == journal
     # 100 decisions fit in a few KB: the commit stays a few write units per batch.

@@ -215,8 +215,12 @@ def _engine(batches: Sequence[Sequence[dict[str, Any]]], capacity: int) -> float
             for r in batch
         ]
         outcome = decide(event, requests)
-        Journal(
-            version=event.version + 1, decided_at=utc_now(), decisions=outcome.decisions
+        Journal.build(
+            event.event_id,
+            event.version + 1,
+            utc_now(),
+            outcome.decisions,
+            {r.signup_id: r for r in requests},
         ).encode()
         assert outcome.state is not None
         event = outcome.state

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent, event_source
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -47,6 +49,22 @@ def get_processor() -> StreamProcessor:
     return _processor
 
 
+class LambdaEventDeserializer(TypeDeserializer):
+    """Powertools' deserializer, except that B and BS come back as bytes: a Lambda event
+    carries them as base64 text, which Powertools hands on as text (stored, it would be S)."""
+
+    def _deserialize_b(self, value: str | bytes) -> bytes:
+        return base64.b64decode(value, validate=True) if isinstance(value, str) else value
+
+
+_deserializer = LambdaEventDeserializer()
+
+
+def _new_image(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The NewImage as plain Python values: numbers as Decimal, binary as bytes."""
+    return {k: _deserializer.deserialize(v) for k, v in raw.items()}
+
+
 def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
     """The parts of a stream record the processor needs; a broken image stays broken."""
     stream = record.dynamodb
@@ -54,7 +72,8 @@ def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
     if stream is None:
         return IntakeRecord(sequence_number="", event_name=name, keys={})
     try:
-        image: dict[str, Any] | None = stream.new_image if stream.get("NewImage") else None
+        raw_image = stream.get("NewImage")
+        image: dict[str, Any] | None = _new_image(raw_image) if raw_image else None
     except Exception:  # an image that does not deserialize is decided as invalid
         image = None
     return IntakeRecord(

@@ -1,0 +1,292 @@
+"""Decisions are fixed to the byte at commit, binary stays binary, and no intake record is
+too big to decide: the stream handler and the store against moto."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+
+from tests.helpers import decisions, put_raw_intake
+from tests.unit.test_journal import V1_DECISIONS, V1_JOURNAL
+from turnstile.audit import audit
+from turnstile.contract import Reason, Status
+from turnstile.domain import Decision, SignupRequest, decide
+from turnstile.handlers import stream as stream_handler
+from turnstile.local.poller import LocalLambdaContext
+from turnstile.processor import StreamProcessor
+from turnstile.store import (
+    MAX_DECISION_ITEM_BYTES,
+    MAX_JOURNAL_BYTES,
+    TRANSACTION_BYTES,
+    Journal,
+    SignupStore,
+    _item_size,
+)
+
+NOW = "2026-01-01T00:00:00.000000Z"
+SUBMITTED = {"S": "2026-01-01T00:00:00Z"}
+
+
+@pytest.fixture
+def client(aws):
+    return aws.client("dynamodb")
+
+
+@pytest.fixture
+def store(client):
+    return SignupStore(client, sleep=lambda _: None)
+
+
+@pytest.fixture(autouse=True)
+def fresh_processor(aws):
+    stream_handler._processor = None
+    yield
+    stream_handler._processor = None
+
+
+def invoke(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The handler, given the batch as Lambda gives it: JSON, binary as base64 text."""
+    event = json.loads(json.dumps({"Records": records}))
+    return stream_handler.handler(event, LocalLambdaContext())
+
+
+def cold_start(store: SignupStore) -> None:
+    """A new container: no memory of which journals were written out."""
+    stream_handler._processor = StreamProcessor(store)
+
+
+class CrashAfterCommit(SignupStore):
+    def materialize(self, event_id, journal, requests=None):  # type: ignore[override]
+        raise RuntimeError("process killed")
+
+
+def typed_attributes(name: str) -> dict[str, Any]:
+    return {
+        "M": {
+            "name": {"S": name},
+            "photo": {"B": b"\x00\xff\xfe binary \x80"},
+            "keys": {"BS": [b"\x01\x02", b"\xff"]},
+            "tags": {"SS": ["vip", "early"]},
+            "price": {"N": "12.50"},
+            "nested": {"L": [{"B": b"\x10"}, {"NULL": True}, {"M": {"n": {"N": "-0.001"}}}]},
+        }
+    }
+
+
+# -- fixed to the byte ------------------------------------------------------------------
+
+
+def test_rewriting_or_deleting_intake_never_changes_a_decision(client, store, stream):
+    # GIVEN two signups decided, their items written
+    store.create_event("gig", 5, NOW)
+    put_raw_intake(client, "gig", "a", attributes=typed_attributes("Ada"), submitted_at=SUBMITTED)
+    put_raw_intake(client, "gig", "b", attributes=typed_attributes("Bo"), submitted_at=SUBMITTED)
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    before = decisions(client)
+    # WHEN a producer rewrites one intake record and the other is deleted (TTL), and a cold
+    # processor, which writes the last journal out again, decides a new signup
+    put_raw_intake(client, "gig", "a", attributes={"M": {"name": {"S": "Mallory"}}})
+    client.delete_item(TableName=store.intake_table, Key=store._key("gig", "b"))
+    stream.read_new()  # the MODIFY and REMOVE change nothing anyway; skip them
+    put_raw_intake(client, "gig", "c", submitted_at=SUBMITTED)
+    cold_start(store)
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN the decisions of a and b are the same, byte for byte
+    after = decisions(client)
+    assert after[("gig", "a")] == before[("gig", "a")]
+    assert after[("gig", "b")] == before[("gig", "b")]
+    assert ("gig", "c") in after
+
+
+def test_a_crash_after_commit_recovers_the_decision_as_it_was_committed(client, store, stream):
+    # GIVEN a processor that dies between its commit and the decision items
+    store.create_event("gig", 1, NOW)
+    put_raw_intake(client, "gig", "a", attributes=typed_attributes("Ada"), submitted_at=SUBMITTED)
+    put_raw_intake(client, "gig", "b", submitted_at=SUBMITTED)
+    records = stream.read_new()
+    stream_handler._processor = StreamProcessor(CrashAfterCommit(client))
+    assert invoke(records)["batchItemFailures"]
+    assert decisions(client) == {}
+    # WHEN the producer rewrites a's intake record, then a cold processor gets b's record
+    put_raw_intake(client, "gig", "a", attributes={"M": {"name": {"S": "Mallory"}}})
+    cold_start(store)
+    assert invoke(records[1:]) == {"batchItemFailures": []}
+    # THEN a's item carries what was committed, binary as binary, and the counts hold
+    item = decisions(client)[("gig", "a")]
+    assert item["status"] == {"S": Status.ACCEPTED}
+    assert item["attributes"]["M"]["name"] == {"S": "Ada"}
+    assert item["attributes"]["M"]["photo"] == {"B": b"\x00\xff\xfe binary \x80"}
+    assert decisions(client)[("gig", "b")]["reason"] == {"S": Reason.CAPACITY_FULL}
+    assert audit(store).ok
+
+
+# -- binary stays binary ----------------------------------------------------------------
+
+
+def test_binary_and_binary_sets_stay_binary_from_the_lambda_event_to_the_item(
+    client, store, stream
+):
+    # GIVEN a signup with binary, a binary set and nested binary, as a producer writes it
+    store.create_event("gig", 5, NOW)
+    attributes = typed_attributes("Ada")
+    put_raw_intake(client, "gig", "a", attributes=attributes, submitted_at=SUBMITTED)
+    records = stream.read_new()
+    # (the Lambda event carries binary as base64 text)
+    assert isinstance(records[0]["dynamodb"]["NewImage"]["attributes"]["M"]["photo"]["B"], str)
+    # WHEN the handler decides it
+    assert invoke(records) == {"batchItemFailures": []}
+    # THEN the decision item holds the same typed attributes: B as B, BS as BS
+    item = decisions(client)[("gig", "a")]
+    stored = item["attributes"]["M"]
+    assert stored["photo"] == {"B": b"\x00\xff\xfe binary \x80"}
+    assert sorted(stored["keys"]["BS"]) == [b"\x01\x02", b"\xff"]
+    assert stored["nested"]["L"][0] == {"B": b"\x10"}
+    assert stored["price"] == {"N": "12.50"}
+    assert sorted(stored["tags"]["SS"]) == ["early", "vip"]
+    # and the same as the in-process path (the store's own intake read) writes
+    intake = store.get_intake("gig", "a")
+    assert store.decision_item(
+        "gig",
+        Decision("a", item["sequence_number"]["S"], Status.ACCEPTED, 1, position=1),
+        item["decided_at"]["S"],
+        intake,
+    ) == {k: v for k, v in item.items()}
+    # WHEN a cold processor writes the journal out again
+    put_raw_intake(client, "gig", "b", submitted_at=SUBMITTED)
+    cold_start(store)
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN not a byte changed
+    assert decisions(client)[("gig", "a")] == item
+
+
+# -- no record too big to decide --------------------------------------------------------
+
+
+def test_an_intake_item_at_the_size_limit_is_decided_and_blocks_nothing(client, store, stream):
+    # GIVEN an intake record just under the item size limit (moto's: 405,000 bytes) between
+    # two ordinary ones, in one batch: copied whole, its decision item would be over it
+    store.create_event("gig", 5, NOW)
+    put_raw_intake(client, "gig", "a", submitted_at=SUBMITTED)
+    put_raw_intake(client, "gig", "huge", submitted_at={"S": "9" * 404_900})
+    put_raw_intake(client, "gig", "c", attributes=typed_attributes("Cy"), submitted_at=SUBMITTED)
+    # WHEN the batch is delivered
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN every signup has its decision item, the huge one bounded
+    got = decisions(client)
+    assert {k[1] for k in got} == {"a", "huge", "c"}
+    assert all(_item_size(item) <= MAX_DECISION_ITEM_BYTES for item in got.values())
+    assert got[("gig", "c")]["attributes"] == store.decision_item(
+        "gig", Decision("c", "1", Status.ACCEPTED, 1), NOW, store.get_intake("gig", "c")
+    )["attributes"]
+    event = store.get_event("gig")
+    assert event is not None and event.snapshot.taken == 3
+    assert audit(store).ok
+
+
+def oversized_request(signup_id: str, n: int) -> SignupRequest:
+    return SignupRequest(
+        "gig",
+        signup_id,
+        f"{n:021d}",
+        attributes={"blob": random.Random(n).randbytes(390_000), "note": "x" * 5000},
+        submitted_at="9" * 300_000,
+    )
+
+
+def test_oversized_requests_built_directly_still_commit_and_materialize(client, store):
+    # GIVEN requests far past any validator's bound (attributes and submitted_at ~390 KB)
+    record = store.create_event("gig", 2, NOW)
+    requests = [oversized_request(f"u{i}", i) for i in range(3)]
+    outcome = decide(record.snapshot, requests)
+    # WHEN they are committed and materialized
+    journal = store.commit(record.snapshot, outcome, NOW, {r.signup_id: r for r in requests})
+    store.materialize("gig", journal)
+    # THEN the journal is bounded, every decision is an item, and says what it dropped
+    assert len(journal.encode()) <= MAX_JOURNAL_BYTES
+    got = decisions(client)
+    assert [got[("gig", f"u{i}")]["status"]["S"] for i in range(3)] == [
+        Status.ACCEPTED,
+        Status.ACCEPTED,
+        Status.REJECTED,
+    ]
+    for item in got.values():
+        assert "attributes" not in item and "submitted_at" not in item
+        assert "not stored" in item["detail"]["S"]
+
+
+def test_a_hundred_big_decisions_commit_in_several_journals_and_all_materialize(
+    client, store, stream
+):
+    # GIVEN 100 signups of ~4 KB incompressible binary attributes each, in one batch
+    store.create_event("gig", 60, NOW)
+    rng = random.Random(3)
+    for i in range(100):
+        put_raw_intake(
+            client,
+            "gig",
+            f"u{i:03d}",
+            attributes={"M": {"blob": {"B": rng.randbytes(3900)}}},
+            submitted_at=SUBMITTED,
+        )
+    records = stream.read_new()
+    assert len(records) == 100
+    # WHEN the batch is delivered
+    assert invoke(records) == {"batchItemFailures": []}
+    # THEN it took several commits, each journal within bounds
+    event = store.get_event("gig")
+    assert event is not None and event.journal is not None
+    assert event.snapshot.version >= 2
+    assert len(event.journal.encode()) <= MAX_JOURNAL_BYTES
+    # and every decision is an item with its attributes, in stream order
+    got = decisions(client)
+    assert len(got) == 100
+    assert all(len(item["attributes"]["M"]["blob"]["B"]) == 3900 for item in got.values())
+    positions = [got[("gig", f"u{i:03d}")].get("position", {}).get("N") for i in range(100)]
+    assert positions == [str(i) for i in range(1, 61)] + [None] * 40
+    assert audit(store).ok
+
+
+def test_unknown_event_rejections_of_big_signups_fit_their_transactions(client, store):
+    # GIVEN 99 rejections whose items are ~60 KB each (~6 MB: past a transaction's 4 MB)
+    calls: list[int] = []
+    original = client.transact_write_items
+
+    def counting(**kwargs):
+        calls.append(sum(_item_size(a["Put"]["Item"]) for a in kwargs["TransactItems"][1:]))
+        return original(**kwargs)
+
+    client.transact_write_items = counting
+    requests = {
+        f"u{i}": SignupRequest("nope", f"u{i}", str(i), submitted_at="9" * 60_000)
+        for i in range(99)
+    }
+    outcome = decide(None, list(requests.values()))
+    # WHEN they are written
+    store.reject_without_event("nope", outcome.decisions, requests, NOW)
+    # THEN in several transactions, each within the limit, and every one written
+    assert len(calls) > 1
+    assert all(size <= TRANSACTION_BYTES for size in calls)
+    assert len(decisions(client)) == 99
+
+
+# -- journals written before format 2 ---------------------------------------------------
+
+
+def test_a_format_1_journal_still_takes_the_copied_fields_from_intake(client, store):
+    # GIVEN a journal written by the previous encoder, and its signups' intake records
+    binary = {"M": {"k": {"B": b"\x01"}}}
+    put_raw_intake(client, "gig", "u0", attributes=binary, submitted_at=SUBMITTED)
+    put_raw_intake(client, "gig", "u1", submitted_at=SUBMITTED)
+    journal = Journal.decode(V1_JOURNAL)
+    # WHEN it is written out (no requests at hand)
+    store.materialize("gig", journal)
+    # THEN its items are the decisions, with attributes and submitted_at read from intake
+    got = decisions(client)
+    assert {k[1] for k in got} == {d.signup_id for d in V1_DECISIONS}
+    assert got[("gig", "u0")]["attributes"] == binary
+    assert got[("gig", "u0")]["submitted_at"] == SUBMITTED
+    assert got[("gig", "u0")]["position"] == {"N": "5"}
+    assert "attributes" not in got[("gig", "u2")]
