@@ -10,7 +10,12 @@ from typing import Any
 
 from turnstile.bench.prices import ON_DEMAND_US_EAST_1, Prices
 from turnstile.bench.progress import Progress
-from turnstile.bench.report import PROCESSOR_WRITE_UNITS_BOUND, machine, strategy_figures
+from turnstile.bench.report import (
+    PROCESSOR_WRITE_UNITS_BOUND,
+    SPREAD_WRITE_UNITS_BOUND,
+    machine,
+    strategy_figures,
+)
 from turnstile.bench.workload import Workload, generate
 
 __all__ = ["FULL", "QUICK", "BenchOptions", "run_bench"]
@@ -67,8 +72,8 @@ def _checks(doc: dict[str, Any]) -> dict[str, bool]:
             and turnstile["pending"] == 0
             and bool(turnstile.get("audit", {}).get("ok"))
         )
-        checks["processor_write_units_at_most_1.1"] = (
-            turnstile["processor_write_units_per_decision"] <= PROCESSOR_WRITE_UNITS_BOUND
+        checks["processor_write_units_at_most_1.25_over_6_events"] = (
+            turnstile["processor_write_units_per_decision"] <= SPREAD_WRITE_UNITS_BOUND
         )
     scale = doc.get("scale")
     if scale:
