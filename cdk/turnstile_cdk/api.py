@@ -32,6 +32,7 @@ __all__ = [
     "ROUTE_ROLES",
     "SCOPE_PREFIX",
     "ApiAuth",
+    "ApiThrottling",
     "CallerRole",
     "TurnstileApi",
     "access_log_format",
