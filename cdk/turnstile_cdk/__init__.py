@@ -1,6 +1,6 @@
 """turnstile's AWS infrastructure: one stack composed of one construct per integration."""
 
-from .api import ApiAuth, TurnstileApi
+from .api import ApiAuth, ApiThrottling, CallerRole, TurnstileApi
 from .application import add_turnstile_stack, create_app, enable_nag
 from .event_source import event_source_mapping_properties
 from .functions import FunctionCommons, TurnstileFunction
@@ -13,6 +13,8 @@ from .tables import TurnstileTables
 
 __all__ = [
     "ApiAuth",
+    "ApiThrottling",
+    "CallerRole",
     "ContextKey",
     "FunctionCommons",
     "Monitoring",

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
+from typing import Any
 
 import jsii
-from aws_cdk import Duration, RemovalPolicy, Stack
+from aws_cdk import Acknowledgment, Duration, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_apigatewayv2_integrations as integrations
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -21,7 +25,22 @@ from turnstile.api import ROUTES as API_ROUTES
 from .functions import FunctionCommons, TurnstileFunction
 from .permissions import API_CONTROL_ACTIONS, API_INTAKE_ACTIONS, API_MAIN_ACTIONS
 
-__all__ = ["ROUTES", "ApiAuth", "TurnstileApi"]
+__all__ = [
+    "CATCH_ALL",
+    "OPEN_ROUTES",
+    "ROUTES",
+    "ROUTE_ROLES",
+    "SCOPE_PREFIX",
+    "ApiAuth",
+    "ApiThrottling",
+    "CallerRole",
+    "TurnstileApi",
+    "access_log_format",
+    "allowed_roles",
+    "check_route_roles",
+    "execute_api_path",
+    "route_key",
+]
 
 #: (method, path) of every route, from the API's own route list (the one its resolver and
 #: OpenAPI document are built from); one Lambda integration serves them all.
@@ -32,24 +51,108 @@ ROUTES: tuple[tuple[apigwv2.HttpMethod, str], ...] = tuple(
 #: JSON 404/405 (as locally) rather than API Gateway's bare {"message": "Not Found"}.
 CATCH_ALL = (apigwv2.HttpMethod.ANY, "/{proxy+}")
 
-#: One JSON object per request, so Logs Insights can query access logs by field.
-ACCESS_LOG_FORMAT = {
-    "requestId": "$context.requestId",
-    "ip": "$context.identity.sourceIp",
-    "caller": "$context.identity.caller",
-    "user": "$context.identity.user",
-    "requestTime": "$context.requestTime",
-    "httpMethod": "$context.httpMethod",
-    "routeKey": "$context.routeKey",
-    "path": "$context.path",
-    "status": "$context.status",
-    "protocol": "$context.protocol",
-    "responseLength": "$context.responseLength",
-    "responseLatency": "$context.responseLatency",
-    "integrationLatency": "$context.integrationLatency",
-    "integrationError": "$context.integrationErrorMessage",
-    "authorizerError": "$context.authorizer.error",
+#: JWT scopes are ``turnstile/<role>``.
+SCOPE_PREFIX = "turnstile"
+
+
+class CallerRole(Enum):
+    """Who calls the API: a managed policy each in IAM mode, a scope each in JWT mode."""
+
+    ORGANIZER = "organizer"
+    PRODUCER = "producer"
+    READER = "reader"
+
+    @property
+    def scope(self) -> str:
+        """The OAuth scope a JWT must carry (``scope``/``scp`` claim) for the role's routes."""
+        return f"{SCOPE_PREFIX}/{self.value}"
+
+    @property
+    def output_key(self) -> str:
+        """The stack output holding the ARN of the role's managed policy (IAM mode)."""
+        return f"{self.value.title()}PolicyArn"
+
+#: The one role each business route belongs to. A route of ``turnstile.api.ROUTES`` that
+#: is in neither this mapping nor ``OPEN_ROUTES`` fails the synthesis: no route can be
+#: added without deciding who may call it. Entries the API does not serve yet are skipped.
+ROUTE_ROLES: Mapping[str, CallerRole] = {
+    "POST /events": CallerRole.ORGANIZER,
+    "PATCH /events/{event_id}": CallerRole.ORGANIZER,  # capacity update
+    "POST /events/{event_id}/close": CallerRole.ORGANIZER,
+    "POST /events/{event_id}/signups": CallerRole.PRODUCER,
+    "GET /events/{event_id}": CallerRole.READER,
+    "GET /events/{event_id}/signups/{signup_id}": CallerRole.READER,
 }
+#: Routes any authenticated caller may call: no JWT scope; in every role's policy.
+OPEN_ROUTES: frozenset[str] = frozenset({"GET /openapi.json"})
+#: A role's routes are open to these roles as well: the organizer reads everything.
+_ALSO_ALLOWED: Mapping[CallerRole, frozenset[CallerRole]] = {
+    CallerRole.READER: frozenset({CallerRole.ORGANIZER}),
+}
+
+
+_PATH_PARAMETER_REASON = (
+    "execute-api:Invoke on one route of this API's $default stage: each '*' stands for one "
+    "path parameter (an event or signup id chosen by callers), which IAM cannot enumerate; "
+    "a test proves no role's wildcard reaches another role's route."
+)
+
+
+def route_key(method: str, path: str) -> str:
+    """API Gateway's route key: ``"GET /events/{event_id}"``."""
+    return f"{method} {path}"
+
+
+def check_route_roles(route_keys: Iterable[str]) -> None:
+    """Raise unless every route has exactly one role, or is open to every caller."""
+    keys = list(route_keys)
+    unmapped = [key for key in keys if key not in ROUTE_ROLES and key not in OPEN_ROUTES]
+    if unmapped:
+        raise ValueError(
+            f"route(s) {', '.join(unmapped)} have no caller role: add each to ROUTE_ROLES "
+            "(or OPEN_ROUTES) in cdk/turnstile_cdk/api.py, or nobody (IAM) / every token "
+            "holder (JWT) could call it"
+        )
+    both = sorted(set(ROUTE_ROLES) & OPEN_ROUTES)
+    if both:
+        raise ValueError(f"route(s) {', '.join(both)} are both role-bound and open")
+
+
+def allowed_roles(key: str) -> frozenset[CallerRole]:
+    """Every role that may call the route ``key``."""
+    if key in OPEN_ROUTES:
+        return frozenset(CallerRole)
+    role = ROUTE_ROLES[key]
+    return frozenset({role, *_ALSO_ALLOWED.get(role, frozenset())})
+
+
+def execute_api_path(path: str) -> str:
+    """The route's path in an execute-api ARN: each path parameter becomes ``*``."""
+    return re.sub(r"\{[^}/]+\}", "*", path)
+
+
+def access_log_format(*, jwt: bool) -> dict[str, str]:
+    """One JSON object per request, so Logs Insights can query access logs by field.
+
+    ``caller`` is who made the request: the signer's role or user ARN (IAM), or the
+    token's subject (JWT).
+    """
+    return {
+        "requestId": "$context.requestId",
+        "ip": "$context.identity.sourceIp",
+        "caller": "$context.authorizer.claims.sub" if jwt else "$context.identity.userArn",
+        "requestTime": "$context.requestTime",
+        "httpMethod": "$context.httpMethod",
+        "routeKey": "$context.routeKey",
+        "path": "$context.path",
+        "status": "$context.status",
+        "protocol": "$context.protocol",
+        "responseLength": "$context.responseLength",
+        "responseLatency": "$context.responseLatency",
+        "integrationLatency": "$context.integrationLatency",
+        "integrationError": "$context.integrationErrorMessage",
+        "authorizerError": "$context.authorizer.error",
+    }
 
 
 @dataclass(frozen=True)
@@ -59,6 +162,10 @@ class ApiAuth:
     jwt_issuer: str | None = None
     jwt_audience: Sequence[str] = ()
 
+    @property
+    def uses_jwt(self) -> bool:
+        return bool(self.jwt_issuer)
+
     def authorizer(self) -> apigwv2.IHttpRouteAuthorizer:
         if self.jwt_issuer:
             return authorizers.HttpJwtAuthorizer(
@@ -67,8 +174,25 @@ class ApiAuth:
         return authorizers.HttpIamAuthorizer()
 
 
+@dataclass(frozen=True)
+class ApiThrottling:
+    """Requests/s and burst: ``default`` for every route, ``signups`` for the producers' route,
+    ``reads`` for each reader route. Each route has its own bucket, so a polling storm
+    cannot use up what signup submission is allowed, nor the other way round."""
+
+    default: apigwv2.ThrottleSettings
+    signups: apigwv2.ThrottleSettings
+    reads: apigwv2.ThrottleSettings
+
+    def for_role(self, role: CallerRole | None) -> apigwv2.ThrottleSettings | None:
+        """The route-level override of a route of ``role`` (None: the stage default)."""
+        return {CallerRole.PRODUCER: self.signups, CallerRole.READER: self.reads}.get(role)
+
+
 class TurnstileApi(Construct):
-    """Parts: ``function``, ``http_api``, ``stage`` (the ``$default`` stage), ``access_logs``."""
+    """Parts: ``function``, ``http_api``, ``stage`` (the ``$default`` stage), ``access_logs``,
+    and ``caller_policies``: one managed policy per caller role (IAM mode; empty with JWT).
+    """
 
     def __init__(
         self,
@@ -81,10 +205,11 @@ class TurnstileApi(Construct):
         control: dynamodb.ITable,
         table_names: dict[str, str],
         auth: ApiAuth,
-        rate_limit: int,
-        burst_limit: int,
+        throttling: ApiThrottling,
     ) -> None:
         super().__init__(scope, construct_id)
+        route_keys = [route_key(method.value, path) for method, path in ROUTES]
+        check_route_roles(route_keys)
         self.handler = TurnstileFunction(
             self,
             "Handler",
@@ -95,6 +220,8 @@ class TurnstileApi(Construct):
             # Under API Gateway's 30 s integration limit; each request is a few point reads.
             timeout=Duration.seconds(10),
             memory_size=256,
+            # Responses carry signups' attributes (personal data): keep them out of traces.
+            environment={"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"},
         )
         self.function = self.handler.function
         main.grant(self.function, *API_MAIN_ACTIONS)
@@ -111,8 +238,21 @@ class TurnstileApi(Construct):
             create_default_stage=False,
         )
         integration = integrations.HttpLambdaIntegration("ApiIntegration", self.function)
-        for method, path in (*ROUTES, CATCH_ALL):
-            self.http_api.add_routes(path=path, methods=[method], integration=integration)
+        throttled_routes: dict[str, apigwv2.HttpRoute] = {}
+        for (method, path), key in zip(ROUTES, route_keys, strict=True):
+            scopes = None
+            if auth.uses_jwt and key not in OPEN_ROUTES:
+                # A token with any one of these scopes may call the route.
+                scopes = sorted(role.scope for role in allowed_roles(key))
+            (route,) = self.http_api.add_routes(
+                path=path, methods=[method], integration=integration, authorization_scopes=scopes
+            )
+            if throttling.for_role(ROUTE_ROLES.get(key)) is not None:
+                throttled_routes[key] = route
+        # No scopes: any valid token gets the API's own 404/405. With IAM no caller policy
+        # covers it (its ARN would be every route's): unknown paths answer 403 to callers.
+        method, path = CATCH_ALL
+        self.http_api.add_routes(path=path, methods=[method], integration=integration)
 
         self.access_logs = logs.LogGroup(
             self,
@@ -120,24 +260,102 @@ class TurnstileApi(Construct):
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.DESTROY,
         )
+        log_format = access_log_format(jwt=auth.uses_jwt)
         self.stage = apigwv2.HttpStage(
             self,
             "DefaultStage",
             http_api=self.http_api,
             auto_deploy=True,
             # Bounds what a runaway client can cost; raise it per stack with context.
-            throttle=apigwv2.ThrottleSettings(rate_limit=rate_limit, burst_limit=burst_limit),
+            throttle=throttling.default,
             access_log_settings=_AccessLogSettings(
                 apigwv2.LogGroupLogDestination(self.access_logs),
                 # AccessLogFormat lives in the v1 module; HTTP APIs take it too.
-                apigw.AccessLogFormat.custom(json.dumps(ACCESS_LOG_FORMAT, separators=(",", ":"))),
+                apigw.AccessLogFormat.custom(json.dumps(log_format, separators=(",", ":"))),
             ),
         )
+        self._throttle_routes(throttled_routes, throttling)
+        self.caller_policies: dict[CallerRole, iam.ManagedPolicy] = (
+            {} if auth.uses_jwt else self._caller_policies(route_keys)
+        )
+
+    def _throttle_routes(
+        self, routes: Mapping[str, apigwv2.HttpRoute], throttling: ApiThrottling
+    ) -> None:
+        """Route-level limits on the stage (the L2 stage has no per-route settings)."""
+        cfn_stage = self.stage.node.default_child
+        assert isinstance(cfn_stage, apigwv2.CfnStage)
+        settings = {}
+        for key, route in routes.items():
+            limits = throttling.for_role(ROUTE_ROLES[key])
+            assert limits is not None
+            settings[key] = {
+                "ThrottlingRateLimit": limits.rate_limit,
+                "ThrottlingBurstLimit": limits.burst_limit,
+            }
+            # API Gateway rejects settings for a route key that does not exist yet.
+            self.stage.node.add_dependency(route)
+        if settings:
+            cfn_stage.add_property_override("RouteSettings", settings)
+
+    def _caller_policies(self, route_keys: Sequence[str]) -> dict[CallerRole, iam.ManagedPolicy]:
+        """One managed policy per role: ``execute-api:Invoke`` on exactly its routes of this
+        API's ``$default`` stage (``*`` for each path parameter). Attach it to the IAM roles
+        or users of that kind of caller."""
+        policies = {}
+        for role in CallerRole:
+            keys = [key for key in route_keys if role in allowed_roles(key)]
+            arns = []
+            for key in keys:
+                method, path = key.split(" ", 1)
+                arns.append(
+                    self.http_api.arn_for_execute_api(method, execute_api_path(path), "$default")
+                )
+            policy = iam.ManagedPolicy(
+                self,
+                f"{role.value.title()}Policy",
+                description=f"turnstile {role.value}: may call {', '.join(keys)}",
+                statements=[
+                    iam.PolicyStatement(actions=["execute-api:Invoke"], resources=arns)
+                ],
+            )
+            # Each '*' of these ARNs is one path parameter; cdk-nag names a finding per ARN.
+            Validations.of(policy).acknowledge(
+                *[
+                    Acknowledgment(
+                        id=f"AwsSolutions-IAM5[Resource::{self._nag_arn(arn)}]",
+                        reason=_PATH_PARAMETER_REASON,
+                    )
+                    for arn in arns
+                    if "*" in arn
+                ]
+            )
+            policies[role] = policy
+        return policies
+
+    def _nag_arn(self, arn: str) -> str:
+        """The ARN as cdk-nag spells it in a finding id: ``<LogicalId>``, ``<AWS::Region>``."""
+        return _nag_spelling(Stack.of(self).resolve(arn))
 
     @property
     def url(self) -> str:
         """Base URL of the ``$default`` stage, without a trailing slash."""
         return self.http_api.api_endpoint
+
+
+def _nag_spelling(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        ((function, argument),) = value.items()
+        if function == "Fn::Join":
+            separator, parts = argument
+            return str(separator).join(_nag_spelling(part) for part in parts)
+        if function == "Ref":
+            return f"<{argument}>"
+        if function == "Fn::GetAtt":
+            return f"<{'.'.join(argument)}>"
+    raise ValueError(f"cannot spell {value!r} as cdk-nag does")
 
 
 @jsii.implements(apigwv2.IAccessLogSettings)

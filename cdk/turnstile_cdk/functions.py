@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
@@ -78,10 +79,17 @@ class FunctionCommons:
     code: lambda_.Code
     layer: lambda_.ILayerVersion
     log_level: str
+    #: Variables every function gets besides the table names and Powertools' own.
+    environment: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def create(
-        cls, scope: Construct, *, log_level: str, powertools_layer_version: int | None
+        cls,
+        scope: Construct,
+        *,
+        log_level: str,
+        powertools_layer_version: int | None,
+        environment: Mapping[str, str] | None = None,
     ) -> FunctionCommons:
         if powertools_layer_version is None:
             # The layer ARN's version number is only known per release from Powertools'
@@ -94,6 +102,7 @@ class FunctionCommons:
             code=lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=ASSET_EXCLUDES),
             layer=lambda_.LayerVersion.from_layer_version_arn(scope, "PowertoolsLayer", arn),
             log_level=log_level,
+            environment=dict(environment or {}),
         )
 
 
@@ -118,6 +127,8 @@ class TurnstileFunction(Construct):
         memory_size: int,
         wildcard_reasons: tuple[str, ...] = (),
         log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
+        environment: Mapping[str, str] | None = None,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.log_group = logs.LogGroup(
@@ -140,6 +151,8 @@ class TurnstileFunction(Construct):
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "POWERTOOLS_LOG_LEVEL": commons.log_level,
+            **commons.environment,
+            **(environment or {}),
         }
         self.function = lambda_.Function(
             self,
@@ -153,6 +166,7 @@ class TurnstileFunction(Construct):
             environment=environment,
             timeout=timeout,
             memory_size=memory_size,
+            reserved_concurrent_executions=reserved_concurrency,
             tracing=lambda_.Tracing.ACTIVE,
             role=self.role,
             log_group=self.log_group,

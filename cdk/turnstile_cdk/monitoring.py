@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Aws, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_cloudwatch_actions as cw_actions
 from aws_cdk import aws_dynamodb as dynamodb
@@ -16,32 +17,79 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from .functions import METRICS_NAMESPACE, SERVICE_NAME
+from turnstile.api import SERVICE as API_SERVICE
 
-__all__ = ["ITERATOR_AGE_THRESHOLD_MS", "Monitoring", "turnstile_metric"]
+from .functions import METRICS_NAMESPACE, SERVICE_NAME
+from .sweeper import SWEEP_INTERVAL
+
+__all__ = [
+    "API_SERVICE",
+    "ITERATOR_AGE_THRESHOLD_MS",
+    "RUNBOOK_MARK",
+    "SWEEPER_MISSED_RUNS",
+    "Monitoring",
+    "cloudwatch_alarms_statement",
+    "turnstile_metric",
+]
 
 #: A decision more than two minutes behind its stream record means the processor is stuck
 #: or failing: far more than normal batching (seconds), far less than the 6 h record age limit.
 ITERATOR_AGE_THRESHOLD_MS = 120_000
 
+#: The sweeper alarms after this many schedule periods without a succeeded run.
+SWEEPER_MISSED_RUNS = 3
+
+#: Separates an alarm description's meaning from what to do about it.
+RUNBOOK_MARK = "To do:"
+
 _MINUTE = Duration.minutes(1)
 _FIVE_MINUTES = Duration.minutes(5)
 
 
-def turnstile_metric(name: str, statistic: str, *, label: str | None = None) -> cloudwatch.Metric:
-    """A metric the handlers emit with Powertools (EMF): namespace Turnstile, service=turnstile."""
+def turnstile_metric(
+    name: str,
+    statistic: str,
+    *,
+    label: str | None = None,
+    period: Duration = _MINUTE,
+    service: str = SERVICE_NAME,
+) -> cloudwatch.Metric:
+    """A metric the handlers emit with Powertools (EMF): namespace Turnstile, and the one
+    dimension Powertools adds, ``service`` (the stream processor's and the sweeper's
+    ``turnstile``, the API's ``turnstile-api``)."""
     return cloudwatch.Metric(
         namespace=METRICS_NAMESPACE,
         metric_name=name,
-        dimensions_map={"service": SERVICE_NAME},
+        dimensions_map={"service": service},
         statistic=statistic,
-        period=_MINUTE,
+        period=period,
         label=label,
     )
 
 
+def cloudwatch_alarms_statement(actions: list[str], *, resources: list[str]) -> iam.PolicyStatement:
+    """Allows CloudWatch to use the alarm topic (or its key) on behalf of this account's alarms
+    in this region only (the confused-deputy conditions)."""
+    return iam.PolicyStatement(
+        sid="AllowCloudWatchAlarms",
+        principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
+        actions=actions,
+        resources=resources,
+        conditions={
+            "StringEquals": {"aws:SourceAccount": Aws.ACCOUNT_ID},
+            "ArnLike": {
+                "aws:SourceArn": f"arn:{Aws.PARTITION}:cloudwatch:{Aws.REGION}:"
+                f"{Aws.ACCOUNT_ID}:alarm:*"
+            },
+        },
+    )
+
+
 class Monitoring(Construct):
-    """Parts: ``topic`` (alarm actions), ``alarms`` (by name), ``dashboard``."""
+    """Parts: ``topic`` (alarm actions), ``alarms`` (by name), ``dashboard``.
+
+    Every alarm's description is its runbook line: what it means, then what to do.
+    """
 
     def __init__(
         self,
@@ -52,6 +100,7 @@ class Monitoring(Construct):
         functions: Mapping[str, lambda_.IFunction],
         failure_queue: sqs.IQueue,
         tables: Mapping[str, dynamodb.ITable],
+        api_stage: apigwv2.HttpStage,
         alarm_email: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -64,8 +113,8 @@ class Monitoring(Construct):
             enable_key_rotation=True,
             removal_policy=RemovalPolicy.DESTROY,
         )
-        self.topic_key.grant(
-            iam.ServicePrincipal("cloudwatch.amazonaws.com"), "kms:Decrypt", "kms:GenerateDataKey*"
+        self.topic_key.add_to_resource_policy(
+            cloudwatch_alarms_statement(["kms:Decrypt", "kms:GenerateDataKey*"], resources=["*"])
         )
         self.topic = sns.Topic(
             self,
@@ -73,6 +122,11 @@ class Monitoring(Construct):
             display_name="turnstile alarms",
             master_key=self.topic_key,
             enforce_ssl=True,
+        )
+        # enforce_ssl gives the topic a policy, which replaces SNS's default one: without
+        # this statement CloudWatch could not publish, and no alarm would reach anyone.
+        self.topic.add_to_resource_policy(
+            cloudwatch_alarms_statement(["sns:Publish"], resources=[self.topic.topic_arn])
         )
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
@@ -83,21 +137,78 @@ class Monitoring(Construct):
             processor.metric("IteratorAge", statistic=cloudwatch.Stats.MAXIMUM, period=_MINUTE),
             threshold=ITERATOR_AGE_THRESHOLD_MS,
             evaluation_periods=3,
-            description="Decisions lag the intake stream by more than 2 minutes (3 minutes in a "
-            "row): the processor is failing, throttled or too slow. Check its errors and logs.",
+            meaning="Decisions lag the intake stream by more than 2 minutes (3 minutes in a "
+            "row): the processor is failing, throttled or too slow.",
+            action="Look at the ProcessorErrors, ProcessorThrottles and ProcessorGroupFailed "
+            "alarms and the processor's logs; records older than 6 hours go to the "
+            "failure queue.",
+        )
+        self._alarm(
+            "ProcessorGroupFailed",
+            turnstile_metric("GroupFailed", cloudwatch.Stats.SUM, period=_FIVE_MINUTES),
+            threshold=0,
+            meaning="The processor could not decide an event's signups (DynamoDB unavailable "
+            "past retries, endless commit conflicts, or a bug); the stream redelivers them "
+            "from the failed record, in order.",
+            action="If it clears by itself it was transient. If it stays, search the "
+            "processor's logs for 'event group failed' (event_id and the exception), fix "
+            "the cause; batches that exhaust their retries go to the failure queue.",
+        )
+        self._alarm(
+            "StoreUnavailable",
+            turnstile_metric(
+                "StoreUnavailable", cloudwatch.Stats.SUM, period=_FIVE_MINUTES, service=API_SERVICE
+            ),
+            threshold=0,
+            meaning="The API answered 503: DynamoDB throttled or could not be reached past "
+            "the store's retries; clients were told to retry after a few seconds.",
+            action="Check the TableThrottles alarms and the AWS Health Dashboard for "
+            "DynamoDB; a hot event (over 1,000 signups/s) needs lower "
+            "turnstile:signupRateLimit.",
+        )
+        self._alarm(
+            "Api5xx",
+            api_stage.metric_server_error(period=_FIVE_MINUTES, statistic=cloudwatch.Stats.SUM),
+            threshold=0,
+            meaning="The HTTP API answered 5xx: the API function failed, timed out or was "
+            "throttled, or DynamoDB was unavailable (503).",
+            action="Look at ApiErrors, ApiThrottles and StoreUnavailable, then the access "
+            "logs (status, integrationError) and the API function's logs.",
+        )
+        self._alarm(
+            "SweeperNotSucceeding",
+            turnstile_metric("SweepSucceeded", cloudwatch.Stats.SUM, period=SWEEP_INTERVAL),
+            threshold=1,
+            evaluation_periods=SWEEPER_MISSED_RUNS,
+            comparison=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
+            # No data is exactly what this alarm is for: a sweeper that no longer runs.
+            missing_data=cloudwatch.TreatMissingData.BREACHING,
+            meaning=f"No sweep succeeded in {SWEEPER_MISSED_RUNS} schedule periods "
+            f"({SWEEPER_MISSED_RUNS * 5} minutes): records that missed the stream are not "
+            "being re-emitted.",
+            action="Check SweeperErrors and the sweeper's logs ('sweep finished': status "
+            "lease_busy means another holder keeps the lease; failed runs are rerun by "
+            'invoking the sweeper with {"replay_failed": true}), and that its schedule is '
+            "enabled.",
         )
         for name, function in functions.items():
             self._alarm(
                 f"{name}Errors",
                 function.metric_errors(period=_FIVE_MINUTES, statistic=cloudwatch.Stats.SUM),
                 threshold=0,
-                description=f"The {name} function failed at least once in 5 minutes.",
+                meaning=f"The {name} function failed at least once in 5 minutes.",
+                action=f"Read the {name} function's logs (errors carry the request id) and "
+                "fix the cause; a failed sweep is rerun by the next one.",
             )
             self._alarm(
                 f"{name}Throttles",
                 function.metric_throttles(period=_FIVE_MINUTES, statistic=cloudwatch.Stats.SUM),
                 threshold=0,
-                description=f"The {name} function was throttled (account concurrency).",
+                meaning=f"Lambda throttled the {name} function: its reserved concurrency or "
+                "the account's concurrency is used up.",
+                action="Raise its reserved concurrency (turnstile:processorReservedConcurrency, "
+                "turnstile:sweeperReservedConcurrency) or the account's limit, or find what "
+                "else uses the account's concurrency.",
             )
         self._alarm(
             "FailureQueueNotEmpty",
@@ -105,8 +216,9 @@ class Monitoring(Construct):
                 period=_MINUTE, statistic=cloudwatch.Stats.MAXIMUM
             ),
             threshold=0,
-            description="A stream batch was given up on: its records have no decision yet. "
-            "Run 'turnstile redrive --stack <stack>' after fixing the cause.",
+            meaning="A stream batch was given up on: its records have no decision yet.",
+            action="Fix the cause (processor logs), then run "
+            "'turnstile --stack <stack> redrive'.",
         )
         for name, table in tables.items():
             self._alarm(
@@ -123,8 +235,10 @@ class Monitoring(Construct):
                     label=f"{name} throttle events",
                 ),
                 threshold=0,
-                description=f"DynamoDB throttled requests on the {name} table: a hot partition "
-                "(one event taking > 1,000 writes/s) or an account limit.",
+                meaning=f"DynamoDB throttled requests on the {name} table: a hot partition "
+                "(one event taking over 1,000 writes/s) or an account limit.",
+                action="Throttled calls are retried; if it persists lower "
+                "turnstile:signupRateLimit or ask AWS for a higher table limit.",
             )
 
         self.dashboard = self._dashboard(processor, failure_queue)
@@ -135,23 +249,30 @@ class Monitoring(Construct):
         metric: cloudwatch.IMetric,
         *,
         threshold: float,
-        description: str,
+        meaning: str,
+        action: str,
         evaluation_periods: int = 1,
+        comparison: cloudwatch.ComparisonOperator = (
+            cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD
+        ),
+        # No data means no traffic (nothing failing), not an outage.
+        missing_data: cloudwatch.TreatMissingData = cloudwatch.TreatMissingData.NOT_BREACHING,
     ) -> None:
         alarm = cloudwatch.Alarm(
             self,
             f"{name}Alarm",
+            # The name the notification shows, and the one docs/operations.md is indexed by.
+            alarm_name=f"{Stack.of(self).stack_name}-{name}",
             metric=metric,
             threshold=threshold,
             evaluation_periods=evaluation_periods,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_THRESHOLD,
-            # No data means no traffic (nothing failing), not an outage.
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description=description,
+            comparison_operator=comparison,
+            treat_missing_data=missing_data,
+            alarm_description=f"{meaning} {RUNBOOK_MARK} {action}",
         )
-        action = cw_actions.SnsAction(self.topic)
-        alarm.add_alarm_action(action)
-        alarm.add_ok_action(action)
+        action_ = cw_actions.SnsAction(self.topic)
+        alarm.add_alarm_action(action_)
+        alarm.add_ok_action(action_)
         self.alarms[name] = alarm
 
     def _dashboard(

@@ -6,7 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ContextKey", "TurnstileSettings"]
+__all__ = ["DECISION_RETENTION_ENV", "INTAKE_RETENTION_ENV", "ContextKey", "TurnstileSettings"]
+
+#: The functions' environment variables carrying the retention options (days).
+INTAKE_RETENTION_ENV = "TURNSTILE_INTAKE_RETENTION_DAYS"
+DECISION_RETENTION_ENV = "TURNSTILE_DECISION_RETENTION_DAYS"
 
 
 class ContextKey:
@@ -25,6 +29,18 @@ class ContextKey:
     API_BURST_LIMIT = "turnstile:apiBurstLimit"
     #: Optional e-mail address subscribed to the alarm topic.
     ALARM_EMAIL = "turnstile:alarmEmail"
+    #: Per-route throttling: signup submission, and each read route, apart from the rest.
+    SIGNUP_RATE_LIMIT = "turnstile:signupRateLimit"
+    SIGNUP_BURST_LIMIT = "turnstile:signupBurstLimit"
+    READ_RATE_LIMIT = "turnstile:readRateLimit"
+    READ_BURST_LIMIT = "turnstile:readBurstLimit"
+    #: Days an intake record (a producer's signup, personal data) is kept: its TTL.
+    INTAKE_RETENTION_DAYS = "turnstile:intakeRetentionDays"
+    #: Days a decision is kept; unset or "none": kept (the main table gets no TTL).
+    DECISION_RETENTION_DAYS = "turnstile:decisionRetentionDays"
+    #: Reserved concurrency of the stream processor and the sweeper; 0 or "none": off.
+    PROCESSOR_RESERVED_CONCURRENCY = "turnstile:processorReservedConcurrency"
+    SWEEPER_RESERVED_CONCURRENCY = "turnstile:sweeperReservedConcurrency"
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -43,6 +59,23 @@ class TurnstileSettings:
     api_rate_limit: int = 500
     api_burst_limit: int = 1000
     alarm_email: str | None = None
+    #: One event's signups share an intake partition (1,000 writes/s): stay below it.
+    signup_rate_limit: int = 500
+    signup_burst_limit: int = 1000
+    #: Polling for a decision is a strongly consistent point read (3,000 reads/s per
+    #: partition): reads get more room than submissions, and a polling storm cannot eat
+    #: into the submissions' limit (each route has its own).
+    read_rate_limit: int = 1000
+    read_burst_limit: int = 2000
+    intake_retention_days: int = 30
+    decision_retention_days: int | None = None
+    #: More than the intake stream's shards times the parallelization factor (1), so
+    #: the processor is never throttled by its own limit, yet a bug or a flood cannot
+    #: take the account's whole concurrency from the API.
+    processor_reserved_concurrency: int | None = 10
+    #: One sweep at a time (its lease enforces it too); a second overlapping invocation
+    #: is throttled and retried by Lambda instead of waiting for the lease.
+    sweeper_reserved_concurrency: int | None = 1
 
     def __post_init__(self) -> None:
         if bool(self.jwt_issuer) != bool(self.jwt_audience):
@@ -54,14 +87,49 @@ class TurnstileSettings:
             raise ValueError(f"{ContextKey.JWT_ISSUER} must be an https:// URL")
         if self.log_level not in _LOG_LEVELS:
             raise ValueError(f"{ContextKey.LOG_LEVEL} must be one of {', '.join(_LOG_LEVELS)}")
-        if self.api_rate_limit < 1 or self.api_burst_limit < 1:
-            raise ValueError("API throttling limits must be at least 1")
+        for key, limit in (
+            (ContextKey.API_RATE_LIMIT, self.api_rate_limit),
+            (ContextKey.API_BURST_LIMIT, self.api_burst_limit),
+            (ContextKey.SIGNUP_RATE_LIMIT, self.signup_rate_limit),
+            (ContextKey.SIGNUP_BURST_LIMIT, self.signup_burst_limit),
+            (ContextKey.READ_RATE_LIMIT, self.read_rate_limit),
+            (ContextKey.READ_BURST_LIMIT, self.read_burst_limit),
+        ):
+            if limit < 1:
+                raise ValueError(f"{key}: API throttling limits must be at least 1")
+        if self.intake_retention_days < 1:
+            raise ValueError(f"{ContextKey.INTAKE_RETENTION_DAYS} must be at least 1")
+        if self.decision_retention_days is not None and (
+            self.decision_retention_days <= self.intake_retention_days
+        ):
+            # A decision that expired while its intake record still exists looks undecided:
+            # the sweeper would re-emit the record and the processor decide it again.
+            raise ValueError(
+                f"{ContextKey.DECISION_RETENTION_DAYS} must be longer than "
+                f"{ContextKey.INTAKE_RETENTION_DAYS} ({self.intake_retention_days} days): a "
+                "decision must outlive its intake record"
+            )
+        for key, value in (
+            (ContextKey.PROCESSOR_RESERVED_CONCURRENCY, self.processor_reserved_concurrency),
+            (ContextKey.SWEEPER_RESERVED_CONCURRENCY, self.sweeper_reserved_concurrency),
+        ):
+            if value is not None and value < 1:
+                raise ValueError(f'{key} must be a positive integer, or 0 / "none" for no limit')
         if self.powertools_layer_version is not None and self.powertools_layer_version < 1:
             raise ValueError(f"{ContextKey.POWERTOOLS_LAYER_VERSION} must be a positive integer")
 
     @property
     def uses_jwt(self) -> bool:
         return bool(self.jwt_issuer)
+
+    @property
+    def retention_environment(self) -> dict[str, str]:
+        """What the functions read to stamp ``expires_at``: on intake records always, on
+        decisions only when they expire (no variable: decisions are kept)."""
+        environment = {INTAKE_RETENTION_ENV: str(self.intake_retention_days)}
+        if self.decision_retention_days is not None:
+            environment[DECISION_RETENTION_ENV] = str(self.decision_retention_days)
+        return environment
 
     @classmethod
     def from_context(cls, get: Callable[[str], Any]) -> TurnstileSettings:
@@ -70,20 +138,51 @@ class TurnstileSettings:
         ``-c`` values arrive as strings and cdk.json values as JSON types; both are accepted.
         """
         default = cls()
-        audience = get(ContextKey.JWT_AUDIENCE)
-        layer_version = get(ContextKey.POWERTOOLS_LAYER_VERSION)
+
+        def number(key: str, fallback: int) -> int:
+            value = _optional_number(get(key), key, fallback)
+            if value is None:
+                raise ValueError(f"{key} must be a number")
+            return value
+
+        def limit(key: str, fallback: int | None) -> int | None:
+            # 0 and "none" both turn a limit off.
+            value = _optional_number(get(key), key, fallback)
+            return None if value == 0 else value
+
         return cls(
             stack_name=_text(get(ContextKey.STACK_NAME)) or default.stack_name,
-            retain_tables=_flag(get(ContextKey.RETAIN_TABLES), default.retain_tables),
+            retain_tables=_flag(
+                get(ContextKey.RETAIN_TABLES), ContextKey.RETAIN_TABLES, default.retain_tables
+            ),
             jwt_issuer=_text(get(ContextKey.JWT_ISSUER)),
-            jwt_audience=_words(audience),
-            powertools_layer_version=int(layer_version)
-            if layer_version not in (None, "")
-            else None,
+            jwt_audience=_words(get(ContextKey.JWT_AUDIENCE)),
+            powertools_layer_version=_optional_number(
+                get(ContextKey.POWERTOOLS_LAYER_VERSION), ContextKey.POWERTOOLS_LAYER_VERSION, None
+            ),
             log_level=(_text(get(ContextKey.LOG_LEVEL)) or default.log_level).upper(),
-            api_rate_limit=_number(get(ContextKey.API_RATE_LIMIT), default.api_rate_limit),
-            api_burst_limit=_number(get(ContextKey.API_BURST_LIMIT), default.api_burst_limit),
+            api_rate_limit=number(ContextKey.API_RATE_LIMIT, default.api_rate_limit),
+            api_burst_limit=number(ContextKey.API_BURST_LIMIT, default.api_burst_limit),
             alarm_email=_text(get(ContextKey.ALARM_EMAIL)),
+            signup_rate_limit=number(ContextKey.SIGNUP_RATE_LIMIT, default.signup_rate_limit),
+            signup_burst_limit=number(ContextKey.SIGNUP_BURST_LIMIT, default.signup_burst_limit),
+            read_rate_limit=number(ContextKey.READ_RATE_LIMIT, default.read_rate_limit),
+            read_burst_limit=number(ContextKey.READ_BURST_LIMIT, default.read_burst_limit),
+            intake_retention_days=number(
+                ContextKey.INTAKE_RETENTION_DAYS, default.intake_retention_days
+            ),
+            # "none": kept; 0 is not "none" here (it reads as "delete at once"): rejected.
+            decision_retention_days=_optional_number(
+                get(ContextKey.DECISION_RETENTION_DAYS),
+                ContextKey.DECISION_RETENTION_DAYS,
+                default.decision_retention_days,
+            ),
+            processor_reserved_concurrency=limit(
+                ContextKey.PROCESSOR_RESERVED_CONCURRENCY, default.processor_reserved_concurrency
+            ),
+            sweeper_reserved_concurrency=limit(
+                ContextKey.SWEEPER_RESERVED_CONCURRENCY, default.sweeper_reserved_concurrency
+            ),
         )
 
 
@@ -94,7 +193,7 @@ def _text(value: Any) -> str | None:
     return text or None
 
 
-def _flag(value: Any, default: bool) -> bool:
+def _flag(value: Any, key: str, default: bool) -> bool:
     if value is None or value == "":
         return default
     if isinstance(value, bool):
@@ -104,11 +203,21 @@ def _flag(value: Any, default: bool) -> bool:
         return True
     if text in ("false", "0", "no"):
         return False
-    raise ValueError(f"not a boolean: {value!r}")
+    raise ValueError(f"{key} must be true or false, not {value!r}")
 
 
-def _number(value: Any, default: int) -> int:
-    return default if value is None or value == "" else int(value)
+def _optional_number(value: Any, key: str, default: int | None) -> int | None:
+    """An integer; unset or "" is ``default``, "none" is None."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, str) and value.strip().lower() == "none":
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{key} must be a whole number, not {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be a whole number or \"none\", not {value!r}") from None
 
 
 def _words(value: Any) -> tuple[str, ...]:

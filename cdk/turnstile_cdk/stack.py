@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_apigatewayv2 as apigwv2
 from constructs import Construct
 
 from turnstile.stack_outputs import OutputKey
 
-from .api import ApiAuth, TurnstileApi
+from .api import ApiAuth, ApiThrottling, TurnstileApi
 from .functions import FunctionCommons
 from .monitoring import Monitoring
 from .settings import TurnstileSettings
@@ -37,12 +38,18 @@ class TurnstileStack(Stack):
             "turnstile: decides who gets a limited resource, exactly once, in arrival order"
         )
 
-        self.tables = TurnstileTables(self, "Tables", retain=settings.retain_tables)
+        self.tables = TurnstileTables(
+            self,
+            "Tables",
+            retain=settings.retain_tables,
+            expire_decisions=settings.decision_retention_days is not None,
+        )
         table_names = self.tables.environment
         commons = FunctionCommons.create(
             self,
             log_level=settings.log_level,
             powertools_layer_version=settings.powertools_layer_version,
+            environment=settings.retention_environment,
         )
         self.processor = StreamProcessor(
             self,
@@ -52,6 +59,7 @@ class TurnstileStack(Stack):
             main=self.tables.main,
             control=self.tables.control,
             table_names=table_names,
+            reserved_concurrency=settings.processor_reserved_concurrency,
         )
         self.api = TurnstileApi(
             self,
@@ -62,8 +70,17 @@ class TurnstileStack(Stack):
             control=self.tables.control,
             table_names=table_names,
             auth=ApiAuth(jwt_issuer=settings.jwt_issuer, jwt_audience=settings.jwt_audience),
-            rate_limit=settings.api_rate_limit,
-            burst_limit=settings.api_burst_limit,
+            throttling=ApiThrottling(
+                default=apigwv2.ThrottleSettings(
+                    rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit
+                ),
+                signups=apigwv2.ThrottleSettings(
+                    rate_limit=settings.signup_rate_limit, burst_limit=settings.signup_burst_limit
+                ),
+                reads=apigwv2.ThrottleSettings(
+                    rate_limit=settings.read_rate_limit, burst_limit=settings.read_burst_limit
+                ),
+            ),
         )
         self.sweeper = Sweeper(
             self,
@@ -73,6 +90,7 @@ class TurnstileStack(Stack):
             main=self.tables.main,
             control=self.tables.control,
             table_names=table_names,
+            reserved_concurrency=settings.sweeper_reserved_concurrency,
         )
         self.monitoring = Monitoring(
             self,
@@ -89,6 +107,7 @@ class TurnstileStack(Stack):
                 "Main": self.tables.main,
                 "Control": self.tables.control,
             },
+            api_stage=self.api.stage,
             alarm_email=settings.alarm_email,
         )
 
@@ -129,3 +148,11 @@ class TurnstileStack(Stack):
             value=self.monitoring.topic.topic_arn,
             description="Subscribe to receive turnstile alarms.",
         )
+        for role, policy in self.api.caller_policies.items():
+            CfnOutput(
+                self,
+                role.output_key,
+                value=policy.managed_policy_arn,
+                description=f"Attach to the IAM roles of {role.value}s: the API routes they may "
+                "call.",
+            )

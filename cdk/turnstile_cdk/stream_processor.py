@@ -39,6 +39,7 @@ class StreamProcessor(Construct):
         control: dynamodb.ITable,
         table_names: dict[str, str],
         settings: EventSourceSettings = STREAM_SOURCE,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.failure_queue = sqs.Queue(
@@ -71,6 +72,8 @@ class StreamProcessor(Construct):
             timeout=Duration.seconds(60),
             # More memory buys proportionally more CPU: lower decision latency per batch.
             memory_size=512,
+            # Keeps a flood or a bug here from taking the concurrency the API needs.
+            reserved_concurrency=reserved_concurrency,
             wildcard_reasons=(
                 "dynamodb:ListStreams (needed by the event source mapping to find the intake "
                 "stream) is a list action that AWS only authorizes on Resource '*'.",

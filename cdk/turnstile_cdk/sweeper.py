@@ -34,6 +34,7 @@ class Sweeper(Construct):
         main: dynamodb.ITable,
         control: dynamodb.ITable,
         table_names: dict[str, str],
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.handler = TurnstileFunction(
@@ -46,6 +47,7 @@ class Sweeper(Construct):
             # Less than the interval, so two runs rarely overlap (its lease guards the rest).
             timeout=Duration.minutes(4),
             memory_size=256,
+            reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
         intake.grant(self.function, *SWEEPER_INTAKE_ACTIONS)

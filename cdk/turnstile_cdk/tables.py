@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from constructs import Construct
 
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, TableSpec
+from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, TableSpec
 
 __all__ = ["TurnstileTables", "table_from_spec"]
 
@@ -48,10 +50,22 @@ class TurnstileTables(Construct):
     ``control`` (event items, the sweeper's lease and run history: no producer key reaches it).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, retain: bool = True) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        retain: bool = True,
+        expire_decisions: bool = False,
+    ) -> None:
+        """``expire_decisions``: decisions carry ``expires_at`` (turnstile:decisionRetentionDays)
+        and the main table deletes them by TTL; otherwise they are kept."""
         super().__init__(scope, construct_id)
         self.intake = table_from_spec(self, INTAKE_TABLE, retain=retain)
-        self.main = table_from_spec(self, MAIN_TABLE, retain=retain)
+        main_spec = MAIN_TABLE
+        if expire_decisions:
+            main_spec = replace(MAIN_TABLE, ttl_attribute=Attr.EXPIRES_AT)
+        self.main = table_from_spec(self, main_spec, retain=retain)
         self.control = table_from_spec(self, CONTROL_TABLE, retain=retain)
 
     @property

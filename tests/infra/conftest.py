@@ -1,7 +1,8 @@
 """Synthesize the CDK app once per session; tests read the templates with Template/Match/Capture.
 
 The app is built as cdk/app.py builds it (create_app, with cdk.json's context), plus a
-second stack with the non-default options (JWT, tables not retained, pinned layer number),
+second stack with the non-default options (JWT, tables not retained, pinned layer number,
+decisions expiring, no reserved concurrency for the processor),
 so both shapes are synthesized, nagged and linted in that single synthesis.
 """
 
@@ -46,6 +47,14 @@ VARIANT_SETTINGS = TurnstileSettings(
     api_rate_limit=50,
     api_burst_limit=75,
     alarm_email="oncall@example.com",
+    signup_rate_limit=20,
+    signup_burst_limit=40,
+    read_rate_limit=30,
+    read_burst_limit=60,
+    intake_retention_days=7,
+    decision_retention_days=400,
+    processor_reserved_concurrency=None,
+    sweeper_reserved_concurrency=3,
 )
 
 

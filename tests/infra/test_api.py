@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 
+import pytest
 from aws_cdk.assertions import Capture, Match, Template
 
 from turnstile.api import ROUTES
+from turnstile_cdk.api import (
+    OPEN_ROUTES,
+    ROUTE_ROLES,
+    CallerRole,
+    allowed_roles,
+    check_route_roles,
+)
 
 from .conftest import VARIANT_SETTINGS, function_by_handler, only, render
 
@@ -97,6 +106,8 @@ def test_default_stage_throttles_and_logs_access(template: Template) -> None:
     fields = json.loads(log_format.as_string())
     assert fields["requestId"] == "$context.requestId"
     assert {"status", "routeKey", "ip", "responseLatency", "integrationError"} <= set(fields)
+    # Who called: the signer's role or user ARN.
+    assert fields["caller"] == "$context.identity.userArn"
     template.has_resource(
         "AWS::Logs::LogGroup",
         {"Properties": {"RetentionInDays": 90}, "DeletionPolicy": "Delete"},
@@ -109,6 +120,7 @@ def test_api_url_output_is_the_endpoint(template: Template) -> None:
 
 
 def test_jwt_authorizer_replaces_iam_when_configured(variant_template: Template) -> None:
+    log_format = Capture()
     authorizer_id, _ = only(
         variant_template.find_resources(
             "AWS::ApiGatewayV2::Authorizer",
@@ -136,6 +148,186 @@ def test_jwt_authorizer_replaces_iam_when_configured(variant_template: Template)
                 "ThrottlingRateLimit": VARIANT_SETTINGS.api_rate_limit,
                 "ThrottlingBurstLimit": VARIANT_SETTINGS.api_burst_limit,
             },
-            "AccessLogSettings": Match.object_like({"Format": Match.any_value()}),
+            "AccessLogSettings": Match.object_like({"Format": log_format}),
         },
     )
+    # Who called: the token's subject.
+    assert json.loads(log_format.as_string())["caller"] == "$context.authorizer.claims.sub"
+
+
+# --- who may call what: a role per route --------------------------------------------------
+
+SERVED = [f"{r.method} {r.path}" for r in ROUTES]
+#: Announced by the issue, not served yet: mapped ahead so its arrival needs no cdk change.
+ANNOUNCED = {"PATCH /events/{event_id}"}
+ARN_PREFIX = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:"
+
+
+def test_every_business_route_has_exactly_one_role() -> None:
+    for key in SERVED:
+        assert (key in ROUTE_ROLES) != (key in OPEN_ROUTES), f"{key}: no role, or two"
+    assert {"GET /openapi.json"} == OPEN_ROUTES  # the document: any caller
+    check_route_roles(SERVED)
+    assert set(ROUTE_ROLES) - set(SERVED) <= ANNOUNCED, "a role for a route nobody serves"
+
+
+def test_a_route_without_a_role_fails_the_synthesis() -> None:
+    """A route added to turnstile.api.ROUTES without a role cannot slip through."""
+    unmapped = "GET /events/{event_id}/signups"
+    with pytest.raises(ValueError, match=re.escape(f"{unmapped} have no caller role")):
+        check_route_roles([*SERVED, unmapped])
+
+
+def test_roles_in_words() -> None:
+    """Organizers manage events and read everything; producers only submit; readers only read."""
+    reach = {role: {k for k in SERVED if role in allowed_roles(k)} for role in CallerRole}
+    assert reach[CallerRole.PRODUCER] == {"POST /events/{event_id}/signups", "GET /openapi.json"}
+    assert all(key.startswith("GET ") for key in reach[CallerRole.READER])
+    assert reach[CallerRole.READER] < reach[CallerRole.ORGANIZER]
+    assert {"POST /events", "POST /events/{event_id}/close"} <= reach[CallerRole.ORGANIZER]
+    assert "POST /events/{event_id}/signups" not in reach[CallerRole.ORGANIZER]
+    assert allowed_roles("PATCH /events/{event_id}") == {CallerRole.ORGANIZER}
+
+
+def _policy_arns(template: Template) -> dict[CallerRole, set[str]]:
+    """Each role's managed policy (found through its stack output), as rendered ARNs."""
+    outputs = template.to_json()["Outputs"]
+    resources = template.to_json()["Resources"]
+    arns = {}
+    for role in CallerRole:
+        policy = resources[outputs[role.output_key]["Value"]["Ref"]]
+        assert policy["Type"] == "AWS::IAM::ManagedPolicy"
+        (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert (statement["Effect"], statement["Action"]) == ("Allow", "execute-api:Invoke")
+        assert "Condition" not in statement and "NotResource" not in statement
+        arns[role] = {render(r) for r in statement["Resource"]}
+    return arns
+
+
+def test_each_role_may_invoke_exactly_its_routes(template: Template) -> None:
+    stage = f"{ARN_PREFIX}${{{_api_id(template)}}}/$default/"
+    expected = {
+        role: {
+            stage + key.replace(" ", "", 1).replace("{event_id}", "*").replace("{signup_id}", "*")
+            for key in SERVED
+            if role in allowed_roles(key)
+        }
+        for role in CallerRole
+    }
+    assert _policy_arns(template) == expected
+    assert expected[CallerRole.PRODUCER] == {
+        stage + "POST/events/*/signups",
+        stage + "GET/openapi.json",
+    }
+
+
+def _iam_matches(pattern: str, resource: str) -> bool:
+    """IAM's ARN matching: '*' is any run of characters, '/' included; '?' is one."""
+    regex = "".join(
+        ".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern
+    )
+    return re.fullmatch(regex, resource) is not None
+
+
+def test_no_wildcard_reaches_a_route_of_another_role(template: Template) -> None:
+    """'*' in an execute-api ARN also matches '/': GET/events/* covers every GET below
+    /events. Each concrete request of each route must be allowed to exactly its roles."""
+    stage = f"{ARN_PREFIX}${{{_api_id(template)}}}/$default/"
+    arns = _policy_arns(template)
+    for key in SERVED:
+        method, path = key.split(" ", 1)
+        request = stage + method + re.sub(r"\{[^}]+\}", "some-id", path)
+        reaching = {r for r in CallerRole if any(_iam_matches(a, request) for a in arns[r])}
+        assert reaching == allowed_roles(key), key
+
+
+def test_policy_arns_are_outputs_in_iam_mode_only(
+    template: Template, variant_template: Template
+) -> None:
+    keys = {"OrganizerPolicyArn", "ProducerPolicyArn", "ReaderPolicyArn"}
+    assert {role.output_key for role in CallerRole} == keys
+    assert keys <= set(template.to_json()["Outputs"])
+    # With a JWT authorizer IAM decides nothing: scopes do (below).
+    assert not keys & set(variant_template.to_json()["Outputs"])
+    assert not variant_template.find_resources("AWS::IAM::ManagedPolicy")
+
+
+def test_jwt_routes_require_their_roles_scopes(variant_template: Template) -> None:
+    routes = variant_template.find_resources("AWS::ApiGatewayV2::Route")
+    scopes = {
+        r["Properties"]["RouteKey"]: r["Properties"].get("AuthorizationScopes")
+        for r in routes.values()
+    }
+    assert scopes == {
+        "POST /events": ["turnstile/organizer"],
+        "POST /events/{event_id}/close": ["turnstile/organizer"],
+        "POST /events/{event_id}/signups": ["turnstile/producer"],
+        "GET /events/{event_id}": ["turnstile/organizer", "turnstile/reader"],
+        "GET /events/{event_id}/signups/{signup_id}": ["turnstile/organizer", "turnstile/reader"],
+        # Any valid token: the API's document, and its own 404/405 for unknown paths.
+        "GET /openapi.json": None,
+        "ANY /{proxy+}": None,
+    } | {
+        key: sorted(role.scope for role in allowed_roles(key))
+        for key in set(SERVED) - set(ROUTE_KEYS)  # routes added since, mapped as they say
+    }
+
+
+def test_iam_routes_carry_no_scopes(template: Template) -> None:
+    routes = template.find_resources("AWS::ApiGatewayV2::Route")
+    assert all("AuthorizationScopes" not in r["Properties"] for r in routes.values())
+
+
+# --- throttling per route -------------------------------------------------------------------
+
+
+def _route_settings(template: Template) -> dict[str, object]:
+    _, stage = only(template.find_resources("AWS::ApiGatewayV2::Stage"))
+    return stage["Properties"]["RouteSettings"]
+
+
+def test_signups_and_reads_are_throttled_apart(template: Template) -> None:
+    signups = {"ThrottlingRateLimit": 500, "ThrottlingBurstLimit": 1000}
+    reads = {"ThrottlingRateLimit": 1000, "ThrottlingBurstLimit": 2000}
+    assert _route_settings(template) == {
+        "POST /events/{event_id}/signups": signups,
+        "GET /events/{event_id}": reads,
+        "GET /events/{event_id}/signups/{signup_id}": reads,
+    } | {
+        key: reads
+        for key in SERVED
+        if ROUTE_ROLES.get(key) == CallerRole.READER and key not in ROUTE_KEYS
+    }
+
+
+def test_route_throttling_follows_its_options(variant_template: Template) -> None:
+    settings = _route_settings(variant_template)
+    assert settings["POST /events/{event_id}/signups"] == {
+        "ThrottlingRateLimit": VARIANT_SETTINGS.signup_rate_limit,
+        "ThrottlingBurstLimit": VARIANT_SETTINGS.signup_burst_limit,
+    }
+    assert settings["GET /events/{event_id}/signups/{signup_id}"] == {
+        "ThrottlingRateLimit": VARIANT_SETTINGS.read_rate_limit,
+        "ThrottlingBurstLimit": VARIANT_SETTINGS.read_burst_limit,
+    }
+
+
+def test_the_stage_waits_for_the_routes_it_throttles(template: Template) -> None:
+    """API Gateway rejects route settings for a route key that does not exist yet."""
+    _, stage = only(template.find_resources("AWS::ApiGatewayV2::Stage"))
+    routes = template.find_resources("AWS::ApiGatewayV2::Route")
+    throttled = {
+        route_id
+        for route_id, route in routes.items()
+        if route["Properties"]["RouteKey"] in stage["Properties"]["RouteSettings"]
+    }
+    assert len(throttled) == len(stage["Properties"]["RouteSettings"])
+    assert throttled <= set(stage["DependsOn"])
+
+
+def test_api_keeps_responses_out_of_traces(template: Template) -> None:
+    """Responses carry signups' attributes (personal data); Powertools' tracer must not
+    record them as trace metadata."""
+    _, function = function_by_handler(template, "turnstile.handlers.api.handler")
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"

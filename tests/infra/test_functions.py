@@ -12,7 +12,7 @@ from aws_cdk.assertions import Template
 
 from turnstile_cdk.functions import POWERTOOLS_VERSION
 
-from .conftest import VARIANT_STACK, Synthesized, function_by_handler, render
+from .conftest import VARIANT_SETTINGS, VARIANT_STACK, Synthesized, function_by_handler, render
 
 HANDLERS = (
     "turnstile.handlers.stream.handler",
@@ -28,6 +28,10 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
     assert properties["Runtime"] == "python3.12"
     assert properties["Architectures"] == ["arm64"]
     assert properties["TracingConfig"] == {"Mode": "Active"}
+    # Responses of the API carry signups' attributes: never recorded in traces.
+    api_only = (
+        {"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"} if handler.endswith("api.handler") else {}
+    )
     assert properties["Environment"]["Variables"] == {
         "TURNSTILE_INTAKE_TABLE": {"Ref": "IntakeTable"},
         "TURNSTILE_MAIN_TABLE": {"Ref": "MainTable"},
@@ -35,6 +39,9 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
         "POWERTOOLS_SERVICE_NAME": "turnstile",
         "POWERTOOLS_METRICS_NAMESPACE": "Turnstile",
         "POWERTOOLS_LOG_LEVEL": "INFO",
+        # Intake records expire after 30 days; decisions are kept (no variable).
+        "TURNSTILE_INTAKE_RETENTION_DAYS": "30",
+        **api_only,
     }
     assert 1 <= properties["Timeout"] <= 300
     assert 128 <= properties["MemorySize"] <= 1024
@@ -146,3 +153,37 @@ def test_functions_dir_is_the_repository_package() -> None:
 
     assert Path(__file__).resolve().parents[2] / "functions" == FUNCTIONS_DIR
     assert (FUNCTIONS_DIR / "turnstile" / "contract.py").is_file()
+
+
+@pytest.mark.parametrize("handler", HANDLERS)
+def test_retention_options_reach_every_function(variant_template: Template, handler: str) -> None:
+    _, function = function_by_handler(variant_template, handler)
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["TURNSTILE_INTAKE_RETENTION_DAYS"] == str(
+        VARIANT_SETTINGS.intake_retention_days
+    )
+    assert variables["TURNSTILE_DECISION_RETENTION_DAYS"] == str(
+        VARIANT_SETTINGS.decision_retention_days
+    )
+
+
+def test_processor_and_sweeper_have_reserved_concurrency(template: Template) -> None:
+    """Isolation: a flood at the processor or a stuck sweeper cannot starve the API."""
+    concurrency = {
+        handler: function_by_handler(template, handler)[1]["Properties"].get(
+            "ReservedConcurrentExecutions"
+        )
+        for handler in HANDLERS
+    }
+    assert concurrency == {
+        "turnstile.handlers.stream.handler": 10,
+        "turnstile.handlers.api.handler": None,
+        "turnstile.handlers.sweeper.handler": 1,
+    }
+
+
+def test_reserved_concurrency_can_be_changed_or_turned_off(variant_template: Template) -> None:
+    _, processor = function_by_handler(variant_template, "turnstile.handlers.stream.handler")
+    _, sweeper = function_by_handler(variant_template, "turnstile.handlers.sweeper.handler")
+    assert "ReservedConcurrentExecutions" not in processor["Properties"]
+    assert sweeper["Properties"]["ReservedConcurrentExecutions"] == 3

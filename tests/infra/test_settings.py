@@ -20,6 +20,13 @@ def test_defaults_are_production_defaults() -> None:
     assert settings.retain_tables is True
     assert settings.uses_jwt is False
     assert settings.powertools_layer_version is None
+    assert (settings.signup_rate_limit, settings.signup_burst_limit) == (500, 1000)
+    assert (settings.read_rate_limit, settings.read_burst_limit) == (1000, 2000)
+    assert settings.intake_retention_days == 30
+    assert settings.decision_retention_days is None  # decisions are kept
+    assert settings.processor_reserved_concurrency == 10
+    assert settings.sweeper_reserved_concurrency == 1
+    assert settings.retention_environment == {"TURNSTILE_INTAKE_RETENTION_DAYS": "30"}
 
 
 def test_cli_strings_are_parsed() -> None:
@@ -34,6 +41,14 @@ def test_cli_strings_are_parsed() -> None:
             ContextKey.API_RATE_LIMIT: "20",
             ContextKey.API_BURST_LIMIT: "40",
             ContextKey.ALARM_EMAIL: "ops@example.com",
+            ContextKey.SIGNUP_RATE_LIMIT: "5",
+            ContextKey.SIGNUP_BURST_LIMIT: "6",
+            ContextKey.READ_RATE_LIMIT: "7",
+            ContextKey.READ_BURST_LIMIT: "8",
+            ContextKey.INTAKE_RETENTION_DAYS: "14",
+            ContextKey.DECISION_RETENTION_DAYS: "365",
+            ContextKey.PROCESSOR_RESERVED_CONCURRENCY: "none",
+            ContextKey.SWEEPER_RESERVED_CONCURRENCY: "0",
         }
     )
     assert settings == TurnstileSettings(
@@ -46,8 +61,20 @@ def test_cli_strings_are_parsed() -> None:
         api_rate_limit=20,
         api_burst_limit=40,
         alarm_email="ops@example.com",
+        signup_rate_limit=5,
+        signup_burst_limit=6,
+        read_rate_limit=7,
+        read_burst_limit=8,
+        intake_retention_days=14,
+        decision_retention_days=365,
+        processor_reserved_concurrency=None,
+        sweeper_reserved_concurrency=None,
     )
     assert settings.uses_jwt
+    assert settings.retention_environment == {
+        "TURNSTILE_INTAKE_RETENTION_DAYS": "14",
+        "TURNSTILE_DECISION_RETENTION_DAYS": "365",
+    }
 
 
 def test_cdk_json_values_are_accepted() -> None:
@@ -62,6 +89,20 @@ def test_cdk_json_values_are_accepted() -> None:
     assert settings.jwt_audience == ("a",)
 
 
+def test_cdk_json_numbers_and_none_are_accepted() -> None:
+    settings = _from(
+        {
+            ContextKey.DECISION_RETENTION_DAYS: 90,
+            ContextKey.PROCESSOR_RESERVED_CONCURRENCY: 0,
+            ContextKey.SWEEPER_RESERVED_CONCURRENCY: 2,
+        }
+    )
+    assert settings.decision_retention_days == 90
+    assert settings.processor_reserved_concurrency is None
+    assert settings.sweeper_reserved_concurrency == 2
+    assert _from({ContextKey.DECISION_RETENTION_DAYS: "none"}).decision_retention_days is None
+
+
 @pytest.mark.parametrize(
     "context",
     [
@@ -72,8 +113,25 @@ def test_cdk_json_values_are_accepted() -> None:
         {ContextKey.LOG_LEVEL: "LOUD"},
         {ContextKey.API_RATE_LIMIT: "0"},
         {ContextKey.POWERTOOLS_LAYER_VERSION: "0"},
+        {ContextKey.SIGNUP_RATE_LIMIT: "0"},
+        {ContextKey.READ_BURST_LIMIT: "none"},
+        {ContextKey.INTAKE_RETENTION_DAYS: "0"},
+        {ContextKey.INTAKE_RETENTION_DAYS: "none"},
+        {ContextKey.DECISION_RETENTION_DAYS: "0"},  # not "keep": it would read as "delete"
+        {ContextKey.PROCESSOR_RESERVED_CONCURRENCY: "-1"},
+        {ContextKey.SWEEPER_RESERVED_CONCURRENCY: "one"},
     ],
 )
 def test_bad_options_fail_the_synth_with_a_reason(context: dict[str, Any]) -> None:
-    with pytest.raises(ValueError):
+    key = next(iter(context))
+    with pytest.raises(ValueError, match=key):
         _from(context)
+
+
+@pytest.mark.parametrize("days", ["30", "10"])
+def test_decisions_must_outlive_intake_records(days: str) -> None:
+    """A decision deleted before its intake record makes the record look undecided: the
+    sweeper would re-emit it and the processor decide it a second time."""
+    with pytest.raises(ValueError, match=ContextKey.DECISION_RETENTION_DAYS):
+        _from({ContextKey.DECISION_RETENTION_DAYS: days})
+    assert _from({ContextKey.DECISION_RETENTION_DAYS: "31"}).decision_retention_days == 31

@@ -7,6 +7,8 @@ from aws_cdk.assertions import Template
 
 from turnstile.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, TableSpec
 
+from .conftest import VARIANT_SETTINGS
+
 
 def _keys(spec: TableSpec) -> dict[str, object]:
     return {
@@ -83,3 +85,15 @@ def test_tables_can_be_made_disposable(variant_template: Template) -> None:
         "AWS::DynamoDB::Table",
         {"PointInTimeRecoverySpecification": {"PointInTimeRecoveryEnabled": True}},
     )
+
+
+def test_decisions_expire_by_ttl_when_a_retention_is_set(variant_template: Template) -> None:
+    """turnstile:decisionRetentionDays=N: the main table deletes decisions past expires_at."""
+    assert VARIANT_SETTINGS.decision_retention_days is not None
+    properties = variant_template.to_json()["Resources"][MAIN_TABLE.logical_id]["Properties"]
+    assert properties["TimeToLiveSpecification"] == {
+        "AttributeName": INTAKE_TABLE.ttl_attribute,
+        "Enabled": True,
+    }
+    control = variant_template.to_json()["Resources"][CONTROL_TABLE.logical_id]["Properties"]
+    assert "TimeToLiveSpecification" not in control

@@ -42,6 +42,9 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         results = [sweeper.sweep(_run_id(event))]
     for result in results:
         metrics.add_metric(name="SignupReEmitted", unit=MetricUnit.Count, value=result.re_emitted)
+        if result.status == "succeeded":
+            # Its absence is the alarm: lease_busy, already_ran and failed runs do not count.
+            metrics.add_metric(name="SweepSucceeded", unit=MetricUnit.Count, value=1)
         logger.info("sweep finished", **result.to_dict())
         if result.status == "failed":
             # Fail the invocation so the alarm on the sweeper's errors sees it.
