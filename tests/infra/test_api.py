@@ -261,6 +261,7 @@ def test_jwt_routes_require_their_roles_scopes(variant_template: Template) -> No
     assert scopes == {
         "POST /events": ["turnstile/organizer"],
         "POST /events/{event_id}/close": ["turnstile/organizer"],
+        "PATCH /events/{event_id}": ["turnstile/organizer"],
         "POST /events/{event_id}/signups": ["turnstile/producer"],
         "GET /events/{event_id}": ["turnstile/organizer", "turnstile/reader"],
         "GET /events/{event_id}/signups/{signup_id}": ["turnstile/organizer", "turnstile/reader"],
