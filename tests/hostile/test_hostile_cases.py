@@ -124,7 +124,10 @@ def test_event_sort_key_as_a_signup_is_only_rejected_and_the_event_is_intact(
     assert status_of(store, "concert", "alice") == (Status.ACCEPTED, None)
     assert event_state(store, "concert") == (2, 1, 1, EventState.OPEN)
     assert store.get_event("concert").snapshot.version > version
-    assert audit(store).ok
+    # and the sweeper and the audit count the "#EVENT" signup as decided, like any other
+    assert list(find_undecided(store, min_age_s=0)) == []
+    report = audit(store, pending_grace_s=0)
+    assert report.ok and report.totals["pending"] == 0
 
 
 def test_event_sort_key_of_an_unknown_event_is_decided_and_blocks_nothing(
@@ -141,6 +144,8 @@ def test_event_sort_key_of_an_unknown_event_is_decided_and_blocks_nothing(
     assert status == Status.REJECTED and reason in (Reason.INVALID_REQUEST, Reason.UNKNOWN_EVENT)
     assert status_of(store, "no-such-event", "after") == (Status.REJECTED, Reason.UNKNOWN_EVENT)
     assert store.get_event("no-such-event") is None
+    assert list(find_undecided(store, min_age_s=0)) == []
+    assert audit(store, pending_grace_s=0).totals["pending"] == 0
 
 
 @pytest.mark.parametrize("sweep_first", [False, True], ids=["no-lease-yet", "lease-exists"])
