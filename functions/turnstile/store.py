@@ -35,7 +35,7 @@ import json
 import random
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cached_property
@@ -92,8 +92,9 @@ TRANSACTION_LIMIT = 100
 TRANSACTION_BYTES = 3 * 1024 * 1024
 
 #: An encoded (compressed) journal stays under this, so the event item that carries it
-#: stays under 300 KB, far from DynamoDB's 400 KB item limit.
-MAX_JOURNAL_BYTES = 256 * 1024
+#: stays under 300 KB, far from DynamoDB's 400 KB item limit (and under it where binary is
+#: counted as its base64 text, as moto does).
+MAX_JOURNAL_BYTES = 192 * 1024
 #: A decision item over this (DynamoDB's item size) is stored without its copied fields.
 MAX_DECISION_ITEM_BYTES = 64 * 1024
 #: So is one whose journal row (JSON) would be longer than this: one decision then always
@@ -1098,47 +1099,85 @@ class SignupStore:
         return self.fenced_redrive_many(owner, token, now, [(event_id, signup_id)]) == 1
 
     def fenced_redrive_many(
-        self, owner: str, token: int, now: float, keys: Sequence[tuple[str, str]]
+        self,
+        owner: str,
+        token: int,
+        now: float,
+        keys: Sequence[tuple[str, str]],
+        junk_counters: Collection[tuple[str, str]] = (),
     ) -> int:
         """Re-emit intake records, up to 99 per transaction, each transaction fenced by a
         ConditionCheck on our lease and token. Returns how many were re-emitted.
 
         Raises ``LeaseLostError`` the moment the lease has moved on. A record that no longer
         exists cancels its transaction; that chunk is then re-emitted one record at a time.
+        So does one whose ``redrive`` a producer wrote as something other than a number
+        (``ADD`` refuses it): that record is then re-emitted by its ``redriven_at`` alone, as
+        are the ``junk_counters`` the caller already knows of.
         """
         done = 0
-        for chunk in _chunks(list(keys), TRANSACTION_LIMIT - 1):
-            try:
-                self._call(
-                    "transact_write_items",
-                    TransactItems=[
-                        self._lease_check(owner, token, now),
-                        *(self._redrive_update(e, s, now) for e, s in chunk),
-                    ],
-                )
-                done += len(chunk)
-            except ClientError as exc:
-                if _code(exc) != "TransactionCanceledException":
-                    raise
-                self._raise_if_lease_lost(exc, owner, token, now)
-                if len(chunk) == 1:
-                    continue  # the one record is gone: nothing to re-emit
-                done += sum(self.fenced_redrive(owner, token, now, e, s) for e, s in chunk)
+        junk = set(junk_counters)
+        plain = [k for k in keys if k not in junk]
+        for chunk in _chunks(plain, TRANSACTION_LIMIT - 1):
+            done += self._fenced_chunk(owner, token, now, chunk, overwrite=False)
+        for chunk in _chunks([k for k in keys if k in junk], TRANSACTION_LIMIT - 1):
+            done += self._fenced_chunk(owner, token, now, chunk, overwrite=True)
         return done
 
-    def _redrive_update(self, event_id: str, signup_id: str, now: float) -> dict[str, Any]:
+    def _fenced_chunk(
+        self,
+        owner: str,
+        token: int,
+        now: float,
+        chunk: Sequence[tuple[str, str]],
+        overwrite: bool,
+    ) -> int:
+        try:
+            self._call(
+                "transact_write_items",
+                TransactItems=[
+                    self._lease_check(owner, token, now),
+                    *(self._redrive_update(e, s, now, overwrite) for e, s in chunk),
+                ],
+            )
+            return len(chunk)
+        except ClientError as exc:
+            code = _code(exc)
+            reasons = {r.get("Code") for r in exc.response.get("CancellationReasons") or []}
+            invalid = code == "ValidationException" or "ValidationError" in reasons
+            if code != "TransactionCanceledException" and not invalid:
+                raise
+            if not invalid:
+                self._raise_if_lease_lost(exc, owner, token, now)
+            if len(chunk) > 1:
+                return sum(
+                    self._fenced_chunk(owner, token, now, [key], overwrite) for key in chunk
+                )
+            if invalid and not overwrite:
+                return self._fenced_chunk(owner, token, now, chunk, overwrite=True)
+            return 0  # the one record is gone (or cannot be written): nothing to re-emit
+
+    def _redrive_update(
+        self, event_id: str, signup_id: str, now: float, overwrite: bool = False
+    ) -> dict[str, Any]:
+        names = {"#at": Attr.REDRIVEN_AT, "#sk": Attr.SIGNUP_ID}
+        values: dict[str, Any] = {":at": {"N": repr(now)}}
+        if overwrite:
+            # A new redriven_at alone is a MODIFY too: the way for a record whose counter
+            # a producer wrote as something ADD refuses.
+            bump = "SET #at = :at"
+        else:
+            bump = "ADD #redrive :one SET #at = :at"
+            names["#redrive"] = Attr.REDRIVE
+            values[":one"] = {"N": "1"}
         return {
             "Update": {
                 "TableName": self.intake_table,
                 "Key": self._key(event_id, signup_id),
-                "UpdateExpression": "ADD #redrive :one SET #at = :at",
+                "UpdateExpression": bump,
                 "ConditionExpression": "attribute_exists(#sk)",
-                "ExpressionAttributeNames": {
-                    "#redrive": Attr.REDRIVE,
-                    "#at": Attr.REDRIVEN_AT,
-                    "#sk": Attr.SIGNUP_ID,
-                },
-                "ExpressionAttributeValues": {":one": {"N": "1"}, ":at": {"N": repr(now)}},
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
             }
         }
 

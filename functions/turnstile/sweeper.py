@@ -49,6 +49,8 @@ class Undecided:
     event_id: str
     signup_id: str
     age_s: float | None
+    #: False when a producer wrote ``redrive`` as something that is not a number.
+    counter_ok: bool = True
 
 
 @dataclass
@@ -107,7 +109,9 @@ def find_undecided(
                 continue  # known to be young
             if since_redrive is not None and since_redrive < min_age_s:
                 continue  # re-emitted recently: give the stream time to deliver it
-            yield Undecided(eid, item[Attr.SIGNUP_ID], age)
+            counter = item.get(Attr.REDRIVE)
+            ok = counter is None or (isinstance(counter, Decimal) and counter.is_finite())
+            yield Undecided(eid, item[Attr.SIGNUP_ID], age, counter_ok=ok)
 
 
 class Sweeper:
@@ -168,6 +172,7 @@ class Sweeper:
         assert result.lease_token is not None
         started = renewed = self.clock()
         batch: list[tuple[str, str]] = []
+        junk: set[tuple[str, str]] = set()  # records whose redrive counter is not a number
 
         def flush() -> None:
             nonlocal renewed
@@ -179,10 +184,12 @@ class Sweeper:
                     raise LeaseLostError(f"sweeper lease of {self.owner!r} was taken over")
                 result.lease_token, renewed = token, now
             assert result.lease_token is not None
+            extra = {"junk_counters": set(junk)} if junk else {}
             result.re_emitted += self.store.fenced_redrive_many(
-                self.owner, result.lease_token, now, batch
+                self.owner, result.lease_token, now, batch, **extra
             )
             batch.clear()
+            junk.clear()
 
         for undecided in find_undecided(self.store, self.min_age_s, self.clock()):
             result.undecided += 1
@@ -190,6 +197,8 @@ class Sweeper:
             if out_of_budget or result.re_emitted + len(batch) >= self.max_re_emits:
                 continue  # counted, left for the next run
             batch.append((undecided.event_id, undecided.signup_id))
+            if not undecided.counter_ok:
+                junk.add(batch[-1])
             if len(batch) == self.chunk:
                 flush()
         if batch:

@@ -12,7 +12,7 @@ import boto3
 from moto import mock_aws
 
 from tests.conftest import StreamReader, create_tables
-from turnstile.contract import EVENT_SORT_KEY, STREAM_SOURCE
+from turnstile.contract import STREAM_SOURCE
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.poller import LocalLambdaContext, matches_filter
 from turnstile.store import SignupStore
@@ -86,7 +86,7 @@ def event_item_location(store: SignupStore, event_id: str) -> tuple[str, dict[st
             if "capacity" in item and event_id in values:
                 return table, {n: item[n] for n in names}
         raise AssertionError(f"no item of event {event_id!r} in {table}")
-    return store.main_table, key(event_id, EVENT_SORT_KEY)
+    raise AssertionError(f"the store has no control table for {event_id!r}")
 
 
 def operator_edit(store: SignupStore, event_id: str, **update: Any) -> None:
