@@ -107,6 +107,60 @@ def test_partial_failure_redelivers_from_the_failed_record(setup):
     assert recorder.batches == [["s0", "s1", "s2", "s3"], ["s2", "s3"]]
 
 
+class WorkerDied(BaseException):
+    """The worker process dies mid-retry: nothing the poller catches."""
+
+
+def test_partial_failures_checkpoint_before_the_lowest_failed_record(setup, stream):
+    # GIVEN s0..s3, and a handler that fails s3 and s1 (reported in that order), then dies
+    client, make, _ = setup
+    write(client, 4)
+    seq: dict[str, str] = {}
+
+    def fail_s3_s1_then_die(records, ids):
+        seq.update({i: r["dynamodb"]["SequenceNumber"] for i, r in zip(ids, records, strict=True)})
+        if len(recorder.batches) > 1:
+            raise WorkerDied
+        failed = [{"itemIdentifier": seq["s3"]}, {"itemIdentifier": seq["s1"]}]
+        return {"batchItemFailures": failed}
+
+    recorder = Recorder(fail_s3_s1_then_die)
+    poller = make(recorder)
+    with pytest.raises(WorkerDied):
+        drain(poller)
+    # THEN the retry starts at the lowest failed record, and the stored checkpoint is the
+    # record before it: s0 is done, s1 is not
+    assert recorder.batches == [["s0", "s1", "s2", "s3"], ["s1", "s2", "s3"]]
+    assert poller.checkpoints.get(stream.arn, stream.shard_id) == seq["s0"]
+    # AND a fresh poller on the same checkpoints resumes exactly at s1
+    resumed = Recorder()
+    drain(make(resumed))
+    assert [i for b in resumed.batches for i in b] == ["s1", "s2", "s3"]
+
+
+def test_failures_after_the_first_record_checkpoint_what_succeeded(setup, stream):
+    # GIVEN a batch whose only failure is its last record, on every delivery
+    client, make, messages = setup
+    write(client, 3)
+
+    def fail_last(records, ids):
+        last = records[-1]["dynamodb"]["SequenceNumber"]
+        return {"batchItemFailures": [{"itemIdentifier": last}]}
+
+    recorder = Recorder(fail_last)
+    poller = make(recorder)
+    drain(poller)
+    # THEN s2 alone is retried until the attempts run out, then sent to the failure queue
+    assert recorder.batches == [["s0", "s1", "s2"]] + [["s2"]] * FAST.retry_attempts
+    assert (poller.stats.partial_failures, poller.stats.retries) == (3, 2)
+    [message] = messages()
+    assert message["DDBStreamBatchInfo"]["batchSize"] == 1
+    # AND the checkpoint moved past s2: a fresh poller has nothing to redeliver
+    again = Recorder()
+    drain(make(again))
+    assert again.batches == []
+
+
 def test_empty_item_identifier_fails_the_whole_batch(setup):
     client, make, _ = setup
     write(client, 2)
