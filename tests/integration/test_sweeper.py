@@ -54,6 +54,50 @@ def test_a_sweeper_whose_lease_lapsed_cannot_write(store, client):
     assert item is not None and int(item["redrive"]) == 1  # only a's write in time landed
 
 
+def test_a_token_from_before_a_renewal_cannot_write(store, client):
+    # GIVEN a sweeper that renewed its own lease: same owner, a new token
+    put_raw_intake(client, "gig", "u1")
+    old = store.acquire_lease("a", 60, now=1000.0)
+    new = store.acquire_lease("a", 60, now=1010.0)
+    assert old is not None and new is not None and new > old
+    # WHEN a write still carries the token from before the renewal THEN it is refused
+    with pytest.raises(LeaseLostError):
+        store.fenced_redrive_many("a", old, 1011.0, [("gig", "u1")])
+    assert store.fenced_redrive_many("a", new, 1011.0, [("gig", "u1")]) == 1
+    assert int(store.get_intake("gig", "u1")["redrive"]) == 1
+
+
+def test_a_stranger_with_the_current_token_cannot_write(store, client):
+    put_raw_intake(client, "gig", "u1")
+    token = store.acquire_lease("a", 60, now=1000.0)
+    assert token is not None
+    with pytest.raises(LeaseLostError):
+        store.fenced_redrive_many("b", token, 1001.0, [("gig", "u1")])
+    assert "redrive" not in store.get_intake("gig", "u1")
+
+
+def test_an_expired_lease_nobody_took_cannot_write(store, client):
+    # GIVEN a lease of 60 s that nobody took over after it ran out
+    put_raw_intake(client, "gig", "u1")
+    token = store.acquire_lease("a", 60, now=1000.0)
+    assert token is not None
+    # THEN its holder writes up to the last instant, and not after it
+    assert store.fenced_redrive_many("a", token, 1060.0, [("gig", "u1")]) == 1
+    with pytest.raises(LeaseLostError):
+        store.fenced_redrive_many("a", token, 1060.5, [("gig", "u1")])
+    assert int(store.get_intake("gig", "u1")["redrive"]) == 1
+
+
+def test_releasing_frees_the_lease_only_for_its_holder_and_token(store):
+    token = store.acquire_lease("a", 60, now=1000.0)
+    assert token is not None
+    store.release_lease("b", token)  # not b's
+    store.release_lease("a", token - 1)  # a stale token of a's
+    assert store.acquire_lease("b", 60, now=1001.0) is None  # still a's
+    store.release_lease("a", token)
+    assert store.acquire_lease("b", 60, now=1001.0) == token + 1  # free before it expired
+
+
 def test_run_history_is_immutable_and_a_run_happens_once(store):
     seq = store.start_run("r1", NOW)
     assert seq == 1
