@@ -54,6 +54,14 @@ def test_a_sweeper_whose_lease_lapsed_cannot_write(store, client):
     assert item is not None and int(item["redrive"]) == 1  # only a's write in time landed
 
 
+def test_a_lease_is_nobody_elses_up_to_its_last_instant(store):
+    # Its holder may still write at lease_until (the fence checks until >= now): taking it
+    # over at that same instant would let two sweepers write at once.
+    assert store.acquire_lease("a", 60, now=1000.0) == 1
+    assert store.acquire_lease("b", 60, now=1060.0) is None
+    assert store.acquire_lease("b", 60, now=1060.5) == 2
+
+
 def test_a_token_from_before_a_renewal_cannot_write(store, client):
     # GIVEN a sweeper that renewed its own lease: same owner, a new token
     put_raw_intake(client, "gig", "u1")
