@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 
-from turnstile.domain import Decision, EventSnapshot, Outcome
+from tests.helpers import CallRecorder
+from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.errors import (
     CommitConflictError,
     EventExistsError,
@@ -88,7 +89,7 @@ def test_a_commit_on_a_stale_version_is_refused_and_changes_nothing(gig):
     store.commit(before, accept(before, 1), NOW)
     after_first = store.get_event("gig")
     # WHEN the second commits on the version it read THEN it conflicts, and nothing moved
-    with pytest.raises(CommitConflictError):
+    with pytest.raises(CommitConflictError, match="'gig' moved past version 0"):
         store.commit(before, accept(before, 2), "later")
     assert store.get_event("gig") == after_first
 
@@ -150,6 +151,7 @@ def test_journal_round_trips_and_is_compact():
         Decision(f"user-{i:06d}@example.com", str(10**21 + i), "ACCEPTED", 1, position=i + 1)
         for i in range(100)
     )
+    decisions += (Decision("bad", "7", "REJECTED", 0, "invalid_request", detail="seats"),)
     journal = Journal(version=3, decided_at=NOW, decisions=decisions)
     blob = journal.encode()
     assert Journal.decode(blob) == journal
@@ -172,3 +174,88 @@ def test_intake_is_idempotent_per_body(aws):
     assert not created_again and again["submitted_at"] == NOW
     with pytest.raises(SignupConflictError):
         store.put_intake("gig", "u1", 3, {"name": "Ada", "n": 1.5}, NOW)
+
+
+def test_a_journal_written_out_by_another_processor_copies_intake(gig):
+    # GIVEN a commit whose processor died before writing its decision items
+    store, snapshot = gig
+    store.put_intake("gig", "s0", 1, {"name": "Ada"}, "2026-01-01T00:00:00Z")
+    store.put_intake("gig", "s1", 2, None, "2026-01-01T00:00:01Z")
+    journal = store.commit(snapshot(), accept(snapshot(), 1, 2), "2026-01-01T00:00:05.000000Z")
+    # WHEN another processor writes them out, knowing the request of s1 only
+    s1 = SignupRequest("gig", "s1", "101", 2, {"via": "request"}, "2026-01-01T00:00:02Z")
+    store.materialize("gig", journal, {"s1": s1})
+    # THEN s0's item is completed from intake, s1's from its request, both at the journal's time
+    items = store.get_decisions("gig", ["s0", "s1"])
+    picked = {
+        sid: (i["seats"], i.get("attributes"), i["submitted_at"], i["decided_at"], i["position"])
+        for sid, i in items.items()
+    }
+    assert picked == {
+        "s0": (1, {"name": "Ada"}, "2026-01-01T00:00:00Z", journal.decided_at, 1),
+        "s1": (2, {"via": "request"}, "2026-01-01T00:00:02Z", journal.decided_at, 2),
+    }
+
+
+def test_rejections_of_an_unknown_event_carry_their_request(aws):
+    store = SignupStore(aws.client("dynamodb"))
+    request = SignupRequest("nope", "u1", "5", 2, {"k": "v"}, "2026-01-01T00:00:00Z")
+    rejection = Decision("u1", "5", "REJECTED", 2, "unknown_event")
+    store.reject_without_event("nope", [rejection], {"u1": request}, NOW)
+    item = store.get_decision("nope", "u1")
+    assert item is not None
+    assert (item["reason"], item["attributes"], item["submitted_at"], item["decided_at"]) == (
+        "unknown_event",
+        {"k": "v"},
+        "2026-01-01T00:00:00Z",
+        NOW,
+    )
+
+
+def test_rejections_of_an_unknown_event_fill_each_transaction_to_the_limit(aws):
+    recorder = CallRecorder(aws.client("dynamodb"))
+    store = SignupStore(recorder)
+    rejections = [Decision(f"u{i}", str(i), "REJECTED", 1, "unknown_event") for i in range(100)]
+    store.reject_without_event("nope", rejections, {}, NOW)
+    # a ConditionCheck on the missing event item and 99 rejections, then the last one
+    assert recorder.sizes("transact_write_items", "TransactItems") == [100, 2]
+    assert len(store.get_decisions("nope", [f"u{i}" for i in range(100)])) == 100
+
+
+def test_rejection_conflict_says_what_happened(stubbed):
+    store, stubber = stubbed
+    stubber.add_client_error(
+        "transact_write_items", service_error_code="TransactionCanceledException"
+    )
+    with pytest.raises(CommitConflictError, match="'e1' appeared, or a signup was decided"):
+        store.reject_without_event(
+            "e1", [Decision("s1", "1", "REJECTED", 1, "unknown_event")], {}, NOW
+        )
+
+
+def unprocessed(store: SignupStore, journal: Journal) -> dict:
+    """What DynamoDB hands back when it wrote none of the journal's items."""
+    items = [store.decision_item("e1", d, journal.decided_at, None) for d in journal.decisions]
+    return {"turnstile-main": [{"PutRequest": {"Item": i}} for i in items]}
+
+
+def test_unprocessed_decision_items_are_written_again_until_none_is_left(stubbed):
+    store, stubber = stubbed
+    journal = Journal(1, NOW, (Decision("s1", "1", "ACCEPTED", 1, position=1),))
+    left = unprocessed(store, journal)
+    # Twice nothing written (within the store's 3 attempts), then everything.
+    stubber.add_response("batch_write_item", {"UnprocessedItems": left}, {"RequestItems": ANY})
+    stubber.add_response("batch_write_item", {"UnprocessedItems": left}, {"RequestItems": left})
+    stubber.add_response("batch_write_item", {"UnprocessedItems": {}}, {"RequestItems": left})
+    store.materialize("e1", journal, {"s1": SignupRequest("e1", "s1", "1")})
+    assert store.retries == 2
+
+
+def test_decision_items_never_written_make_the_store_unavailable(stubbed):
+    store, stubber = stubbed
+    journal = Journal(1, NOW, (Decision("s1", "1", "ACCEPTED", 1, position=1),))
+    left = unprocessed(store, journal)
+    for _ in range(3):
+        stubber.add_response("batch_write_item", {"UnprocessedItems": left})
+    with pytest.raises(StoreUnavailableError, match="batch_write_item left unprocessed items"):
+        store.materialize("e1", journal, {"s1": SignupRequest("e1", "s1", "1")})

@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import FaultyClient, decisions, put_raw_intake
+from tests.helpers import (
+    CallRecorder,
+    FaultyClient,
+    WithoutCancellationReasons,
+    decisions,
+    put_raw_intake,
+)
 from turnstile.audit import audit
 from turnstile.errors import DuplicateRunError, LeaseLostError
 from turnstile.handlers import stream as stream_handler
@@ -36,6 +42,15 @@ def store(client):
     return SignupStore(client, sleep=lambda _: None)
 
 
+@pytest.fixture(params=["reasons", "no-reasons"])
+def fenced(request, client):
+    """A store whose cancelled transactions name the failed item (DynamoDB) or do not (the
+    store then reads the lease to tell): every fencing test runs against both."""
+    if request.param == "no-reasons":
+        client = WithoutCancellationReasons(client)
+    return SignupStore(client, sleep=lambda _: None)
+
+
 def test_lease_is_exclusive_until_it_expires_and_tokens_grow(store):
     assert store.acquire_lease("a", 60, now=1000.0) == 1
     assert store.acquire_lease("b", 60, now=1030.0) is None  # held by a
@@ -43,14 +58,14 @@ def test_lease_is_exclusive_until_it_expires_and_tokens_grow(store):
     assert store.acquire_lease("b", 60, now=1091.0) == 3  # expired: b takes it over
 
 
-def test_a_sweeper_whose_lease_lapsed_cannot_write(store, client):
+def test_a_sweeper_whose_lease_lapsed_cannot_write(fenced, client):
     put_raw_intake(client, "gig", "u1")
-    token_a = store.acquire_lease("a", 60, now=1000.0)
-    assert store.fenced_redrive("a", token_a, 1010.0, "gig", "u1") is True
-    store.acquire_lease("b", 60, now=1100.0)  # a's lease lapsed, b holds it now
+    token_a = fenced.acquire_lease("a", 60, now=1000.0)
+    assert fenced.fenced_redrive("a", token_a, 1010.0, "gig", "u1") is True
+    fenced.acquire_lease("b", 60, now=1100.0)  # a's lease lapsed, b holds it now
     with pytest.raises(LeaseLostError):
-        store.fenced_redrive("a", token_a, 1101.0, "gig", "u1")
-    item = store.get_intake("gig", "u1")
+        fenced.fenced_redrive("a", token_a, 1101.0, "gig", "u1")
+    item = fenced.get_intake("gig", "u1")
     assert item is not None and int(item["redrive"]) == 1  # only a's write in time landed
 
 
@@ -62,38 +77,39 @@ def test_a_lease_is_nobody_elses_up_to_its_last_instant(store):
     assert store.acquire_lease("b", 60, now=1060.5) == 2
 
 
-def test_a_token_from_before_a_renewal_cannot_write(store, client):
+def test_a_token_from_before_a_renewal_cannot_write(fenced, client):
     # GIVEN a sweeper that renewed its own lease: same owner, a new token
     put_raw_intake(client, "gig", "u1")
-    old = store.acquire_lease("a", 60, now=1000.0)
-    new = store.acquire_lease("a", 60, now=1010.0)
+    old = fenced.acquire_lease("a", 60, now=1000.0)
+    new = fenced.acquire_lease("a", 60, now=1010.0)
     assert old is not None and new is not None and new > old
     # WHEN a write still carries the token from before the renewal THEN it is refused
-    with pytest.raises(LeaseLostError):
-        store.fenced_redrive_many("a", old, 1011.0, [("gig", "u1")])
-    assert store.fenced_redrive_many("a", new, 1011.0, [("gig", "u1")]) == 1
-    assert int(store.get_intake("gig", "u1")["redrive"]) == 1
+    with pytest.raises(LeaseLostError, match=f"'a' \\(token {old}\\) lapsed"):
+        fenced.fenced_redrive_many("a", old, 1011.0, [("gig", "u1")])
+    assert fenced.fenced_redrive_many("a", new, 1011.0, [("gig", "u1")]) == 1
+    item = fenced.get_intake("gig", "u1")
+    assert item is not None and (item["redrive"], item["redriven_at"]) == (1, 1011)
 
 
-def test_a_stranger_with_the_current_token_cannot_write(store, client):
+def test_a_stranger_with_the_current_token_cannot_write(fenced, client):
     put_raw_intake(client, "gig", "u1")
-    token = store.acquire_lease("a", 60, now=1000.0)
+    token = fenced.acquire_lease("a", 60, now=1000.0)
     assert token is not None
-    with pytest.raises(LeaseLostError):
-        store.fenced_redrive_many("b", token, 1001.0, [("gig", "u1")])
-    assert "redrive" not in store.get_intake("gig", "u1")
+    with pytest.raises(LeaseLostError, match=f"'b' \\(token {token}\\) lapsed"):
+        fenced.fenced_redrive_many("b", token, 1001.0, [("gig", "u1")])
+    assert "redrive" not in fenced.get_intake("gig", "u1")
 
 
-def test_an_expired_lease_nobody_took_cannot_write(store, client):
+def test_an_expired_lease_nobody_took_cannot_write(fenced, client):
     # GIVEN a lease of 60 s that nobody took over after it ran out
     put_raw_intake(client, "gig", "u1")
-    token = store.acquire_lease("a", 60, now=1000.0)
+    token = fenced.acquire_lease("a", 60, now=1000.0)
     assert token is not None
     # THEN its holder writes up to the last instant, and not after it
-    assert store.fenced_redrive_many("a", token, 1060.0, [("gig", "u1")]) == 1
-    with pytest.raises(LeaseLostError):
-        store.fenced_redrive_many("a", token, 1060.5, [("gig", "u1")])
-    assert int(store.get_intake("gig", "u1")["redrive"]) == 1
+    assert fenced.fenced_redrive_many("a", token, 1060.0, [("gig", "u1")]) == 1
+    with pytest.raises(LeaseLostError, match="'a'"):
+        fenced.fenced_redrive_many("a", token, 1060.5, [("gig", "u1")])
+    assert int(fenced.get_intake("gig", "u1")["redrive"]) == 1
 
 
 def test_releasing_frees_the_lease_only_for_its_holder_and_token(store):
@@ -243,11 +259,24 @@ def test_a_run_stops_at_its_time_budget_and_leaves_the_rest(store, client):
     assert (result.undecided, result.re_emitted) == (4, 2)
 
 
-def test_re_emission_is_batched_and_skips_records_that_vanished(store, client):
+def test_re_emission_is_batched_and_skips_records_that_vanished(fenced, client):
     for i in range(150):
         put_raw_intake(client, "gig", f"u{i}")
-    token = store.acquire_lease("s", 60, now=1000.0)
+    token = fenced.acquire_lease("s", 60, now=1000.0)
     assert token is not None
     keys = [("gig", f"u{i}") for i in range(150)] + [("gig", "never-written")]
-    assert store.fenced_redrive_many("s", token, 1001.0, keys) == 150
-    assert all(int(store.get_intake("gig", f"u{i}")["redrive"]) == 1 for i in (0, 98, 149))
+    assert fenced.fenced_redrive_many("s", token, 1001.0, keys) == 150
+    assert all(int(fenced.get_intake("gig", f"u{i}")["redrive"]) == 1 for i in (0, 98, 149))
+
+
+def test_re_emission_fills_each_transaction_to_the_limit(client):
+    # GIVEN 198 undecided records: exactly two transactions of 99 records and a lease check
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    for i in range(198):
+        put_raw_intake(client, "gig", f"u{i:03d}")
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", f"u{i:03d}") for i in range(198)]
+    assert store.fenced_redrive_many("s", token, 1001.0, keys) == 198
+    assert recorder.sizes("transact_write_items", "TransactItems") == [100, 100]
