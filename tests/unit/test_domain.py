@@ -171,6 +171,80 @@ def test_parse_request_flags_bad_input(image, problem_part):
     assert request.problem is not None and problem_part in request.problem
 
 
+@pytest.mark.parametrize(
+    ("seats", "expected"),
+    [
+        (Decimal(1), (1, None)),
+        (Decimal(MAX_SEATS), (MAX_SEATS, None)),
+        (Decimal(MAX_SEATS + 1), (0, f"seats must be at most {MAX_SEATS}")),
+        (Decimal(0), (0, "seats must be at least 1")),
+        (Decimal("2.0"), (2, None)),
+        (Decimal("2.5"), (0, "seats must be a whole number")),
+        (Decimal("NaN"), (0, "seats must be a whole number")),
+        ("3", (0, "seats must be a number, got str")),
+        (False, (0, "seats must be a number, got bool")),
+    ],
+)
+def test_seats_rules_exactly(seats, expected):
+    """An invalid request takes no seats (0), and says why in words a producer can act on."""
+    request = parse_request({"event_id": "e1", "signup_id": "s1", "seats": seats}, "1")
+    assert (request.seats, request.problem) == expected
+
+
+def test_every_problem_is_reported_and_the_rest_is_copied():
+    image = {"event_id": "bad id", "signup_id": "-x", "seats": Decimal(0), "attributes": "x"}
+    assert parse_request(image, "1").problem == (
+        "event_id does not match the id pattern; signup_id does not match the id pattern; "
+        "seats must be at least 1; attributes must be a map"
+    )
+    image = {
+        "event_id": "e1",
+        "signup_id": "s1",
+        "seats": Decimal(3),
+        "attributes": {"vip": True},
+        "submitted_at": "2026-01-01T00:00:00Z",
+    }
+    request = parse_request(image, "9")
+    assert (request.seats, request.attributes, request.submitted_at, request.problem) == (
+        3,
+        {"vip": True},
+        "2026-01-01T00:00:00Z",
+        None,
+    )
+    assert parse_request({**image, "submitted_at": Decimal(5)}, "9").submitted_at is None
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        (None, 1),
+        (True, 1),
+        ("abc", 3),
+        ("é", 2),
+        (b"ab", 2),
+        (Decimal("12345"), 4),  # (significant digits // 2) + 2
+        (Decimal("-1.5"), 3),
+        ({"a": "xy"}, 7),  # 3 + (name + value + 1) per entry
+        (["x", Decimal(1)], 8),  # 3 + (value + 1) per element
+        ({"a": {"b": None}}, 3 + 1 + (3 + 1 + 1 + 1) + 1),
+    ],
+)
+def test_attribute_size_follows_dynamodb_sizing(value, size):
+    assert attribute_size(value) == size
+
+
+def test_attributes_up_to_the_limit_are_accepted():
+    # 3 (map) + 1 (name) + n (value) + 1 = MAX_ATTRIBUTES_BYTES
+    fits = {"k": "x" * (MAX_ATTRIBUTES_BYTES - 5)}
+    assert attribute_size(fits) == MAX_ATTRIBUTES_BYTES
+    image = {"event_id": "e1", "signup_id": "s1"}
+    assert parse_request({**image, "attributes": fits}, "1").problem is None
+    too_big = {"k": "x" * (MAX_ATTRIBUTES_BYTES - 4)}
+    request = parse_request({**image, "attributes": too_big}, "1")
+    assert request.problem == f"attributes exceed {MAX_ATTRIBUTES_BYTES} bytes"
+    assert request.attributes == {}
+
+
 def test_parse_request_defaults():
     request = parse_request({"event_id": "e1", "signup_id": "u-1@x.io"}, "7")
     assert request.problem is None
