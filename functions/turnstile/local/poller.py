@@ -425,7 +425,8 @@ class StreamPoller:
                 "requestId": str(uuid.uuid4()),
                 "functionArn": LocalLambdaContext().invoked_function_arn,
                 "condition": condition,
-                "approximateInvokeCount": attempts + 1,
+                # Invocations of these records so far (AWS counts invocations, not retries).
+                "approximateInvokeCount": attempts,
             },
             "responseContext": {
                 "statusCode": 200,
