@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import time
 from dataclasses import replace
 from typing import Any
 
@@ -153,8 +155,11 @@ def test_failures_after_the_first_record_checkpoint_what_succeeded(setup, stream
     # THEN s2 alone is retried until the attempts run out, then sent to the failure queue
     assert recorder.batches == [["s0", "s1", "s2"]] + [["s2"]] * FAST.retry_attempts
     assert (poller.stats.partial_failures, poller.stats.retries) == (3, 2)
+    assert (poller.stats.invocations, poller.stats.records_delivered) == (3, 5)
+    assert (poller.stats.function_errors, poller.stats.sent_to_failure_destination) == (0, 1)
     [message] = messages()
     assert message["DDBStreamBatchInfo"]["batchSize"] == 1
+    assert message["requestContext"]["approximateInvokeCount"] == 1 + FAST.retry_attempts
     # AND the checkpoint moved past s2: a fresh poller has nothing to redeliver
     again = Recorder()
     drain(make(again))
@@ -248,3 +253,140 @@ def test_resumes_from_checkpoint_and_replays_from_start(setup):
 )
 def test_filter_matching(pattern, record, expected):
     assert matches_filter(pattern, record) is expected
+
+
+def test_the_on_failure_message_is_shaped_as_aws_sends_it(setup, stream):
+    client, make, messages = setup
+    write(client, 2)
+    poller = make(Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}))
+    drain(poller)
+    [message] = messages()
+    first, last = (r["dynamodb"] for r in stream.read_new())
+    arrival = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+    info = message.pop("DDBStreamBatchInfo")
+    assert arrival.fullmatch(info.pop("approximateArrivalOfFirstRecord"))
+    assert arrival.fullmatch(info.pop("approximateArrivalOfLastRecord"))
+    assert info == {
+        "shardId": stream.shard_id,
+        "startSequenceNumber": first["SequenceNumber"],
+        "endSequenceNumber": last["SequenceNumber"],
+        "batchSize": 2,
+        "streamArn": stream.arn,
+    }
+    context = message.pop("requestContext")
+    assert context.pop("requestId")
+    assert context == {
+        "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:turnstile-stream-processor",
+        "condition": "RetryAttemptsExhausted",
+        "approximateInvokeCount": 1 + FAST.retry_attempts,
+    }
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", message.pop("timestamp"))
+    assert message == {
+        "responseContext": {
+            "statusCode": 200,
+            "executedVersion": "$LATEST",
+            "functionError": "Unhandled",
+        },
+        "version": "1.0",
+    }
+
+
+def test_retries_back_off_exponentially_with_jitter(aws, setup, tmp_path):
+    client, _, _ = setup
+    write(client, 1)
+    sleeps: list[float] = []
+    poller = StreamPoller(
+        Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}),
+        aws.client("dynamodbstreams"),
+        client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"],
+        CheckpointStore(tmp_path / "backoff.json"),
+        settings=replace(FAST, retry_attempts=6),
+        retry_base_delay_s=1.0,
+        sleep=sleeps.append,
+    )
+    drain(poller)
+    # 1, 2, 4, 8, 16, then capped at 16 seconds, each stretched by up to half as much
+    assert len(sleeps) == 6
+    for slept, base in zip(sleeps, [1, 2, 4, 8, 16, 16], strict=True):
+        assert base <= slept <= 1.5 * base
+
+
+def test_a_handler_that_raises_is_retried_and_counted(setup):
+    client, make, messages = setup
+    write(client, 1)
+
+    def boom(records, ids):
+        raise RuntimeError("boom")
+
+    poller = make(Recorder(boom))
+    drain(poller)
+    assert (poller.stats.function_errors, poller.stats.retries) == (1 + FAST.retry_attempts, 2)
+    assert poller.stats.partial_failures == 0
+    assert len(messages()) == 1
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"batchItemFailures": ["not a map"]},
+        {"batchItemFailures": [{"itemIdentifier": "999"}]},  # no such record in the batch
+        {"batchItemFailures": [{}]},
+    ],
+)
+def test_a_failure_naming_no_record_of_the_batch_fails_all_of_it(setup, response):
+    client, make, _ = setup
+    write(client, 2)
+    calls = {"n": 0}
+
+    def fail_once(records, ids):
+        calls["n"] += 1
+        return response if calls["n"] == 1 else None
+
+    recorder = Recorder(fail_once)
+    drain(make(recorder))
+    assert recorder.batches == [["s0", "s1"], ["s0", "s1"]]
+
+
+def test_without_partial_batch_responses_a_reported_failure_is_ignored(setup):
+    client, make, _ = setup
+    write(client, 2)
+
+    def fail_s0(records, ids):
+        return {"batchItemFailures": [{"itemIdentifier": records[0]["dynamodb"]["SequenceNumber"]}]}
+
+    recorder = Recorder(fail_s0)
+    poller = make(recorder, settings=replace(FAST, report_batch_item_failures=False))
+    drain(poller)
+    assert recorder.batches == [["s0", "s1"]]
+    assert poller.stats.partial_failures == 0
+
+
+def test_record_age_is_measured_from_the_first_record(setup, stream):
+    _, make, _ = setup
+    poller = make(Recorder(), settings=replace(FAST, max_record_age_s=60))
+    now = time.time()
+
+    def batch(*ages: float | None) -> list[dict]:
+        return [
+            {"dynamodb": {} if age is None else {"ApproximateCreationDateTime": now - age}}
+            for age in ages
+        ]
+
+    assert poller._too_old(batch(61, 0))
+    assert not poller._too_old(batch(59, 120))  # the first record decides
+    assert not poller._too_old(batch(None, 120))  # no creation time: never too old
+    ageless = make(Recorder(), settings=replace(FAST, max_record_age_s=None))
+    assert not ageless._too_old(batch(10**6))
+
+
+def test_clearing_checkpoints_forgets_one_stream_only(tmp_path):
+    store = CheckpointStore(tmp_path / "c.json")
+    store.put("arn-1", "shard-a", "10")
+    store.put("arn-1", "shard-b", "11")
+    store.put("arn-2", "shard-a", "20")
+    assert (store.get("arn-1", "shard-b"), store.get("arn-2", "shard-a")) == ("11", "20")
+    store.clear("arn-1")
+    store.clear("arn-3")  # nothing to forget
+    reread = CheckpointStore(tmp_path / "c.json")
+    assert (reread.get("arn-1", "shard-a"), reread.get("arn-2", "shard-a")) == (None, "20")
+    assert CheckpointStore(tmp_path / "none.json").get("arn-1", "shard-a") is None
