@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -181,7 +182,10 @@ def test_replay_failed_reruns_only_failed_runs(store, client):
 
     flaky = SignupStore(FaultyClient(client, fail_first_scan), sleep=lambda _: None, max_attempts=1)
     sweeper = Sweeper(flaky, owner="s", min_age_s=0)
-    assert sweeper.sweep("run-ok-later").status == "failed"
+    failed = sweeper.sweep("run-ok-later")
+    assert failed.status == "failed"
+    assert failed.errors == ["StoreUnavailableError('scan still failing after 1 attempts: "
+                             "InternalServerError')"]
     Sweeper(store, owner="s", min_age_s=0).sweep("run-fine")
     # WHEN failed runs are replayed
     results = Sweeper(store, owner="s", min_age_s=0).replay_failed()
@@ -245,6 +249,57 @@ def test_a_long_run_renews_its_lease_and_writes_with_the_new_token(store, client
     result = sweeper.sweep("long")
     assert (result.status, result.re_emitted, result.errors) == ("succeeded", 5, [])
     assert result.lease_token is not None and result.lease_token > 1  # renewed on the way
+    # ... and gave up its lease, with the token it last held, when it was done
+    assert store.acquire_lease("next", 60, clock()) is not None
+
+
+def test_a_lease_is_renewed_once_a_third_of_it_has_passed(store, client):
+    # GIVEN re-emissions 10 s apart under a 60 s lease: at 0, 10, 20, 30 and 40 s
+    for i in range(5):
+        put_raw_intake(client, "gig", f"u{i}")
+    clock = Clock()
+    sweeper = Sweeper(
+        slow_store(client, clock, 10), owner="s", lease_s=60, min_age_s=0, clock=clock
+    )
+    sweeper.chunk = 1
+    result = sweeper.sweep("thirds")
+    # THEN it renews once, at 30 s (more than 20 s after taking it), and not at 40 s
+    assert (result.status, result.lease_token) == ("succeeded", 2)
+
+
+def test_a_lease_taken_over_mid_run_stops_it_and_is_left_to_its_holder(store, client):
+    for i in range(3):
+        put_raw_intake(client, "gig", f"u{i}")
+    clock = Clock()
+
+    class TakenOver(SignupStore):
+        def fenced_redrive_many(self, owner, token, now, keys):  # type: ignore[override]
+            done = super().fenced_redrive_many(owner, token, now, keys)
+            clock.t += 70  # a stall past the lease: another sweeper takes it over
+            assert self.acquire_lease("other", 60, clock()) is not None
+            return done
+
+    sweeper = Sweeper(TakenOver(client), owner="s", lease_s=60, min_age_s=0, clock=clock)
+    sweeper.chunk = 1
+    result = sweeper.sweep("lost")
+    assert (result.status, result.re_emitted) == ("failed", 1)
+    assert result.errors == ["sweeper lease of 's' was taken over"]
+    assert [i["exec_status"] for i in store.run_history("lost")] == ["started", "failed"]
+    assert store.acquire_lease("third", 60, clock()) is None  # still the other's
+
+
+def test_a_run_re_emits_at_most_its_limit_and_records_what_it_did(store, client):
+    for i in range(5):
+        put_raw_intake(client, "gig", f"u{i}")
+    sweeper = Sweeper(store, owner="s", min_age_s=0, max_re_emits=3)
+    sweeper.chunk = 2
+    result = sweeper.sweep("capped")
+    assert (result.status, result.undecided, result.re_emitted) == ("succeeded", 5, 3)
+    finished = store.run_history("capped")[-1]
+    assert (finished["exec_status"], json.loads(finished["detail"])["re_emitted"]) == (
+        "succeeded",
+        3,
+    )
 
 
 def test_a_run_stops_at_its_time_budget_and_leaves_the_rest(store, client):
