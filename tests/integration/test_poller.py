@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from dataclasses import replace
@@ -57,6 +58,10 @@ def setup(aws, tmp_path):
         return [json.loads(m["Body"]) for m in got]
 
     return client, make, messages
+
+
+def signup_id(record: dict[str, Any]) -> str:
+    return record["dynamodb"]["Keys"]["signup_id"]["S"]
 
 
 def drain(poller: StreamPoller, polls: int = 10) -> None:
@@ -192,8 +197,17 @@ def test_bisect_isolates_a_poison_record_and_sends_it_to_the_failure_queue(setup
     recorder = Recorder(poison)
     poller = make(recorder)
     drain(poller)
-    delivered_ok = [b for b in recorder.batches if "s1" not in b]
-    assert [i for b in delivered_ok for i in b] == ["s0", "s2", "s3"]
+    # halves, in order: [s0 s1] then [s2 s3]; [s0 s1] halves again; s1 alone is retried
+    assert recorder.batches == [
+        ["s0", "s1", "s2", "s3"],
+        ["s0", "s1"],
+        ["s0"],
+        ["s1"],
+        ["s1"],
+        ["s1"],
+        ["s2", "s3"],
+    ]
+    assert poller.stats.function_errors == 2 + 1 + FAST.retry_attempts
     # s1 alone: first try plus two retries, then the on-failure destination
     assert recorder.batches.count(["s1"]) == 1 + FAST.retry_attempts
     [message] = messages()
@@ -390,3 +404,65 @@ def test_clearing_checkpoints_forgets_one_stream_only(tmp_path):
     reread = CheckpointStore(tmp_path / "c.json")
     assert (reread.get("arn-1", "shard-a"), reread.get("arn-2", "shard-a")) == (None, "20")
     assert CheckpointStore(tmp_path / "none.json").get("arn-1", "shard-a") is None
+
+
+def test_a_failure_at_the_first_record_checkpoints_nothing(setup, stream):
+    client, make, _ = setup
+    write(client, 3)
+
+    def fail_first_then_die(records, ids):
+        if len(recorder.batches) > 1:
+            raise WorkerDied
+        return {"batchItemFailures": [{"itemIdentifier": records[0]["dynamodb"]["SequenceNumber"]}]}
+
+    recorder = Recorder(fail_first_then_die)
+    poller = make(recorder)
+    with pytest.raises(WorkerDied):
+        drain(poller)
+    assert poller.checkpoints.get(stream.arn, stream.shard_id) is None
+    resumed = Recorder()
+    drain(make(resumed))
+    assert [i for b in resumed.batches for i in b] == ["s0", "s1", "s2"]
+
+
+def test_a_half_too_old_to_retry_does_not_drop_the_other_half(setup, caplog):
+    client, make, messages = setup
+    write(client, 2)
+
+    def poison(records, ids):
+        if "s0" in ids:
+            raise RuntimeError("boom")
+        return None
+
+    recorder = Recorder(poison)
+    poller = make(recorder)
+    # s0 alone has aged past the limit by the time its half comes up
+    poller._too_old = lambda records: [signup_id(r) for r in records] == ["s0"]
+    with caplog.at_level(logging.WARNING, logger="turnstile.local.poller"):
+        drain(poller)
+    assert recorder.batches == [["s0", "s1"], ["s1"]]
+    [message] = messages()
+    assert message["requestContext"]["condition"] == "RecordAgeExceeded"
+    assert message["requestContext"]["approximateInvokeCount"] == 0
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged[0] == "stream handler raised: RuntimeError('boom')"
+    assert logged[1].startswith("batch sent to the on-failure destination: {")
+    assert json.loads(logged[1].split(": ", 1)[1])["DDBStreamBatchInfo"]["batchSize"] == 1
+
+
+def test_without_a_failure_queue_the_batch_is_still_given_up(aws, tmp_path):
+    client = aws.client("dynamodb")
+    write(client, 1)
+    poller = StreamPoller(
+        Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}),
+        aws.client("dynamodbstreams"),
+        client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"],
+        CheckpointStore(tmp_path / "deep" / "er" / "checkpoints.json"),
+        sqs_client=aws.client("sqs"),
+        failure_queue_url=None,
+        settings=FAST,
+        sleep=lambda _: None,
+    )
+    drain(poller)
+    assert poller.stats.sent_to_failure_destination == 1
+    assert (tmp_path / "deep" / "er" / "checkpoints.json").exists()
