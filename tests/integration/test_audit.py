@@ -1,0 +1,90 @@
+"""``audit()`` over real tables (moto): what it reads, and what it leaves out."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from turnstile.audit import audit
+from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.store import SignupStore
+
+NOW = "2026-01-01T00:00:00.000000Z"
+LATER = datetime(2026, 1, 1, 0, 10, 0, tzinfo=UTC)  # 600 s after NOW
+
+
+@pytest.fixture
+def store(aws):
+    return SignupStore(aws.client("dynamodb"), sleep=lambda _: None)
+
+
+def accept(store: SignupStore, event_id: str, signup_id: str, seq: str, write_out: bool):
+    """Commit one acceptance; write its decision item out, or leave it in the journal."""
+    record = store.get_event(event_id)
+    assert record is not None
+    before = record.snapshot
+    decision = Decision(signup_id, seq, "ACCEPTED", 1, position=before.accepted + 1)
+    after = EventSnapshot(
+        event_id, before.capacity, before.taken + 1, before.accepted + 1, version=before.version
+    )
+    journal = store.commit(before, Outcome((decision,), after), NOW)
+    if write_out:
+        store.materialize(event_id, journal, {signup_id: SignupRequest(event_id, signup_id, seq)})
+
+
+def test_audit_reads_every_event_and_only_events(store):
+    # GIVEN an event with one decision written out and one still only in the journal
+    store.create_event("gig", 5, NOW)
+    for signup_id in ("a", "b", "late"):
+        store.put_intake("gig", signup_id, 1, None, NOW)
+    accept(store, "gig", "a", "100", write_out=True)
+    accept(store, "gig", "b", "101", write_out=False)
+    # an unknown event with a signup, and the sweeper's own items beside them
+    store.put_intake("ghost", "x", 1, None, NOW)
+    store.acquire_lease("sweeper", 60, now=1.0)
+    store.start_run("run-1", NOW)
+    # WHEN the tables are audited ten minutes later
+    report = audit(store, now=LATER)
+    # THEN both events are reported, the sweeper's items are not
+    by_id = {e.event_id: e for e in report.events}
+    assert sorted(by_id) == ["ghost", "gig"]
+    gig = by_id["gig"]
+    assert (gig.capacity, gig.taken, gig.accepted, gig.unmaterialized) == (5, 2, 1, 1)
+    # b is decided (in the journal), "late" is pending past the default grace of 300 s
+    assert (gig.pending, gig.oldest_pending_s) == (1, 600.0)
+    assert gig.violations == ["1 pending, the oldest for 600 s (more than 300 s)"]
+    ghost = by_id["ghost"]
+    assert (ghost.capacity, ghost.pending) == (None, 1)
+    assert ghost.violations == ["1 pending, the oldest for 600 s (more than 300 s)"]
+    assert report.totals == {
+        "events": 2,
+        "accepted": 1,
+        "rejected": 0,
+        "pending": 2,
+        "violations": 2,
+    }
+    assert not report.ok
+
+
+def test_audit_of_one_event_reads_only_its_partition(store):
+    store.create_event("gig", 5, NOW)
+    store.create_event("other", 1, NOW)
+    store.put_intake("other", "x", 1, None, NOW)
+    report = audit(store, "gig", pending_grace_s=0, now=LATER)
+    assert [(e.event_id, e.capacity, e.pending) for e in report.events] == [("gig", 5, 0)]
+    assert report.ok
+    # an event nobody created is still reported, empty
+    [ghost] = audit(store, "nobody", now=LATER).events
+    assert (ghost.event_id, ghost.capacity, ghost.pending, ghost.violations) == (
+        "nobody",
+        None,
+        0,
+        [],
+    )
+
+
+def test_audit_uses_the_current_time_by_default(store):
+    store.create_event("gig", 5, NOW)
+    store.put_intake("gig", "old", 1, None, NOW)  # long ago
+    assert audit(store).events[0].violations != []
