@@ -6,7 +6,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from tests.helpers import CallRecorder
+from tests.helpers import CallRecorder, put_raw_intake
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.errors import (
     CommitConflictError,
@@ -14,7 +14,7 @@ from turnstile.errors import (
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.store import Journal, SignupStore
+from turnstile.store import EventRecord, Journal, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -259,3 +259,41 @@ def test_decision_items_never_written_make_the_store_unavailable(stubbed):
         stubber.add_response("batch_write_item", {"UnprocessedItems": left})
     with pytest.raises(StoreUnavailableError, match="batch_write_item left unprocessed items"):
         store.materialize("e1", journal, {"s1": SignupRequest("e1", "s1", "1")})
+
+
+def test_decision_items_copy_only_well_formed_intake(gig, aws):
+    # GIVEN intake written by hand: attributes not a map, or empty; a time that is a number
+    store, snapshot = gig
+    client = aws.client("dynamodb")
+    put_raw_intake(client, "gig", "s0", attributes={"S": "x"}, submitted_at={"N": "5"})
+    put_raw_intake(client, "gig", "s1", attributes={"M": {}}, submitted_at={"S": "2026"})
+    journal = store.commit(snapshot(), accept(snapshot(), 1, 1), NOW)
+    # WHEN the decisions are written out from intake alone
+    store.materialize("gig", journal, {})
+    # THEN only what is well formed is copied
+    items = store.get_decisions("gig", ["s0", "s1"])
+    assert [("attributes" in i, i.get("submitted_at")) for i in items.values()] == [
+        (False, None),
+        (False, "2026"),
+    ]
+
+
+def test_an_event_item_reads_missing_counters_as_a_fresh_open_event():
+    """A hand-written event item may carry only its capacity."""
+    record = EventRecord.from_values({"event_id": "gig", "capacity": 3})
+    assert record.snapshot == EventSnapshot("gig", 3, taken=0, accepted=0, state="OPEN", version=0)
+    assert (record.created_at, record.journal) == (None, None)
+    assert EventRecord.from_values({"event_id": "gig"}).snapshot.capacity == 0
+    full = EventRecord.from_values(
+        {
+            "event_id": "gig",
+            "capacity": 9,
+            "taken": 4,
+            "accepted": 3,
+            "state": "CLOSED",
+            "version": 7,
+            "created_at": NOW,
+        }
+    )
+    assert full.snapshot == EventSnapshot("gig", 9, taken=4, accepted=3, state="CLOSED", version=7)
+    assert full.created_at == NOW
