@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -170,7 +171,7 @@ def test_sweep_re_emits_old_undecided_records_and_the_stream_decides_them(store,
     stream_handler._processor = None
 
 
-def test_replay_failed_reruns_only_failed_runs(store, client):
+def test_replay_failed_reruns_only_failed_runs(store, client, caplog):
     put_raw_intake(client, "gig", "u1")
     calls = {"scan": 0}
 
@@ -182,7 +183,12 @@ def test_replay_failed_reruns_only_failed_runs(store, client):
 
     flaky = SignupStore(FaultyClient(client, fail_first_scan), sleep=lambda _: None, max_attempts=1)
     sweeper = Sweeper(flaky, owner="s", min_age_s=0)
-    failed = sweeper.sweep("run-ok-later")
+    with caplog.at_level(logging.ERROR, logger="turnstile.sweeper"):
+        failed = sweeper.sweep("run-ok-later")
+    [logged] = caplog.records
+    assert (logged.getMessage(), logged.run_id) == ("sweep run failed", "run-ok-later")
+    # A failed run is not run again by the schedule, only by a replay
+    assert Sweeper(store, owner="s", min_age_s=0).sweep("run-ok-later").status == "already_ran"
     assert failed.status == "failed"
     assert failed.errors == ["StoreUnavailableError('scan still failing after 1 attempts: "
                              "InternalServerError')"]
@@ -312,6 +318,29 @@ def test_a_run_stops_at_its_time_budget_and_leaves_the_rest(store, client):
     sweeper.chunk = 1
     result = sweeper.sweep("budget")
     assert (result.undecided, result.re_emitted) == (4, 2)
+
+
+def test_a_run_may_start_a_re_emission_at_the_end_of_its_budget(store, client):
+    for i in range(4):
+        put_raw_intake(client, "gig", f"u{i}")
+    clock = Clock()
+    sweeper = Sweeper(
+        slow_store(client, clock, 10), owner="s", min_age_s=0, max_run_s=20, clock=clock
+    )
+    sweeper.chunk = 1
+    result = sweeper.sweep("budget")
+    assert (result.undecided, result.re_emitted) == (4, 3)  # at 0, 10 and 20 s, not 30
+
+
+def test_a_run_re_emits_in_chunks(client):
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    for i in range(5):
+        put_raw_intake(client, "gig", f"u{i}")
+    sweeper = Sweeper(store, owner="s", min_age_s=0)
+    sweeper.chunk = 2
+    assert sweeper.sweep("chunks").re_emitted == 5
+    assert recorder.sizes("transact_write_items", "TransactItems") == [3, 3, 2]
 
 
 def test_re_emission_is_batched_and_skips_records_that_vanished(fenced, client):
