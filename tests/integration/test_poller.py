@@ -6,13 +6,16 @@ import json
 import logging
 import re
 import time
+import uuid
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from tests.helpers import put_raw_intake
 from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
+from turnstile.local import poller as poller_module
 from turnstile.local.poller import CheckpointStore, StreamPoller, matches_filter
 
 FAST = replace(STREAM_SOURCE, batch_size=4, max_batching_window_s=0, retry_attempts=2)
@@ -26,6 +29,8 @@ class Recorder:
         self.fail = fail
 
     def __call__(self, event: dict[str, Any], context: Any) -> Any:
+        # A Lambda context, as Powertools reads it in the real handler.
+        assert context.function_name and context.get_remaining_time_in_millis() > 0
         ids = [r["dynamodb"]["Keys"]["signup_id"]["S"] for r in event["Records"]]
         self.batches.append(ids)
         if self.fail:
@@ -288,13 +293,14 @@ def test_the_on_failure_message_is_shaped_as_aws_sends_it(setup, stream):
         "streamArn": stream.arn,
     }
     context = message.pop("requestContext")
-    assert context.pop("requestId")
+    uuid.UUID(context.pop("requestId"))
     assert context == {
         "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:turnstile-stream-processor",
         "condition": "RetryAttemptsExhausted",
         "approximateInvokeCount": 1 + FAST.retry_attempts,
     }
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", message.pop("timestamp"))
+    stamp = message.pop("timestamp")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp)
     assert message == {
         "responseContext": {
             "statusCode": 200,
@@ -305,10 +311,18 @@ def test_the_on_failure_message_is_shaped_as_aws_sends_it(setup, stream):
     }
 
 
-def test_retries_back_off_exponentially_with_jitter(aws, setup, tmp_path):
+@pytest.mark.parametrize("jitter", ["low", "high"])
+def test_retries_back_off_exponentially_with_jitter(aws, setup, tmp_path, monkeypatch, jitter):
     client, _, _ = setup
     write(client, 1)
     sleeps: list[float] = []
+    bounds: list[tuple[float, float]] = []
+
+    def uniform(low: float, high: float) -> float:
+        bounds.append((low, high))
+        return low if jitter == "low" else high
+
+    monkeypatch.setattr(poller_module.random, "uniform", uniform)
     poller = StreamPoller(
         Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}),
         aws.client("dynamodbstreams"),
@@ -319,10 +333,10 @@ def test_retries_back_off_exponentially_with_jitter(aws, setup, tmp_path):
         sleep=sleeps.append,
     )
     drain(poller)
-    # 1, 2, 4, 8, 16, then capped at 16 seconds, each stretched by up to half as much
-    assert len(sleeps) == 6
-    for slept, base in zip(sleeps, [1, 2, 4, 8, 16, 16], strict=True):
-        assert base <= slept <= 1.5 * base
+    # 1, 2, 4, 8, 16 s, then capped at 16 s, each stretched by up to half as much again
+    assert bounds == [(1, 1.5)] * 6
+    stretch = 1 if jitter == "low" else 1.5
+    assert sleeps == [stretch * base for base in (1, 2, 4, 8, 16, 16)]
 
 
 def test_a_handler_that_raises_is_retried_and_counted(setup):
@@ -375,7 +389,7 @@ def test_without_partial_batch_responses_a_reported_failure_is_ignored(setup):
     assert poller.stats.partial_failures == 0
 
 
-def test_record_age_is_measured_from_the_first_record(setup, stream):
+def test_record_age_is_measured_from_the_first_record(setup, monkeypatch):
     _, make, _ = setup
     poller = make(Recorder(), settings=replace(FAST, max_record_age_s=60))
     now = time.time()
@@ -389,6 +403,10 @@ def test_record_age_is_measured_from_the_first_record(setup, stream):
     assert poller._too_old(batch(61, 0))
     assert not poller._too_old(batch(59, 120))  # the first record decides
     assert not poller._too_old(batch(None, 120))  # no creation time: never too old
+    monkeypatch.setattr(poller_module.time, "time", lambda: now)
+    assert not poller._too_old(batch(60))  # exactly the limit: not yet too old
+    assert not make(Recorder(), settings=replace(FAST, max_record_age_s=-1))._too_old(batch(10**6))
+    assert make(Recorder(), settings=replace(FAST, max_record_age_s=0))._too_old(batch(1))
     ageless = make(Recorder(), settings=replace(FAST, max_record_age_s=None))
     assert not ageless._too_old(batch(10**6))
 
@@ -425,7 +443,7 @@ def test_a_failure_at_the_first_record_checkpoints_nothing(setup, stream):
     assert [i for b in resumed.batches for i in b] == ["s0", "s1", "s2"]
 
 
-def test_a_half_too_old_to_retry_does_not_drop_the_other_half(setup, caplog):
+def test_a_half_too_old_to_retry_does_not_drop_the_other_half(setup, stream, caplog):
     client, make, messages = setup
     write(client, 2)
 
@@ -443,6 +461,7 @@ def test_a_half_too_old_to_retry_does_not_drop_the_other_half(setup, caplog):
     assert recorder.batches == [["s0", "s1"], ["s1"]]
     [message] = messages()
     assert message["requestContext"]["condition"] == "RecordAgeExceeded"
+    assert message["DDBStreamBatchInfo"]["shardId"] == stream.shard_id
     assert message["requestContext"]["approximateInvokeCount"] == 0
     logged = [r.getMessage() for r in caplog.records]
     assert logged[0] == "stream handler raised: RuntimeError('boom')"
@@ -466,3 +485,44 @@ def test_without_a_failure_queue_the_batch_is_still_given_up(aws, tmp_path):
     drain(poller)
     assert poller.stats.sent_to_failure_destination == 1
     assert (tmp_path / "deep" / "er" / "checkpoints.json").exists()
+
+
+def test_every_batch_given_up_is_counted(setup):
+    client, make, messages = setup
+    write(client, 8)  # two batches of four, each failing for good
+    poller = make(Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}))
+    drain(poller)
+    assert poller.stats.sent_to_failure_destination == 8
+    assert [m["DDBStreamBatchInfo"]["batchSize"] for m in messages()] == [4, 4]
+
+
+def test_a_response_that_is_not_a_map_counts_as_success(setup):
+    client, make, _ = setup
+    write(client, 2)
+    recorder = Recorder(lambda records, ids: "done")
+    poller = make(recorder)
+    drain(poller)
+    assert recorder.batches == [["s0", "s1"]]
+    assert poller.stats.partial_failures == 0
+
+
+def test_arrival_times_are_utc_and_default_to_now(setup, stream, monkeypatch):
+    """A record without a creation time arrived 'now'; times are UTC whatever the zone."""
+    _, make, messages = setup
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        poller = make(Recorder())
+        old = {"dynamodb": {"SequenceNumber": "1", "ApproximateCreationDateTime": 86400}}
+        undated = {"dynamodb": {"SequenceNumber": "2"}}
+        poller._send_to_failure_destination(stream.shard_id, [old, undated], "RecordAgeExceeded", 0)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    [message] = messages()
+    info = message["DDBStreamBatchInfo"]
+    assert info["approximateArrivalOfFirstRecord"] == "1970-01-02T00:00:00Z"
+    last = datetime.strptime(info["approximateArrivalOfLastRecord"], "%Y-%m-%dT%H:%M:%SZ")
+    stamp = datetime.strptime(message["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    for then in (last, stamp):
+        assert abs((datetime.now(UTC) - then.replace(tzinfo=UTC)).total_seconds()) < 60
