@@ -364,3 +364,25 @@ def test_re_emission_fills_each_transaction_to_the_limit(client):
     keys = [("gig", f"u{i:03d}") for i in range(198)]
     assert store.fenced_redrive_many("s", token, 1001.0, keys) == 198
     assert recorder.sizes("transact_write_items", "TransactItems") == [100, 100]
+
+
+def test_a_vanished_record_at_the_lease_s_last_instant_is_not_a_lost_lease(client):
+    # Where the cancellation names no item, the store reads the lease: at its last instant
+    # it is still ours, so the record alone is skipped.
+    store = SignupStore(WithoutCancellationReasons(client), sleep=lambda _: None)
+    put_raw_intake(client, "gig", "u1")
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", "u1"), ("gig", "never-written")]
+    assert store.fenced_redrive_many("s", token, 1060.0, keys) == 1
+
+
+def test_a_cancellation_that_names_its_item_needs_no_read_of_the_lease(client):
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    put_raw_intake(client, "gig", "u1")
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", "u1"), ("gig", "never-written")]
+    assert store.fenced_redrive_many("s", token, 1001.0, keys) == 1
+    assert [op for op, _ in recorder.calls if op.startswith(("get_", "query", "scan"))] == []
