@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -301,11 +302,12 @@ def test_a_run_re_emits_at_most_its_limit_and_records_what_it_did(store, client)
     sweeper.chunk = 2
     result = sweeper.sweep("capped")
     assert (result.status, result.undecided, result.re_emitted) == ("succeeded", 5, 3)
-    finished = store.run_history("capped")[-1]
+    started, finished = store.run_history("capped")
     assert (finished["exec_status"], json.loads(finished["detail"])["re_emitted"]) == (
         "succeeded",
         3,
     )
+    assert started["created_at"] <= finished["created_at"]  # both stamped, in order
 
 
 def test_a_run_stops_at_its_time_budget_and_leaves_the_rest(store, client):
@@ -386,3 +388,14 @@ def test_a_cancellation_that_names_its_item_needs_no_read_of_the_lease(client):
     keys = [("gig", "u1"), ("gig", "never-written")]
     assert store.fenced_redrive_many("s", token, 1001.0, keys) == 1
     assert [op for op, _ in recorder.calls if op.startswith(("get_", "query", "scan"))] == []
+
+
+def test_a_sweep_judges_age_by_its_own_clock(store, client):
+    # GIVEN a record submitted ten seconds before the sweeper's clock reads
+    put_raw_intake(client, "gig", "u1", submitted_at={"S": "2026-01-01T00:00:00Z"})
+    clock = Clock(datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC).timestamp())
+    # THEN it is too young to re-emit, whatever the wall clock says
+    result = Sweeper(store, owner="s", min_age_s=300, clock=clock).sweep("young")
+    assert (result.status, result.undecided) == ("succeeded", 0)
+    clock.t += 300
+    assert Sweeper(store, owner="s", min_age_s=300, clock=clock).sweep("old").undecided == 1
