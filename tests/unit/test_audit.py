@@ -222,3 +222,55 @@ def test_an_unknown_event_with_only_rejections_is_clean():
         None,
         1,
     )
+
+
+def test_decisions_are_checked_in_sequence_order_however_they_are_read():
+    table = clean_table()
+    table["decisions"].reverse()  # a scan returns items in key order, not stream order
+    assert run(table).violations == []
+
+
+def test_missing_seats_count_as_none():
+    # GIVEN a's item lost its seats (2), and b asked for all 5
+    table = clean_table()
+    del decision(table, "a")["seats"]
+    decision(table, "b")["seats"] = 5
+    # THEN a counts no seats: 3 accepted, b (5 of the 5 left at its turn) and d (1 of 2)
+    # fitted
+    assert run(table).violations == [
+        "taken is 5 but accepted seats add up to 3",
+        "b: rejected capacity_full although it fitted",
+        "d: rejected capacity_full although it fitted",
+    ]
+
+
+def test_a_full_rejection_without_seats_always_fitted():
+    table = clean_table()
+    del decision(table, "d")["seats"]  # nothing left at its turn, and it asked for nothing
+    assert run(table).violations == ["d: rejected capacity_full although it fitted"]
+
+
+def test_an_event_item_without_counters_has_capacity_and_taken_zero():
+    table = clean_table()
+    table["event_item"] = {}
+    report = run(table)
+    assert (report.capacity, report.taken) == (0, 0)
+    assert report.violations[:2] == [
+        "oversold: 5 seats accepted, capacity 0",
+        "taken is 0 but accepted seats add up to 5",
+    ]
+
+
+def test_the_first_acceptance_without_a_position_is_out_of_order():
+    table = clean_table()
+    del decision(table, "a")["position"]
+    assert run(table).violations == [
+        "a: accepted without a position",
+        "a: position 0 out of stream order",
+    ]
+
+
+def test_the_oldest_pending_age_may_be_under_a_second():
+    table = clean_table()
+    table["intake"][-1]["submitted_at"] = iso(0.5)
+    assert run(table).oldest_pending_s == pytest.approx(0.5)
