@@ -9,6 +9,7 @@ import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -526,3 +527,19 @@ def test_arrival_times_are_utc_and_default_to_now(setup, stream, monkeypatch):
     stamp = datetime.strptime(message["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
     for then in (last, stamp):
         assert abs((datetime.now(UTC) - then.replace(tzinfo=UTC)).total_seconds()) < 60
+
+
+def test_a_checkpoint_is_renamed_into_place_from_its_own_directory(tmp_path, monkeypatch):
+    """Atomic only within one file system: the new file is written beside the old one."""
+    renames: list[tuple[str, str]] = []
+    real_replace = poller_module.os.replace
+
+    def replace_(src, dst):
+        renames.append((str(Path(src).parent), str(Path(dst).parent)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(poller_module.os, "replace", replace_)
+    store = CheckpointStore(tmp_path / "state" / "checkpoints.json")
+    store.put("arn", "shard", "1")
+    assert renames == [(str(tmp_path / "state"), str(tmp_path / "state"))]
+    assert [f.name for f in (tmp_path / "state").iterdir()] == ["checkpoints.json"]
