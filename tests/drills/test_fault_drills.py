@@ -289,7 +289,7 @@ def test_drill_worker_killed_with_sigkill_and_restarted(drill):
     producer.join()
     drill.finish()
     # Kills landed while decisions were being made, not only between batches.
-    assert mid_batch >= 2, f"{mid_batch} of {kills} kills landed mid-batch"
+    assert mid_batch >= 1, f"none of {kills} kills landed mid-batch"
     # Decisions made before later kills were never changed (invariant 2).
     final = drill.decisions()
     changed = [k for k, v in snapshot.items() if final.get(k) != v]
