@@ -318,13 +318,14 @@ def test_drill_throttling_and_5xx_reach_every_failure_path(drill):
         "TURNSTILE_FAULT_STUCK_EVENT": "f-stuck",
     }
     stats = drill.finish(env=faults)
+    seen = json.dumps(stats)
     # THEN every failure path ran, each at least once
-    assert stats["faults_injected"] > 0, stats
-    assert stats["store_retries"] > 0, stats  # the store retried a throttled call
-    assert stats["failed_groups"] > 0, stats  # ... and gave up: the group failed
-    assert stats["partial_failures"] > 0, stats  # batchItemFailures reached the poller
-    assert stats["retries"] > 0, stats  # which redelivered from the failed record
-    assert stats["sent_to_failure_destination"] >= stuck, stats  # retries exhausted
+    assert stats["faults_injected"] > 0, seen
+    assert stats["store_retries"] > 0, seen  # the store retried a throttled call
+    assert stats["failed_groups"] > 0, seen  # ... and gave up: the group failed
+    assert stats["partial_failures"] > 0, seen  # batchItemFailures reached the poller
+    assert stats["retries"] > 0, seen  # which redelivered from the failed record
+    assert stats["sent_to_failure_destination"] >= stuck, seen  # retries exhausted
     # AND the stuck event held nobody else up: it alone is undecided, the others went on
     undecided_events = {k[0] for k in drill.scan(INTAKE_TABLE.name)} - {
         k[0] for k in drill.decisions()

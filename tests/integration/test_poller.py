@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 from dataclasses import replace
@@ -543,3 +544,23 @@ def test_a_checkpoint_is_renamed_into_place_from_its_own_directory(tmp_path, mon
     store.put("arn", "shard", "1")
     assert renames == [(str(tmp_path / "state"), str(tmp_path / "state"))]
     assert [f.name for f in (tmp_path / "state").iterdir()] == ["checkpoints.json"]
+
+
+def test_time_spent_delivering_is_not_idle_time(setup):
+    # GIVEN a batch delivered by a poll that read nothing new (the batching window was still
+    # open), whose handler is slower than the idle limit while producers keep writing
+    client, make, _ = setup
+    write(client, 2)
+
+    def slow(records, ids):
+        if len(recorder.batches) == 1:
+            write(client, 2, prefix="t")
+            time.sleep(0.6)
+        return None
+
+    recorder = Recorder(slow)
+    poller = make(recorder, settings=replace(FAST, max_batching_window_s=30))
+    # WHEN the worker runs until the stream has been quiet for 0.3 s
+    poller.run(threading.Event(), until_idle_s=0.3)
+    # THEN it did not stop while it was busy: the records written meanwhile are delivered
+    assert [i for b in recorder.batches for i in b] == ["s0", "s1", "t0", "t1"]
