@@ -72,3 +72,49 @@ class FaultyClient:
             return attr(**kwargs)
 
         return call
+
+
+class WithoutCancellationReasons:
+    """Wraps a boto3 client: a cancelled transaction says nothing about which of its items
+    failed (some endpoints leave ``CancellationReasons`` out), so the store must tell by
+    itself whether the sweeper's lease or a record cancelled it."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name != "transact_write_items":
+            return attr
+
+        def call(**kwargs: Any) -> Any:
+            try:
+                return attr(**kwargs)
+            except ClientError as exc:
+                exc.response.pop("CancellationReasons", None)
+                raise
+
+        return call
+
+
+class CallRecorder:
+    """Wraps a boto3 client and records each call's operation and arguments."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr) or name.startswith("_"):
+            return attr
+
+        def call(**kwargs: Any) -> Any:
+            self.calls.append((name, kwargs))
+            return attr(**kwargs)
+
+        return call
+
+    def sizes(self, operation: str, argument: str) -> list[int]:
+        """How many entries ``argument`` held in each call of ``operation``."""
+        return [len(kwargs[argument]) for op, kwargs in self.calls if op == operation]

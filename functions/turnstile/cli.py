@@ -123,6 +123,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         f"in {calls} calls",
         flush=True,
     )
+    print(f"turnstile worker: stats {json.dumps(worker.summary())}", flush=True)
     return 0
 
 

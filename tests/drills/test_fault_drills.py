@@ -29,6 +29,7 @@ from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 pytestmark = pytest.mark.drill
 
 SCALE = max(1, int(os.environ.get("TURNSTILE_DRILL_SCALE", "1")))
+STATS_LINE = "turnstile worker: stats "
 FIGURES: dict[str, dict[str, Any]] = {}
 
 POISON = {
@@ -149,11 +150,21 @@ class Drill:
                 return items
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def count(self, table: str) -> int:
+        total = 0
+        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True, "Select": "COUNT"}
+        while True:
+            page = self.client.scan(**kwargs)
+            total += page["Count"]
+            if "LastEvaluatedKey" not in page:
+                return total
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def decisions(self) -> dict[tuple[str, str], dict[str, Any]]:
         return {k: v for k, v in self.scan(MAIN_TABLE.name).items() if "status" in v}
 
-    def finish(self, *args: str, env: dict[str, str] | None = None) -> str:
-        """Run one worker until the stream is quiet; its closing line."""
+    def finish(self, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+        """Run one worker until the stream is quiet; its closing summary."""
         result = self.turnstile(
             "worker",
             "--state-dir",
@@ -165,7 +176,18 @@ class Drill:
             timeout=600,
         )
         assert result.returncode == 0, result.stdout + result.stderr
-        return result.stdout.strip().splitlines()[-1]
+        return worker_summary(result.stdout)
+
+    def worker_log(self, name: str) -> str:
+        return (self.tmp / f"worker-{name}.log").read_text()
+
+    def checkpoint(self, name: str) -> int:
+        """The highest sequence number a worker's poller has checkpointed (0: none yet)."""
+        path = self.tmp / name / "checkpoints.json"
+        if not path.exists():
+            return 0
+        shards = json.loads(path.read_text()).values()
+        return max((int(seq) for shard in shards for seq in shard.values()), default=0)
 
     def audit_clean(self) -> dict[str, Any]:
         result = self.turnstile("audit", "--json")
@@ -206,6 +228,13 @@ class Drill:
         self._stack.__exit__(None, None, None)
 
 
+def worker_summary(output: str) -> dict[str, Any]:
+    """The last summary a ``turnstile worker`` printed (its closing "stats" line)."""
+    lines = [line for line in output.splitlines() if line.startswith(STATS_LINE)]
+    assert lines, output[-2000:]
+    return json.loads(lines[-1][len(STATS_LINE) :])
+
+
 @pytest.fixture
 def drill(tmp_path) -> Iterator[Drill]:
     d = Drill(tmp_path)
@@ -226,6 +255,9 @@ def test_drill_worker_killed_with_sigkill_and_restarted(drill):
     drill.create_events(capacities)
     total = 1000 * SCALE
     kills = 0
+    #: Kills that landed mid-batch: the worker had decided records it had not yet
+    #: checkpointed, so the next worker is handed decisions already made.
+    mid_batch = 0
     produced: list[int] = []
     producer = threading.Thread(
         target=lambda: produced.append(drill.produce(capacities, total, "kill", poison_every=37))
@@ -233,36 +265,95 @@ def test_drill_worker_killed_with_sigkill_and_restarted(drill):
     producer.start()
     rng = random.Random(2026)
     snapshot: dict[tuple[str, str], dict[str, Any]] = {}
+    last_before = 0  # the last sequence number decided before this worker started
     while producer.is_alive() or kills < 5 + SCALE:
+        started = drill.worker_log("killed").count("polling") if kills else 0
+        items = drill.count(MAIN_TABLE.name)
         worker = drill.start_worker("killed")
-        time.sleep(rng.uniform(0.4, 1.6))
+        deadline = time.monotonic() + 30
+        while drill.worker_log("killed").count("polling") == started:
+            assert worker.poll() is None and time.monotonic() < deadline, "worker did not start"
+            time.sleep(0.05)
+        # Kill it once it is deciding (or has had 10 s to), a random moment later.
+        deadline = time.monotonic() + 10
+        while drill.count(MAIN_TABLE.name) == items and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0, 0.5))
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         kills += 1
+        decided = drill.decisions()
+        last_decided = max((int(d["sequence_number"]["S"]) for d in decided.values()), default=0)
+        mid_batch += last_decided > max(last_before, drill.checkpoint("killed"))
+        last_before = last_decided
         if kills == 3:
-            snapshot = drill.decisions()
+            snapshot = decided
     producer.join()
     drill.finish()
+    # Kills landed while decisions were being made, not only between batches.
+    assert mid_batch >= 1, f"none of {kills} kills landed mid-batch"
     # Decisions made before later kills were never changed (invariant 2).
     final = drill.decisions()
     changed = [k for k, v in snapshot.items() if final.get(k) != v]
-    assert changed == []
+    assert snapshot and changed == []
     poison = [d for k, d in final.items() if "-poison-" in k[1]]
     assert poison and all(d["reason"]["S"] == "invalid_request" for d in poison)
     drill.audit_clean()
-    report("sigkill", drill.figures(produced[0], kills=kills, poison=len(poison)))
+    report(
+        "sigkill",
+        drill.figures(produced[0], kills=kills, kills_mid_batch=mid_batch, poison=len(poison)),
+    )
 
 
-def test_drill_throttling_and_5xx_on_a_tenth_of_worker_calls(drill):
+def test_drill_throttling_and_5xx_reach_every_failure_path(drill):
+    """A tenth of the worker's calls fail and its store retries once, so faults reach the
+    processor: groups fail, the poller retries from the failed record. One event's partition
+    stays throttled: its batches exhaust their retries and go to the on-failure queue, and
+    once the throttling is over the redrive gets them decided."""
     capacities = {"f-a": 40, "f-b": 200}
-    drill.create_events(capacities)
+    drill.create_events({**capacities, "f-stuck": 5})
     written = drill.produce(capacities, 600 * SCALE, "fault", poison_every=50)
-    line = drill.finish(env={"TURNSTILE_FAULT_RATE": "0.1"})
-    injected = int(line.split(" faults injected")[0].rsplit(" ", 1)[-1])
-    calls = int(line.split(" faults injected in ")[1].split()[0])
-    assert injected > 0, line
+    stuck = drill.produce({"f-stuck": 5}, 12, "stuck")
+    faults = {
+        "TURNSTILE_FAULT_RATE": "0.1",
+        "TURNSTILE_STORE_MAX_ATTEMPTS": "2",
+        "TURNSTILE_FAULT_STUCK_EVENT": "f-stuck",
+    }
+    stats = drill.finish(env=faults)
+    seen = json.dumps(stats)
+    # THEN every failure path ran, each at least once
+    assert stats["faults_injected"] > 0, seen
+    assert stats["store_retries"] > 0, seen  # the store retried a throttled call
+    assert stats["failed_groups"] > 0, seen  # ... and gave up: the group failed
+    assert stats["partial_failures"] > 0, seen  # batchItemFailures reached the poller
+    assert stats["retries"] > 0, seen  # which redelivered from the failed record
+    assert stats["sent_to_failure_destination"] >= stuck, seen  # retries exhausted
+    # AND the stuck event held nobody else up: it alone is undecided, the others went on
+    undecided_events = {k[0] for k in drill.scan(INTAKE_TABLE.name)} - {
+        k[0] for k in drill.decisions()
+    }
+    assert undecided_events == {"f-stuck"}, undecided_events
+    # WHEN the throttling is over: the worker resumes past the failed batches, and the
+    # redrive re-emits what the on-failure queue points at
+    worker = drill.start_worker("finisher")
+    redrive = drill.turnstile("redrive", "--wait", "60")
+    assert redrive.returncode == 0, redrive.stdout + redrive.stderr
+    redriven = json.loads(redrive.stdout)
+    assert redriven["deleted"] >= 1 and redriven["re_emitted"] >= stuck, redriven
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(timeout=60)
     drill.audit_clean()
-    report("faults-10pct", drill.figures(written, injected_faults=injected, worker_calls=calls))
+    summary = {k: stats[k] for k in ("faults_injected", "calls", "failed_groups", "retries")}
+    report(
+        "faults-10pct",
+        drill.figures(
+            written + stuck,
+            **summary,
+            partial_batch_responses=stats["partial_failures"],
+            sent_to_failure_queue=stats["sent_to_failure_destination"],
+            redriven=redriven["re_emitted"],
+        ),
+    )
 
 
 def test_drill_two_workers_on_one_stream(drill):
@@ -274,10 +365,25 @@ def test_drill_two_workers_on_one_stream(drill):
     time.sleep(3)
     drill.finish()
     for w in (a, b):
+        assert w.poll() is None, "a worker died before the end of the drill"
         w.send_signal(signal.SIGTERM)
         w.wait(timeout=60)
+    # Both workers decided while the other was alive, over overlapping spans of time, and
+    # the version guard turned their collisions into conflicts (each loser re-decided).
+    stats = {name: worker_summary(drill.worker_log(name)) for name in ("a", "b")}
+    assert all(s["decided"] > 0 for s in stats.values()), stats
+    sa, sb = stats["a"], stats["b"]
+    assert sa["first_batch_at"] < sb["last_batch_at"], stats
+    assert sb["first_batch_at"] < sa["last_batch_at"], stats
+    conflicts = sa["conflicts"] + sb["conflicts"]
+    assert conflicts > 0, stats
     drill.audit_clean()
-    report("two-workers", drill.figures(written))
+    report(
+        "two-workers",
+        drill.figures(
+            written, decided_by_a=sa["decided"], decided_by_b=sb["decided"], conflicts=conflicts
+        ),
+    )
 
 
 def test_drill_whole_stream_replayed_three_times(drill):

@@ -9,10 +9,10 @@ import pytest
 from aws_cdk import App, Stack
 from aws_cdk import aws_sqs as sqs
 
-from turnstile_cdk.application import enable_nag
+from turnstile_cdk.application import cdk_json_context, create_app, enable_nag
 from turnstile_cdk.nag import acknowledgments, read_findings
 
-from .conftest import Synthesized
+from .conftest import DEFAULT_STACK, Synthesized
 
 
 def test_no_unacknowledged_findings(synthesized: Synthesized) -> None:
@@ -30,6 +30,21 @@ def test_the_check_fails_on_a_finding(tmp_path: Path) -> None:
         app.synth()
     rules = {f.rule for f in read_findings(tmp_path)}
     assert {"AwsSolutions-SQS3", "AwsSolutions-SQS4"} <= rules
+
+
+def test_the_real_app_fails_synthesis_on_a_finding(tmp_path: Path) -> None:
+    """cdk-nag is wired into create_app() itself: the app `cdk synth` runs, given one
+    resource that breaks a rule, refuses to synthesize and names it. (An empty report alone
+    proves nothing: it looks the same with no plugin at all.)"""
+    context = {**cdk_json_context(), "aws:cdk:bundling-stacks": []}
+    app, stack = create_app(context=context, outdir=str(tmp_path))
+    sqs.Queue(stack, "BareQueue")
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        app.synth()
+    found = {(f.rule, f.path) for f in read_findings(tmp_path)}
+    queue = f"{DEFAULT_STACK}/BareQueue/Resource"
+    assert ("AwsSolutions-SQS4", queue) in found  # no SSL-only policy
+    assert {path for _, path in found} == {queue}  # and nothing else in the stack
 
 
 def test_acknowledgments_are_specific_and_explained(synthesized: Synthesized) -> None:

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
+import threading
+import time
+import uuid
 from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers import put_raw_intake
 from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
+from turnstile.local import poller as poller_module
 from turnstile.local.poller import CheckpointStore, StreamPoller, matches_filter
 
 FAST = replace(STREAM_SOURCE, batch_size=4, max_batching_window_s=0, retry_attempts=2)
@@ -23,6 +31,8 @@ class Recorder:
         self.fail = fail
 
     def __call__(self, event: dict[str, Any], context: Any) -> Any:
+        # A Lambda context, as Powertools reads it in the real handler.
+        assert context.function_name and context.get_remaining_time_in_millis() > 0
         ids = [r["dynamodb"]["Keys"]["signup_id"]["S"] for r in event["Records"]]
         self.batches.append(ids)
         if self.fail:
@@ -55,6 +65,10 @@ def setup(aws, tmp_path):
         return [json.loads(m["Body"]) for m in got]
 
     return client, make, messages
+
+
+def signup_id(record: dict[str, Any]) -> str:
+    return record["dynamodb"]["Keys"]["signup_id"]["S"]
 
 
 def drain(poller: StreamPoller, polls: int = 10) -> None:
@@ -107,6 +121,63 @@ def test_partial_failure_redelivers_from_the_failed_record(setup):
     assert recorder.batches == [["s0", "s1", "s2", "s3"], ["s2", "s3"]]
 
 
+class WorkerDied(BaseException):
+    """The worker process dies mid-retry: nothing the poller catches."""
+
+
+def test_partial_failures_checkpoint_before_the_lowest_failed_record(setup, stream):
+    # GIVEN s0..s3, and a handler that fails s3 and s1 (reported in that order), then dies
+    client, make, _ = setup
+    write(client, 4)
+    seq: dict[str, str] = {}
+
+    def fail_s3_s1_then_die(records, ids):
+        seq.update({i: r["dynamodb"]["SequenceNumber"] for i, r in zip(ids, records, strict=True)})
+        if len(recorder.batches) > 1:
+            raise WorkerDied
+        failed = [{"itemIdentifier": seq["s3"]}, {"itemIdentifier": seq["s1"]}]
+        return {"batchItemFailures": failed}
+
+    recorder = Recorder(fail_s3_s1_then_die)
+    poller = make(recorder)
+    with pytest.raises(WorkerDied):
+        drain(poller)
+    # THEN the retry starts at the lowest failed record, and the stored checkpoint is the
+    # record before it: s0 is done, s1 is not
+    assert recorder.batches == [["s0", "s1", "s2", "s3"], ["s1", "s2", "s3"]]
+    assert poller.checkpoints.get(stream.arn, stream.shard_id) == seq["s0"]
+    # AND a fresh poller on the same checkpoints resumes exactly at s1
+    resumed = Recorder()
+    drain(make(resumed))
+    assert [i for b in resumed.batches for i in b] == ["s1", "s2", "s3"]
+
+
+def test_failures_after_the_first_record_checkpoint_what_succeeded(setup, stream):
+    # GIVEN a batch whose only failure is its last record, on every delivery
+    client, make, messages = setup
+    write(client, 3)
+
+    def fail_last(records, ids):
+        last = records[-1]["dynamodb"]["SequenceNumber"]
+        return {"batchItemFailures": [{"itemIdentifier": last}]}
+
+    recorder = Recorder(fail_last)
+    poller = make(recorder)
+    drain(poller)
+    # THEN s2 alone is retried until the attempts run out, then sent to the failure queue
+    assert recorder.batches == [["s0", "s1", "s2"]] + [["s2"]] * FAST.retry_attempts
+    assert (poller.stats.partial_failures, poller.stats.retries) == (3, 2)
+    assert (poller.stats.invocations, poller.stats.records_delivered) == (3, 5)
+    assert (poller.stats.function_errors, poller.stats.sent_to_failure_destination) == (0, 1)
+    [message] = messages()
+    assert message["DDBStreamBatchInfo"]["batchSize"] == 1
+    assert message["requestContext"]["approximateInvokeCount"] == 1 + FAST.retry_attempts
+    # AND the checkpoint moved past s2: a fresh poller has nothing to redeliver
+    again = Recorder()
+    drain(make(again))
+    assert again.batches == []
+
+
 def test_empty_item_identifier_fails_the_whole_batch(setup):
     client, make, _ = setup
     write(client, 2)
@@ -133,8 +204,17 @@ def test_bisect_isolates_a_poison_record_and_sends_it_to_the_failure_queue(setup
     recorder = Recorder(poison)
     poller = make(recorder)
     drain(poller)
-    delivered_ok = [b for b in recorder.batches if "s1" not in b]
-    assert [i for b in delivered_ok for i in b] == ["s0", "s2", "s3"]
+    # halves, in order: [s0 s1] then [s2 s3]; [s0 s1] halves again; s1 alone is retried
+    assert recorder.batches == [
+        ["s0", "s1", "s2", "s3"],
+        ["s0", "s1"],
+        ["s0"],
+        ["s1"],
+        ["s1"],
+        ["s1"],
+        ["s2", "s3"],
+    ]
+    assert poller.stats.function_errors == 2 + 1 + FAST.retry_attempts
     # s1 alone: first try plus two retries, then the on-failure destination
     assert recorder.batches.count(["s1"]) == 1 + FAST.retry_attempts
     [message] = messages()
@@ -194,3 +274,293 @@ def test_resumes_from_checkpoint_and_replays_from_start(setup):
 )
 def test_filter_matching(pattern, record, expected):
     assert matches_filter(pattern, record) is expected
+
+
+def test_the_on_failure_message_is_shaped_as_aws_sends_it(setup, stream):
+    client, make, messages = setup
+    write(client, 2)
+    poller = make(Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}))
+    drain(poller)
+    [message] = messages()
+    first, last = (r["dynamodb"] for r in stream.read_new())
+    arrival = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+    info = message.pop("DDBStreamBatchInfo")
+    assert arrival.fullmatch(info.pop("approximateArrivalOfFirstRecord"))
+    assert arrival.fullmatch(info.pop("approximateArrivalOfLastRecord"))
+    assert info == {
+        "shardId": stream.shard_id,
+        "startSequenceNumber": first["SequenceNumber"],
+        "endSequenceNumber": last["SequenceNumber"],
+        "batchSize": 2,
+        "streamArn": stream.arn,
+    }
+    context = message.pop("requestContext")
+    uuid.UUID(context.pop("requestId"))
+    assert context == {
+        "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:turnstile-stream-processor",
+        "condition": "RetryAttemptsExhausted",
+        "approximateInvokeCount": 1 + FAST.retry_attempts,
+    }
+    stamp = message.pop("timestamp")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp)
+    assert message == {
+        "responseContext": {
+            "statusCode": 200,
+            "executedVersion": "$LATEST",
+            "functionError": "Unhandled",
+        },
+        "version": "1.0",
+    }
+
+
+@pytest.mark.parametrize("jitter", ["low", "high"])
+def test_retries_back_off_exponentially_with_jitter(aws, setup, tmp_path, monkeypatch, jitter):
+    client, _, _ = setup
+    write(client, 1)
+    sleeps: list[float] = []
+    bounds: list[tuple[float, float]] = []
+
+    def uniform(low: float, high: float) -> float:
+        bounds.append((low, high))
+        return low if jitter == "low" else high
+
+    monkeypatch.setattr(poller_module.random, "uniform", uniform)
+    poller = StreamPoller(
+        Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}),
+        aws.client("dynamodbstreams"),
+        client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"],
+        CheckpointStore(tmp_path / "backoff.json"),
+        settings=replace(FAST, retry_attempts=6),
+        retry_base_delay_s=1.0,
+        sleep=sleeps.append,
+    )
+    drain(poller)
+    # 1, 2, 4, 8, 16 s, then capped at 16 s, each stretched by up to half as much again
+    assert bounds == [(1, 1.5)] * 6
+    stretch = 1 if jitter == "low" else 1.5
+    assert sleeps == [stretch * base for base in (1, 2, 4, 8, 16, 16)]
+
+
+def test_a_handler_that_raises_is_retried_and_counted(setup):
+    client, make, messages = setup
+    write(client, 1)
+
+    def boom(records, ids):
+        raise RuntimeError("boom")
+
+    poller = make(Recorder(boom))
+    drain(poller)
+    assert (poller.stats.function_errors, poller.stats.retries) == (1 + FAST.retry_attempts, 2)
+    assert poller.stats.partial_failures == 0
+    assert len(messages()) == 1
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"batchItemFailures": ["not a map"]},
+        {"batchItemFailures": [{"itemIdentifier": "999"}]},  # no such record in the batch
+        {"batchItemFailures": [{}]},
+    ],
+)
+def test_a_failure_naming_no_record_of_the_batch_fails_all_of_it(setup, response):
+    client, make, _ = setup
+    write(client, 2)
+    calls = {"n": 0}
+
+    def fail_once(records, ids):
+        calls["n"] += 1
+        return response if calls["n"] == 1 else None
+
+    recorder = Recorder(fail_once)
+    drain(make(recorder))
+    assert recorder.batches == [["s0", "s1"], ["s0", "s1"]]
+
+
+def test_without_partial_batch_responses_a_reported_failure_is_ignored(setup):
+    client, make, _ = setup
+    write(client, 2)
+
+    def fail_s0(records, ids):
+        return {"batchItemFailures": [{"itemIdentifier": records[0]["dynamodb"]["SequenceNumber"]}]}
+
+    recorder = Recorder(fail_s0)
+    poller = make(recorder, settings=replace(FAST, report_batch_item_failures=False))
+    drain(poller)
+    assert recorder.batches == [["s0", "s1"]]
+    assert poller.stats.partial_failures == 0
+
+
+def test_record_age_is_measured_from_the_first_record(setup, monkeypatch):
+    _, make, _ = setup
+    poller = make(Recorder(), settings=replace(FAST, max_record_age_s=60))
+    now = time.time()
+
+    def batch(*ages: float | None) -> list[dict]:
+        return [
+            {"dynamodb": {} if age is None else {"ApproximateCreationDateTime": now - age}}
+            for age in ages
+        ]
+
+    assert poller._too_old(batch(61, 0))
+    assert not poller._too_old(batch(59, 120))  # the first record decides
+    assert not poller._too_old(batch(None, 120))  # no creation time: never too old
+    monkeypatch.setattr(poller_module.time, "time", lambda: now)
+    assert not poller._too_old(batch(60))  # exactly the limit: not yet too old
+    assert not make(Recorder(), settings=replace(FAST, max_record_age_s=-1))._too_old(batch(10**6))
+    assert make(Recorder(), settings=replace(FAST, max_record_age_s=0))._too_old(batch(1))
+    ageless = make(Recorder(), settings=replace(FAST, max_record_age_s=None))
+    assert not ageless._too_old(batch(10**6))
+
+
+def test_clearing_checkpoints_forgets_one_stream_only(tmp_path):
+    store = CheckpointStore(tmp_path / "c.json")
+    store.put("arn-1", "shard-a", "10")
+    store.put("arn-1", "shard-b", "11")
+    store.put("arn-2", "shard-a", "20")
+    assert (store.get("arn-1", "shard-b"), store.get("arn-2", "shard-a")) == ("11", "20")
+    store.clear("arn-1")
+    store.clear("arn-3")  # nothing to forget
+    reread = CheckpointStore(tmp_path / "c.json")
+    assert (reread.get("arn-1", "shard-a"), reread.get("arn-2", "shard-a")) == (None, "20")
+    assert CheckpointStore(tmp_path / "none.json").get("arn-1", "shard-a") is None
+
+
+def test_a_failure_at_the_first_record_checkpoints_nothing(setup, stream):
+    client, make, _ = setup
+    write(client, 3)
+
+    def fail_first_then_die(records, ids):
+        if len(recorder.batches) > 1:
+            raise WorkerDied
+        return {"batchItemFailures": [{"itemIdentifier": records[0]["dynamodb"]["SequenceNumber"]}]}
+
+    recorder = Recorder(fail_first_then_die)
+    poller = make(recorder)
+    with pytest.raises(WorkerDied):
+        drain(poller)
+    assert poller.checkpoints.get(stream.arn, stream.shard_id) is None
+    resumed = Recorder()
+    drain(make(resumed))
+    assert [i for b in resumed.batches for i in b] == ["s0", "s1", "s2"]
+
+
+def test_a_half_too_old_to_retry_does_not_drop_the_other_half(setup, stream, caplog):
+    client, make, messages = setup
+    write(client, 2)
+
+    def poison(records, ids):
+        if "s0" in ids:
+            raise RuntimeError("boom")
+        return None
+
+    recorder = Recorder(poison)
+    poller = make(recorder)
+    # s0 alone has aged past the limit by the time its half comes up
+    poller._too_old = lambda records: [signup_id(r) for r in records] == ["s0"]
+    with caplog.at_level(logging.WARNING, logger="turnstile.local.poller"):
+        drain(poller)
+    assert recorder.batches == [["s0", "s1"], ["s1"]]
+    [message] = messages()
+    assert message["requestContext"]["condition"] == "RecordAgeExceeded"
+    assert message["DDBStreamBatchInfo"]["shardId"] == stream.shard_id
+    assert message["requestContext"]["approximateInvokeCount"] == 0
+    logged = [r.getMessage() for r in caplog.records]
+    assert logged[0] == "stream handler raised: RuntimeError('boom')"
+    assert logged[1].startswith("batch sent to the on-failure destination: {")
+    assert json.loads(logged[1].split(": ", 1)[1])["DDBStreamBatchInfo"]["batchSize"] == 1
+
+
+def test_without_a_failure_queue_the_batch_is_still_given_up(aws, tmp_path):
+    client = aws.client("dynamodb")
+    write(client, 1)
+    poller = StreamPoller(
+        Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}),
+        aws.client("dynamodbstreams"),
+        client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"],
+        CheckpointStore(tmp_path / "deep" / "er" / "checkpoints.json"),
+        sqs_client=aws.client("sqs"),
+        failure_queue_url=None,
+        settings=FAST,
+        sleep=lambda _: None,
+    )
+    drain(poller)
+    assert poller.stats.sent_to_failure_destination == 1
+    assert (tmp_path / "deep" / "er" / "checkpoints.json").exists()
+
+
+def test_every_batch_given_up_is_counted(setup):
+    client, make, messages = setup
+    write(client, 8)  # two batches of four, each failing for good
+    poller = make(Recorder(lambda records, ids: {"batchItemFailures": [{"itemIdentifier": ""}]}))
+    drain(poller)
+    assert poller.stats.sent_to_failure_destination == 8
+    assert [m["DDBStreamBatchInfo"]["batchSize"] for m in messages()] == [4, 4]
+
+
+def test_a_response_that_is_not_a_map_counts_as_success(setup):
+    client, make, _ = setup
+    write(client, 2)
+    recorder = Recorder(lambda records, ids: "done")
+    poller = make(recorder)
+    drain(poller)
+    assert recorder.batches == [["s0", "s1"]]
+    assert poller.stats.partial_failures == 0
+
+
+def test_arrival_times_are_utc_and_default_to_now(setup, stream, monkeypatch):
+    """A record without a creation time arrived 'now'; times are UTC whatever the zone."""
+    _, make, messages = setup
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        poller = make(Recorder())
+        old = {"dynamodb": {"SequenceNumber": "1", "ApproximateCreationDateTime": 86400}}
+        undated = {"dynamodb": {"SequenceNumber": "2"}}
+        poller._send_to_failure_destination(stream.shard_id, [old, undated], "RecordAgeExceeded", 0)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    [message] = messages()
+    info = message["DDBStreamBatchInfo"]
+    assert info["approximateArrivalOfFirstRecord"] == "1970-01-02T00:00:00Z"
+    last = datetime.strptime(info["approximateArrivalOfLastRecord"], "%Y-%m-%dT%H:%M:%SZ")
+    stamp = datetime.strptime(message["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    for then in (last, stamp):
+        assert abs((datetime.now(UTC) - then.replace(tzinfo=UTC)).total_seconds()) < 60
+
+
+def test_a_checkpoint_is_renamed_into_place_from_its_own_directory(tmp_path, monkeypatch):
+    """Atomic only within one file system: the new file is written beside the old one."""
+    renames: list[tuple[str, str]] = []
+    real_replace = poller_module.os.replace
+
+    def replace_(src, dst):
+        renames.append((str(Path(src).parent), str(Path(dst).parent)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(poller_module.os, "replace", replace_)
+    store = CheckpointStore(tmp_path / "state" / "checkpoints.json")
+    store.put("arn", "shard", "1")
+    assert renames == [(str(tmp_path / "state"), str(tmp_path / "state"))]
+    assert [f.name for f in (tmp_path / "state").iterdir()] == ["checkpoints.json"]
+
+
+def test_time_spent_delivering_is_not_idle_time(setup):
+    # GIVEN a batch delivered by a poll that read nothing new (the batching window was still
+    # open), whose handler is slower than the idle limit while producers keep writing
+    client, make, _ = setup
+    write(client, 2)
+
+    def slow(records, ids):
+        if len(recorder.batches) == 1:
+            write(client, 2, prefix="t")
+            time.sleep(0.6)
+        return None
+
+    recorder = Recorder(slow)
+    poller = make(recorder, settings=replace(FAST, max_batching_window_s=30))
+    # WHEN the worker runs until the stream has been quiet for 0.3 s
+    poller.run(threading.Event(), until_idle_s=0.3)
+    # THEN it did not stop while it was busy: the records written meanwhile are delivered
+    assert [i for b in recorder.batches for i in b] == ["s0", "s1", "t0", "t1"]

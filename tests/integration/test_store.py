@@ -6,14 +6,15 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from turnstile.domain import Decision, EventSnapshot, Outcome
+from tests.helpers import CallRecorder
+from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.errors import (
     CommitConflictError,
     EventExistsError,
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.store import Journal, SignupStore
+from turnstile.store import EventRecord, Journal, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -40,29 +41,69 @@ def test_commit_conflict_becomes_a_domain_error(stubbed):
         store.commit(before, outcome, NOW, {})
 
 
-def test_commit_guards_on_version_and_capacity(stubbed):
-    store, stubber = stubbed
-    before, outcome = one_acceptance()
-    stubber.add_response(
-        "update_item",
-        {},
-        {
-            "TableName": "turnstile-control",
-            "Key": {"pk": {"S": "EVENT#e1"}, "sk": {"S": "EVENT"}},
-            "UpdateExpression": ANY,
-            "ConditionExpression": "#version = :expected AND #capacity >= :taken",
-            "ExpressionAttributeNames": ANY,
-            "ExpressionAttributeValues": {
-                ":taken": {"N": "1"},
-                ":accepted": {"N": "1"},
-                ":next": {"N": "5"},
-                ":expected": {"N": "4"},
-                ":j": ANY,
-            },
-        },
+def accept(snapshot: EventSnapshot, *seats: int) -> Outcome:
+    """An outcome accepting these seats on top of ``snapshot`` (the engine is not the
+    point here: these outcomes may also be ones the engine would never produce)."""
+    decisions = tuple(
+        Decision(f"s{snapshot.accepted + i}", str(100 + i), "ACCEPTED", n, position=i + 1)
+        for i, n in enumerate(seats)
     )
-    journal = store.commit(before, outcome, NOW, {})
-    assert journal.version == 5 and journal.decisions == outcome.decisions
+    state = EventSnapshot(
+        snapshot.event_id,
+        snapshot.capacity,
+        taken=snapshot.taken + sum(seats),
+        accepted=snapshot.accepted + len(seats),
+        version=snapshot.version,
+    )
+    return Outcome(decisions, state)
+
+
+@pytest.fixture
+def gig(aws):
+    """A moto store with an event of capacity 3, and a reader of its committed state."""
+    store = SignupStore(aws.client("dynamodb"))
+    store.create_event("gig", 3, NOW)
+
+    def snapshot() -> EventSnapshot:
+        record = store.get_event("gig")
+        assert record is not None
+        return record.snapshot
+
+    return store, snapshot
+
+
+def test_a_commit_stores_counters_version_and_journal(gig):
+    store, snapshot = gig
+    outcome = accept(snapshot(), 1, 2)
+    journal = store.commit(snapshot(), outcome, NOW, {})
+    record = store.get_event("gig")
+    assert record is not None
+    assert record.snapshot == EventSnapshot("gig", 3, taken=3, accepted=2, version=1)
+    assert record.journal == journal
+    assert (journal.version, journal.decided_at, journal.decisions) == (1, NOW, outcome.decisions)
+
+
+def test_a_commit_on_a_stale_version_is_refused_and_changes_nothing(gig):
+    # GIVEN two processors that read version 0; the first commits
+    store, snapshot = gig
+    before = snapshot()
+    store.commit(before, accept(before, 1), NOW, {})
+    after_first = store.get_event("gig")
+    # WHEN the second commits on the version it read THEN it conflicts, and nothing moved
+    with pytest.raises(CommitConflictError, match="'gig' moved past version 0"):
+        store.commit(before, accept(before, 2), "later", {})
+    assert store.get_event("gig") == after_first
+
+
+def test_a_commit_that_would_oversell_is_refused_even_on_the_right_version(gig):
+    store, snapshot = gig
+    before = snapshot()
+    with pytest.raises(CommitConflictError):
+        store.commit(before, accept(before, 2, 2), NOW, {})  # 4 seats of 3
+    assert snapshot() == before
+    # Exactly full is allowed.
+    store.commit(before, accept(before, 2, 1), NOW, {})
+    assert (snapshot().taken, snapshot().version) == (3, 1)
 
 
 def test_throttling_is_retried_then_becomes_store_unavailable(stubbed):
@@ -111,6 +152,7 @@ def test_journal_round_trips_and_is_compact():
         Decision(f"user-{i:06d}@example.com", str(10**21 + i), "ACCEPTED", 1, position=i + 1)
         for i in range(100)
     )
+    decisions += (Decision("bad", "7", "REJECTED", 0, "invalid_request", detail="seats"),)
     journal = Journal.build("e1", 3, NOW, decisions, {})
     blob = journal.encode()
     assert Journal.decode(blob) == journal
@@ -133,3 +175,88 @@ def test_intake_is_idempotent_per_body(aws):
     assert not created_again and again["submitted_at"] == NOW
     with pytest.raises(SignupConflictError):
         store.put_intake("gig", "u1", 3, {"name": "Ada", "n": 1.5}, NOW)
+
+
+def test_rejections_of_an_unknown_event_carry_their_request(aws):
+    store = SignupStore(aws.client("dynamodb"))
+    request = SignupRequest("nope", "u1", "5", 2, {"k": "v"}, "2026-01-01T00:00:00Z")
+    rejection = Decision("u1", "5", "REJECTED", 2, "unknown_event")
+    store.reject_without_event("nope", [rejection], {"u1": request}, NOW)
+    item = store.get_decision("nope", "u1")
+    assert item is not None
+    assert (item["reason"], item["attributes"], item["submitted_at"], item["decided_at"]) == (
+        "unknown_event",
+        {"k": "v"},
+        "2026-01-01T00:00:00Z",
+        NOW,
+    )
+
+
+def test_rejections_of_an_unknown_event_fill_each_transaction_to_the_limit(aws):
+    recorder = CallRecorder(aws.client("dynamodb"))
+    store = SignupStore(recorder)
+    rejections = [Decision(f"u{i}", str(i), "REJECTED", 1, "unknown_event") for i in range(100)]
+    store.reject_without_event("nope", rejections, {}, NOW)
+    # a ConditionCheck on the missing event item and 99 rejections, then the last one
+    assert recorder.sizes("transact_write_items", "TransactItems") == [100, 2]
+    assert len(store.get_decisions("nope", [f"u{i}" for i in range(100)])) == 100
+
+
+def test_rejection_conflict_says_what_happened(stubbed):
+    store, stubber = stubbed
+    stubber.add_client_error(
+        "transact_write_items", service_error_code="TransactionCanceledException"
+    )
+    with pytest.raises(CommitConflictError, match="'e1' appeared, or a signup was decided"):
+        store.reject_without_event(
+            "e1", [Decision("s1", "1", "REJECTED", 1, "unknown_event")], {}, NOW
+        )
+
+
+def unprocessed(store: SignupStore, journal: Journal) -> dict:
+    """What DynamoDB hands back when it wrote none of the journal's items."""
+    items = [store.decision_item("e1", d, journal.decided_at, None) for d in journal.decisions]
+    return {"turnstile-main": [{"PutRequest": {"Item": i}} for i in items]}
+
+
+def test_unprocessed_decision_items_are_written_again_until_none_is_left(stubbed):
+    store, stubber = stubbed
+    journal = Journal.build("gig", 1, NOW, (Decision("s1", "1", "ACCEPTED", 1, position=1),), {})
+    left = unprocessed(store, journal)
+    # Twice nothing written (within the store's 3 attempts), then everything.
+    stubber.add_response("batch_write_item", {"UnprocessedItems": left}, {"RequestItems": ANY})
+    stubber.add_response("batch_write_item", {"UnprocessedItems": left}, {"RequestItems": left})
+    stubber.add_response("batch_write_item", {"UnprocessedItems": {}}, {"RequestItems": left})
+    store.materialize("e1", journal, {"s1": SignupRequest("e1", "s1", "1")})
+    assert store.retries == 2
+
+
+def test_decision_items_never_written_make_the_store_unavailable(stubbed):
+    store, stubber = stubbed
+    journal = Journal.build("gig", 1, NOW, (Decision("s1", "1", "ACCEPTED", 1, position=1),), {})
+    left = unprocessed(store, journal)
+    for _ in range(3):
+        stubber.add_response("batch_write_item", {"UnprocessedItems": left})
+    with pytest.raises(StoreUnavailableError, match="batch_write_item left unprocessed items"):
+        store.materialize("e1", journal, {"s1": SignupRequest("e1", "s1", "1")})
+
+
+def test_an_event_item_reads_missing_counters_as_a_fresh_open_event():
+    """A hand-written event item may carry only its capacity."""
+    record = EventRecord.from_values({"event_id": "gig", "capacity": 3})
+    assert record.snapshot == EventSnapshot("gig", 3, taken=0, accepted=0, state="OPEN", version=0)
+    assert (record.created_at, record.journal) == (None, None)
+    assert EventRecord.from_values({"event_id": "gig"}).snapshot.capacity == 0
+    full = EventRecord.from_values(
+        {
+            "event_id": "gig",
+            "capacity": 9,
+            "taken": 4,
+            "accepted": 3,
+            "state": "CLOSED",
+            "version": 7,
+            "created_at": NOW,
+        }
+    )
+    assert full.snapshot == EventSnapshot("gig", 9, taken=4, accepted=3, state="CLOSED", version=7)
+    assert full.created_at == NOW

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from tests.helpers import FaultyClient, decisions, put_raw_intake
+from tests.helpers import (
+    CallRecorder,
+    FaultyClient,
+    WithoutCancellationReasons,
+    decisions,
+    put_raw_intake,
+)
 from turnstile.audit import audit
 from turnstile.clock import utc_now
 from turnstile.errors import DuplicateRunError, LeaseLostError
@@ -37,6 +46,15 @@ def store(client):
     return SignupStore(client, sleep=lambda _: None)
 
 
+@pytest.fixture(params=["reasons", "no-reasons"])
+def fenced(request, client):
+    """A store whose cancelled transactions name the failed item (DynamoDB) or do not (the
+    store then reads the lease to tell): every fencing test runs against both."""
+    if request.param == "no-reasons":
+        client = WithoutCancellationReasons(client)
+    return SignupStore(client, sleep=lambda _: None)
+
+
 def test_lease_is_exclusive_until_it_expires_and_tokens_grow(store):
     assert store.acquire_lease("a", 60, now=1000.0) == 1
     assert store.acquire_lease("b", 60, now=1030.0) is None  # held by a
@@ -44,15 +62,68 @@ def test_lease_is_exclusive_until_it_expires_and_tokens_grow(store):
     assert store.acquire_lease("b", 60, now=1091.0) == 3  # expired: b takes it over
 
 
-def test_a_sweeper_whose_lease_lapsed_cannot_write(store, client):
+def test_a_sweeper_whose_lease_lapsed_cannot_write(fenced, client):
     put_raw_intake(client, "gig", "u1")
-    token_a = store.acquire_lease("a", 60, now=1000.0)
-    assert store.fenced_redrive("a", token_a, 1010.0, "gig", "u1") is True
-    store.acquire_lease("b", 60, now=1100.0)  # a's lease lapsed, b holds it now
+    token_a = fenced.acquire_lease("a", 60, now=1000.0)
+    assert fenced.fenced_redrive("a", token_a, 1010.0, "gig", "u1") is True
+    fenced.acquire_lease("b", 60, now=1100.0)  # a's lease lapsed, b holds it now
     with pytest.raises(LeaseLostError):
-        store.fenced_redrive("a", token_a, 1101.0, "gig", "u1")
-    item = store.get_intake("gig", "u1")
+        fenced.fenced_redrive("a", token_a, 1101.0, "gig", "u1")
+    item = fenced.get_intake("gig", "u1")
     assert item is not None and int(item["redrive"]) == 1  # only a's write in time landed
+
+
+def test_a_lease_is_nobody_elses_up_to_its_last_instant(store):
+    # Its holder may still write at lease_until (the fence checks until >= now): taking it
+    # over at that same instant would let two sweepers write at once.
+    assert store.acquire_lease("a", 60, now=1000.0) == 1
+    assert store.acquire_lease("b", 60, now=1060.0) is None
+    assert store.acquire_lease("b", 60, now=1060.5) == 2
+
+
+def test_a_token_from_before_a_renewal_cannot_write(fenced, client):
+    # GIVEN a sweeper that renewed its own lease: same owner, a new token
+    put_raw_intake(client, "gig", "u1")
+    old = fenced.acquire_lease("a", 60, now=1000.0)
+    new = fenced.acquire_lease("a", 60, now=1010.0)
+    assert old is not None and new is not None and new > old
+    # WHEN a write still carries the token from before the renewal THEN it is refused
+    with pytest.raises(LeaseLostError, match=f"'a' \\(token {old}\\) lapsed"):
+        fenced.fenced_redrive_many("a", old, 1011.0, [("gig", "u1")])
+    assert fenced.fenced_redrive_many("a", new, 1011.0, [("gig", "u1")]) == 1
+    item = fenced.get_intake("gig", "u1")
+    assert item is not None and (item["redrive"], item["redriven_at"]) == (1, 1011)
+
+
+def test_a_stranger_with_the_current_token_cannot_write(fenced, client):
+    put_raw_intake(client, "gig", "u1")
+    token = fenced.acquire_lease("a", 60, now=1000.0)
+    assert token is not None
+    with pytest.raises(LeaseLostError, match=f"'b' \\(token {token}\\) lapsed"):
+        fenced.fenced_redrive_many("b", token, 1001.0, [("gig", "u1")])
+    assert "redrive" not in fenced.get_intake("gig", "u1")
+
+
+def test_an_expired_lease_nobody_took_cannot_write(fenced, client):
+    # GIVEN a lease of 60 s that nobody took over after it ran out
+    put_raw_intake(client, "gig", "u1")
+    token = fenced.acquire_lease("a", 60, now=1000.0)
+    assert token is not None
+    # THEN its holder writes up to the last instant, and not after it
+    assert fenced.fenced_redrive_many("a", token, 1060.0, [("gig", "u1")]) == 1
+    with pytest.raises(LeaseLostError, match="'a'"):
+        fenced.fenced_redrive_many("a", token, 1060.5, [("gig", "u1")])
+    assert int(fenced.get_intake("gig", "u1")["redrive"]) == 1
+
+
+def test_releasing_frees_the_lease_only_for_its_holder_and_token(store):
+    token = store.acquire_lease("a", 60, now=1000.0)
+    assert token is not None
+    store.release_lease("b", token)  # not b's
+    store.release_lease("a", token - 1)  # a stale token of a's
+    assert store.acquire_lease("b", 60, now=1001.0) is None  # still a's
+    store.release_lease("a", token)
+    assert store.acquire_lease("b", 60, now=1001.0) == token + 1  # free before it expired
 
 
 def test_run_history_is_immutable_and_a_run_happens_once(store):
@@ -102,7 +173,7 @@ def test_sweep_re_emits_old_undecided_records_and_the_stream_decides_them(store,
     stream_handler._processor = None
 
 
-def test_replay_failed_reruns_only_failed_runs(store, client):
+def test_replay_failed_reruns_only_failed_runs(store, client, caplog):
     put_raw_intake(client, "gig", "u1")
     calls = {"scan": 0}
 
@@ -114,7 +185,15 @@ def test_replay_failed_reruns_only_failed_runs(store, client):
 
     flaky = SignupStore(FaultyClient(client, fail_first_scan), sleep=lambda _: None, max_attempts=1)
     sweeper = Sweeper(flaky, owner="s", min_age_s=0)
-    assert sweeper.sweep("run-ok-later").status == "failed"
+    with caplog.at_level(logging.ERROR, logger="turnstile.sweeper"):
+        failed = sweeper.sweep("run-ok-later")
+    [logged] = caplog.records
+    assert (logged.getMessage(), logged.run_id) == ("sweep run failed", "run-ok-later")
+    # A failed run is not run again by the schedule, only by a replay
+    assert Sweeper(store, owner="s", min_age_s=0).sweep("run-ok-later").status == "already_ran"
+    assert failed.status == "failed"
+    assert failed.errors == ["StoreUnavailableError('scan still failing after 1 attempts: "
+                             "InternalServerError')"]
     Sweeper(store, owner="s", min_age_s=0).sweep("run-fine")
     # WHEN failed runs are replayed
     results = Sweeper(store, owner="s", min_age_s=0).replay_failed()
@@ -178,6 +257,58 @@ def test_a_long_run_renews_its_lease_and_writes_with_the_new_token(store, client
     result = sweeper.sweep("long")
     assert (result.status, result.re_emitted, result.errors) == ("succeeded", 5, [])
     assert result.lease_token is not None and result.lease_token > 1  # renewed on the way
+    # ... and gave up its lease, with the token it last held, when it was done
+    assert store.acquire_lease("next", 60, clock()) is not None
+
+
+def test_a_lease_is_renewed_once_a_third_of_it_has_passed(store, client):
+    # GIVEN re-emissions 10 s apart under a 60 s lease: at 0, 10, 20, 30 and 40 s
+    for i in range(5):
+        put_raw_intake(client, "gig", f"u{i}")
+    clock = Clock()
+    sweeper = Sweeper(
+        slow_store(client, clock, 10), owner="s", lease_s=60, min_age_s=0, clock=clock
+    )
+    sweeper.chunk = 1
+    result = sweeper.sweep("thirds")
+    # THEN it renews once, at 30 s (more than 20 s after taking it), and not at 40 s
+    assert (result.status, result.lease_token) == ("succeeded", 2)
+
+
+def test_a_lease_taken_over_mid_run_stops_it_and_is_left_to_its_holder(store, client):
+    for i in range(3):
+        put_raw_intake(client, "gig", f"u{i}")
+    clock = Clock()
+
+    class TakenOver(SignupStore):
+        def fenced_redrive_many(self, owner, token, now, keys):  # type: ignore[override]
+            done = super().fenced_redrive_many(owner, token, now, keys)
+            clock.t += 70  # a stall past the lease: another sweeper takes it over
+            assert self.acquire_lease("other", 60, clock()) is not None
+            return done
+
+    sweeper = Sweeper(TakenOver(client), owner="s", lease_s=60, min_age_s=0, clock=clock)
+    sweeper.chunk = 1
+    result = sweeper.sweep("lost")
+    assert (result.status, result.re_emitted) == ("failed", 1)
+    assert result.errors == ["sweeper lease of 's' was taken over"]
+    assert [i["exec_status"] for i in store.run_history("lost")] == ["started", "failed"]
+    assert store.acquire_lease("third", 60, clock()) is None  # still the other's
+
+
+def test_a_run_re_emits_at_most_its_limit_and_records_what_it_did(store, client):
+    for i in range(5):
+        put_raw_intake(client, "gig", f"u{i}")
+    sweeper = Sweeper(store, owner="s", min_age_s=0, max_re_emits=3)
+    sweeper.chunk = 2
+    result = sweeper.sweep("capped")
+    assert (result.status, result.undecided, result.re_emitted) == ("succeeded", 5, 3)
+    started, finished = store.run_history("capped")
+    assert (finished["exec_status"], json.loads(finished["detail"])["re_emitted"]) == (
+        "succeeded",
+        3,
+    )
+    assert started["created_at"] <= finished["created_at"]  # both stamped, in order
 
 
 def test_a_run_stops_at_its_time_budget_and_leaves_the_rest(store, client):
@@ -192,14 +323,37 @@ def test_a_run_stops_at_its_time_budget_and_leaves_the_rest(store, client):
     assert (result.undecided, result.re_emitted) == (4, 2)
 
 
-def test_re_emission_is_batched_and_skips_records_that_vanished(store, client):
+def test_a_run_may_start_a_re_emission_at_the_end_of_its_budget(store, client):
+    for i in range(4):
+        put_raw_intake(client, "gig", f"u{i}")
+    clock = Clock()
+    sweeper = Sweeper(
+        slow_store(client, clock, 10), owner="s", min_age_s=0, max_run_s=20, clock=clock
+    )
+    sweeper.chunk = 1
+    result = sweeper.sweep("budget")
+    assert (result.undecided, result.re_emitted) == (4, 3)  # at 0, 10 and 20 s, not 30
+
+
+def test_a_run_re_emits_in_chunks(client):
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    for i in range(5):
+        put_raw_intake(client, "gig", f"u{i}")
+    sweeper = Sweeper(store, owner="s", min_age_s=0)
+    sweeper.chunk = 2
+    assert sweeper.sweep("chunks").re_emitted == 5
+    assert recorder.sizes("transact_write_items", "TransactItems") == [3, 3, 2]
+
+
+def test_re_emission_is_batched_and_skips_records_that_vanished(fenced, client):
     for i in range(150):
         put_raw_intake(client, "gig", f"u{i}")
-    token = store.acquire_lease("s", 60, now=1000.0)
+    token = fenced.acquire_lease("s", 60, now=1000.0)
     assert token is not None
     keys = [("gig", f"u{i}") for i in range(150)] + [("gig", "never-written")]
-    assert store.fenced_redrive_many("s", token, 1001.0, keys) == 150
-    assert all(int(store.get_intake("gig", f"u{i}")["redrive"]) == 1 for i in (0, 98, 149))
+    assert fenced.fenced_redrive_many("s", token, 1001.0, keys) == 150
+    assert all(int(fenced.get_intake("gig", f"u{i}")["redrive"]) == 1 for i in (0, 98, 149))
 
 
 # -- aging: no clock a producer writes hides a record ------------------------------------
@@ -231,3 +385,51 @@ def test_find_undecided_counts_unknown_and_future_ages_as_old(store, client, lab
     got = [u.signup_id for u in find_undecided(store, 300.0, now=now)]
     # THEN only a record known to be young, or just re-emitted, is left to wait
     assert got == (["u1"] if found else []), label
+
+
+
+
+def test_re_emission_fills_each_transaction_to_the_limit(client):
+    # GIVEN 198 undecided records: exactly two transactions of 99 records and a lease check
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    for i in range(198):
+        put_raw_intake(client, "gig", f"u{i:03d}")
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", f"u{i:03d}") for i in range(198)]
+    assert store.fenced_redrive_many("s", token, 1001.0, keys) == 198
+    assert recorder.sizes("transact_write_items", "TransactItems") == [100, 100]
+
+
+def test_a_vanished_record_at_the_lease_s_last_instant_is_not_a_lost_lease(client):
+    # Where the cancellation names no item, the store reads the lease: at its last instant
+    # it is still ours, so the record alone is skipped.
+    store = SignupStore(WithoutCancellationReasons(client), sleep=lambda _: None)
+    put_raw_intake(client, "gig", "u1")
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", "u1"), ("gig", "never-written")]
+    assert store.fenced_redrive_many("s", token, 1060.0, keys) == 1
+
+
+def test_a_cancellation_that_names_its_item_needs_no_read_of_the_lease(client):
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    put_raw_intake(client, "gig", "u1")
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", "u1"), ("gig", "never-written")]
+    assert store.fenced_redrive_many("s", token, 1001.0, keys) == 1
+    assert [op for op, _ in recorder.calls if op.startswith(("get_", "query", "scan"))] == []
+
+
+def test_a_sweep_judges_age_by_its_own_clock(store, client):
+    # GIVEN a record submitted ten seconds before the sweeper's clock reads
+    put_raw_intake(client, "gig", "u1", submitted_at={"S": "2026-01-01T00:00:00Z"})
+    clock = Clock(datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC).timestamp())
+    # THEN it is too young to re-emit, whatever the wall clock says
+    result = Sweeper(store, owner="s", min_age_s=300, clock=clock).sweep("young")
+    assert (result.status, result.undecided) == ("succeeded", 0)
+    clock.t += 300
+    assert Sweeper(store, owner="s", min_age_s=300, clock=clock).sweep("old").undecided == 1

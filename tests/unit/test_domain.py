@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -9,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnstile.contract import MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
+from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
     MAX_DETAIL_CHARS,
+    MAX_SEATS,
     MAX_SUBMITTED_AT_CHARS,
     EventSnapshot,
     SignupRequest,
@@ -103,6 +105,22 @@ def _nested(depth: int) -> dict[str, Any]:
             [req("a", 6)],
             [("a", Status.ACCEPTED, None, 4)],
         ),
+        # Room is what the committed taken leaves: 2 of 10, not 10.
+        (
+            EventSnapshot(event_id="e1", capacity=10, taken=8, accepted=5, version=3),
+            [req("a", 3, 1), req("b", 2, 2), req("c", 1, 3)],
+            [
+                ("a", Status.REJECTED, Reason.CAPACITY_FULL, None),
+                ("b", Status.ACCEPTED, None, 6),
+                ("c", Status.REJECTED, Reason.CAPACITY_FULL, None),
+            ],
+        ),
+        # An event already full takes nobody, not even one seat.
+        (
+            EventSnapshot(event_id="e1", capacity=4, taken=4, accepted=4),
+            [req("a", 1)],
+            [("a", Status.REJECTED, Reason.CAPACITY_FULL, None)],
+        ),
     ],
 )
 def test_decide_rules(event, requests, expected):
@@ -115,6 +133,23 @@ def test_already_decided_signups_get_no_new_decision():
     outcome = decide(OPEN3, [req("a", seq=1), req("b", seq=2)], already_decided={"a"})
     assert [d.signup_id for d in outcome.decisions] == ["b"]
     assert outcome.state is not None and outcome.state.taken == 1
+
+
+def test_state_advances_from_the_committed_state():
+    before = EventSnapshot(event_id="e1", capacity=10, taken=8, accepted=5, version=3)
+    outcome = decide(before, [req("a", 3, 1), req("b", 2, 2)])
+    assert outcome.state == EventSnapshot("e1", 10, taken=10, accepted=6, version=3)
+
+
+def test_invalid_input_keeps_its_detail_and_takes_no_seats():
+    outcome = decide(OPEN3, [req("a", 0, 1, problem="seats must be at least 1"), req("b", 3, 2)])
+    bad, good = outcome.decisions
+    assert (bad.reason, bad.detail, bad.position) == (
+        Reason.INVALID_REQUEST,
+        "seats must be at least 1",
+        None,
+    )
+    assert (good.status, good.position) == (Status.ACCEPTED, 1)
 
 
 def test_state_advances_but_version_is_the_stores():
@@ -228,6 +263,26 @@ def test_detail_is_bounded_whatever_the_record_held():
     assert decision.detail is not None and len(decision.detail) == MAX_DETAIL_CHARS
 
 
+@pytest.mark.parametrize(
+    ("seats", "expected"),
+    [
+        (Decimal(1), (1, None)),
+        (Decimal(MAX_SEATS), (MAX_SEATS, None)),
+        (Decimal(MAX_SEATS + 1), (0, f"seats must be at most {MAX_SEATS}")),
+        (Decimal(0), (0, "seats must be at least 1")),
+        (Decimal("2.0"), (2, None)),
+        (Decimal("2.5"), (0, "seats must be a whole number")),
+        (Decimal("NaN"), (0, "seats must be a whole number")),
+        ("3", (0, "seats must be a number, got str")),
+        (False, (0, "seats must be a number, got bool")),
+    ],
+)
+def test_seats_rules_exactly(seats, expected):
+    """An invalid request takes no seats (0), and says why in words a producer can act on."""
+    request = parse_request({"event_id": "e1", "signup_id": "s1", "seats": seats}, "1")
+    assert (request.seats, request.problem) == expected
+
+
 def test_parse_request_defaults():
     request = parse_request({"event_id": "e1", "signup_id": "u-1@x.io"}, "7")
     assert request.problem is None
@@ -241,50 +296,102 @@ def test_parse_request_without_image_uses_keys():
 
 # -- properties of the invariants ------------------------------------------------------
 
-requests_strategy = st.lists(
-    st.tuples(
-        st.sampled_from([f"s{i}" for i in range(25)]),  # repeats model redelivery
-        st.integers(min_value=1, max_value=4),
-        st.booleans().map(lambda bad: "bad input" if bad else None),
-    ),
-    max_size=60,
-)
-events_strategy = st.one_of(
+SIGNUP_IDS = [f"s{i}" for i in range(25)]  # repeats model redelivery
+
+#: Whatever a producer can put in an intake item's seats (typed values, as boto3 reads them).
+hostile_seats = st.one_of(
     st.none(),
-    st.builds(
-        EventSnapshot,
-        event_id=st.just("e1"),
-        capacity=st.integers(min_value=0, max_value=30),
-        state=st.sampled_from([EventState.OPEN, EventState.OPEN, EventState.CLOSED]),
+    st.integers(min_value=-3, max_value=MAX_SEATS + 3).map(Decimal),
+    st.decimals(allow_nan=True, allow_infinity=True, places=2),
+    st.text(max_size=3),
+    st.booleans(),
+    st.lists(st.integers(), max_size=2),
+)
+hostile_attributes = st.one_of(
+    st.none(),
+    st.dictionaries(st.text(max_size=5), st.text(max_size=20), max_size=3),
+    st.just({"blob": "x" * (MAX_ATTRIBUTES_BYTES + 1)}),
+    st.text(max_size=5),
+    st.lists(st.text(max_size=3), max_size=2),
+)
+hostile_ids = st.one_of(st.sampled_from(SIGNUP_IDS), st.text(max_size=8), st.integers(), st.none())
+
+#: One intake image: mostly well formed, sometimes anything.
+images = st.one_of(
+    st.fixed_dictionaries(
+        {"signup_id": st.sampled_from(SIGNUP_IDS)},
+        optional={"seats": st.integers(min_value=1, max_value=40).map(Decimal)},
+    ),
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "signup_id": hostile_ids,
+            "seats": hostile_seats,
+            "attributes": hostile_attributes,
+            "submitted_at": st.one_of(st.text(max_size=5), st.integers()),
+        },
     ),
 )
 
-
-def build(raw: list[tuple[str, int, str | None]]) -> list[SignupRequest]:
-    return [
-        SignupRequest("e1", sid, str(10_000 + i), seats, problem=problem if i % 7 == 0 else None)
-        for i, (sid, seats, problem) in enumerate(raw)
+requests_strategy = st.lists(images, max_size=40).map(
+    lambda raw: [
+        parse_request({"event_id": "e1", **image}, str(10_000 + i)) for i, image in enumerate(raw)
     ]
+)
+
+
+@st.composite
+def committed_events(draw: st.DrawFn) -> EventSnapshot:
+    """An event as some earlier commit may have left it: seats and signups already taken."""
+    capacity = draw(st.one_of(st.integers(0, 30), st.integers(0, 2 * MAX_SEATS)))
+    taken = draw(st.integers(0, capacity))
+    accepted = draw(st.integers(0, taken))
+    return EventSnapshot(
+        event_id="e1",
+        capacity=capacity,
+        taken=taken,
+        accepted=accepted,
+        state=draw(st.sampled_from([EventState.OPEN, EventState.OPEN, EventState.CLOSED])),
+        version=draw(st.integers(0, 10**9)),
+    )
+
+
+events_strategy = st.one_of(st.none(), committed_events())
 
 
 @settings(max_examples=300, deadline=None)
-@given(event=events_strategy, raw=requests_strategy)
-def test_invariant_1_never_oversold_and_taken_matches(event, raw):
-    outcome = decide(event, build(raw))
+@given(image=st.dictionaries(st.sampled_from(["event_id", "signup_id", "seats", "attributes",
+                                              "submitted_at", "other"]),
+                             st.one_of(hostile_seats, hostile_attributes, hostile_ids)))
+def test_any_image_parses_and_a_valid_request_is_sane(image):
+    request = parse_request(image, "1")
+    if request.problem is None:
+        assert 1 <= request.seats <= MAX_SEATS
+        assert ID_PATTERN.fullmatch(request.event_id) and ID_PATTERN.fullmatch(request.signup_id)
+        assert isinstance(request.attributes, dict)
+        assert value_size(request.attributes) <= MAX_ATTRIBUTES_BYTES
+
+
+@settings(max_examples=200, deadline=None)
+@given(event=events_strategy, requests=requests_strategy)
+def test_invariant_1_never_oversold_and_taken_matches(event, requests):
+    outcome = decide(event, requests)
     accepted_seats = sum(d.seats for d in outcome.decisions if d.accepted)
     if event is None:
         assert accepted_seats == 0
         return
     assert outcome.state is not None
-    assert accepted_seats <= event.capacity
-    assert outcome.state.taken == event.taken + accepted_seats
-    assert outcome.state.taken <= event.capacity
+    assert accepted_seats <= event.capacity - event.taken
+    assert outcome.state == replace(
+        event,
+        taken=event.taken + accepted_seats,
+        accepted=event.accepted + sum(1 for d in outcome.decisions if d.accepted),
+    )
 
 
-@settings(max_examples=300, deadline=None)
-@given(event=events_strategy, raw=requests_strategy)
-def test_invariant_2_exactly_one_decision_per_signup(event, raw):
-    requests = build(raw)
+@settings(max_examples=200, deadline=None)
+@given(event=events_strategy, requests=requests_strategy)
+def test_invariant_2_exactly_one_decision_per_signup(event, requests):
     outcome = decide(event, requests)
     ids = [d.signup_id for d in outcome.decisions]
     assert len(ids) == len(set(ids))
@@ -296,10 +403,10 @@ def test_invariant_2_exactly_one_decision_per_signup(event, raw):
     assert all(d.sequence_number == first_seq[d.signup_id] for d in outcome.decisions)
 
 
-@settings(max_examples=300, deadline=None)
-@given(event=events_strategy, raw=requests_strategy)
-def test_invariant_3_arrival_order(event, raw):
-    outcome = decide(event, build(raw))
+@settings(max_examples=200, deadline=None)
+@given(event=events_strategy, requests=requests_strategy)
+def test_invariant_3_arrival_order(event, requests):
+    outcome = decide(event, requests)
     accepted = [d for d in outcome.decisions if d.accepted]
     seqs = [int(d.sequence_number) for d in accepted]
     positions = [d.position for d in accepted]
@@ -316,11 +423,14 @@ def test_invariant_3_arrival_order(event, raw):
                 assert d.seats > remaining
 
 
-@settings(max_examples=300, deadline=None)
-@given(event=events_strategy, raw=requests_strategy, cut=st.integers(min_value=0, max_value=60))
-def test_invariant_5_replaying_a_prefix_changes_nothing(event, raw, cut):
+@settings(max_examples=200, deadline=None)
+@given(
+    event=events_strategy,
+    requests=requests_strategy,
+    cut=st.integers(min_value=0, max_value=40),
+)
+def test_invariant_5_replaying_a_prefix_changes_nothing(event, requests, cut):
     """Deciding a prefix, then the whole stream again on top of it, equals deciding once."""
-    requests = build(raw)
     once = decide(event, requests)
     first = decide(event, requests[:cut])
     again = decide(first.state, requests, already_decided={d.signup_id for d in first.decisions})

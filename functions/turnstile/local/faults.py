@@ -19,11 +19,18 @@ FAULT_CODES = (
 
 
 class FaultInjectingClient:
-    """A boto3 client whose calls fail at ``rate`` with DynamoDB's transient errors."""
+    """A boto3 client whose calls fail at ``rate`` with DynamoDB's transient errors.
 
-    def __init__(self, client: Any, rate: float, seed: int | None = None) -> None:
+    ``stuck_event``: every call whose request names this event id is throttled, as a hot
+    partition that stays throttled (its batches exhaust their retries: the on-failure path).
+    """
+
+    def __init__(
+        self, client: Any, rate: float, seed: int | None = None, stuck_event: str | None = None
+    ) -> None:
         self._client = client
         self._rate = rate
+        self._stuck = repr(stuck_event) if stuck_event else None
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self.calls = 0
@@ -41,6 +48,8 @@ class FaultInjectingClient:
                 self.calls += 1
                 fail = self._rng.random() < self._rate
                 code, status = self._rng.choice(FAULT_CODES)
+                if self._stuck is not None and self._stuck in repr(kwargs):
+                    fail, code, status = True, "ThrottlingException", 400
                 if fail:
                     self.injected += 1
             if fail:

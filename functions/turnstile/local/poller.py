@@ -257,6 +257,7 @@ class StreamPoller:
         """
         quiet_since = time.monotonic()
         while not stop.is_set():
+            invoked = self.stats.invocations
             try:
                 got = self.poll_once()
             except Exception:
@@ -266,7 +267,9 @@ class StreamPoller:
                     state.iterator = None
                 self._buffers.clear()
                 stop.wait(1.0)
-            if got:
+            # A poll that read nothing may still have delivered a buffered batch: the time
+            # its handler took is work, not quiet.
+            if got or self.stats.invocations != invoked:
                 quiet_since = time.monotonic()
             elif until_idle_s is not None and time.monotonic() - quiet_since >= until_idle_s:
                 break
@@ -425,7 +428,8 @@ class StreamPoller:
                 "requestId": str(uuid.uuid4()),
                 "functionArn": LocalLambdaContext().invoked_function_arn,
                 "condition": condition,
-                "approximateInvokeCount": attempts + 1,
+                # Invocations of these records so far (AWS counts invocations, not retries).
+                "approximateInvokeCount": attempts,
             },
             "responseContext": {
                 "statusCode": 200,

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import replace
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,35 @@ def ensure_resources(session: boto3.Session | None = None) -> dict[str, str]:
     return {"failure_queue_url": queue_url}
 
 
+@dataclass
+class DecisionStats:
+    """What the worker's processor did, for the worker's closing summary (drills read it)."""
+
+    decided: int = 0
+    failed_groups: int = 0
+    conflicts: int = 0
+    #: Wall-clock time of the first and the last batch handed to the processor.
+    first_batch_at: float | None = None
+    last_batch_at: float | None = None
+
+
+def counting_processor(store: Any, stats: DecisionStats) -> Any:
+    """The stream processor, counting decisions, failed groups and version conflicts."""
+    from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
+
+    class CountingProcessor(StreamProcessor):
+        def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+            stats.first_batch_at = stats.first_batch_at or time.time()
+            result = super().process(records)
+            stats.last_batch_at = time.time()
+            stats.decided += len(result.decided)
+            stats.failed_groups += len(result.failures)
+            stats.conflicts += result.conflicts
+            return result
+
+    return CountingProcessor(store)
+
+
 class Worker:
     """The stream worker: a ``StreamPoller`` feeding the real stream handler."""
 
@@ -77,19 +108,28 @@ class Worker:
         dynamodb = session.client("dynamodb")
         streams = session.client("dynamodbstreams")
         self.faults: list[FaultInjectingClient] = []
+        self.decisions = DecisionStats()
+        self.store: Any = None
         fault_rate = float(os.environ.get("TURNSTILE_FAULT_RATE") or 0)
+        stuck_event = os.environ.get("TURNSTILE_FAULT_STUCK_EVENT") or None
         if handler is None:
             from turnstile.handlers import stream as stream_module
-            from turnstile.processor import StreamProcessor
             from turnstile.store import SignupStore, default_client
 
             store_client = default_client()
-            if fault_rate:
+            if fault_rate or stuck_event:
                 # Drills: throttling and 5xx on a share of the worker's DynamoDB calls.
-                store_client = FaultInjectingClient(store_client, fault_rate)
+                store_client = FaultInjectingClient(
+                    store_client, fault_rate, stuck_event=stuck_event
+                )
                 streams = FaultInjectingClient(streams, fault_rate)
                 self.faults = [store_client, streams]
-            stream_module._processor = StreamProcessor(SignupStore(store_client))
+            store_kwargs: dict[str, Any] = {}
+            if os.environ.get("TURNSTILE_STORE_MAX_ATTEMPTS"):
+                # Drills: a smaller retry budget, so faults reach failed groups and retries.
+                store_kwargs["max_attempts"] = int(os.environ["TURNSTILE_STORE_MAX_ATTEMPTS"])
+            self.store = SignupStore(store_client, **store_kwargs)
+            stream_module._processor = counting_processor(self.store, self.decisions)
             handler = stream_module.handler
         settings = STREAM_SOURCE
         if os.environ.get("TURNSTILE_MAX_RECORD_AGE_S"):
@@ -124,6 +164,16 @@ class Worker:
 
     def run(self, until_idle_s: float | None = None) -> None:
         self.poller.run(self.stop_event, until_idle_s)
+
+    def summary(self) -> dict[str, Any]:
+        """The poller's counters, the processor's, the store's retries and injected faults."""
+        return {
+            **asdict(self.poller.stats),
+            **asdict(self.decisions),
+            "store_retries": self.store.retries if self.store is not None else 0,
+            "faults_injected": sum(f.injected for f in self.faults),
+            "calls": sum(f.calls for f in self.faults),
+        }
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="stream-worker", daemon=True)

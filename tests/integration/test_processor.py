@@ -1,0 +1,186 @@
+"""The stream processor on its own (moto store): what it reports, conflicts, the journal cache.
+
+The stream handler's tests drive it through Lambda-shaped events; these pin what the
+handler, the metrics and the local worker read from a ``BatchResult``, and how often the
+processor writes a journal out (each write costs write units, never a decision).
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+
+import pytest
+
+from tests.helpers import CallRecorder
+from turnstile.contract import Reason, Status
+from turnstile.errors import CommitConflictError
+from turnstile.processor import IntakeRecord, StreamProcessor
+from turnstile.store import SignupStore
+
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+def insert(event_id: str, signup_id: str, seq: int, seats: int = 1) -> IntakeRecord:
+    keys = {"event_id": event_id, "signup_id": signup_id}
+    image = {**keys, "seats": Decimal(seats), "submitted_at": "2026-01-01T00:00:00Z"}
+    return IntakeRecord(str(seq), "INSERT", keys, image)
+
+
+@pytest.fixture
+def recorder(aws):
+    return CallRecorder(aws.client("dynamodb"))
+
+
+@pytest.fixture
+def store(recorder):
+    return SignupStore(recorder, sleep=lambda _: None)
+
+
+def processor(store: SignupStore, **kwargs) -> StreamProcessor:
+    return StreamProcessor(store, clock=lambda: NOW, **kwargs)
+
+
+def test_results_name_their_event_time_and_request(store):
+    store.create_event("gig", 1, NOW)
+    result = processor(store).process([insert("gig", "a", 1), insert("nope", "b", 2)])
+    got = [
+        (d.event_id, d.decision.signup_id, d.decision.status, d.decided_at, d.submitted_at)
+        for d in result.decided
+    ]
+    assert got == [
+        ("gig", "a", Status.ACCEPTED, NOW, "2026-01-01T00:00:00Z"),
+        ("nope", "b", Status.REJECTED, NOW, "2026-01-01T00:00:00Z"),
+    ]
+    # ... and the items carry the same decision time
+    items = [store.get_decision("gig", "a"), store.get_decision("nope", "b")]
+    assert [i["decided_at"] for i in items if i] == [NOW, NOW]
+
+
+def test_a_record_without_an_image_is_rejected_by_its_keys(store):
+    store.create_event("gig", 5, NOW)
+    records = [
+        IntakeRecord("1", "MODIFY", {"event_id": "gig", "signup_id": "a"}, None),
+        IntakeRecord("2", "MODIFY", {"event_id": "gig", "signup_id": "-bad"}, None),
+    ]
+    result = processor(store).process(records)
+    got = [
+        (d.event_id, d.decision.signup_id, d.decision.reason, d.decision.detail)
+        for d in result.decided
+    ]
+    assert got == [
+        ("gig", "a", Reason.INVALID_REQUEST, "record has no new image"),
+        (
+            "gig",
+            "-bad",
+            Reason.INVALID_REQUEST,
+            "signup_id must match ^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$; record has no new image",
+        ),
+    ]
+
+
+def test_removals_are_counted_and_skipped_not_a_stop(store):
+    store.create_event("gig", 5, NOW)
+    removal = IntakeRecord("1", "REMOVE", {"event_id": "gig", "signup_id": "old"})
+    result = processor(store).process([removal, removal, insert("gig", "a", 3)])
+    assert result.ignored == 2
+    assert [d.decision.signup_id for d in result.decided] == ["a"]
+
+
+def test_an_unknown_event_redelivered_decides_nothing_new(store):
+    first = processor(store).process([insert("nope", "a", 1)])
+    again = processor(store).process([insert("nope", "a", 1), insert("nope", "b", 2)])
+    assert [d.decision.reason for d in first.decided] == [Reason.UNKNOWN_EVENT]
+    assert ([d.decision.signup_id for d in again.decided], again.failures) == (["b"], [])
+
+
+class ConflictingStore(SignupStore):
+    """A store whose first ``conflicts`` commits lose to another processor."""
+
+    def __init__(self, *args, conflicts: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.conflicts_left = conflicts
+
+    def commit(self, expected, outcome, decided_at, requests):
+        if self.conflicts_left:
+            self.conflicts_left -= 1
+            raise CommitConflictError("another processor committed first")
+        return super().commit(expected, outcome, decided_at, requests)
+
+
+def test_conflicts_are_counted_and_the_loser_decides_again(aws):
+    store = ConflictingStore(aws.client("dynamodb"), conflicts=2)
+    store.create_event("gig", 5, NOW)
+    result = processor(store, max_conflicts=3).process([insert("gig", "a", 1)])
+    assert (result.conflicts, result.failures) == (2, [])
+    assert [d.decision.position for d in result.decided] == [1]
+
+
+def test_a_conflict_storm_fails_the_group_and_says_so(aws, caplog):
+    store = ConflictingStore(aws.client("dynamodb"), conflicts=10)
+    store.create_event("gig", 5, NOW)
+    with caplog.at_level(logging.ERROR, logger="turnstile.processor"):
+        result = processor(store, max_conflicts=3).process([insert("gig", "a", 7)])
+    assert (result.conflicts, result.failures, result.decided) == (3, ["7"], [])
+    [record] = caplog.records
+    assert (record.getMessage(), record.event_id) == ("event group failed", "gig")
+    assert "event 'gig': 3 conflicts in a row" in caplog.text
+
+
+def writes(recorder: CallRecorder) -> int:
+    return len(recorder.sizes("batch_write_item", "RequestItems"))
+
+
+def test_each_journal_is_written_out_once_per_process(store, recorder):
+    # GIVEN a processor that committed and wrote out journal 1
+    store.create_event("gig", 5, NOW)
+    warm = processor(store)
+    warm.process([insert("gig", "a", 1)])
+    assert writes(recorder) == 1
+    # WHEN it decides more THEN it does not write journal 1 again: one write, journal 2's
+    warm.process([insert("gig", "b", 2)])
+    assert writes(recorder) == 2
+    # A cold processor does not know journal 2 was written: it writes it once, then never
+    cold = processor(store)
+    cold.process([insert("gig", "b", 2)])  # a redelivery: nothing new to decide
+    assert writes(recorder) == 3
+    cold.process([insert("gig", "b", 2)])
+    assert writes(recorder) == 3
+
+
+def test_the_journal_cache_forgets_the_least_recently_used_event(store, recorder):
+    p = processor(store, journal_cache_size=2)
+    for event_id in ("A", "B", "C"):
+        store.create_event(event_id, 5, NOW)
+        p.process([insert(event_id, "a", 1)])
+    before = writes(recorder)
+    # A, the oldest, was forgotten (its journal is written again); C was not
+    p.process([insert("A", "a", 1)])
+    assert writes(recorder) == before + 1
+    p.process([insert("C", "a", 1)])
+    assert writes(recorder) == before + 1
+
+
+def test_a_cache_of_one_remembers_one(store, recorder):
+    store.create_event("gig", 5, NOW)
+    p = processor(store, journal_cache_size=1)
+    p.process([insert("gig", "a", 1)])
+    p.process([insert("gig", "a", 1)])  # redelivered: journal 1 is known to be written
+    assert writes(recorder) == 1
+
+
+def test_a_journal_another_processor_left_unwritten_is_written_before_deciding(store):
+    # GIVEN a warm processor that wrote out event A's journal 1
+    store.create_event("A", 5, NOW)
+    store.create_event("B", 5, NOW)
+    warm = processor(store)
+    warm.process([insert("A", "a", 1)])
+    # and event B's journal 1, committed by a processor that died before writing its items
+    dead = processor(SignupStore(store.client))
+    dead.store.materialize = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    dead.process([insert("B", "x", 2)])
+    assert store.get_decision("B", "x") is None
+    # WHEN the warm processor decides for B THEN B's journal 1 is written first
+    warm.process([insert("B", "y", 3)])
+    assert store.get_decision("B", "x") is not None
+    assert store.get_decision("B", "y") is not None

@@ -1,0 +1,219 @@
+"""The audit is the oracle of the drills, the end-to-end tests and the benchmark.
+
+``audit_event`` is pure, so each check it claims is tested the only way that shows it
+works: a clean table passes, and a table broken in exactly that way is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from turnstile.audit import EventAudit, audit_event
+from turnstile.contract import Reason, Status
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+Table = dict[str, Any]
+
+
+def iso(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def accepted(signup_id: str, seq: int, seats: int, position: int) -> dict[str, Any]:
+    return {
+        "signup_id": signup_id,
+        "status": Status.ACCEPTED,
+        "seats": seats,
+        "position": position,
+        "sequence_number": str(seq),
+    }
+
+
+def rejected(signup_id: str, seq: int, seats: int, reason: str) -> dict[str, Any]:
+    return {
+        "signup_id": signup_id,
+        "status": Status.REJECTED,
+        "seats": seats,
+        "reason": reason,
+        "sequence_number": str(seq),
+    }
+
+
+def clean_table() -> Table:
+    """Capacity 5, decided in stream order. Sequence numbers cross a digit boundary (98 ...
+    102), so sorting them as text instead of numbers would put them out of order."""
+    decisions = [
+        accepted("a", 98, 2, 1),
+        rejected("b", 99, 4, Reason.CAPACITY_FULL),  # 3 left: 4 does not fit
+        accepted("c", 100, 3, 2),  # a later, smaller request fits: no order violation
+        rejected("d", 101, 1, Reason.CAPACITY_FULL),  # nothing left
+        rejected("e", 102, 0, Reason.INVALID_REQUEST),
+    ]
+    intake = [{"signup_id": d["signup_id"], "submitted_at": iso(60)} for d in decisions]
+    intake.append({"signup_id": "f", "submitted_at": iso(10)})  # pending, within grace
+    return {
+        "event_item": {"capacity": 5, "taken": 5},
+        "decisions": decisions,
+        "intake": intake,
+        "journal_ids": set(),
+    }
+
+
+def run(table: Table, grace_s: float = 300.0) -> EventAudit:
+    return audit_event(
+        event_id="e1",
+        event_item=table["event_item"],
+        decisions=table["decisions"],
+        intake=table["intake"],
+        journal_ids=table["journal_ids"],
+        pending_grace_s=grace_s,
+        now=NOW,
+    )
+
+
+def decision(table: Table, signup_id: str) -> dict[str, Any]:
+    return next(d for d in table["decisions"] if d["signup_id"] == signup_id)
+
+
+def test_a_clean_table_passes_and_is_counted():
+    report = run(clean_table())
+    assert report.violations == []
+    assert (report.capacity, report.taken, report.accepted_seats) == (5, 5, 5)
+    assert (report.accepted, report.rejected, report.pending) == (2, 3, 1)
+    assert report.oldest_pending_s == pytest.approx(10.0)
+    assert report.unmaterialized == 0
+
+
+def swap_positions(t: Table) -> None:
+    decision(t, "a")["position"], decision(t, "c")["position"] = 2, 1
+
+
+def reject_one_that_fitted(t: Table) -> None:
+    # b asks for exactly the 3 seats left at its turn, and is refused as full.
+    decision(t, "b")["seats"] = 3
+
+
+def miscount_taken(t: Table) -> None:
+    t["event_item"]["taken"] = 4
+
+
+def oversell(t: Table) -> None:
+    t["event_item"].update(capacity=4, taken=5)
+
+
+def drop_position(t: Table) -> None:
+    del decision(t, "c")["position"]
+
+
+def unknown_reason(t: Table) -> None:
+    decision(t, "e")["reason"] = "because"
+
+
+def unknown_status(t: Table) -> None:
+    decision(t, "e")["status"] = "MAYBE"
+
+
+def no_sequence_number(t: Table) -> None:
+    del decision(t, "e")["sequence_number"]
+
+
+def no_event_item(t: Table) -> None:
+    t["event_item"] = None
+
+
+def pending_too_long(t: Table) -> None:
+    t["intake"][-1]["submitted_at"] = iso(3600)
+
+
+@pytest.mark.parametrize(
+    ("break_it", "expected"),
+    [
+        (swap_positions, "c: position 1 out of stream order"),
+        (reject_one_that_fitted, "b: rejected capacity_full although it fitted"),
+        (miscount_taken, "taken is 4 but accepted seats add up to 5"),
+        (oversell, "oversold: 5 seats accepted, capacity 4"),
+        (drop_position, "c: accepted without a position"),
+        (unknown_reason, "e: rejected with unknown reason 'because'"),
+        (unknown_status, "e: status 'MAYBE'"),
+        (no_sequence_number, "e: decision has no sequence number"),
+        (no_event_item, "2 accepted signups but no event item"),
+        (pending_too_long, "1 of 1 pending past the 300 s grace (the oldest known for 3600 s)"),
+    ],
+    ids=lambda v: v.__name__ if callable(v) else "",
+)
+def test_each_broken_table_is_reported(break_it: Callable[[Table], None], expected: str):
+    # GIVEN a table that is clean but for one thing
+    table = clean_table()
+    break_it(table)
+    # WHEN it is audited THEN exactly that is reported
+    assert expected in run(table).violations
+
+
+def test_a_later_request_that_fitted_is_only_a_violation_if_rejected_as_full():
+    # GIVEN b (4 seats) rejected with 3 left, then c (3 seats) accepted: both correct
+    table = clean_table()
+    # WHEN c had been rejected as full instead, although 3 were left for it
+    c = decision(table, "c")
+    c.update(status=Status.REJECTED, reason=Reason.CAPACITY_FULL)
+    del c["position"]
+    table["event_item"]["taken"] = 2
+    decision(table, "d")["seats"] = 4  # d still did not fit
+    violations = run(table).violations
+    # THEN c is the violation, and b and d are not
+    assert violations == ["c: rejected capacity_full although it fitted"]
+
+
+def test_positions_must_grow_strictly():
+    table = clean_table()
+    decision(table, "c")["position"] = 1  # a and c share position 1
+    assert "c: position 1 out of stream order" in run(table).violations
+
+
+def test_an_unknown_event_with_only_rejections_is_clean():
+    table = clean_table()
+    table["event_item"] = None
+    table["decisions"] = [rejected("a", 98, 1, Reason.UNKNOWN_EVENT)]
+    table["intake"] = [{"signup_id": "a"}]
+    report = run(table)
+    assert (report.violations, report.capacity, report.taken, report.rejected) == (
+        [],
+        None,
+        None,
+        1,
+    )
+
+
+def test_decisions_are_checked_in_sequence_order_however_they_are_read():
+    table = clean_table()
+    table["decisions"].reverse()  # a scan returns items in key order, not stream order
+    assert run(table).violations == []
+
+
+def test_an_event_item_without_counters_has_capacity_and_taken_zero():
+    table = clean_table()
+    table["event_item"] = {}
+    report = run(table)
+    assert (report.capacity, report.taken) == (0, 0)
+    assert report.violations[:2] == [
+        "oversold: 5 seats accepted, capacity 0",
+        "taken is 0 but accepted seats add up to 5",
+    ]
+
+
+def test_the_first_acceptance_without_a_position_is_out_of_order():
+    table = clean_table()
+    del decision(table, "a")["position"]
+    assert run(table).violations == [
+        "a: accepted without a position",
+        "a: position 0 out of stream order",
+    ]
+
+
+def test_the_oldest_pending_age_may_be_under_a_second():
+    table = clean_table()
+    table["intake"][-1]["submitted_at"] = iso(0.5)
+    assert run(table).oldest_pending_s == pytest.approx(0.5)
