@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from turnstile.contract import Attr, Reason, Status
+from turnstile.contract import Attr, HoldAttr, Reason, Status
 from turnstile.store import EventRecord, SignupStore
 
-__all__ = ["AuditReport", "EventAudit", "audit"]
+__all__ = ["AuditReport", "EventAudit", "audit", "audit_hold"]
 
 
 @dataclass
@@ -28,6 +28,9 @@ class EventAudit:
     pending: int = 0
     oldest_pending_s: float | None = None
     unmaterialized: int = 0
+    #: Undecided records parked behind the event's hold (not counted in ``pending``).
+    held: int = 0
+    held_for_s: float | None = None
     violations: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -41,6 +44,8 @@ class EventAudit:
             "pending": self.pending,
             "oldest_pending_s": self.oldest_pending_s,
             "unmaterialized": self.unmaterialized,
+            "held": self.held,
+            "held_for_s": self.held_for_s,
             "violations": self.violations,
         }
 
@@ -60,6 +65,7 @@ class AuditReport:
             "accepted": sum(e.accepted for e in self.events),
             "rejected": sum(e.rejected for e in self.events),
             "pending": sum(e.pending for e in self.events),
+            "held": sum(e.held for e in self.events),
             "violations": sum(len(e.violations) for e in self.events),
         }
 
@@ -165,6 +171,30 @@ def audit_event(
     return report
 
 
+def audit_hold(
+    report: EventAudit,
+    hold: Mapping[str, Any],
+    held_ids: set[str],
+    pending_grace_s: float,
+    now: datetime,
+) -> None:
+    """Account for a held event: ``held_ids`` are its parked, undecided signups.
+
+    They are waiting in arrival order, not lost; but a hold is a failure being ridden out,
+    so one older than the pending grace period is a violation (invariants 3 and 4 wait on
+    it). Their order, once released, is checked like any decision's.
+    """
+    report.held = len(held_ids)
+    report.held_for_s = _age_s(hold.get(HoldAttr.HELD_SINCE), now)
+    if report.held_for_s is not None and report.held_for_s > pending_grace_s:
+        report.violations.append(
+            f"held for {report.held_for_s:.0f} s (more than {pending_grace_s:.0f} s): "
+            f"{report.held} records parked since sequence number "
+            f"{hold.get(HoldAttr.FIRST_SEQUENCE_NUMBER)}, last error "
+            f"{hold.get(HoldAttr.ERROR, 'unknown')}"
+        )
+
+
 def audit(
     store: SignupStore,
     event_id: str | None = None,
@@ -180,9 +210,10 @@ def audit(
     intake: dict[str, list[dict[str, Any]]] = {}
     for item in store.scan(store.intake_table, event_id):
         intake.setdefault(item[Attr.EVENT_ID], []).append(item)
+    holds = store.holds(event_id)
     reports = []
     event_ids = set(event_items) | set(main) | set(intake) | ({event_id} if event_id else set())
-    for eid in sorted(event_ids):
+    for eid in sorted(event_ids | set(holds)):
         # The main table holds only decisions (events live in the control table).
         decisions = main.get(eid, [])
         event_item = event_items.get(eid)
@@ -191,9 +222,14 @@ def audit(
             record = EventRecord.from_values(event_item)
             if record.journal:
                 journal_ids = {d.signup_id for d in record.journal.decisions}
-        reports.append(
-            audit_event(
-                eid, event_item, decisions, intake.get(eid, []), journal_ids, pending_grace_s, now
-            )
-        )
+        held_ids: set[str] = set()
+        if eid in holds:
+            decided = {d[Attr.SIGNUP_ID] for d in decisions} | journal_ids
+            parked = {r.signup_id for r in store.parked_requests(eid)}
+            held_ids = parked - decided
+        rows = [r for r in intake.get(eid, []) if r[Attr.SIGNUP_ID] not in held_ids]
+        report = audit_event(eid, event_item, decisions, rows, journal_ids, pending_grace_s, now)
+        if eid in holds:
+            audit_hold(report, holds[eid], held_ids, pending_grace_s, now)
+        reports.append(report)
     return AuditReport(events=reports)

@@ -249,9 +249,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 print(f"  VIOLATION {e.event_id}: {violation}")
         t = report.totals
         verdict = "OK" if report.ok else "BROKEN"
+        held = f", {t['held']} held" if t["held"] else ""  # parked behind a failing event
         print(
             f"audit {verdict}: {t['events']} events, {t['accepted']} accepted, "
-            f"{t['rejected']} rejected, {t['pending']} pending, {t['violations']} violations"
+            f"{t['rejected']} rejected, {t['pending']} pending{held}, {t['violations']} violations"
         )
     return 0 if report.ok else EXIT_AUDIT_FAILED
 
