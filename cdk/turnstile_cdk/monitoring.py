@@ -108,6 +108,14 @@ class Monitoring(Construct):
             description="A stream batch was given up on: its records have no decision yet. "
             "Run 'turnstile redrive --stack <stack>' after fixing the cause.",
         )
+        self._alarm(
+            "EventHeld",
+            turnstile_metric("EventHeld", cloudwatch.Stats.SUM).with_(period=_FIVE_MINUTES),
+            threshold=0,
+            description="An event's signups could not be decided and are held, parked in "
+            "arrival order (its batches still succeed, so no other alarm fires). They are "
+            "released once deciding works again; 'turnstile audit' shows them as held.",
+        )
         for name, table in tables.items():
             self._alarm(
                 f"{name}TableThrottles",

@@ -116,6 +116,23 @@ def test_failure_queue_not_empty_alarm(template: Template) -> None:
     )
 
 
+def test_held_event_alarm(template: Template) -> None:
+    # A held event's batches succeed: neither function errors nor the on-failure queue
+    # tell, only the processor's EventHeld metric does.
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "Namespace": "Turnstile",
+            "MetricName": "EventHeld",
+            "Dimensions": [{"Name": "service", "Value": "turnstile"}],
+            "Statistic": "Sum",
+            "Period": 300,
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+        },
+    )
+
+
 @pytest.mark.parametrize("table_id", ["IntakeTable", "MainTable"])
 def test_table_throttling_alarm(template: Template, table_id: str) -> None:
     def throttle_metric(name: str) -> dict[str, object]:
