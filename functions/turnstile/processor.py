@@ -16,7 +16,7 @@ from typing import Any
 from turnstile.contract import ID_PATTERN
 from turnstile.domain import Decision, SignupRequest, decide, parse_request
 from turnstile.errors import CommitConflictError
-from turnstile.store import EventRecord, SignupStore
+from turnstile.store import EventRecord, SignupStore, refused_as_invalid
 
 __all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
 
@@ -232,8 +232,10 @@ class StreamProcessor:
         result: BatchResult,
     ) -> bool:
         """Park ``requests`` and hold the event; False if that failed too (the event
-        source then retries the group: the last resort)."""
-        if not ID_PATTERN.fullmatch(event_id):
+        source then retries the group: the last resort), or if DynamoDB refused the
+        records themselves (holding would block the event behind records that can never
+        be decided: they take the event source's retries, bisect and on-failure queue)."""
+        if not ID_PATTERN.fullmatch(event_id) or refused_as_invalid(error):
             return False
         error_class = type(error).__name__ if error is not None else None
         try:

@@ -55,7 +55,7 @@ from turnstile.errors import (
     StoreUnavailableError,
 )
 
-__all__ = ["EventRecord", "Journal", "SignupStore", "default_client"]
+__all__ = ["EventRecord", "Journal", "SignupStore", "default_client", "refused_as_invalid"]
 
 T = TypeVar("T")
 
@@ -1117,6 +1117,12 @@ class SignupStore:
             if "LastEvaluatedKey" not in response:
                 return
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
+def refused_as_invalid(error: BaseException | None) -> bool:
+    """Whether DynamoDB refused a request as invalid (ValidationException): the request
+    itself is at fault, so trying it again, however late, cannot help."""
+    return isinstance(error, ClientError) and _code(error) == "ValidationException"
 
 
 def _held(hold: dict[str, Any]) -> dict[str, Any] | None:

@@ -268,6 +268,30 @@ def test_a_record_parked_during_a_release_keeps_the_event_held(client, store, st
     assert ("hot", "late") in decisions(client)
 
 
+def test_records_dynamodb_refuses_are_not_held_but_left_to_the_event_source(
+    client, store, stream
+):
+    # GIVEN a commit of hot that DynamoDB refuses as invalid (the records are at fault)
+    store.create_event("hot", 2, NOW)
+    store.create_event("calm", 2, NOW)
+    submit(client, "hot", "h0")
+    submit(client, "calm", "c0")
+
+    def refused(operation: str, kwargs: dict[str, Any]) -> str | None:
+        key = kwargs.get("Key", {}).get(ControlKey.PK, {}).get("S")
+        return "ValidationException" if key == "EVENT#hot" else None
+
+    processor_for(client, refused)
+    records = stream.read_new()
+    # WHEN delivered
+    response = invoke(records)
+    # THEN hot is not held (that would block it behind records that can never be
+    # decided): the group is reported, for the event source's retries, bisect and queue
+    assert response == {"batchItemFailures": [{"itemIdentifier": arrivals(records)["h0"]}]}
+    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert set(decisions(client)) == {("calm", "c0")}
+
+
 def test_a_stale_release_cannot_lift_a_hold_placed_after_it(store):
     request = SignupRequest(event_id="gig", signup_id="a", sequence_number="100")
     first = store.park("gig", [request], NOW, "StoreUnavailableError")
