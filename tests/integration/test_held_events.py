@@ -10,7 +10,11 @@ from typing import Any
 
 import boto3
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from moto import mock_aws
 
+from tests.conftest import StreamReader, create_tables
 from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
 from turnstile.audit import audit
 from turnstile.contract import (
@@ -22,7 +26,7 @@ from turnstile.contract import (
     Reason,
     Status,
 )
-from turnstile.domain import SignupRequest
+from turnstile.domain import EventSnapshot, SignupRequest, decide
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.poller import CheckpointStore, LocalLambdaContext, StreamPoller
 from turnstile.processor import StreamProcessor
@@ -423,3 +427,85 @@ def test_give_up_and_order_the_final_decisions_follow_arrival_exactly(endpoint, 
     assert poller.stats.sent_to_failure_destination == 0
     assert store.get_hold("hot") is None and store.parked_requests("hot") == []
     assert audit(store).ok
+
+
+# -- a property: whatever the outages, the decisions are those of arrival order ---------
+
+EVENTS = {"e0": 3, "e1": 5}
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.sampled_from(sorted(EVENTS)), st.integers(1, 3)),
+        st.tuples(st.just("deliver")),
+        st.tuples(st.just("outage"), st.sampled_from(sorted(EVENTS)), st.booleans()),
+        st.tuples(st.just("sweep")),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=STEPS)
+def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
+    with mock_aws():
+        session = boto3.Session(region_name="us-east-1")
+        create_tables(session)
+        client = session.client("dynamodb")
+        store = SignupStore(client, sleep=lambda _: None)
+        stream = StreamReader(session)
+        for event_id, capacity in EVENTS.items():
+            store.create_event(event_id, capacity, NOW)
+        down: set[str] = set()
+
+        def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
+            key = kwargs.get("Key", {}).get(ControlKey.PK, {}).get("S", "")
+            return "InternalServerError" if key.removeprefix("EVENT#") in down else None
+
+        processor_for(client, fault)
+        sweeps = 0
+        for n, step in enumerate(steps):
+            if step[0] == "submit":
+                submit(client, step[1], f"s{n}", seats=step[2])
+            elif step[0] == "deliver":
+                assert invoke(stream.read_new()) == {"batchItemFailures": []}
+            elif step[0] == "outage":
+                (down.add if step[2] else down.discard)(step[1])
+            else:
+                sweeps += 1
+                Sweeper(store, owner="s", min_age_s=0).sweep(f"run-{sweeps}")
+        # Recovery: the outages end, the stream is delivered, a sweep releases the rest.
+        down.clear()
+        invoke(stream.read_new())
+        Sweeper(store, owner="s", min_age_s=0).sweep("recovery")
+        invoke(stream.read_new())
+
+        got = decisions(client)
+        first_seen = arrivals(stream.history)
+        inserts = [r for r in stream.history if r["eventName"] == "INSERT"]
+        for event_id, capacity in EVENTS.items():
+            # THEN each event's decisions are exactly those of its signups decided one by
+            # one in arrival order, each under its arrival sequence number
+            requests = [
+                SignupRequest(
+                    event_id=event_id,
+                    signup_id=r["dynamodb"]["Keys"]["signup_id"]["S"],
+                    sequence_number=r["dynamodb"]["SequenceNumber"],
+                    seats=int(r["dynamodb"]["NewImage"]["seats"]["N"]),
+                )
+                for r in inserts
+                if r["dynamodb"]["Keys"]["event_id"]["S"] == event_id
+            ]
+            expected = decide(EventSnapshot(event_id, capacity), requests).decisions
+            actual = {k[1]: v for k, v in got.items() if k[0] == event_id}
+            assert {
+                d.signup_id: (d.status, d.position, d.sequence_number) for d in expected
+            } == {
+                s: (
+                    v["status"]["S"],
+                    int(v["position"]["N"]) if "position" in v else None,
+                    v["sequence_number"]["S"],
+                )
+                for s, v in actual.items()
+            }
+            assert all(first_seen[s] == v["sequence_number"]["S"] for s, v in actual.items())
+            assert store.get_hold(event_id) is None
+        assert audit(store).ok
