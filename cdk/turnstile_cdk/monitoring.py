@@ -110,7 +110,21 @@ class Monitoring(Construct):
         )
         self._alarm(
             "EventHeld",
-            turnstile_metric("EventHeld", cloudwatch.Stats.SUM).with_(period=_FIVE_MINUTES),
+            cloudwatch.MathExpression(
+                expression="FILL(failed, 0) + FILL(held, 0)",
+                using_metrics={
+                    # the processor, as it holds an event (or fails to release one) ...
+                    "failed": turnstile_metric("EventHeld", cloudwatch.Stats.SUM).with_(
+                        period=_FIVE_MINUTES
+                    ),
+                    # ... and the sweeper, every run, for as long as any event is held
+                    "held": turnstile_metric("EventsHeld", cloudwatch.Stats.MAXIMUM).with_(
+                        period=_FIVE_MINUTES
+                    ),
+                },
+                period=_FIVE_MINUTES,
+                label="held events",
+            ),
             threshold=0,
             description="An event's signups could not be decided and are held, parked in "
             "arrival order (its batches still succeed, so no other alarm fires). They are "

@@ -118,15 +118,34 @@ def test_failure_queue_not_empty_alarm(template: Template) -> None:
 
 def test_held_event_alarm(template: Template) -> None:
     # A held event's batches succeed: neither function errors nor the on-failure queue
-    # tell, only the processor's EventHeld metric does.
+    # tell. The processor's EventHeld says an event was held; the sweeper's EventsHeld,
+    # every run, keeps the alarm on for as long as one stays held.
+    def metric(name: str, stat: str) -> dict[str, object]:
+        return {
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": "Turnstile",
+                    "MetricName": name,
+                    "Dimensions": [{"Name": "service", "Value": "turnstile"}],
+                },
+                "Stat": stat,
+                "Period": 300,
+            },
+            "ReturnData": False,
+        }
+
     template.has_resource_properties(
         "AWS::CloudWatch::Alarm",
         {
-            "Namespace": "Turnstile",
-            "MetricName": "EventHeld",
-            "Dimensions": [{"Name": "service", "Value": "turnstile"}],
-            "Statistic": "Sum",
-            "Period": 300,
+            "Metrics": Match.array_with(
+                [
+                    Match.object_like(
+                        {"Expression": "FILL(failed, 0) + FILL(held, 0)", "ReturnData": True}
+                    ),
+                    Match.object_like({"Id": "failed", **metric("EventHeld", "Sum")}),
+                    Match.object_like({"Id": "held", **metric("EventsHeld", "Maximum")}),
+                ]
+            ),
             "Threshold": 0,
             "ComparisonOperator": "GreaterThanThreshold",
         },

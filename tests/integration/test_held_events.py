@@ -344,6 +344,19 @@ def test_held_events_emit_metrics_and_a_warning_without_signup_ids(
     assert not {"h0", "h1", "H0", "H1"} & {str(v) for v in vars(warning).values()}
 
 
+def test_every_sweep_counts_the_held_events_for_the_alarm(
+    client, store, stream, monkeypatch, capsys
+):
+    from turnstile.handlers import sweeper as sweeper_handler
+
+    hold_outage(client, store, stream)
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    capsys.readouterr()
+    sweeper_handler.handler({"scheduled_time": "2026-01-01T00:05:00Z"}, LocalLambdaContext())
+    [doc] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert doc["EventsHeld"] == [1.0]
+
+
 # -- the drill: give-up and order, through the real poller ----------------------
 
 

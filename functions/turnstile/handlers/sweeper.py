@@ -42,6 +42,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         results = [sweeper.sweep(_run_id(event))]
     for result in results:
         metrics.add_metric(name="SignupReEmitted", unit=MetricUnit.Count, value=result.re_emitted)
+        # Every run: the EventHeld alarm stays on while any event is held.
+        metrics.add_metric(name="EventsHeld", unit=MetricUnit.Count, value=result.held)
         logger.info("sweep finished", **result.to_dict())
         if result.status == "failed":
             # Fail the invocation so the alarm on the sweeper's errors sees it.
