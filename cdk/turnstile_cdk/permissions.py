@@ -24,10 +24,16 @@ _POINT_READS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
 #: events with conditional puts in a transaction. Reads decisions to know what is decided.
 PROCESSOR_MAIN_ACTIONS = (*_POINT_READS, "dynamodb:PutItem", "dynamodb:BatchWriteItem")
 #: Reads the event item (ConsistentRead), commits counters + journal with one conditional
-#: UpdateItem, and checks that an unknown event still has no item (ConditionCheck).
+#: UpdateItem, and checks that an unknown event still has no item (ConditionCheck). Reads
+#: the event item with its hold marker in one BatchGetItem; parks and unparks a held event's
+#: records with BatchWriteItem, reads them back in order with Query, and sets and clears
+#: the hold marker with UpdateItem (docs/arrival-order.md). It never deletes an item alone.
 PROCESSOR_CONTROL_ACTIONS = (
     "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
     "dynamodb:UpdateItem",
+    "dynamodb:BatchWriteItem",
     "dynamodb:ConditionCheckItem",
 )
 
@@ -48,9 +54,11 @@ SWEEPER_INTAKE_ACTIONS = (*_POINT_READS, "dynamodb:Scan", "dynamodb:UpdateItem")
 #: Reads decisions.
 SWEEPER_MAIN_ACTIONS = _POINT_READS
 #: Reads event items (journals); keeps its lease (fenced by ConditionCheck) and its run
-#: history.
+#: history. Finds held events (a filtered Scan), reads their parked records (Query) and
+#: lifts a hold with nothing parked under it (UpdateItem); it never writes parked records.
 SWEEPER_CONTROL_ACTIONS = (
     *_POINT_READS,
+    "dynamodb:Scan",
     "dynamodb:PutItem",
     "dynamodb:UpdateItem",
     "dynamodb:ConditionCheckItem",

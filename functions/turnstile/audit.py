@@ -20,11 +20,11 @@ from decimal import Decimal
 from typing import Any
 
 from turnstile.clock import age_s
-from turnstile.contract import Attr, Reason, Status
+from turnstile.contract import Attr, HoldAttr, Reason, Status
 from turnstile.errors import EventNotFoundError
 from turnstile.store import EventRecord, SignupStore
 
-__all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event"]
+__all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event", "audit_hold"]
 
 #: Reads of one event before it is called inconclusive.
 READ_ATTEMPTS = 3
@@ -44,6 +44,9 @@ class EventAudit:
     #: their age is unknown, so they count as past the grace, never as young.
     pending_undated: int = 0
     unmaterialized: int = 0
+    #: Undecided records parked behind the event's hold (not counted in ``pending``).
+    held: int = 0
+    held_for_s: float | None = None
     violations: list[str] = field(default_factory=list)
     #: Worth knowing, not broken (a journal being written out, an inconclusive read).
     notes: list[str] = field(default_factory=list)
@@ -63,6 +66,8 @@ class EventAudit:
             "pending_undated": self.pending_undated,
             "unmaterialized": self.unmaterialized,
             "inconclusive": self.inconclusive,
+            "held": self.held,
+            "held_for_s": self.held_for_s,
             "violations": self.violations,
             "notes": self.notes,
         }
@@ -94,6 +99,7 @@ class AuditReport:
             "accepted": sum(e.accepted for e in self.events),
             "rejected": sum(e.rejected for e in self.events),
             "pending": sum(e.pending for e in self.events),
+            "held": sum(e.held for e in self.events),
             "violations": sum(len(e.violations) for e in self.events),
             "inconclusive": sum(e.inconclusive for e in self.events),
         }
@@ -292,16 +298,24 @@ def audit_stable(
         if moved:
             continue  # a commit landed while we read: read it all again
         journal = before.journal if before is not None else None
+        journal_ids = {d.signup_id for d in journal.decisions} if journal else set()
+        hold = store.get_hold(event_id)
+        held_ids: set[str] = set()
+        if hold is not None:
+            decided = {d.get(Attr.SIGNUP_ID) for d in decisions} | journal_ids
+            held_ids = {r.signup_id for r in store.parked_requests(event_id)} - decided
         report = audit_event(
             event_id=event_id,
             event_item=_event_values(before),
             decisions=decisions,
-            intake=intake,
+            intake=[r for r in intake if r.get(Attr.SIGNUP_ID) not in held_ids],
             journal_ids={d.signup_id for d in journal.decisions} if journal else set(),
             pending_grace_s=pending_grace_s,
             now=now,
             journal_decided_at=journal.decided_at if journal else None,
         )
+        if hold is not None and held_ids:
+            audit_hold(report, hold, held_ids, pending_grace_s, now)
         return report, bool(before is not None or decisions or intake)
     report = EventAudit(event_id=event_id, inconclusive=True)
     report.notes.append(
@@ -317,6 +331,30 @@ def _event_ids(store: SignupStore) -> list[str]:
     ids |= {item[Attr.EVENT_ID] for item in store.scan(store.main_table)}
     ids |= {item[Attr.EVENT_ID] for item in store.scan(store.intake_table)}
     return sorted(ids)
+
+
+def audit_hold(
+    report: EventAudit,
+    hold: Mapping[str, Any],
+    held_ids: set[str],
+    pending_grace_s: float,
+    now: datetime,
+) -> None:
+    """Account for a held event: ``held_ids`` are its parked, undecided signups.
+
+    They are waiting in arrival order, not lost; but a hold is a failure being ridden out,
+    so one older than the pending grace period is a violation (invariants 3 and 4 wait on
+    it). Their order, once released, is checked like any decision's.
+    """
+    report.held = len(held_ids)
+    report.held_for_s = age_s(hold.get(HoldAttr.HELD_SINCE), now)
+    if report.held_for_s is not None and report.held_for_s > pending_grace_s:
+        report.violations.append(
+            f"held for {report.held_for_s:.0f} s (more than {pending_grace_s:.0f} s): "
+            f"{report.held} records parked since sequence number "
+            f"{hold.get(HoldAttr.FIRST_SEQUENCE_NUMBER)}, last error "
+            f"{hold.get(HoldAttr.ERROR, 'unknown')}"
+        )
 
 
 def audit(

@@ -275,10 +275,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
         t = report.totals
         verdict = "BROKEN" if report.broken else "INCONCLUSIVE" if report.inconclusive else "OK"
         inconclusive = f", {t['inconclusive']} inconclusive" if t["inconclusive"] else ""
+        held = f", {t['held']} held" if t["held"] else ""  # parked behind a failing event
         print(
             f"audit {verdict}: {t['events']} events, {t['accepted']} accepted, "
-            f"{t['rejected']} rejected, {t['pending']} pending, {t['violations']} violations"
-            f"{inconclusive}"
+            f"{t['rejected']} rejected, {t['pending']} pending{held}, "
+            f"{t['violations']} violations{inconclusive}"
         )
     if report.broken:
         return EXIT_AUDIT_FAILED

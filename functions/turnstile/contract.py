@@ -24,6 +24,7 @@ __all__ = [
     "ControlKey",
     "EventSourceSettings",
     "EventState",
+    "HoldAttr",
     "Reason",
     "Status",
     "TableSpec",
@@ -46,9 +47,10 @@ class ControlKey:
     The trust boundary by construction: producers write any key they like into intake, and
     every decision lands in the main table under its intake record's own key. No item of
     turnstile's own lives there, so no intake key can write, replace or shadow one. In the
-    control table each key starts with a fixed kind prefix (``EVENT#``, ``SWEEPER``,
-    ``SWEEP-RUN``) and a free-form part (an event id) only ever follows ``EVENT#``, so even
-    a hostile event id read from intake can name nothing but an event item.
+    control table each key starts with a fixed kind prefix (``EVENT#``, ``PARK#``,
+    ``SWEEPER``, ``SWEEP-RUN``) and a free-form part (an event id) only ever follows
+    ``EVENT#`` or ``PARK#``, so even a hostile event id read from intake can name nothing but
+    an event item or that event's own hold and parked records.
     """
 
     PK = "pk"
@@ -65,6 +67,26 @@ class ControlKey:
     @classmethod
     def sweep_run(cls, run_id: str, seq: int) -> tuple[str, str]:
         return cls.SWEEP_RUNS, f"{run_id}#{seq:06d}"
+
+    # A held event (docs/arrival-order.md): its hold marker and its parked records share
+    # one partition; parked records sort by their arrival sequence number.
+    PARK_PREFIX = "PARK#"
+    HOLD_SK = "HOLD"
+    PARKED_PREFIX = "R#"
+    #: DynamoDB Streams sequence numbers are decimal strings of 21 to 40 digits.
+    SEQUENCE_DIGITS = 40
+
+    @classmethod
+    def hold(cls, event_id: str) -> tuple[str, str]:
+        return f"{cls.PARK_PREFIX}{event_id}", cls.HOLD_SK
+
+    @classmethod
+    def parked(cls, event_id: str, sequence_number: str) -> tuple[str, str]:
+        """A parked record's key; its sort key orders parked records by arrival."""
+        if not sequence_number.isdigit() or len(sequence_number) > cls.SEQUENCE_DIGITS:
+            raise ValueError(f"not a stream sequence number: {sequence_number[:60]!r}")
+        padded = sequence_number.rjust(cls.SEQUENCE_DIGITS, "0")
+        return f"{cls.PARK_PREFIX}{event_id}", f"{cls.PARKED_PREFIX}{padded}"
 
 
 class Attr:
@@ -95,6 +117,17 @@ class Attr:
     POSITION = "position"
     DECIDED_AT = "decided_at"
     SEQUENCE_NUMBER = "sequence_number"
+
+
+class HoldAttr:
+    """Attributes of a held event's items in the control table (besides ``Attr``'s)."""
+
+    #: On the hold marker; present while the event is held, removed when it is released.
+    HELD_SINCE = "held_since"
+    FIRST_SEQUENCE_NUMBER = "first_sequence_number"
+    ERROR = "error"
+    #: On a parked record: why the request is invalid (it is rejected when released).
+    PROBLEM = "problem"
 
 
 class Status:

@@ -13,9 +13,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from turnstile.clock import utc_now
+from turnstile.contract import ID_PATTERN
 from turnstile.domain import Decision, SignupRequest, decide, parse_request
 from turnstile.errors import CommitConflictError, JournalTooLargeError
-from turnstile.store import SignupStore
+from turnstile.store import EventRecord, SignupStore, refused_as_invalid
 
 __all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
 
@@ -54,6 +55,10 @@ class BatchResult:
     decided: list[DecidedSignup] = field(default_factory=list)
     ignored: int = 0
     conflicts: int = 0
+    #: (event_id, error class) of each event whose deciding failed and that is now held.
+    held: list[tuple[str, str]] = field(default_factory=list)
+    parked: int = 0
+    released: int = 0
 
 
 class StreamProcessor:
@@ -66,6 +71,7 @@ class StreamProcessor:
         chunk_size: int = 100,
         max_conflicts: int = 20,
         journal_cache_size: int = 10_000,
+        max_release: int = 5_000,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -75,13 +81,18 @@ class StreamProcessor:
         # this (a cold start) only costs one re-materialization; it never affects safety.
         self._materialized: OrderedDict[tuple[str, str | None], int] = OrderedDict()
         self._cache_size = journal_cache_size
+        #: Records one release decides at most; the rest stay parked for the next one.
+        self.max_release = max_release
+        # The event item read together with the hold marker, for the group's first chunk.
+        self._prefetched: dict[str, EventRecord | None] = {}
 
     def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
         """Decide every new intake record; report the first record of each failed group.
 
         A group (one event's records) that fails stops there: its later records are not
-        decided before the failed one, and the failure's sequence number goes back to the
-        event source, which redelivers from it. Other events carry on.
+        decided before the failed one. They are parked and the event held, until a release
+        decides them in arrival order; only if parking fails too does the failure's sequence
+        number go back to the event source, which redelivers from it. Other events carry on.
         """
         result = BatchResult()
         groups: dict[str, list[SignupRequest]] = {}
@@ -100,14 +111,17 @@ class StreamProcessor:
     def _process_group(
         self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
     ) -> None:
+        if self._held_group(event_id, requests, result):
+            return
         start = 0
         while start < len(requests):
             chunk = requests[start : start + self.chunk_size]
             try:
                 decided, consumed = self._decide_chunk(event_id, chunk, result)
-            except Exception:
+            except Exception as exc:
                 log.exception("event group failed", extra={"event_id": event_id})
-                result.failures.append(chunk[0].sequence_number)
+                if not self._park(event_id, requests[start:], exc, result):
+                    result.failures.append(chunk[0].sequence_number)
                 return
             result.decided.extend(decided)
             start += consumed
@@ -133,7 +147,7 @@ class StreamProcessor:
         by_id: dict[str, SignupRequest] = {}
         for request in chunk:
             by_id.setdefault(request.signup_id, request)
-        event = self.store.get_event(event_id)
+        event = self._load_event(event_id)
         now = self.clock()
         if event is None:
             existing = self.store.get_decisions(event_id, by_id)
@@ -186,6 +200,101 @@ class StreamProcessor:
             DecidedSignup(event_id, d, decided_at, by_id[d.signup_id].submitted_at)
             for d in decisions
         ]
+
+    # -- held events: park, then release in arrival order (docs/arrival-order.md) --------
+
+    def _load_event(self, event_id: str) -> EventRecord | None:
+        """The event item: the one read with the hold marker if not used yet, else a fresh
+        consistent read (after a conflict, or for the next chunk)."""
+        if event_id in self._prefetched:
+            return self._prefetched.pop(event_id)
+        return self.store.get_event(event_id)
+
+    def _held_group(
+        self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
+    ) -> bool:
+        """Whether the group was dealt with as a held event's: parked behind the records
+        parked before it, then a release tried (or, if it could not be parked, failed).
+
+        Otherwise the event item read alongside the hold marker serves the first chunk.
+        """
+        self._prefetched.clear()
+        if not ID_PATTERN.fullmatch(event_id):
+            return False  # no event has this id: each record is rejected invalid_request
+        try:
+            event, hold = self.store.get_event_and_hold(event_id)
+        except Exception as exc:
+            log.exception("event group failed", extra={"event_id": event_id})
+            if not self._park(event_id, requests, exc, result):
+                result.failures.append(requests[0].sequence_number)
+            return True
+        self._prefetched[event_id] = event
+        if hold is None:
+            return False
+        if not self._park(event_id, requests, None, result):
+            self._prefetched.clear()
+            result.failures.append(requests[0].sequence_number)
+            return True
+        self.release(event_id, result)
+        return True
+
+    def _park(
+        self,
+        event_id: str,
+        requests: Sequence[SignupRequest],
+        error: BaseException | None,
+        result: BatchResult,
+    ) -> bool:
+        """Park ``requests`` and hold the event; False if that failed too (the event
+        source then retries the group: the last resort), or if DynamoDB refused the
+        records themselves (holding would block the event behind records that can never
+        be decided: they take the event source's retries, bisect and on-failure queue)."""
+        if not ID_PATTERN.fullmatch(event_id) or refused_as_invalid(error):
+            return False
+        error_class = type(error).__name__ if error is not None else None
+        try:
+            self.store.park(event_id, requests, self.clock(), error_class)
+        except Exception:
+            log.exception("parking failed", extra={"event_id": event_id})
+            return False
+        result.parked += len(requests)
+        if error_class is not None:
+            result.held.append((event_id, error_class))
+        return True
+
+    def release(self, event_id: str, result: BatchResult | None = None) -> bool:
+        """Decide a held event's parked records in arrival order, then lift the hold.
+
+        Parked records are decided by the same path as stream records, under their own
+        (arrival) sequence numbers; the decided ones are unparked chunk by chunk, and the
+        hold is lifted only if nothing was parked since it was read. Returns whether the
+        event is no longer held. Never raises: a failed release leaves the rest parked.
+        """
+        result = result if result is not None else BatchResult()
+        try:
+            hold = self.store.get_hold(event_id)
+            if hold is None:
+                return True
+            version = int(hold["version"])
+            parked = self.store.parked_requests(event_id)
+            limit = min(len(parked), self.max_release)
+            start = 0
+            while start < limit:
+                chunk = parked[start : min(start + self.chunk_size, limit)]
+                decided, consumed = self._decide_chunk(event_id, chunk, result)
+                result.decided.extend(decided)
+                self.store.unpark(event_id, [r.sequence_number for r in chunk[:consumed]])
+                result.released += consumed
+                start += consumed
+            if len(parked) > self.max_release:
+                return False
+            return self.store.lift_hold(event_id, version)
+        except Exception as exc:
+            log.exception("release failed", extra={"event_id": event_id})
+            result.held.append((event_id, type(exc).__name__))
+            return False
+        finally:
+            self._prefetched.pop(event_id, None)
 
 
 def _with_problem(request: SignupRequest, problem: str) -> SignupRequest:

@@ -59,6 +59,9 @@ class SweepResult:
     status: str = "skipped"
     undecided: int = 0
     re_emitted: int = 0
+    #: Held events found, and those whose release this run set off (docs/arrival-order.md).
+    held: int = 0
+    releases_triggered: int = 0
     lease_token: int | None = None
     errors: list[str] = field(default_factory=list)
 
@@ -137,6 +140,8 @@ class Sweeper:
         self.max_run_s = max_run_s
         #: Records re-emitted per fenced transaction (DynamoDB allows 100 actions).
         self.chunk = 99
+        #: Parked signups tried, in order, for one whose intake record still exists.
+        self.release_triggers = 10
         self.clock = clock
 
     def sweep(self, run_id: str | None = None, replay: bool = False) -> SweepResult:
@@ -191,7 +196,10 @@ class Sweeper:
             batch.clear()
             junk.clear()
 
+        parked = self._trigger_releases(result)
         for undecided in find_undecided(self.store, self.min_age_s, self.clock()):
+            if (undecided.event_id, undecided.signup_id) in parked:
+                continue  # waits in order behind its event's hold: released, not re-emitted
             result.undecided += 1
             out_of_budget = self.clock() - started > self.max_run_s
             if out_of_budget or result.re_emitted + len(batch) >= self.max_re_emits:
@@ -203,6 +211,33 @@ class Sweeper:
                 flush()
         if batch:
             flush()
+
+    def _trigger_releases(self, result: SweepResult) -> set[tuple[str, str]]:
+        """Set off the release of every held event; the keys of all parked records.
+
+        The sweeper decides nothing: it re-emits the intake record of a held event's first
+        parked signup (fenced by the lease), and the stream processor, seeing a record of a
+        held event, releases the event's parked records in arrival order. A hold with
+        nothing parked under it is lifted here (conditioned on its version, so a record
+        parked meanwhile keeps it).
+        """
+        assert result.lease_token is not None
+        parked_keys: set[tuple[str, str]] = set()
+        for event_id, hold in self.store.holds().items():
+            result.held += 1
+            parked = self.store.parked_requests(event_id)
+            parked_keys |= {(event_id, r.signup_id) for r in parked}
+            if not parked:
+                if self.store.lift_hold(event_id, int(hold["version"])):
+                    result.releases_triggered += 1
+                continue
+            for request in parked[: self.release_triggers]:
+                if self.store.fenced_redrive(
+                    self.owner, result.lease_token, self.clock(), event_id, request.signup_id
+                ):
+                    result.releases_triggered += 1
+                    break
+        return parked_keys
 
     def replay_failed(self) -> list[SweepResult]:
         """Rerun every run whose latest history entry is ``failed``, and only those."""

@@ -57,7 +57,7 @@ def test_every_alarm_description_is_a_runbook_line(template: Template) -> None:
 def test_every_alarm_is_in_the_operations_guide(template: Template) -> None:
     guide = OPERATIONS_GUIDE.read_text()
     names = _alarms(template)
-    assert len(names) == 15
+    assert len(names) == 16
     assert [name for name in names if f"`{name}`" not in guide] == []
 
 
@@ -199,6 +199,42 @@ def test_failure_queue_not_empty_alarm(template: Template) -> None:
             "MetricName": "ApproximateNumberOfMessagesVisible",
             "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue_id, "QueueName"]}}],
             "Statistic": "Maximum",
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+        },
+    )
+
+
+def test_held_event_alarm(template: Template) -> None:
+    # A held event's batches succeed: neither function errors nor the on-failure queue
+    # tell. The processor's EventHeld says an event was held; the sweeper's EventsHeld,
+    # every run, keeps the alarm on for as long as one stays held.
+    def metric(name: str, stat: str) -> dict[str, object]:
+        return {
+            "MetricStat": {
+                "Metric": {
+                    "Namespace": "Turnstile",
+                    "MetricName": name,
+                    "Dimensions": [{"Name": "service", "Value": "turnstile"}],
+                },
+                "Stat": stat,
+                "Period": 300,
+            },
+            "ReturnData": False,
+        }
+
+    template.has_resource_properties(
+        "AWS::CloudWatch::Alarm",
+        {
+            "Metrics": Match.array_with(
+                [
+                    Match.object_like(
+                        {"Expression": "FILL(failed, 0) + FILL(held, 0)", "ReturnData": True}
+                    ),
+                    Match.object_like({"Id": "failed", **metric("EventHeld", "Sum")}),
+                    Match.object_like({"Id": "held", **metric("EventsHeld", "Maximum")}),
+                ]
+            ),
             "Threshold": 0,
             "ComparisonOperator": "GreaterThanThreshold",
         },

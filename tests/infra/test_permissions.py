@@ -71,13 +71,19 @@ def test_processor_reads_the_stream_and_decides_into_main_and_control(template: 
 def test_processor_has_what_deciding_needs(template: Template) -> None:
     granted = _permissions(template, "turnstile.handlers.stream.handler")
     # Decision items: batch writes and the unknown-event transaction's conditional puts.
-    for action in ("Query", "PutItem", "BatchWriteItem"):
-        assert granted[f"dynamodb:{action}"] == {MAIN}
-    # The event item: the commit's UpdateItem and the unknown-event ConditionCheck.
+    assert granted["dynamodb:PutItem"] == {MAIN}
+    # ... and on control, a held event's parked records: written and deleted in batches,
+    # read back in arrival order.
+    for action in ("Query", "BatchWriteItem"):
+        assert granted[f"dynamodb:{action}"] == {MAIN, CONTROL}
+    # The event item: the commit's UpdateItem and the unknown-event ConditionCheck (and the
+    # hold marker's UpdateItem).
     for action in ("UpdateItem", "ConditionCheckItem"):
         assert granted[f"dynamodb:{action}"] == {CONTROL}
     assert granted["dynamodb:GetItem"] == {MAIN, INTAKE, CONTROL}
-    assert granted["dynamodb:BatchGetItem"] == {MAIN, INTAKE}
+    # The event item and its hold marker in one read.
+    assert granted["dynamodb:BatchGetItem"] == {MAIN, INTAKE, CONTROL}
+    assert "dynamodb:DeleteItem" not in granted
     # Never a write on intake: decisions are the processor's only output.
     assert {a for a, resources in granted.items() if INTAKE in resources} == {
         "dynamodb:GetItem",
@@ -116,6 +122,9 @@ def test_sweeper_only_bumps_intake_and_keeps_its_lease_in_control(template: Temp
         if "Get" not in a and a not in ("dynamodb:Query", "dynamodb:Scan")
     }
     assert intake_writes == {"dynamodb:UpdateItem"}
+    # It finds held events and reads their parked records, but never parks or unparks one.
+    assert {"dynamodb:Scan", "dynamodb:Query"} <= set(SWEEPER_CONTROL_ACTIONS)
+    assert "dynamodb:BatchWriteItem" not in SWEEPER_CONTROL_ACTIONS
 
 
 def test_no_wildcard_actions_anywhere(templates: list[tuple[str, Template]]) -> None:

@@ -97,8 +97,12 @@ def test_a_failed_event_group_is_counted(client, store, stream, emitted):
         put_raw_intake(client, event_id, "u0", seats={"N": "1"}, submitted_at={"S": NOW})
 
     def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
+        # A's commits fail, and so does parking it (the control table's batch writes): the
+        # group can neither be decided nor held, so it fails back to the event source.
         key = kwargs.get("Key", {}).get("pk", {}).get("S")
         if key == "EVENT#A" and operation == "update_item":
+            return "ProvisionedThroughputExceededException"
+        if operation == "batch_write_item" and store.control_table in kwargs["RequestItems"]:
             return "ProvisionedThroughputExceededException"
         return None
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
 from turnstile.audit import audit
-from turnstile.contract import Reason, Status
+from turnstile.contract import CONTROL_TABLE, Reason, Status
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.poller import LocalLambdaContext
 from turnstile.processor import StreamProcessor
@@ -92,7 +92,8 @@ def test_redelivered_batch_changes_nothing(client, store, stream):
 
 
 def test_failure_mid_batch_keeps_order_and_other_events_go_on(client, store, stream):
-    # GIVEN two events whose records interleave, and a commit on event A that keeps failing
+    # GIVEN two events whose records interleave, a commit on event A that keeps failing, and
+    # parking A's records failing too (the last resort: the event source retries the group)
     store.create_event("A", 10, NOW)
     store.create_event("B", 10, NOW)
     for i in range(6):
@@ -105,6 +106,8 @@ def test_failure_mid_batch_keeps_order_and_other_events_go_on(client, store, str
         if operation == "update_item" and kwargs["Key"]["pk"]["S"] == "EVENT#A":
             commits["A"] += 1
             return "InternalServerError" if commits["A"] >= 2 else None
+        if operation == "batch_write_item" and CONTROL_TABLE.name in kwargs["RequestItems"]:
+            return "InternalServerError"
         return None
 
     faulty = SignupStore(FaultyClient(client, fault), sleep=lambda _: None, max_attempts=3)
@@ -169,9 +172,10 @@ def test_throttling_past_the_retries_fails_only_that_group(client, store, stream
 
     def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
         key = kwargs.get("Key", {}).get("pk", {}).get("S")
+        parking = operation == "batch_write_item" and CONTROL_TABLE.name in kwargs["RequestItems"]
         return (
             "ProvisionedThroughputExceededException"
-            if key == "EVENT#A" and operation == "update_item"
+            if (key == "EVENT#A" and operation == "update_item") or parking
             else None
         )
 
@@ -263,9 +267,8 @@ def test_a_crash_between_commit_and_items_is_recovered_from_the_journal(client, 
 
     use_processor(StreamProcessor(CrashAfterCommit(client)))
     first = invoke(records)
-    assert first == {
-        "batchItemFailures": [{"itemIdentifier": records[0]["dynamodb"]["SequenceNumber"]}]
-    }
+    assert first == {"batchItemFailures": []}  # the group failed: parked, the event held
+    assert store.get_hold("gig") is not None
     assert decisions(client) == {}
     assert store.get_event("gig").snapshot.taken == 2  # committed, not materialized
     # WHEN a fresh processor (a cold start) receives only the LAST record
@@ -281,15 +284,15 @@ def test_a_crash_between_commit_and_items_is_recovered_from_the_journal(client, 
 def test_unknown_event_rejection_loses_to_an_event_created_meanwhile(client, store, stream):
     submit(client, "late", "a")
     records = stream.read_new()
-    original_get_event = SignupStore.get_event
+    original_read = SignupStore.get_event_and_hold
 
     class CreatedMeanwhile(SignupStore):
-        def get_event(self, event_id, consistent=True):  # type: ignore[override]
-            record = original_get_event(self, event_id, consistent)
+        def get_event_and_hold(self, event_id):  # type: ignore[override]
+            record, hold = original_read(self, event_id)
             if record is None and not hasattr(self, "_created"):
                 self._created = True
                 store.create_event(event_id, 1, NOW)  # lands between read and write
-            return record
+            return record, hold
 
     use_processor(StreamProcessor(CreatedMeanwhile(client)))
     assert invoke(records) == {"batchItemFailures": []}

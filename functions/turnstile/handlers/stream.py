@@ -117,6 +117,18 @@ def record_metrics(result: BatchResult, received: int) -> None:
         )
 
 
+def record_hold_metrics(result: BatchResult) -> None:
+    """Held events (docs/arrival-order.md): the batch succeeds, so only these tell."""
+    for event_id, error in result.held:
+        logger.warning("event held", event_id=event_id, error=error)
+    if result.held:
+        metrics.add_metric(name="EventHeld", unit=MetricUnit.Count, value=len(result.held))
+    if result.parked:
+        metrics.add_metric(name="RecordsParked", unit=MetricUnit.Count, value=result.parked)
+    if result.released:
+        metrics.add_metric(name="RecordsReleased", unit=MetricUnit.Count, value=result.released)
+
+
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """The Lambda entry point: decide the batch; ``batchItemFailures`` for failed groups."""
     try:
@@ -136,6 +148,7 @@ def _handle(event: DynamoDBStreamEvent, context: LambdaContext) -> dict[str, Any
     records = [to_intake_record(r) for r in event.records]
     result = get_processor().process(records)
     record_metrics(result, received=len(records))
+    record_hold_metrics(result)
     for decided in result.decided:
         logger.debug(
             "signup decided",

@@ -1,0 +1,524 @@
+"""Arrival order when an event's group keeps failing: the event is held, its records parked
+in arrival order and released in that order (docs/arrival-order.md)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from moto import mock_aws
+
+from tests.conftest import StreamReader, create_tables
+from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
+from turnstile.audit import audit
+from turnstile.contract import (
+    ALL_TABLES,
+    FAILURE_QUEUE_NAME,
+    INTAKE_TABLE,
+    STREAM_SOURCE,
+    ControlKey,
+    Reason,
+    Status,
+)
+from turnstile.domain import EventSnapshot, SignupRequest, decide
+from turnstile.handlers import stream as stream_handler
+from turnstile.local.poller import CheckpointStore, LocalLambdaContext, StreamPoller
+from turnstile.processor import StreamProcessor
+from turnstile.redrive import redrive_queue
+from turnstile.store import SignupStore, default_client
+from turnstile.sweeper import Sweeper
+
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+class Outage:
+    """Every commit of one event fails (InternalServerError) while ``on``."""
+
+    def __init__(self, event_id: str) -> None:
+        self.key = ControlKey.event(event_id)[0]
+        self.on = True
+
+    def __call__(self, operation: str, kwargs: dict[str, Any]) -> str | None:
+        key = kwargs.get("Key", {}).get(ControlKey.PK, {}).get("S")
+        if self.on and operation == "update_item" and key == self.key:
+            return "InternalServerError"
+        return None
+
+
+@pytest.fixture
+def client(aws):
+    return aws.client("dynamodb")
+
+
+@pytest.fixture
+def store(client):
+    return SignupStore(client, sleep=lambda _: None)
+
+
+@pytest.fixture(autouse=True)
+def fresh_processor():
+    stream_handler._processor = None
+    yield
+    stream_handler._processor = None
+
+
+def processor_for(client, fault=None, **kwargs: Any) -> StreamProcessor:
+    wrapped = FaultyClient(client, fault) if fault else client
+    store = SignupStore(wrapped, sleep=lambda _: None, max_attempts=2)
+    processor = StreamProcessor(store, clock=lambda: NOW, **kwargs)
+    stream_handler._processor = processor
+    return processor
+
+
+def invoke(records: list[dict[str, Any]]) -> dict[str, Any]:
+    return stream_handler.handler({"Records": records}, LocalLambdaContext())
+
+
+def submit(client, event_id: str, signup_id: str, seats: int = 1) -> None:
+    put_raw_intake(
+        client,
+        event_id,
+        signup_id,
+        seats={"N": str(seats)},
+        submitted_at={"S": "2026-01-01T00:00:00Z"},
+        attributes={"M": {"team": {"S": signup_id.upper()}}},
+    )
+
+
+def arrivals(records: list[dict[str, Any]]) -> dict[str, str]:
+    """signup_id -> the sequence number of its first stream record (its arrival)."""
+    first: dict[str, str] = {}
+    for r in records:
+        first.setdefault(r["dynamodb"]["Keys"]["signup_id"]["S"], r["dynamodb"]["SequenceNumber"])
+    return first
+
+
+def parked_ids(store: SignupStore, event_id: str) -> list[str]:
+    return [r.signup_id for r in store.parked_requests(event_id)]
+
+
+def hold_outage(client, store, stream, capacity: int = 2) -> tuple[Outage, list[dict[str, Any]]]:
+    """GIVEN event "hot" (``capacity`` seats) whose commits keep failing, and a healthy
+    "calm", with h0, h1 and c0, c1 delivered in one batch: hot is held."""
+    store.create_event("hot", capacity, NOW)
+    store.create_event("calm", 10, NOW)
+    for i in range(2):
+        submit(client, "hot", f"h{i}")
+        submit(client, "calm", f"c{i}")
+    outage = Outage("hot")
+    processor_for(client, outage)
+    records = stream.read_new()
+    assert invoke(records) == {"batchItemFailures": []}
+    return outage, records
+
+
+def test_a_group_that_keeps_failing_is_parked_and_the_batch_succeeds(client, store, stream):
+    # GIVEN/WHEN a batch whose "hot" group cannot commit (the store's retries are spent)
+    _, records = hold_outage(client, store, stream)
+    # THEN the batch reported no failure (the shard moves on), calm is decided,
+    got = decisions(client)
+    assert set(got) == {("calm", "c0"), ("calm", "c1")}
+    # and hot's records are parked in arrival order under their own sequence numbers
+    parked = store.parked_requests("hot")
+    assert [(r.signup_id, r.sequence_number) for r in parked] == [
+        ("h0", arrivals(records)["h0"]),
+        ("h1", arrivals(records)["h1"]),
+    ]
+    assert parked[0].attributes == {"team": "H0"} and parked[0].seats == 1
+    hold = store.get_hold("hot")
+    assert hold is not None
+    assert (hold["first_sequence_number"], hold["error"]) == (
+        arrivals(records)["h0"],
+        "StoreUnavailableError",
+    )
+    assert store.get_hold("calm") is None
+    assert store.get_event("hot").snapshot.taken == 0
+
+
+def test_a_held_event_parks_later_records_and_releases_them_in_arrival_order(
+    client, store, stream
+):
+    # GIVEN hot (2 seats) held with h0 and h1 parked
+    outage, _ = hold_outage(client, store, stream, capacity=2)
+    # WHEN later signups of hot arrive while the outage lasts
+    for i in range(2, 4):
+        submit(client, "hot", f"h{i}")
+    submit(client, "calm", "c2")
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN they are parked behind h0 and h1, not decided; calm goes on
+    assert parked_ids(store, "hot") == ["h0", "h1", "h2", "h3"]
+    assert {k for k in decisions(client) if k[0] == "hot"} == set()
+    assert ("calm", "c2") in decisions(client)
+
+    # WHEN the outage ends and the next record of hot arrives
+    outage.on = False
+    submit(client, "hot", "h4")
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN everything is decided in arrival order: the two seats go to h0 and h1, and
+    # exactly the later ones are rejected capacity_full
+    got = decisions(client)
+    first_seen = arrivals(stream.history)
+    for i, signup in enumerate(["h0", "h1"], start=1):
+        assert got[("hot", signup)]["status"]["S"] == Status.ACCEPTED
+        assert got[("hot", signup)]["position"]["N"] == str(i)
+    for signup in ("h2", "h3", "h4"):
+        assert got[("hot", signup)]["reason"]["S"] == Reason.CAPACITY_FULL
+    # each decision carries its arrival sequence number, and the attributes it came with
+    for signup in ("h0", "h1", "h2", "h3", "h4"):
+        assert got[("hot", signup)]["sequence_number"]["S"] == first_seen[signup]
+    assert got[("hot", "h0")]["attributes"] == {"M": {"team": {"S": "H0"}}}
+    # and the event is released: no hold, nothing parked
+    assert store.get_hold("hot") is None
+    assert store.parked_requests("hot") == []
+    assert audit(store).ok
+
+    # WHEN the whole stream is replayed, twice
+    before = state_items(client)
+    assert invoke(stream.history) == {"batchItemFailures": []}
+    assert invoke(stream.history) == {"batchItemFailures": []}
+    # THEN not a byte changed
+    assert state_items(client) == before
+
+
+def test_the_sweeper_sets_off_the_release_of_an_event_with_no_more_traffic(
+    client, store, stream
+):
+    outage, records = hold_outage(client, store, stream)
+    outage.on = False
+    # WHEN the sweeper runs (even one that re-emits every undecided record at once)
+    result = Sweeper(store, owner="s", min_age_s=0).sweep("run-1")
+    # THEN it decided nothing, re-emitted no parked record as "undecided", and set off
+    # the release with one re-emission of hot's first parked signup
+    assert (result.status, result.held, result.releases_triggered) == ("succeeded", 1, 1)
+    assert (result.undecided, result.re_emitted) == (0, 0)
+    assert {k for k in decisions(client) if k[0] == "hot"} == set()
+    trigger = stream.read_new()
+    assert [(r["eventName"], r["dynamodb"]["Keys"]["signup_id"]["S"]) for r in trigger] == [
+        ("MODIFY", "h0")
+    ]
+    # WHEN the stream delivers it
+    assert invoke(trigger) == {"batchItemFailures": []}
+    # THEN hot is released in arrival order, under the original sequence numbers
+    got = decisions(client)
+    assert [got[("hot", s)]["position"]["N"] for s in ("h0", "h1")] == ["1", "2"]
+    assert got[("hot", "h0")]["sequence_number"]["S"] == arrivals(records)["h0"]
+    assert store.get_hold("hot") is None
+    # and the next sweep finds nothing held
+    assert Sweeper(store, owner="s", min_age_s=0).sweep("run-2").held == 0
+    assert audit(store).ok
+
+
+def test_a_crash_between_a_releases_commit_and_unparking_decides_nothing_twice(
+    client, store, stream
+):
+    outage, _ = hold_outage(client, store, stream, capacity=1)
+    outage.on = False
+
+    class CrashAfterCommit(SignupStore):
+        def materialize(self, event_id, journal, requests):  # type: ignore[override]
+            raise RuntimeError("process killed")
+
+    # WHEN a release commits its decisions and dies before writing them out or unparking
+    stream_handler._processor = StreamProcessor(CrashAfterCommit(client), clock=lambda: NOW)
+    submit(client, "hot", "h2")
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    committed = store.get_event("hot")
+    assert committed.snapshot.taken == 1 and committed.journal is not None
+    assert [d.signup_id for d in committed.journal.decisions] == ["h0", "h1", "h2"]
+    assert store.get_hold("hot") is not None and parked_ids(store, "hot") == ["h0", "h1", "h2"]
+    # THEN a fresh processor's next release writes the journal out and decides nothing again
+    processor_for(client)
+    submit(client, "hot", "h3")
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    got = decisions(client)
+    assert got[("hot", "h0")]["position"]["N"] == "1"
+    assert [got[("hot", s)]["reason"]["S"] for s in ("h1", "h2", "h3")] == [
+        Reason.CAPACITY_FULL
+    ] * 3
+    after = store.get_event("hot")
+    assert (after.snapshot.taken, after.snapshot.accepted) == (1, 1)
+    assert after.snapshot.version == committed.snapshot.version + 1  # h3's commit only
+    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert audit(store).ok
+
+
+def test_a_record_parked_during_a_release_keeps_the_event_held(client, store, stream):
+    outage, _ = hold_outage(client, store, stream)
+    outage.on = False
+    late = SignupRequest(event_id="hot", signup_id="late", sequence_number="9" * 30)
+
+    class ParkedMeanwhile(SignupStore):
+        def unpark(self, event_id, sequence_numbers):  # type: ignore[override]
+            super().unpark(event_id, sequence_numbers)
+            if not hasattr(self, "_done"):
+                self._done = True  # another processor parks a record of hot right now
+                store.park("hot", [late], NOW, None)
+
+    # WHEN a release runs while another record is parked under it
+    processor = StreamProcessor(ParkedMeanwhile(client), clock=lambda: NOW)
+    assert processor.release("hot") is False
+    # THEN what it read is decided, and the event stays held for the record parked since
+    assert {k[1] for k in decisions(client) if k[0] == "hot"} == {"h0", "h1"}
+    assert store.get_hold("hot") is not None and parked_ids(store, "hot") == ["late"]
+    # and the next release takes it
+    assert StreamProcessor(store, clock=lambda: NOW).release("hot") is True
+    assert store.get_hold("hot") is None
+    assert ("hot", "late") in decisions(client)
+
+
+def test_records_dynamodb_refuses_are_not_held_but_left_to_the_event_source(
+    client, store, stream
+):
+    # GIVEN a commit of hot that DynamoDB refuses as invalid (the records are at fault)
+    store.create_event("hot", 2, NOW)
+    store.create_event("calm", 2, NOW)
+    submit(client, "hot", "h0")
+    submit(client, "calm", "c0")
+
+    def refused(operation: str, kwargs: dict[str, Any]) -> str | None:
+        key = kwargs.get("Key", {}).get(ControlKey.PK, {}).get("S")
+        return "ValidationException" if key == "EVENT#hot" else None
+
+    processor_for(client, refused)
+    records = stream.read_new()
+    # WHEN delivered
+    response = invoke(records)
+    # THEN hot is not held (that would block it behind records that can never be
+    # decided): the group is reported, for the event source's retries, bisect and queue
+    assert response == {"batchItemFailures": [{"itemIdentifier": arrivals(records)["h0"]}]}
+    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert set(decisions(client)) == {("calm", "c0")}
+
+
+def test_a_stale_release_cannot_lift_a_hold_placed_after_it(store):
+    request = SignupRequest(event_id="gig", signup_id="a", sequence_number="100")
+    first = store.park("gig", [request], NOW, "StoreUnavailableError")
+    assert store.lift_hold("gig", first) is True
+    assert store.get_hold("gig") is None
+    # WHEN the event is held again, and a release that read the first hold tries to lift
+    second = store.park("gig", [replace(request, sequence_number="200")], NOW, None)
+    # THEN the version moved on (it never restarts), so the stale lift fails
+    assert second > first
+    assert store.lift_hold("gig", first) is False
+    assert store.get_hold("gig") is not None
+
+
+def test_the_audit_accounts_for_held_records_and_flags_an_old_hold(client, store, stream):
+    hold_outage(client, store, stream)
+    submit(client, "hot", "h2")
+    invoke(stream.read_new())
+    # WHEN audited within the grace period
+    fresh = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
+    # THEN the parked records are reported held (waiting in order), not pending, and OK
+    [hot] = [e for e in fresh.events if e.event_id == "hot"]
+    assert (hot.held, hot.pending, hot.violations) == (3, 0, [])
+    assert fresh.ok and fresh.totals["held"] == 3
+    # WHEN the hold is older than the grace period
+    late = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 1, 0, tzinfo=UTC))
+    [hot] = [e for e in late.events if e.event_id == "hot"]
+    # THEN it is a violation that says for how long, since which record and why
+    assert not late.ok
+    [violation] = hot.violations
+    assert violation.startswith("held for 3600 s (more than 300 s): 3 records parked since")
+    assert violation.endswith("last error StoreUnavailableError")
+
+
+def test_held_events_emit_metrics_and_a_warning_without_signup_ids(
+    client, store, stream, monkeypatch, capsys, caplog
+):
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    capsys.readouterr()
+    hold_outage(client, store, stream)
+    lines = capsys.readouterr().out.splitlines()
+    [doc] = [json.loads(line) for line in lines if '"_aws"' in line]
+    assert (doc["EventHeld"], doc["RecordsParked"]) == ([1.0], [2.0])
+    [warning] = [r for r in caplog.records if r.getMessage() == "event held"]
+    assert warning.levelname == "WARNING"
+    assert (warning.event_id, warning.error) == ("hot", "StoreUnavailableError")
+    assert not {"h0", "h1", "H0", "H1"} & {str(v) for v in vars(warning).values()}
+
+
+def test_every_sweep_counts_the_held_events_for_the_alarm(
+    client, store, stream, monkeypatch, capsys
+):
+    from turnstile.handlers import sweeper as sweeper_handler
+
+    hold_outage(client, store, stream)
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    capsys.readouterr()
+    sweeper_handler.handler({"scheduled_time": "2026-01-01T00:05:00Z"}, LocalLambdaContext())
+    [doc] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert doc["EventsHeld"] == [1.0]
+
+
+# -- the issue's drill: give-up and order, through the real poller ----------------------
+
+
+def test_give_up_and_order_the_final_decisions_follow_arrival_exactly(endpoint, tmp_path):
+    """The worker (the real poller and handler, on the embedded endpoint) with every commit
+    of one event failing for long enough to exhaust the event source's retries, later
+    signups of that event written meanwhile, then recovery by the sweeper and redrive."""
+    client = default_client(endpoint)
+    for spec in ALL_TABLES:
+        client.create_table(**spec.create_table_kwargs())
+    sqs = boto3.client("sqs", endpoint_url=endpoint)
+    queue_url = sqs.create_queue(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
+    streams = boto3.client("dynamodbstreams", endpoint_url=endpoint)
+    arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
+    store = SignupStore(client, sleep=lambda _: None)
+    store.create_event("hot", 3, NOW)
+    store.create_event("calm", 50, NOW)
+    outage = Outage("hot")
+    faulty = FaultyClient(default_client(endpoint), outage)
+    stream_handler._processor = StreamProcessor(
+        SignupStore(faulty, sleep=lambda _: None, max_attempts=2)
+    )
+    settings = replace(STREAM_SOURCE, batch_size=4, max_batching_window_s=0, retry_attempts=2)
+    poller = StreamPoller(
+        stream_handler.handler,
+        streams,
+        arn,
+        CheckpointStore(tmp_path / "checkpoints.json"),
+        sqs_client=sqs,
+        failure_queue_url=queue_url,
+        settings=settings,
+        sleep=lambda _: None,
+    )
+
+    def drain(_: float = 0.0) -> None:
+        for _ in range(6):
+            poller.poll_once()
+        poller.flush()
+
+    # The outage: hot's first signups (among calm's) fail past the event source's retries.
+    for i in range(3):
+        submit(client, "hot", f"h{i}")
+        submit(client, "calm", f"c{i}")
+    drain()
+    assert faulty.injected > settings.retry_attempts + 1
+    # It ends, and later signups of hot, written meanwhile, reach the worker first.
+    outage.on = False
+    for i in range(3, 8):
+        submit(client, "hot", f"h{i}")
+    drain()
+    # Recovery: the sweeper runs, and redrive drains the on-failure queue.
+    Sweeper(store, owner="ops", min_age_s=0).sweep("recovery")
+    drain()
+    redrive = redrive_queue(store, sqs, queue_url, streams, wait_s=5, sleep=drain)
+    assert redrive.kept == 0
+
+    # THEN the decisions follow arrival order exactly: the first three of hot are accepted,
+    # in that order, every later one is rejected capacity_full, each decision carries the
+    # sequence number at which its signup first arrived, and the audit agrees.
+    iterator = streams.get_shard_iterator(
+        StreamArn=arn,
+        ShardId=streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0][
+            "ShardId"
+        ],
+        ShardIteratorType="TRIM_HORIZON",
+    )["ShardIterator"]
+    first_seen = arrivals(streams.get_records(ShardIterator=iterator, Limit=1000)["Records"])
+    got = {k[1]: v for k, v in decisions(client).items() if k[0] == "hot"}
+    assert len(got) == 8
+    accepted = sorted(
+        (s for s, d in got.items() if d["status"]["S"] == Status.ACCEPTED),
+        key=lambda s: int(got[s]["position"]["N"]),
+    )
+    assert accepted == ["h0", "h1", "h2"]
+    assert {s: got[s].get("reason", {}).get("S") for s in got if s not in accepted} == {
+        f"h{i}": Reason.CAPACITY_FULL for i in range(3, 8)
+    }
+    assert {s: d["sequence_number"]["S"] for s, d in got.items()} == {
+        s: first_seen[s] for s in got
+    }
+    assert poller.stats.sent_to_failure_destination == 0
+    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert audit(store).ok
+
+
+# -- a property: whatever the outages, the decisions are those of arrival order ---------
+
+EVENTS = {"e0": 3, "e1": 5}
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.sampled_from(sorted(EVENTS)), st.integers(1, 3)),
+        st.tuples(st.just("deliver")),
+        st.tuples(st.just("outage"), st.sampled_from(sorted(EVENTS)), st.booleans()),
+        st.tuples(st.just("sweep")),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=STEPS)
+def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
+    with mock_aws():
+        session = boto3.Session(region_name="us-east-1")
+        create_tables(session)
+        client = session.client("dynamodb")
+        store = SignupStore(client, sleep=lambda _: None)
+        stream = StreamReader(session)
+        for event_id, capacity in EVENTS.items():
+            store.create_event(event_id, capacity, NOW)
+        down: set[str] = set()
+
+        def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
+            key = kwargs.get("Key", {}).get(ControlKey.PK, {}).get("S", "")
+            return "InternalServerError" if key.removeprefix("EVENT#") in down else None
+
+        processor_for(client, fault)
+        sweeps = 0
+        for n, step in enumerate(steps):
+            if step[0] == "submit":
+                submit(client, step[1], f"s{n}", seats=step[2])
+            elif step[0] == "deliver":
+                assert invoke(stream.read_new()) == {"batchItemFailures": []}
+            elif step[0] == "outage":
+                (down.add if step[2] else down.discard)(step[1])
+            else:
+                sweeps += 1
+                Sweeper(store, owner="s", min_age_s=0).sweep(f"run-{sweeps}")
+        # Recovery: the outages end, the stream is delivered, a sweep releases the rest.
+        down.clear()
+        invoke(stream.read_new())
+        Sweeper(store, owner="s", min_age_s=0).sweep("recovery")
+        invoke(stream.read_new())
+
+        got = decisions(client)
+        first_seen = arrivals(stream.history)
+        inserts = [r for r in stream.history if r["eventName"] == "INSERT"]
+        for event_id, capacity in EVENTS.items():
+            # THEN each event's decisions are exactly those of its signups decided one by
+            # one in arrival order, each under its arrival sequence number
+            requests = [
+                SignupRequest(
+                    event_id=event_id,
+                    signup_id=r["dynamodb"]["Keys"]["signup_id"]["S"],
+                    sequence_number=r["dynamodb"]["SequenceNumber"],
+                    seats=int(r["dynamodb"]["NewImage"]["seats"]["N"]),
+                )
+                for r in inserts
+                if r["dynamodb"]["Keys"]["event_id"]["S"] == event_id
+            ]
+            expected = decide(EventSnapshot(event_id, capacity), requests).decisions
+            actual = {k[1]: v for k, v in got.items() if k[0] == event_id}
+            assert {
+                d.signup_id: (d.status, d.position, d.sequence_number) for d in expected
+            } == {
+                s: (
+                    v["status"]["S"],
+                    int(v["position"]["N"]) if "position" in v else None,
+                    v["sequence_number"]["S"],
+                )
+                for s, v in actual.items()
+            }
+            assert all(first_seen[s] == v["sequence_number"]["S"] for s, v in actual.items())
+            assert store.get_hold(event_id) is None
+        assert audit(store).ok
