@@ -359,9 +359,20 @@ def test_drill_throttling_and_5xx_reach_every_failure_path(drill):
 def test_drill_two_workers_on_one_stream(drill):
     capacities = {"t-a": 7, "t-b": 90, "t-c": 300}
     drill.create_events(capacities)
-    a = drill.start_worker("a")
-    b = drill.start_worker("b")
-    written = drill.produce(capacities, 800 * SCALE, "twin")
+    workers = {name: drill.start_worker(name) for name in ("a", "b")}
+    # Both poll before the first signup is written: a worker slow to start (a loaded
+    # machine) would otherwise find every record decided by the other and decide none.
+    deadline = time.monotonic() + 60
+    while not all("polling" in drill.worker_log(name) for name in workers):
+        assert all(w.poll() is None for w in workers.values()), "a worker did not start"
+        assert time.monotonic() < deadline, "the workers did not start polling in 60 s"
+        time.sleep(0.05)
+    a, b = workers["a"], workers["b"]
+    # In waves, so both are handed records many times over while the other is deciding.
+    written = 0
+    for wave in range(4):
+        written += drill.produce(capacities, 200 * SCALE, f"twin{wave}")
+        time.sleep(0.5)
     time.sleep(3)
     drill.finish()
     for w in (a, b):
