@@ -234,7 +234,7 @@ def test_records_past_max_age_go_to_the_failure_destination(setup):
     write(client, 1, prefix="old")
     old = Recorder()
     poller = make(old, settings=replace(FAST, max_record_age_s=0))
-    poller._too_old = lambda records: True  # the clock moved a day on
+    poller._too_old = lambda record: True  # the clock moved a day on
     drain(poller)
     assert old.batches == []
     assert messages()[0]["requestContext"]["condition"] == "RecordAgeExceeded"
@@ -391,7 +391,7 @@ def test_without_partial_batch_responses_a_reported_failure_is_ignored(setup):
     assert poller.stats.partial_failures == 0
 
 
-def test_record_age_is_measured_from_the_first_record(setup, monkeypatch):
+def test_record_age_is_judged_per_record_from_the_front(setup, monkeypatch):
     _, make, _ = setup
     poller = make(Recorder(), settings=replace(FAST, max_record_age_s=60))
     now = time.time()
@@ -402,15 +402,33 @@ def test_record_age_is_measured_from_the_first_record(setup, monkeypatch):
             for age in ages
         ]
 
-    assert poller._too_old(batch(61, 0))
-    assert not poller._too_old(batch(59, 120))  # the first record decides
-    assert not poller._too_old(batch(None, 120))  # no creation time: never too old
+    assert poller._expired(batch(61, 62, 0)) == 2  # the expired front, fresh ones kept
+    assert poller._expired(batch(59, 120)) == 0  # a fresh first record: nothing expired
+    assert poller._expired(batch(None, 120)) == 0  # no creation time: never too old
+    assert poller._expired(batch(61, 61)) == 2
     monkeypatch.setattr(poller_module.time, "time", lambda: now)
-    assert not poller._too_old(batch(60))  # exactly the limit: not yet too old
-    assert not make(Recorder(), settings=replace(FAST, max_record_age_s=-1))._too_old(batch(10**6))
-    assert make(Recorder(), settings=replace(FAST, max_record_age_s=0))._too_old(batch(1))
+    assert poller._expired(batch(60)) == 0  # exactly the limit: not yet too old
+    assert make(Recorder(), settings=replace(FAST, max_record_age_s=-1))._expired(batch(10**6)) == 0
+    assert make(Recorder(), settings=replace(FAST, max_record_age_s=0))._expired(batch(1)) == 1
     ageless = make(Recorder(), settings=replace(FAST, max_record_age_s=None))
-    assert not ageless._too_old(batch(10**6))
+    assert ageless._expired(batch(10**6)) == 0
+
+
+def test_a_batch_with_an_expired_front_still_delivers_its_fresh_records(setup):
+    # GIVEN a batch whose first two records are past the maximum age, the third fresh
+    client, make, messages = setup
+    write(client, 2, prefix="old")
+    write(client, 1, prefix="new")
+    recorder = Recorder()
+    poller = make(recorder, settings=replace(FAST, max_record_age_s=60))
+    poller._too_old = lambda r: r["dynamodb"]["Keys"]["signup_id"]["S"].startswith("old")
+    drain(poller)
+    # THEN the two expired records go to the on-failure destination, the fresh one is
+    # delivered (AWS discards the expired records only)
+    [message] = messages()
+    assert message["requestContext"]["condition"] == "RecordAgeExceeded"
+    assert message["DDBStreamBatchInfo"]["batchSize"] == 2
+    assert recorder.batches == [["new0"]]
 
 
 def test_clearing_checkpoints_forgets_one_stream_only(tmp_path):
@@ -449,15 +467,18 @@ def test_a_half_too_old_to_retry_does_not_drop_the_other_half(setup, stream, cap
     client, make, messages = setup
     write(client, 2)
 
+    failed: list[bool] = []
+
     def poison(records, ids):
         if "s0" in ids:
+            failed.append(True)
             raise RuntimeError("boom")
         return None
 
     recorder = Recorder(poison)
     poller = make(recorder)
-    # s0 alone has aged past the limit by the time its half comes up
-    poller._too_old = lambda records: [signup_id(r) for r in records] == ["s0"]
+    # s0 has aged past the limit by the time its half comes up (after the first failure)
+    poller._too_old = lambda record: bool(failed) and signup_id(record) == "s0"
     with caplog.at_level(logging.WARNING, logger="turnstile.local.poller"):
         drain(poller)
     assert recorder.batches == [["s0", "s1"], ["s1"]]

@@ -368,20 +368,34 @@ class StreamPoller:
             indexes.append(position[identifier])
         return min(indexes)
 
-    def _too_old(self, records: Sequence[dict[str, Any]]) -> bool:
+    def _too_old(self, record: Mapping[str, Any]) -> bool:
         limit = self.settings.max_record_age_s
         if limit is None or limit < 0:
             return False
-        created = records[0]["dynamodb"].get("ApproximateCreationDateTime")
+        created = record["dynamodb"].get("ApproximateCreationDateTime")
         return created is not None and time.time() - float(created) > limit
+
+    def _expired(self, records: Sequence[dict[str, Any]]) -> int:
+        """How many records at the front of a batch are past the maximum record age: AWS
+        discards those (to the on-failure destination) and still delivers the fresh ones
+        behind them. A shard's records are in creation order, so the expired ones lead."""
+        count = 0
+        while count < len(records) and self._too_old(records[count]):
+            count += 1
+        return count
 
     def _deliver(self, shard_id: str, records: list[dict[str, Any]]) -> None:
         pending: deque[tuple[list[dict[str, Any]], int]] = deque([(records, 0)])
         while pending:
             part, attempts = pending.popleft()
-            if self._too_old(part):
-                self._send_to_failure_destination(shard_id, part, "RecordAgeExceeded", attempts)
-                continue
+            expired = self._expired(part)
+            if expired:
+                self._send_to_failure_destination(
+                    shard_id, part[:expired], "RecordAgeExceeded", attempts
+                )
+                part = part[expired:]
+                if not part:
+                    continue
             try:
                 failed_at = self._invoke(part)
             except _FunctionError:
