@@ -1,4 +1,4 @@
-"""Fault drills: invariants 1, 2, 4, 5 and 6 under crashes, faults, replays and poison.
+"""Fault drills: invariants 1, 2, 4, 5 and 6 under crashes, faults, replays and hostile records.
 
 Each drill runs real processes against a fresh ``turnstile local --no-worker``: workers are
 ``turnstile worker`` subprocesses (killed with SIGKILL, run twice at once, run with faults
@@ -25,6 +25,7 @@ from botocore.config import Config
 
 from tests.e2e.conftest import BIN, running_local_stack
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile.domain import id_problem
 
 pytestmark = pytest.mark.drill
 
@@ -32,14 +33,57 @@ SCALE = max(1, int(os.environ.get("TURNSTILE_DRILL_SCALE", "1")))
 STATS_LINE = "turnstile worker: stats "
 FIGURES: dict[str, dict[str, Any]] = {}
 
-POISON = {
-    "seats-zero": {"seats": {"N": "0"}},
-    "seats-negative": {"seats": {"N": "-1"}},
-    "seats-fraction": {"seats": {"N": "2.5"}},
-    "seats-string": {"seats": {"S": "3"}},
-    "seats-list": {"seats": {"L": [{"N": "1"}]}},
-    "attributes-not-a-map": {"attributes": {"S": "x"}},
+#: Hostile records mixed into the load, by kind: what a producer with PutItem on intake can
+#: write (the hostile-producer tests cover every shape; these are the ones a drill's real
+#: processes must also take in their stride). Each kind changes a valid signup, and says the
+#: decision it must get: ``invalid_request``, ``unknown_event``, or ``None`` (decided on its
+#: merits, like any valid signup).
+HOSTILE: dict[str, tuple[dict[str, Any], str | None]] = {
+    "seats-zero": ({"seats": {"N": "0"}}, "invalid_request"),
+    "seats-fraction": ({"seats": {"N": "2.5"}}, "invalid_request"),
+    "seats-string": ({"seats": {"S": "3"}}, "invalid_request"),
+    "seats-list": ({"seats": {"L": [{"N": "1"}]}}, "invalid_request"),
+    "attributes-not-a-map": ({"attributes": {"S": "x"}}, "invalid_request"),
+    "attributes-over-4kb": (
+        {"attributes": {"M": {"note": {"S": "x" * 5000}}}},
+        "invalid_request",
+    ),
+    "attributes-binary-and-sets": (
+        {
+            "attributes": {
+                "M": {
+                    "blob": {"B": bytes(range(256))},
+                    "tags": {"SS": ["a", "b"]},
+                    "deep": {"L": [{"M": {"n": {"N": "1e100"}}}]},
+                }
+            }
+        },
+        None,
+    ),
+    "submitted-naive": ({"submitted_at": {"S": "2026-01-01T00:00:00"}}, None),
+    "submitted-future": ({"submitted_at": {"S": "2999-01-01T00:00:00Z"}}, None),
+    "submitted-junk": ({"submitted_at": {"S": "yesterday, around noon"}}, None),
+    "submitted-a-number": ({"submitted_at": {"N": "1700000000"}}, None),
+    "submitted-missing": ({"submitted_at": None}, None),
+    "item-350kb": ({"blob": {"S": "x" * 350_000}}, None),
+    "unknown-event": ({"event_id": {"S": "no-such-event"}}, "unknown_event"),
 }
+
+#: Keys turnstile once kept its own items under, or keeps them under now in the control
+#: table: written as intake records, each only gets its own ``invalid_request`` decision.
+RESERVED_KEYS = [
+    ("{event}", "#EVENT"),
+    ("#sweeper", "#lease"),
+    ("#sweeper-runs", "{prefix}"),
+    ("EVENT#{event}", "EVENT"),
+    ("PARK#{event}", "HOLD"),
+    ("SWEEPER", "LEASE"),
+]
+
+
+def hostile_kind(signup_id: str) -> str | None:
+    """The hostile kind a signup id was written as (None: a plain signup)."""
+    return signup_id.rsplit("-hostile-", 1)[1] if "-hostile-" in signup_id else None
 
 
 class Drill:
@@ -92,22 +136,16 @@ class Drill:
         count: int,
         prefix: str,
         threads: int = 4,
-        poison_every: int = 0,
+        hostile_every: int = 0,
     ) -> int:
-        """Write ``count`` signups (and poison, if asked) from several threads; the total."""
+        """Write ``count`` signups from several threads, every ``hostile_every``-th of them
+        made hostile (``HOSTILE``, kinds in turn); the total written."""
         errors: list[BaseException] = []
         written = [0] * threads
 
         def producer(n: int) -> None:
             rng = random.Random(f"{prefix}-{n}")
-            c = boto3.client(
-                "dynamodb",
-                endpoint_url=self.endpoint,
-                region_name="us-east-1",
-                aws_access_key_id="test",
-                aws_secret_access_key="test",
-                config=Config(retries={"mode": "standard", "max_attempts": 10}),
-            )
+            c = self.producer_client()
             try:
                 for i in range(n, count, threads):
                     item = {
@@ -116,11 +154,11 @@ class Drill:
                         "seats": {"N": str(rng.randint(1, 3))},
                         "submitted_at": {"S": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                     }
-                    if poison_every and i % poison_every == 0:
-                        kind = list(POISON)[(i // poison_every) % len(POISON)]
-                        item.pop("seats")
-                        item.update(POISON[kind])
-                        item["signup_id"] = {"S": f"{prefix}-{i}-poison-{kind}"}
+                    if hostile_every and i % hostile_every == 0:
+                        kind = list(HOSTILE)[(i // hostile_every) % len(HOSTILE)]
+                        item.update(HOSTILE[kind][0])
+                        item = {k: v for k, v in item.items() if v is not None}
+                        item["signup_id"] = {"S": f"{prefix}-{i}-hostile-{kind}"}
                     c.put_item(
                         TableName=INTAKE_TABLE.name,
                         Item=item,
@@ -137,6 +175,60 @@ class Drill:
             t.join()
         assert errors == []
         return sum(written)
+
+    def producer_client(self) -> Any:
+        return boto3.client(
+            "dynamodb",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            config=Config(retries={"mode": "standard", "max_attempts": 10}),
+        )
+
+    def produce_reserved(self, event_id: str, prefix: str) -> list[tuple[str, str]]:
+        """Intake records under the keys of ``RESERVED_KEYS`` (one valid signup each, on its
+        keys); their keys."""
+        c = self.producer_client()
+        keys = [
+            (pk.format(event=event_id, prefix=prefix), sk.format(event=event_id, prefix=prefix))
+            for pk, sk in RESERVED_KEYS
+        ]
+        for pk, sk in keys:
+            c.put_item(
+                TableName=INTAKE_TABLE.name,
+                Item={"event_id": {"S": pk}, "signup_id": {"S": sk}, "seats": {"N": "1"}},
+            )
+        return keys
+
+    def hostile_decided_as_they_must(
+        self, reserved: list[tuple[str, str]] = ()
+    ) -> dict[str, int]:
+        """Every hostile and reserved-key record has its one decision, with the reason its kind
+        must get; the count per kind, every kind at least once."""
+        decided = self.decisions()
+        intake = self.scan(INTAKE_TABLE.name)
+        counts: dict[str, int] = {}
+        for key in intake:
+            kind = hostile_kind(key[1])
+            if kind is None and key not in reserved:
+                continue
+            if kind:
+                expected = HOSTILE[kind][1]
+            elif id_problem(key[0], "event_id") or id_problem(key[1], "signup_id"):
+                expected = "invalid_request"
+            else:
+                expected = "unknown_event"  # e.g. ("SWEEPER", "LEASE"): no such event
+            assert key in decided, f"{key}: no decision"
+            reason = decided[key].get("reason", {}).get("S")
+            if expected is None:
+                assert reason != "invalid_request", (key, decided[key])
+            else:
+                assert reason == expected, (key, decided[key])
+            counts[kind or "reserved-key"] = counts.get(kind or "reserved-key", 0) + 1
+        assert set(counts) == {*HOSTILE, *(["reserved-key"] if reserved else [])}, counts
+        assert counts.get("reserved-key", 0) == len(reserved), counts
+        return counts
 
     def scan(self, table: str) -> dict[tuple[str, str], dict[str, Any]]:
         items: dict[tuple[str, str], dict[str, Any]] = {}
@@ -259,8 +351,9 @@ def test_drill_worker_killed_with_sigkill_and_restarted(drill):
     #: checkpointed, so the next worker is handed decisions already made.
     mid_batch = 0
     produced: list[int] = []
+    reserved = drill.produce_reserved("k-mid", "kill")
     producer = threading.Thread(
-        target=lambda: produced.append(drill.produce(capacities, total, "kill", poison_every=37))
+        target=lambda: produced.append(drill.produce(capacities, total, "kill", hostile_every=37))
     )
     producer.start()
     rng = random.Random(2026)
@@ -296,12 +389,16 @@ def test_drill_worker_killed_with_sigkill_and_restarted(drill):
     final = drill.decisions()
     changed = [k for k, v in snapshot.items() if final.get(k) != v]
     assert snapshot and changed == []
-    poison = [d for k, d in final.items() if "-poison-" in k[1]]
-    assert poison and all(d["reason"]["S"] == "invalid_request" for d in poison)
+    hostile = drill.hostile_decided_as_they_must(reserved)
     drill.audit_clean()
     report(
         "sigkill",
-        drill.figures(produced[0], kills=kills, kills_mid_batch=mid_batch, poison=len(poison)),
+        drill.figures(
+            produced[0] + len(reserved),
+            kills=kills,
+            kills_mid_batch=mid_batch,
+            hostile=sum(hostile.values()),
+        ),
     )
 
 
@@ -312,7 +409,8 @@ def test_drill_throttling_and_5xx_reach_every_failure_path(drill):
     once the throttling is over the redrive gets them decided."""
     capacities = {"f-a": 40, "f-b": 200}
     drill.create_events({**capacities, "f-stuck": 5})
-    written = drill.produce(capacities, 600 * SCALE, "fault", poison_every=50)
+    reserved = drill.produce_reserved("f-a", "fault")
+    written = drill.produce(capacities, 600 * SCALE, "fault", hostile_every=20) + len(reserved)
     stuck = drill.produce({"f-stuck": 5}, 12, "stuck")
     faults = {
         "TURNSTILE_FAULT_RATE": "0.1",
@@ -342,6 +440,7 @@ def test_drill_throttling_and_5xx_reach_every_failure_path(drill):
     assert redriven["deleted"] >= 1 and redriven["re_emitted"] >= stuck, redriven
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=60)
+    drill.hostile_decided_as_they_must(reserved)
     drill.audit_clean()
     summary = {k: stats[k] for k in ("faults_injected", "calls", "failed_groups", "retries")}
     report(
@@ -400,8 +499,11 @@ def test_drill_two_workers_on_one_stream(drill):
 def test_drill_whole_stream_replayed_three_times(drill):
     capacities = {"r-a": 5, "r-b": 60}
     drill.create_events(capacities)
-    written = drill.produce(capacities, 400 * SCALE, "replay", poison_every=29)
+    reserved = drill.produce_reserved("r-a", "replay")
+    written = drill.produce(capacities, 400 * SCALE, "replay", hostile_every=19) + len(reserved)
     drill.finish()
+    drill.hostile_decided_as_they_must(reserved)
+
     def state() -> tuple[dict[Any, Any], dict[Any, Any]]:
         """Decisions and event items (the sweeper's own items may move meanwhile)."""
         events = {k: v for k, v in drill.scan(CONTROL_TABLE.name).items() if "capacity" in v}
@@ -427,7 +529,8 @@ def test_drill_whole_stream_replayed_three_times(drill):
 def test_drill_worker_down_past_retention_then_the_sweeper_decides(drill):
     capacities = {"s-a": 25, "s-b": 100}
     drill.create_events(capacities)
-    written = drill.produce(capacities, 300 * SCALE, "late", poison_every=41)
+    reserved = drill.produce_reserved("s-a", "late")
+    written = drill.produce(capacities, 300 * SCALE, "late", hostile_every=13) + len(reserved)
     retention = {"TURNSTILE_MAX_RECORD_AGE_S": "4"}
     time.sleep(5)  # the worker was down: every record is now past the (shortened) age
     drill.finish(env=retention)
@@ -453,5 +556,6 @@ def test_drill_worker_down_past_retention_then_the_sweeper_decides(drill):
     redrive = drill.turnstile("redrive", "--wait", "5")
     assert redrive.returncode == 0, redrive.stdout + redrive.stderr
     assert json.loads(redrive.stdout)["deleted"] >= 1
+    drill.hostile_decided_as_they_must(reserved)
     drill.audit_clean()
     report("past-retention", drill.figures(written, re_emitted=re_emitted, sweep_runs=len(runs)))
