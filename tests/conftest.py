@@ -11,7 +11,7 @@ os.environ.update(
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_SESSION_TOKEN": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
-        # In-process streams calls fail with botocore 1.44 without this (DESIGN.md).
+        # In-process streams calls fail with botocore 1.44 without this (docs/design.md §9).
         "AWS_ACCOUNT_ID_ENDPOINT_MODE": "disabled",
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_TRACE_DISABLED": "true",

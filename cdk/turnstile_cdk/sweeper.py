@@ -18,8 +18,8 @@ SWEEP_INTERVAL = Duration.minutes(5)
 
 
 class Sweeper(Construct):
-    """It never decides (DESIGN.md): it bumps ``redrive`` on a stale intake record, a MODIFY the
-    stream filter lets through, so the processor decides it like any other record.
+    """It never decides (docs/design.md): it bumps ``redrive`` on a stale intake record, a
+    MODIFY the stream filter lets through, so the processor decides it like any other record.
 
     Parts: ``function``, ``schedule`` and its invoke-only ``schedule_role``.
     """

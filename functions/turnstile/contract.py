@@ -33,7 +33,7 @@ __all__ = [
     "main_table_name",
 ]
 
-#: signup_id and event_id both match this (DESIGN.md, data contract).
+#: signup_id and event_id both match this (docs/design.md, the data contract).
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 #: The largest ``attributes`` map a signup may carry, in DynamoDB's item-size bytes.

@@ -1009,7 +1009,7 @@ class SignupStore:
     # -- the sweeper's lease and run history (control table) ---------------------------
 
     def acquire_lease(self, owner: str, duration_s: float, now: float) -> int | None:
-        """Take the sweeper lease if free, expired or already ours (seed 001).
+        """Take the sweeper lease if free, expired or already ours.
 
         Returns the new fencing token (it grows with every acquisition), or None while
         another owner holds an unexpired lease. TTL never decides expiry: the condition does.
@@ -1099,7 +1099,7 @@ class SignupStore:
     def fenced_redrive(
         self, owner: str, token: int, now: float, event_id: str, signup_id: str
     ) -> bool:
-        """Re-emit one intake record only while our lease (and its token) holds (seed 003).
+        """Re-emit one intake record only while our lease (and its token) holds.
 
         Raises ``LeaseLostError`` if the lease moved on; returns False if the intake record
         no longer exists.
@@ -1204,7 +1204,7 @@ class SignupStore:
             raise LeaseLostError(f"sweeper lease of {owner!r} expired") from exc
 
     def start_run(self, run_id: str, now: str, replay: bool = False) -> int | None:
-        """Record that a sweep run starts, immutably (seed 000); the history item's number.
+        """Record that a sweep run starts, immutably; the history item's number.
 
         None when the run already started or succeeded (unless ``replay`` and it failed).
         A concurrent duplicate start of the same entry is caught by an atomic counter:

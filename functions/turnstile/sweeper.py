@@ -4,11 +4,11 @@ It finds intake records with no decision that are older than a threshold and re-
 into the stream (a MODIFY that bumps ``redrive``), so the stream processor, the only writer
 of decisions, decides them. It never decides anything itself.
 
-- One sweeper at a time: a lease that expires (seed 001), with a fencing token that every
-  re-emission checks in the same transaction (seed 003): a sweeper whose lease lapsed
+- One sweeper at a time: a lease that expires, with a fencing token that every
+  re-emission checks in the same transaction: a sweeper whose lease lapsed
   cannot write.
 - Each run leaves an immutable history (started, succeeded, failed); an atomic counter
-  stops a duplicate concurrent start of the same run (seed 000); only failed runs replay.
+  stops a duplicate concurrent start of the same run; only failed runs replay.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ def scan(c: Any, table: str) -> list[dict[str, Any]]:
 
 
 def produce(stack: RunningStack, producer: int, errors: list[BaseException]) -> None:
-    """One producer: conditional puts into intake, as DESIGN.md's contract says."""
+    """One producer: conditional puts into intake, as the data contract in docs/design.md says."""
     try:
         c = client(stack)
         rng = random.Random(producer)

@@ -86,7 +86,7 @@ def test_template_mapping_has_exactly_the_contract_settings(template: Template) 
 
 
 def test_template_mapping_is_the_safe_stream_configuration(template: Template) -> None:
-    """The values DESIGN.md relies on, spelled out (not only 'equal to the function')."""
+    """The values docs/design.md relies on, spelled out (not only 'equal to the function')."""
     _, mapping = only(template.find_resources("AWS::Lambda::EventSourceMapping"))
     properties = mapping["Properties"]
     assert properties["StartingPosition"] == "TRIM_HORIZON"

@@ -1,9 +1,9 @@
 """Three ways to decide the same signups, each run against its own fresh local endpoint.
 
 * ``naive``: read how many seats are taken (a Query over the event's decisions), write the
-  decision if it fits. Concurrent producers oversell: the write skew of seed 002.
+  decision if it fits. Concurrent producers oversell: the write skew itself.
 * ``optimistic``: a conditional update of a versioned counter on the event item, retried
-  on conflict (seed 002's second answer, seed 004), then the decision item.
+  on conflict (an optimistic lock on a counter item), then the decision item.
 * ``turnstile``: producers only write the intake record; a ``StreamPoller`` in a thread
   feeds the intake stream to the real stream handler, and each producer's signup is
   done when a consistent read sees its decision.
