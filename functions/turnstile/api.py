@@ -46,6 +46,7 @@ from turnstile.errors import (
     SignupConflictError,
     StoreUnavailableError,
 )
+from turnstile.jsonable import plain
 from turnstile.store import EventRecord, SignupStore
 
 __all__ = [
@@ -141,22 +142,6 @@ def _error(
     return _json(status, {"error": code, "message": message}, headers)
 
 
-def _plain(value: Any) -> Any:
-    """DynamoDB's Python values (Decimal, sets, Binary) as plain JSON values."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, set | frozenset):
-        return sorted((_plain(v) for v in value), key=str)
-    raw = getattr(value, "value", value)  # boto3's Binary wraps bytes in .value
-    if isinstance(raw, bytes | bytearray):
-        return base64.b64encode(bytes(raw)).decode()
-    return value
-
-
 def _whole(value: Any) -> int | None:
     """An item's number as an int, or None where a direct writer left something else."""
     if isinstance(value, bool):
@@ -205,7 +190,7 @@ def _signup_view(
         "position": _whole(decided.get(Attr.POSITION)),
         "submitted_at": submitted_at,
         "decided_at": decided.get(Attr.DECIDED_AT),
-        "attributes": _plain(attributes) if isinstance(attributes, Mapping) else {},
+        "attributes": plain(attributes) if isinstance(attributes, Mapping) else {},
     }
 
 

@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from turnstile.client import ApiError
 from turnstile.contract import ID_PATTERN, Attr, Status
 from turnstile.errors import TurnstileError
+from turnstile.jsonable import plain
 
 EXIT_ERROR = 2
 EXIT_AUDIT_FAILED = 1
@@ -33,17 +34,12 @@ class CliError(Exception):
 
 
 def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, set | frozenset):
-        return sorted(value)
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return str(value)
+    converted = plain(value)
+    return converted if converted is not value else str(value)
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, default=_json_default))
+    print(json.dumps(plain(value), indent=2, default=_json_default))
 
 
 def _check_id(kind: str, value: str) -> str:

@@ -135,3 +135,23 @@ def test_status_of_a_raw_pending_signup_is_bounded(aws, capsys):
         "seats": 1,
         "submitted_at": None,
     }
+
+
+def test_status_prints_binary_and_set_attributes_as_the_api_does(aws, capsys):
+    # GIVEN a decision whose attributes a producer wrote with binary and a set (DynamoDB types)
+    aws.client("dynamodb").put_item(
+        TableName="turnstile-main",
+        Item={
+            "event_id": {"S": "gig"},
+            "signup_id": {"S": "bin"},
+            "status": {"S": "ACCEPTED"},
+            "seats": {"N": "1"},
+            "position": {"N": "1"},
+            "attributes": {"M": {"b": {"B": b"\x00\x01\xff"}, "tags": {"SS": ["z", "a"]}}},
+        },
+    )
+    # THEN `turnstile status` prints it as GET /events/{id}/signups/{id} does: binary as
+    # base64, a set as a sorted list; no traceback
+    code, out, err = run(capsys, "status", "gig", "bin")
+    assert (code, err) == (0, "")
+    assert json.loads(out)["attributes"] == {"b": "AAH/", "tags": ["a", "z"]}
