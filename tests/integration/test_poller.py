@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.helpers import put_raw_intake
 from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
@@ -585,3 +586,39 @@ def test_time_spent_delivering_is_not_idle_time(setup):
     poller.run(threading.Event(), until_idle_s=0.3)
     # THEN it did not stop while it was busy: the records written meanwhile are delivered
     assert [i for b in recorder.batches for i in b] == ["s0", "s1", "t0", "t1"]
+
+
+def test_polls_that_fail_are_not_idle_time(setup, aws, tmp_path):
+    # GIVEN records in the stream, and a streams endpoint whose next GetRecords calls fail
+    # for longer than the idle limit (throttling, 5xx, a restarting endpoint)
+    client, make, _ = setup
+    write(client, 3)
+    recorder = Recorder()
+    poller = make(recorder)
+    streams = poller.streams
+    failures = {"left": 3}
+
+    class Flaky:
+        def __getattr__(self, name: str) -> Any:
+            call = getattr(streams, name)
+            if name != "get_records":
+                return call
+
+            def get_records(**kwargs: Any) -> Any:
+                if failures["left"]:
+                    failures["left"] -= 1
+                    raise ClientError(
+                        {"Error": {"Code": "InternalServerError", "Message": "5xx"}},
+                        "GetRecords",
+                    )
+                return call(**kwargs)
+
+            return get_records
+
+    poller.streams = Flaky()
+    # WHEN the worker runs until the stream has been quiet for 1.5 s (each failed poll
+    # waits a second before the next)
+    poller.run(threading.Event(), until_idle_s=1.5)
+    # THEN it read the stream once the endpoint answered, and delivered what it held
+    assert failures["left"] == 0
+    assert [i for b in recorder.batches for i in b] == ["s0", "s1", "s2"]

@@ -267,6 +267,10 @@ class StreamPoller:
                     state.iterator = None
                 self._buffers.clear()
                 stop.wait(1.0)
+                # A stream that could not be read is not a quiet one: only polls that
+                # read it count towards idleness.
+                quiet_since = time.monotonic()
+                continue
             # A poll that read nothing may still have delivered a buffered batch: the time
             # its handler took is work, not quiet.
             if got or self.stats.invocations != invoked:
