@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnstile.eventfilter import parse_pattern
+
 __all__ = [
     "ALL_TABLES",
     "CONTROL_TABLE",
@@ -257,6 +259,18 @@ class EventSourceSettings:
     )
     #: AWS polls each shard four times a second.
     poll_interval_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        """Refuse what CreateEventSourceMapping refuses, so neither runtime runs it."""
+        if not 1 <= self.parallelization_factor <= 10:
+            raise ValueError("parallelization_factor is 1 to 10 (AWS's range)")
+        if not 0 <= self.max_batching_window_s <= 300:
+            raise ValueError("max_batching_window_s is 0 to 300 seconds (AWS's range)")
+        if self.retry_attempts < -1:
+            raise ValueError("retry_attempts is -1 (until the record expires) or more")
+        # A pattern may come as the API's JSON text; it is kept as the object it parses to.
+        patterns = tuple(parse_pattern(p) for p in self.filter_patterns)
+        object.__setattr__(self, "filter_patterns", patterns)
 
 
 STREAM_SOURCE = EventSourceSettings()

@@ -10,13 +10,15 @@ from __future__ import annotations
 import random
 import threading
 from collections import Counter
+from dataclasses import replace
+from typing import Any
 
 import boto3
 
 from tests.helpers import decisions, put_raw_intake
-from turnstile.contract import ALL_TABLES, INTAKE_TABLE
+from turnstile.contract import ALL_TABLES, INTAKE_TABLE, STREAM_SOURCE
 from turnstile.domain import EventSnapshot, decide, parse_request
-from turnstile.local.poller import to_lambda_record
+from turnstile.local.poller import CheckpointStore, StreamPoller, to_lambda_record
 from turnstile.processor import DecidedSignup, IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore, default_client
 
@@ -121,3 +123,92 @@ def test_three_processors_on_one_stream_decide_as_one_alone(endpoint):
     for event_id in capacities:
         accepted = sorted((int(v[3]), v[2]) for k, v in got.items() if k[0] == event_id and v[2])
         assert [p for _, p in accepted] == list(range(1, len(accepted) + 1))
+
+
+class RacingStore(SignupStore):
+    """Holds the first commit until another commit has gone through, so that first one
+    commits on a version already moved: the guard must turn it into a conflict."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self._lock = threading.Lock()
+        self._held = False
+        self.other_committed = threading.Event()
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            hold, self._held = not self._held, True
+        if hold:
+            self.other_committed.wait(timeout=10)
+        try:
+            return super().commit(*args, **kwargs)
+        finally:
+            if not hold:
+                self.other_committed.set()
+
+
+def test_a_parallelization_factor_above_one_never_oversells_nor_decides_twice(
+    endpoint, tmp_path, monkeypatch
+):
+    """A misconfigured stack's event source (parallelization factor 3): one event's signups
+    are decided by concurrent invocations of the real handler, each item's records in
+    order in one lane (as AWS does). Stream order across an event's signups is lost; the
+    version guard keeps the event from being oversold or a signup decided twice."""
+    from turnstile.handlers import stream as stream_handler
+
+    client = default_client(endpoint)
+    for spec in ALL_TABLES:
+        client.create_table(**spec.create_table_kwargs())
+    store = RacingStore(client)
+    store.create_event("gig", 25, NOW)
+    rng = random.Random(11)
+    for i in range(90):
+        put_raw_intake(client, "gig", f"u{i}", seats={"N": str(rng.randint(1, 2))})
+
+    lock = threading.Lock()
+    committed: list[DecidedSignup] = []
+    conflicts: list[int] = []
+
+    class RecordingProcessor(StreamProcessor):
+        def process(self, records):  # type: ignore[no-untyped-def]
+            result = super().process(records)
+            with lock:
+                committed.extend(result.decided)
+                conflicts.append(result.conflicts)
+            return result
+
+    monkeypatch.setattr(stream_handler, "_processor", RecordingProcessor(store, max_conflicts=200))
+    streams = boto3.client("dynamodbstreams", endpoint_url=endpoint)
+    arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
+    settings = replace(
+        STREAM_SOURCE, batch_size=10, max_batching_window_s=0, parallelization_factor=3
+    )
+    poller = StreamPoller(
+        stream_handler.handler,
+        streams,
+        arn,
+        CheckpointStore(tmp_path / "checkpoints.json"),
+        settings=settings,
+        sleep=lambda _: None,
+    )
+    poller.run(threading.Event(), until_idle_s=0.5)
+
+    assert poller.stats.sent_to_failure_destination == 0
+    # Exactly one decision committed per signup: none doubled, none lost.
+    per_signup = Counter(c.decision.signup_id for c in committed)
+    assert sorted(per_signup.values()) == [1] * 90
+    items = decisions(client)
+    assert len(items) == 90
+    accepted = [item for item in items.values() if item["status"]["S"] == "ACCEPTED"]
+    seats = sum(int(item["seats"]["N"]) for item in accepted)
+    event = store.get_event("gig")
+    assert event is not None
+    # Never oversold; the counter is the sum of what was accepted; positions 1..n, once each.
+    assert seats <= 25
+    assert event.snapshot.taken == seats
+    assert sorted(int(item["position"]["N"]) for item in accepted) == list(
+        range(1, len(accepted) + 1)
+    )
+    rejected = [item for item in items.values() if item["status"]["S"] == "REJECTED"]
+    assert {item["reason"]["S"] for item in rejected} <= {"capacity_full"}
+    assert sum(conflicts) > 0, "no commit met another: the guard was not exercised"

@@ -18,13 +18,20 @@ metrics = Metrics(namespace="Turnstile", service="turnstile")
 
 
 def _run_id(event: dict[str, Any]) -> str:
-    """The schedule's slot, so a duplicate delivery of one tick is the same run."""
-    scheduled = event.get("scheduled_time") if isinstance(event, dict) else None
-    if isinstance(scheduled, str):
-        try:
-            return run_id_for(datetime.fromisoformat(scheduled.replace("Z", "+00:00")))
-        except ValueError:
-            pass
+    """The schedule's slot, so a duplicate delivery of one tick is the same run.
+
+    The stack's schedule passes ``scheduled_time``; a schedule without Input delivers
+    EventBridge Scheduler's default notification, an EventBridge event whose ``time`` is
+    when the schedule fired. Only without either is the slot taken from the clock.
+    """
+    if isinstance(event, dict):
+        for field in ("scheduled_time", "time"):
+            scheduled = event.get(field)
+            if isinstance(scheduled, str):
+                try:
+                    return run_id_for(datetime.fromisoformat(scheduled.replace("Z", "+00:00")))
+                except ValueError:
+                    pass
     return run_id_for()
 
 

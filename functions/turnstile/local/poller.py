@@ -1,15 +1,18 @@
 """``StreamPoller``: Lambda's DynamoDB event source mapping, for the local stack.
 
 It reads a stream through the public DynamoDB Streams API (so it works against any
-endpoint), and invokes a handler the way Lambda does: batch size, batching window,
-filters, bounded retries, bisect on function error, partial batch failures (checkpoint at
-the lowest failed sequence number), a maximum record age, and an on-failure destination
-(an SQS queue, messages shaped as AWS's). Checkpoints survive a crash, in a file.
+endpoint), and invokes a handler the way Lambda does: batch size, batching window and the
+6 MB payload limit, filters, retries (bounded, or -1: until the record expires), bisect on
+function error, partial batch failures (checkpoint before the lowest failed record), a
+maximum record age, an on-failure destination (an SQS queue, messages shaped as AWS's) and
+a parallelization factor. Checkpoints survive a crash, in a file. What it does is checked
+against AWS's own recordings in tests/integration/test_poller_conformance.py.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import os
@@ -18,8 +21,10 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +33,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from turnstile.contract import STREAM_SOURCE, EventSourceSettings
+from turnstile.eventfilter import matches_any, matches_filter
+from turnstile.itemsize import typed_item_size
 
 __all__ = [
     "CheckpointStore",
@@ -40,6 +47,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], Any], Any]
+
+#: The largest payload of one invocation: a batch is sent when the next record would not fit.
+MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
+_PAYLOAD_ENVELOPE = len(json.dumps({"Records": []}))
 
 
 # -- the shape of a Lambda DynamoDB stream event ---------------------------------------
@@ -56,19 +67,37 @@ def _typed_value(value: Any) -> Any:
     return value
 
 
+def _size_bytes(stream: Mapping[str, Any]) -> int | None:
+    """DynamoDB's size of the record's keys and images (AWS's SizeBytes)."""
+    try:
+        parts = ("Keys", "NewImage", "OldImage")
+        return sum(typed_item_size(stream[k]) for k in parts if k in stream)
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
 def to_lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
-    """A GetRecords record (as boto3 returns it) in the form Lambda delivers it."""
+    """A GetRecords record (as boto3 returns it) in the form Lambda delivers it.
+
+    As recorded against AWS: ``eventVersion`` "1.1", ``ApproximateCreationDateTime`` a
+    float of seconds, ``SizeBytes`` by DynamoDB's item-size rules, binary base64-encoded.
+    """
     stream = dict(record.get("dynamodb", {}))
     created = stream.get("ApproximateCreationDateTime")
     if isinstance(created, datetime):
-        stream["ApproximateCreationDateTime"] = int(created.timestamp())
+        stream["ApproximateCreationDateTime"] = created.timestamp()
+    elif isinstance(created, int | float):
+        stream["ApproximateCreationDateTime"] = float(created)
+    size = _size_bytes(stream)
+    if size is not None:
+        stream["SizeBytes"] = size
     for key in ("Keys", "NewImage", "OldImage"):
         if key in stream:
             stream[key] = _typed_value(stream[key])
     out = {
         "eventID": record.get("eventID"),
         "eventName": record.get("eventName"),
-        "eventVersion": record.get("eventVersion", "1.1"),
+        "eventVersion": "1.1",
         "eventSource": record.get("eventSource", "aws:dynamodb"),
         "awsRegion": record.get("awsRegion"),
         "dynamodb": stream,
@@ -77,27 +106,6 @@ def to_lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, An
     if "userIdentity" in record:
         out["userIdentity"] = dict(record["userIdentity"])
     return out
-
-
-def matches_filter(pattern: Mapping[str, Any], value: Any) -> bool:
-    """Lambda event filtering, the subset turnstile uses: exact values, ``exists``, nesting."""
-    for key, expected in pattern.items():
-        present = isinstance(value, Mapping) and key in value
-        actual = value.get(key) if present else None
-        if isinstance(expected, Mapping):
-            if not present or not matches_filter(expected, actual):
-                return False
-            continue
-        options = expected if isinstance(expected, list) else [expected]
-        ok = False
-        for option in options:
-            if isinstance(option, Mapping) and "exists" in option:
-                ok = ok or (present == bool(option["exists"]))
-            elif present and actual == option:
-                ok = True
-        if not ok:
-            return False
-    return True
 
 
 @dataclass
@@ -140,6 +148,22 @@ class CheckpointStore:
         except FileNotFoundError:
             return {}
 
+    def _write(self, data: Mapping[str, Any]) -> None:
+        """A new file beside the old one, synced, then renamed over it: a crash at any
+        point leaves either the old checkpoints or the new ones, never a torn file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checkpoints")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
     def get(self, stream_arn: str, shard_id: str) -> str | None:
         with self._lock:
             return self._load().get(stream_arn, {}).get(shard_id)
@@ -148,17 +172,13 @@ class CheckpointStore:
         with self._lock:
             data = self._load()
             data.setdefault(stream_arn, {})[shard_id] = sequence_number
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checkpoints")
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1)
-            os.replace(tmp, self.path)
+            self._write(data)
 
     def clear(self, stream_arn: str) -> None:
         with self._lock:
             data = self._load()
             if data.pop(stream_arn, None) is not None:
-                self.path.write_text(json.dumps(data, indent=1))
+                self._write(data)
 
 
 # -- the poller -----------------------------------------------------------------------
@@ -174,6 +194,8 @@ class PollerStats:
     retries: int = 0
     sent_to_failure_destination: int = 0
     polls: int = 0
+    #: Checkpoints found past the stream's retention (read on from the trim horizon).
+    checkpoints_trimmed: int = 0
 
 
 class _FunctionError(Exception):
@@ -189,8 +211,36 @@ class _ShardState:
     ended: bool = False
 
 
+@dataclass
+class _Part:
+    """Records on their way to the handler: how many failed invocations they have had,
+    and whether the last one raised (AWS's ``functionError``)."""
+
+    records: list[dict[str, Any]]
+    attempts: int = 0
+    function_error: str | None = None
+
+
+def _record_bytes(record: Mapping[str, Any]) -> int:
+    return len(json.dumps(record)) + 2  # and the ", " that joins it to the next
+
+
+def _lane(record: Mapping[str, Any], lanes: int) -> int:
+    """The lane of a record: one item (its whole key) always takes the same lane."""
+    keys = json.dumps(record.get("dynamodb", {}).get("Keys"), sort_keys=True)
+    return zlib.crc32(keys.encode()) % lanes
+
+
 class StreamPoller:
-    """Feeds a DynamoDB stream to ``handler`` as Lambda's event source mapping does."""
+    """Feeds a DynamoDB stream to ``handler`` as Lambda's event source mapping does.
+
+    ``settings.parallelization_factor`` above 1 (off by default, and on AWS a misconfigured
+    stack: docs/design.md) runs that many batches of a shard at once, as Lambda does: each
+    item's records in order in one lane ("in-order processing at the item (partition and
+    sort key) level", https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html), so one
+    event's signups are decided by concurrent invocations. The shard's checkpoint moves
+    once every lane is done with what was read.
+    """
 
     def __init__(
         self,
@@ -204,6 +254,7 @@ class StreamPoller:
         from_start: bool = False,
         retry_base_delay_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.handler = handler
         self.streams = streams_client
@@ -214,13 +265,29 @@ class StreamPoller:
         self.settings = settings
         self.retry_base_delay_s = retry_base_delay_s
         self._sleep = sleep
+        self._clock = clock
         self.stats = PollerStats()
+        self._stats_lock = threading.Lock()
         self._shards: dict[str, _ShardState] = {}
         self._buffers: dict[str, list[dict[str, Any]]] = {}
-        self._buffer_started: dict[str, float] = {}
+        self._buffer_bytes: dict[str, int] = {}
+        #: When each shard's batching window began: when its last invocation completed.
+        self._window_start: dict[str, float] = {}
+        self._started = clock()
+        self._lanes = settings.parallelization_factor
+        self._lane_pool = (
+            ThreadPoolExecutor(self._lanes, thread_name_prefix="stream-lane")
+            if self._lanes > 1
+            else None
+        )
         if from_start:
             checkpoints.clear(stream_arn)
         self.polling = threading.Event()
+
+    def _count(self, **increments: int) -> None:
+        with self._stats_lock:
+            for name, value in increments.items():
+                setattr(self.stats, name, getattr(self.stats, name) + value)
 
     # -- shard discovery --------------------------------------------------------------
 
@@ -245,7 +312,26 @@ class StreamPoller:
                 kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=checkpoint)
             else:
                 kwargs["ShardIteratorType"] = self.settings.starting_position
-            state.iterator = self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
+            try:
+                state.iterator = self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
+            except ClientError as exc:
+                if not checkpoint or _error_code(exc) != "TrimmedDataAccessException":
+                    raise
+                # The checkpoint is older than the stream keeps (24 hours): the records
+                # after it that were trimmed are gone. Read on from the oldest one left,
+                # instead of asking for the trimmed position again forever.
+                log.warning(
+                    "checkpoint %s of shard %s is past the stream's retention: records "
+                    "trimmed since are lost; reading on from the oldest record left",
+                    checkpoint,
+                    state.shard_id,
+                )
+                self._count(checkpoints_trimmed=1)
+                state.iterator = self.streams.get_shard_iterator(
+                    StreamArn=self.stream_arn,
+                    ShardId=state.shard_id,
+                    ShardIteratorType="TRIM_HORIZON",
+                )["ShardIterator"]
         return state.iterator
 
     # -- the loop ---------------------------------------------------------------------
@@ -253,7 +339,9 @@ class StreamPoller:
     def run(self, stop: threading.Event, until_idle_s: float | None = None) -> None:
         """Poll until ``stop`` is set (or the stream was quiet for ``until_idle_s``).
 
-        Errors talking to the endpoint are logged and retried from the checkpoint.
+        Errors talking to the endpoint are logged and retried from the checkpoint. When
+        the stream has been quiet for ``until_idle_s``, a batch still gathering is sent
+        (its delivery is work, not quiet) before the poller stops.
         """
         quiet_since = time.monotonic()
         while not stop.is_set():
@@ -266,6 +354,7 @@ class StreamPoller:
                 for state in self._shards.values():
                     state.iterator = None
                 self._buffers.clear()
+                self._buffer_bytes.clear()
                 stop.wait(1.0)
                 # A stream that could not be read is not a quiet one: only polls that
                 # read it count towards idleness.
@@ -276,7 +365,10 @@ class StreamPoller:
             if got or self.stats.invocations != invoked:
                 quiet_since = time.monotonic()
             elif until_idle_s is not None and time.monotonic() - quiet_since >= until_idle_s:
-                break
+                if not any(self._buffers.values()):
+                    break
+                self.flush()
+                quiet_since = time.monotonic()
             else:
                 stop.wait(self.settings.poll_interval_s)
         self.flush()
@@ -285,7 +377,7 @@ class StreamPoller:
         """One GetRecords per readable shard, delivering batches that are ready."""
         if not self._shards or self.stats.polls % 40 == 0:
             self._refresh_shards()
-        self.stats.polls += 1
+        self._count(polls=1)
         got = 0
         for state in list(self._shards.values()):
             parent = self._shards.get(state.parent_id or "")
@@ -299,17 +391,18 @@ class StreamPoller:
         iterator = self._iterator(state)
         if iterator is None:
             return 0
-        buffer = self._buffers.setdefault(state.shard_id, [])
-        room = max(1, self.settings.batch_size - len(buffer))
+        shard_id = state.shard_id
+        buffer = self._buffers.setdefault(shard_id, [])
+        # With lanes, one read feeds a batch to each of them.
+        capacity = self.settings.batch_size * self._lanes
+        room = max(1, capacity - len(buffer))
         try:
             response = self.streams.get_records(ShardIterator=iterator, Limit=min(room, 1000))
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in {
-                "ExpiredIteratorException",
-                "TrimmedDataAccessException",
-            }:
+            if _error_code(exc) in {"ExpiredIteratorException", "TrimmedDataAccessException"}:
                 state.iterator = None
-                self._buffers[state.shard_id] = []
+                self._buffers[shard_id] = []
+                self._buffer_bytes[shard_id] = 0
                 return 0
             raise
         records = response.get("Records", [])
@@ -319,39 +412,78 @@ class StreamPoller:
         last_dropped: str | None = None
         for raw in records:
             record = to_lambda_record(raw, self.stream_arn)
-            if any(matches_filter(p, record) for p in self.settings.filter_patterns):
-                if not buffer:
-                    self._buffer_started[state.shard_id] = time.monotonic()
-                buffer.append(record)
-            else:
-                self.stats.records_filtered += 1
+            if not matches_any(self.settings.filter_patterns, record):
+                self._count(records_filtered=1)
                 last_dropped = record["dynamodb"]["SequenceNumber"]
+                continue
+            size = _record_bytes(record)
+            if buffer and (
+                _PAYLOAD_ENVELOPE + self._buffer_bytes.get(shard_id, 0) + size > MAX_PAYLOAD_BYTES
+            ):
+                self._dispatch(shard_id)  # this record would take the payload past 6 MB
+                buffer = self._buffers[shard_id]
+            buffer.append(record)
+            self._buffer_bytes[shard_id] = self._buffer_bytes.get(shard_id, 0) + size
         if last_dropped and not buffer:
-            self.checkpoints.put(self.stream_arn, state.shard_id, last_dropped)
-        window_over = (
-            time.monotonic() - self._buffer_started.get(state.shard_id, 0.0)
-            >= self.settings.max_batching_window_s
-        )
-        if buffer and (
-            len(buffer) >= self.settings.batch_size or window_over or state.ended or not records
-        ):
-            self._buffers[state.shard_id] = []
-            self._deliver(state.shard_id, buffer)
+            self.checkpoints.put(self.stream_arn, shard_id, last_dropped)
+        if buffer and (len(buffer) >= capacity or self._window_over(shard_id) or state.ended):
+            self._dispatch(shard_id)
         return len(records)
+
+    def _window_over(self, shard_id: str) -> bool:
+        """Whether the shard's batching window has run out. It begins when the previous
+        invocation completes (AWS, for streams), so a record arriving after a quiet spell
+        is sent by the poll that reads it, and records arriving while the function works,
+        or within the window after it, are gathered; a poll that reads nothing ends
+        nothing."""
+        began = self._window_start.get(shard_id, self._started)
+        return self._clock() - began >= self.settings.max_batching_window_s
+
+    def _dispatch(self, shard_id: str) -> None:
+        batch = self._buffers.get(shard_id) or []
+        self._buffers[shard_id] = []
+        self._buffer_bytes[shard_id] = 0
+        if batch:
+            self._deliver_read(shard_id, batch)
+            self._window_start[shard_id] = self._clock()
 
     def flush(self) -> None:
         """Deliver whatever is buffered (on shutdown)."""
         for shard_id, buffer in list(self._buffers.items()):
             if buffer:
-                self._buffers[shard_id] = []
-                self._deliver(shard_id, buffer)
+                self._dispatch(shard_id)
 
     # -- delivery, retries, bisect ----------------------------------------------------
 
+    def _deliver_read(self, shard_id: str, records: list[dict[str, Any]]) -> None:
+        """Deliver what was read from a shard: one batch, or with lanes one per lane, at once."""
+        if self._lane_pool is None:
+            self._deliver(shard_id, records)
+            return
+        lanes: list[list[dict[str, Any]]] = [[] for _ in range(self._lanes)]
+        for record in records:
+            lanes[_lane(record, self._lanes)].append(record)
+        futures = [
+            self._lane_pool.submit(self._deliver_lane, shard_id, lane) for lane in lanes if lane
+        ]
+        failures = []
+        for future in futures:  # every lane finishes before anything is checkpointed
+            try:
+                future.result()
+            except BaseException as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+        self._checkpoint(shard_id, records[-1])
+
+    def _deliver_lane(self, shard_id: str, records: list[dict[str, Any]]) -> None:
+        size = self.settings.batch_size
+        for start in range(0, len(records), size):
+            self._deliver(shard_id, records[start : start + size], checkpoint=False)
+
     def _invoke(self, records: Sequence[dict[str, Any]]) -> int | None:
         """Invoke once; None when every record succeeded, else the first failed index."""
-        self.stats.invocations += 1
-        self.stats.records_delivered += len(records)
+        self._count(invocations=1, records_delivered=len(records))
         try:
             response = self.handler({"Records": list(records)}, LocalLambdaContext())
         except Exception as exc:
@@ -362,12 +494,12 @@ class StreamPoller:
         failures = response.get("batchItemFailures") if isinstance(response, Mapping) else None
         if not failures:
             return None
-        self.stats.partial_failures += 1
+        self._count(partial_failures=1)
         position = {r["dynamodb"]["SequenceNumber"]: i for i, r in enumerate(records)}
         indexes = []
         for failure in failures:
             identifier = failure.get("itemIdentifier") if isinstance(failure, Mapping) else None
-            if not identifier or identifier not in position:
+            if not isinstance(identifier, str) or identifier not in position:
                 return 0  # an empty or unknown identifier fails the whole batch, as on AWS
             indexes.append(position[identifier])
         return min(indexes)
@@ -388,54 +520,76 @@ class StreamPoller:
             count += 1
         return count
 
-    def _deliver(self, shard_id: str, records: list[dict[str, Any]]) -> None:
-        pending: deque[tuple[list[dict[str, Any]], int]] = deque([(records, 0)])
+    def _deliver(
+        self, shard_id: str, records: list[dict[str, Any]], checkpoint: bool = True
+    ) -> None:
+        """Invoke until every record succeeded or was given up on.
+
+        As recorded against AWS (tests/integration/test_poller_conformance.py): a failure
+        reported behind successful records splits the batch there, and the rest goes on as
+        a batch of its own, not as a retry; a failure of the whole batch (or of its first
+        record) is a retry; -1 retries means until the record expires.
+        """
+        pending: deque[_Part] = deque([_Part(records)])
+        limit = self.settings.retry_attempts
         while pending:
-            part, attempts = pending.popleft()
-            expired = self._expired(part)
+            part = pending.popleft()
+            expired = self._expired(part.records)
             if expired:
                 self._send_to_failure_destination(
-                    shard_id, part[:expired], "RecordAgeExceeded", attempts
+                    shard_id, part.records[:expired], "RecordAgeExceeded", part, checkpoint
                 )
-                part = part[expired:]
-                if not part:
+                part.records = part.records[expired:]
+                if not part.records:
                     continue
             try:
-                failed_at = self._invoke(part)
+                failed_at = self._invoke(part.records)
+                part.function_error = None
             except _FunctionError:
-                self.stats.function_errors += 1
-                if self.settings.bisect_on_error and len(part) > 1:
-                    middle = len(part) // 2
+                self._count(function_errors=1)
+                part.function_error = "Unhandled"
+                if self.settings.bisect_on_error and len(part.records) > 1:
+                    middle = len(part.records) // 2
                     # Halves go back in order; a split does not count as a retry (AWS).
-                    pending.appendleft((part[middle:], attempts))
-                    pending.appendleft((part[:middle], attempts))
+                    for half in (part.records[middle:], part.records[:middle]):
+                        pending.appendleft(_Part(half, part.attempts, part.function_error))
                     continue
                 failed_at = 0
             if failed_at is None:
-                self._checkpoint(shard_id, part[-1])
+                if checkpoint:
+                    self._checkpoint(shard_id, part.records[-1])
                 continue
             if failed_at > 0:
-                self._checkpoint(shard_id, part[failed_at - 1])
-            rest = part[failed_at:]
-            attempts += 1
-            if attempts > self.settings.retry_attempts:
+                if checkpoint:
+                    self._checkpoint(shard_id, part.records[failed_at - 1])
+                part.records = part.records[failed_at:]
+                pending.appendleft(part)
+                continue
+            part.attempts += 1
+            if 0 <= limit < part.attempts:
                 self._send_to_failure_destination(
-                    shard_id, rest, "RetryAttemptsExhausted", attempts
+                    shard_id, part.records, "RetryAttemptsExhausted", part, checkpoint
                 )
                 continue
-            self.stats.retries += 1
-            backoff = self.retry_base_delay_s * min(2 ** (attempts - 1), 16)
+            self._count(retries=1)
+            backoff = self.retry_base_delay_s * min(2 ** (part.attempts - 1), 16)
             self._sleep(backoff * random.uniform(1, 1.5))
-            pending.appendleft((rest, attempts))
+            pending.appendleft(part)
 
     def _checkpoint(self, shard_id: str, record: Mapping[str, Any]) -> None:
         self.checkpoints.put(self.stream_arn, shard_id, record["dynamodb"]["SequenceNumber"])
 
     def _send_to_failure_destination(
-        self, shard_id: str, records: Sequence[dict[str, Any]], condition: str, attempts: int
+        self,
+        shard_id: str,
+        records: Sequence[dict[str, Any]],
+        condition: str,
+        part: _Part | None = None,
+        checkpoint: bool = True,
     ) -> None:
         """Only metadata, never the records: a redrive reads the intake table (as on AWS)."""
-        self.stats.sent_to_failure_destination += len(records)
+        part = part or _Part(list(records))
+        self._count(sent_to_failure_destination=len(records))
 
         def arrival(record: Mapping[str, Any]) -> str:
             created = record["dynamodb"].get("ApproximateCreationDateTime") or time.time()
@@ -446,13 +600,14 @@ class StreamPoller:
                 "requestId": str(uuid.uuid4()),
                 "functionArn": LocalLambdaContext().invoked_function_arn,
                 "condition": condition,
-                # Invocations of these records so far (AWS counts invocations, not retries).
-                "approximateInvokeCount": attempts,
+                # The failed invocations of the batch given up on (retries + 1).
+                "approximateInvokeCount": part.attempts,
             },
             "responseContext": {
                 "statusCode": 200,
                 "executedVersion": "$LATEST",
-                "functionError": "Unhandled",
+                # "Unhandled" when the function raised; null when it reported failures.
+                "functionError": part.function_error,
             },
             "version": "1.0",
             "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
@@ -469,4 +624,9 @@ class StreamPoller:
         log.error("batch sent to the on-failure destination: %s", json.dumps(message))
         if self.sqs is not None and self.failure_queue_url:
             self.sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
-        self._checkpoint(shard_id, records[-1])
+        if checkpoint:
+            self._checkpoint(shard_id, records[-1])
+
+
+def _error_code(exc: ClientError) -> str | None:
+    return exc.response.get("Error", {}).get("Code")

@@ -18,14 +18,22 @@ from turnstile.contract import (
     FAILURE_QUEUE_NAME,
     INTAKE_TABLE,
     STREAM_SOURCE,
+    EventSourceSettings,
     TableSpec,
 )
+from turnstile.errors import TurnstileError
 from turnstile.local.api_server import ApiServer
 from turnstile.local.faults import FaultInjectingClient
 from turnstile.local.poller import CheckpointStore, StreamPoller
 from turnstile.local.server import EmbeddedAws
 
-__all__ = ["LocalStack", "Worker", "ensure_resources", "local_aws_environment"]
+__all__ = [
+    "LocalStack",
+    "Worker",
+    "ensure_resources",
+    "local_aws_environment",
+    "local_event_source",
+]
 
 log = logging.getLogger(__name__)
 
@@ -81,17 +89,55 @@ def counting_processor(store: Any, stats: DecisionStats) -> Any:
     """The stream processor, counting decisions, failed groups and version conflicts."""
     from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 
+    lock = threading.Lock()  # lanes (a parallelization factor) count at once
+
     class CountingProcessor(StreamProcessor):
         def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
-            stats.first_batch_at = stats.first_batch_at or time.time()
+            with lock:
+                stats.first_batch_at = stats.first_batch_at or time.time()
             result = super().process(records)
-            stats.last_batch_at = time.time()
-            stats.decided += len(result.decided)
-            stats.failed_groups += len(result.failures)
-            stats.conflicts += result.conflicts
+            with lock:
+                stats.last_batch_at = time.time()
+                stats.decided += len(result.decided)
+                stats.failed_groups += len(result.failures)
+                stats.conflicts += result.conflicts
             return result
 
     return CountingProcessor(store)
+
+
+def _env_int(name: str, low: int, high: int) -> int | None:
+    raw = os.environ.get(name)
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not low <= value <= high:
+        raise TurnstileError(f"{name} must be a whole number from {low} to {high}, not {raw!r}")
+    return value
+
+
+def local_event_source() -> EventSourceSettings:
+    """The stack's event source settings, with the local stack's own options:
+
+    * ``TURNSTILE_BATCHING_WINDOW_S``: the batching window (default: the stack's);
+    * ``TURNSTILE_PARALLELIZATION_FACTOR``: concurrent batches per shard, 1 to 10 (default
+      1, as deployed; above 1 runs the stream as a misconfigured stack would);
+    * ``TURNSTILE_MAX_RECORD_AGE_S``: drills shorten it, so records age out while the
+      worker is down.
+    """
+    overrides: dict[str, int] = {}
+    for name, field_name, low, high in (
+        ("TURNSTILE_BATCHING_WINDOW_S", "max_batching_window_s", 0, 300),
+        ("TURNSTILE_PARALLELIZATION_FACTOR", "parallelization_factor", 1, 10),
+        ("TURNSTILE_MAX_RECORD_AGE_S", "max_record_age_s", -1, 604_800),
+    ):
+        value = _env_int(name, low, high)
+        if value is not None:
+            overrides[field_name] = value
+    return replace(STREAM_SOURCE, **overrides)
 
 
 class Worker:
@@ -131,12 +177,7 @@ class Worker:
             self.store = SignupStore(store_client, **store_kwargs)
             stream_module._processor = counting_processor(self.store, self.decisions)
             handler = stream_module.handler
-        settings = STREAM_SOURCE
-        if os.environ.get("TURNSTILE_MAX_RECORD_AGE_S"):
-            # Drills: a shortened retention, so records age out while the worker is down.
-            settings = replace(
-                settings, max_record_age_s=int(os.environ["TURNSTILE_MAX_RECORD_AGE_S"])
-            )
+        settings = local_event_source()
         stream_arn = dynamodb.describe_table(TableName=INTAKE_TABLE.name)["Table"].get(
             "LatestStreamArn"
         )
