@@ -6,9 +6,11 @@ It owns keys, expressions and conditions, retries throttled calls with backoff, 
 The commit design (why each decision costs one write unit, and why that is safe):
 
 * The event item is the serialization point. A group's decisions are committed by one
-  ``UpdateItem`` on it, conditioned on ``version`` (an optimistic lock) and, when
-  it takes seats, on ``taken <= capacity``; the update stores the new counters and a
-  compact *journal* (bzip2-compressed JSON) of exactly the decisions that commit made.
+  ``UpdateItem`` on it, conditioned on ``version`` (an optimistic lock), on the
+  ``capacity`` and ``state`` they were decided from (organizers change those without
+  touching ``version``: their IAM role may not write it) and, when it takes seats, on
+  ``taken <= capacity``; the update stores the new counters and a compact *journal*
+  (bzip2-compressed JSON) of exactly the decisions that commit made.
 * The decision items are then *materialized* from that journal with plain batch writes:
   one write unit per decision item of up to 1 KB, instead of the two a transaction
   charges. Materializing is idempotent: the journal fixes every byte of every item. It
