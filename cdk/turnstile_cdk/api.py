@@ -23,7 +23,7 @@ from constructs import Construct
 from turnstile.api import ROUTES as API_ROUTES
 
 from .functions import FunctionCommons, TurnstileFunction
-from .permissions import API_CONTROL_ACTIONS, API_INTAKE_ACTIONS, API_MAIN_ACTIONS
+from .permissions import API_GRANTS, CONTROL, INTAKE, MAIN
 
 __all__ = [
     "CATCH_ALL",
@@ -224,9 +224,9 @@ class TurnstileApi(Construct):
             environment={"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"},
         )
         self.function = self.handler.function
-        main.grant(self.function, *API_MAIN_ACTIONS)
-        intake.grant(self.function, *API_INTAKE_ACTIONS)
-        control.grant(self.function, *API_CONTROL_ACTIONS)
+        self.handler.grant_tables(
+            API_GRANTS, {INTAKE: intake, MAIN: main, CONTROL: control}
+        )
 
         self.http_api = apigwv2.HttpApi(
             self,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -14,6 +15,8 @@ from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from turnstile.contract import ALL_TABLES
+
+from .permissions import TableGrant
 
 __all__ = [
     "FUNCTIONS_DIR",
@@ -194,3 +197,21 @@ class TurnstileFunction(Construct):
                 ),
             )
         )
+
+    def grant_tables(
+        self, grants: Iterable[TableGrant], tables: Mapping[str, dynamodb.ITable]
+    ) -> None:
+        """Add ``grants`` (``permissions``) to the role: an unconditioned one as the table's
+        own grant (its indexes included), a conditioned one as a statement of its own."""
+        for grant in grants:
+            table = tables[grant.table]
+            if not grant.conditions:
+                table.grant(self.function, *grant.actions)
+                continue
+            self.function.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=list(grant.actions),
+                    resources=[table.table_arn],
+                    conditions=grant.conditions,
+                )
+            )

@@ -1,65 +1,187 @@
-"""Exactly which DynamoDB actions each function gets on each table (no ``dynamodb:*``).
+"""Exactly what each function may do on each table, and on which items and attributes.
+
+No ``dynamodb:*``, and no action the code does not call. Where two writers share a table,
+IAM conditions keep each to its own items and attributes, so the trust boundary of
+docs/design.md (§5) holds in IAM, not only in the code:
+
+- ``dynamodb:LeadingKeys`` (the partition key) keeps a role to its items of the control
+  table: the API and the stream processor to ``EVENT#``/``PARK#`` items, the sweeper to
+  its lease (``SWEEPER``) and run history (``SWEEP-RUN``).
+- ``dynamodb:Attributes`` keeps an ``UpdateItem`` to the attributes listed (keys included;
+  an attribute a condition reads counts too), with ``dynamodb:ReturnValues`` limited to
+  NONE/UPDATED_*, so it cannot read the item's other attributes back either. The API
+  may name only an event's configuration (``contract.EVENT_CONFIG_ATTRIBUTES``), never the
+  processor's ``taken``, ``accepted``, ``version`` or ``journal``; the sweeper only the
+  intake record's re-emission counter, and a hold marker's fields when it lifts an
+  empty hold. Neither gets ``PutItem`` there (a put replaces every attribute).
+- The main table's decisions are written by the stream processor alone; the others only
+  read them.
 
 IAM has no TransactWriteItems/TransactGetItems actions: a transaction is authorized per item
-by the action it performs (PutItem, UpdateItem, DeleteItem, ConditionCheckItem, GetItem).
+by the action it performs (PutItem, UpdateItem, DeleteItem, ConditionCheckItem), with that
+item's conditions. This module is plain data (no CDK): ``TurnstileFunction.grant_tables``
+turns it into policy statements, and the infrastructure tests pin the result.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from turnstile.contract import EVENT_CONFIG_ATTRIBUTES, Attr, ControlKey, HoldAttr
+
 __all__ = [
-    "API_CONTROL_ACTIONS",
-    "API_INTAKE_ACTIONS",
-    "API_MAIN_ACTIONS",
-    "PROCESSOR_CONTROL_ACTIONS",
-    "PROCESSOR_INTAKE_ACTIONS",
-    "PROCESSOR_MAIN_ACTIONS",
-    "SWEEPER_CONTROL_ACTIONS",
-    "SWEEPER_INTAKE_ACTIONS",
-    "SWEEPER_MAIN_ACTIONS",
+    "API_GRANTS",
+    "CONTROL",
+    "INTAKE",
+    "MAIN",
+    "PROCESSOR_GRANTS",
+    "SWEEPER_GRANTS",
+    "TableGrant",
 ]
 
-_POINT_READS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
+#: The tables, as ``TableGrant.table`` names them.
+INTAKE = "intake"
+MAIN = "main"
+CONTROL = "control"
 
-#: Decides: writes decision items with BatchWriteItem, and rejections of signups of unknown
-#: events with conditional puts in a transaction. Reads decisions to know what is decided.
-PROCESSOR_MAIN_ACTIONS = (*_POINT_READS, "dynamodb:PutItem", "dynamodb:BatchWriteItem")
-#: Reads the event item (ConsistentRead), commits counters + journal with one conditional
-#: UpdateItem, and checks that an unknown event still has no item (ConditionCheck). Reads
-#: the event item with its hold marker in one BatchGetItem; parks and unparks a held event's
-#: records with BatchWriteItem, reads them back in order with Query, and sets and clears
-#: the hold marker with UpdateItem (docs/arrival-order.md). It never deletes an item alone.
-PROCESSOR_CONTROL_ACTIONS = (
-    "dynamodb:GetItem",
-    "dynamodb:BatchGetItem",
-    "dynamodb:Query",
-    "dynamodb:UpdateItem",
-    "dynamodb:BatchWriteItem",
-    "dynamodb:ConditionCheckItem",
+#: What an attribute-restricted write may return: nothing, or only what it named.
+NARROW_RETURN_VALUES = ("NONE", "UPDATED_OLD", "UPDATED_NEW")
+
+_EVENT_ITEMS = f"{ControlKey.EVENT_PREFIX}*"
+_HELD_EVENTS = f"{ControlKey.PARK_PREFIX}*"
+
+
+@dataclass(frozen=True)
+class TableGrant:
+    """``actions`` on one table; with ``leading_keys`` (``StringLike`` patterns of the
+    partition key) only on those items, with ``attributes`` only naming those attributes."""
+
+    table: str
+    actions: tuple[str, ...]
+    leading_keys: tuple[str, ...] = ()
+    attributes: tuple[str, ...] = ()
+    #: Why the role needs it (which call sites).
+    why: str = ""
+
+    @property
+    def conditions(self) -> dict[str, dict[str, Any]]:
+        """The IAM ``Condition`` block; empty for an unconditioned grant."""
+        conditions: dict[str, dict[str, Any]] = {}
+        if self.leading_keys:
+            conditions["ForAllValues:StringLike"] = {
+                "dynamodb:LeadingKeys": list(self.leading_keys)
+            }
+            # ForAllValues holds for a request without keys; every action granted with
+            # leading keys has them, and this says so.
+            conditions["Null"] = {"dynamodb:LeadingKeys": "false"}
+        if self.attributes:
+            conditions["ForAllValues:StringEquals"] = {
+                "dynamodb:Attributes": list(self.attributes)
+            }
+            conditions["StringEqualsIfExists"] = {
+                "dynamodb:ReturnValues": list(NARROW_RETURN_VALUES)
+            }
+        return conditions
+
+
+#: The stream processor: the only writer of decisions and of an event's counters, version
+#: and journal, and of held events' parked records.
+PROCESSOR_GRANTS = (
+    TableGrant(
+        INTAKE,
+        ("dynamodb:BatchGetItem",),
+        why="rebuilds the decision items of a format-1 journal from their intake records "
+        "(store.get_intakes); it never writes intake",
+    ),
+    TableGrant(
+        MAIN,
+        ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:PutItem"),
+        why="reads which signups are decided (get_decisions), writes decision items "
+        "(materialize) and the unknown-event rejections' conditional puts "
+        "(reject_without_event, a transaction)",
+    ),
+    TableGrant(
+        CONTROL,
+        (
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem",
+            "dynamodb:BatchWriteItem",
+            "dynamodb:ConditionCheckItem",
+        ),
+        leading_keys=(_EVENT_ITEMS, _HELD_EVENTS),
+        why="reads the event item with its hold marker (get_event_and_hold, get_event, "
+        "get_hold), commits counters and journal (commit), checks an unknown event still "
+        "has no item (ConditionCheck), parks and unparks a held event's records "
+        "(BatchWriteItem), reads them in order (Query), sets and clears the hold marker",
+    ),
 )
 
-#: Reads intake items only to rebuild decision items of a journal whose writer crashed
-#: (their attributes are not in the journal); it never writes intake.
-PROCESSOR_INTAKE_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem")
+#: The HTTP API: creates, re-sizes and closes events, writes intake, reads everything it
+#: shows. On event items only their configuration, never the processor's attributes.
+API_GRANTS = (
+    TableGrant(
+        INTAKE,
+        ("dynamodb:GetItem", "dynamodb:PutItem"),
+        why="submits signups (put_intake, conditional PutItem) and reads one back for "
+        "status and the 409 check (get_intake)",
+    ),
+    TableGrant(MAIN, ("dynamodb:GetItem",), why="reads a decision (get_decision)"),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:GetItem",),
+        leading_keys=(_EVENT_ITEMS,),
+        why="reads event items (get_event)",
+    ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:UpdateItem",),
+        leading_keys=(_EVENT_ITEMS,),
+        attributes=EVENT_CONFIG_ATTRIBUTES,
+        why="creates (attribute_not_exists), re-sizes and closes events: create_event, "
+        "update_capacity, close_event",
+    ),
+)
 
-#: Reads decisions.
-API_MAIN_ACTIONS = _POINT_READS
-#: Creates and closes events (the event item) and reads them.
-API_CONTROL_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem")
-#: Submits signups (conditional PutItem) and reads them back for status and 409 checks.
-API_INTAKE_ACTIONS = (*_POINT_READS, "dynamodb:PutItem")
-
-#: Finds intake records without a decision and re-emits them by bumping ``redrive``:
-#: UpdateItem is its only write on intake, and it never deletes.
-SWEEPER_INTAKE_ACTIONS = (*_POINT_READS, "dynamodb:Scan", "dynamodb:UpdateItem")
-#: Reads decisions.
-SWEEPER_MAIN_ACTIONS = _POINT_READS
-#: Reads event items (journals); keeps its lease (fenced by ConditionCheck) and its run
-#: history. Finds held events (a filtered Scan), reads their parked records (Query) and
-#: lifts a hold with nothing parked under it (UpdateItem); it never writes parked records.
-SWEEPER_CONTROL_ACTIONS = (
-    *_POINT_READS,
-    "dynamodb:Scan",
-    "dynamodb:PutItem",
-    "dynamodb:UpdateItem",
-    "dynamodb:ConditionCheckItem",
+#: The sweeper: its own lease and run history, re-emission of intake records, reads.
+SWEEPER_GRANTS = (
+    TableGrant(INTAKE, ("dynamodb:Scan",), why="finds undecided intake records"),
+    TableGrant(
+        INTAKE,
+        ("dynamodb:UpdateItem",),
+        attributes=(Attr.EVENT_ID, Attr.SIGNUP_ID, Attr.REDRIVE, Attr.REDRIVEN_AT),
+        why="re-emits a record by bumping redrive/redriven_at (fenced_redrive_many, in "
+        "transactions); it never deletes or replaces one",
+    ),
+    TableGrant(MAIN, ("dynamodb:BatchGetItem",), why="reads which records are decided"),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"),
+        why="reads event items' journals (get_event), its lease (get_lease), run history "
+        "(run_history), held events (holds, a filtered Scan) and their parked records",
+    ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:ConditionCheckItem"),
+        leading_keys=(ControlKey.SWEEPER_LEASE[0], ControlKey.SWEEP_RUNS),
+        why="takes, renews and releases its lease (UpdateItem), fences re-emissions "
+        "with it (ConditionCheck), and appends its run history (UpdateItem, PutItem)",
+    ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:UpdateItem",),
+        leading_keys=(_HELD_EVENTS,),
+        attributes=(
+            ControlKey.PK,
+            ControlKey.SK,
+            HoldAttr.HELD_SINCE,
+            HoldAttr.FIRST_SEQUENCE_NUMBER,
+            HoldAttr.ERROR,
+            Attr.VERSION,
+        ),
+        why="lifts a hold with nothing parked under it (lift_hold: clears the marker's "
+        "fields, conditioned on its version); it never writes a parked record's content",
+    ),
 )

@@ -12,11 +12,7 @@ from turnstile.contract import STREAM_SOURCE, EventSourceSettings
 
 from .event_source import event_source_mapping_properties
 from .functions import FunctionCommons, TurnstileFunction
-from .permissions import (
-    PROCESSOR_CONTROL_ACTIONS,
-    PROCESSOR_INTAKE_ACTIONS,
-    PROCESSOR_MAIN_ACTIONS,
-)
+from .permissions import CONTROL, INTAKE, MAIN, PROCESSOR_GRANTS
 
 __all__ = ["StreamProcessor"]
 
@@ -84,9 +80,9 @@ class StreamProcessor(Construct):
         # Read the stream (and intake items, for crash recovery); on main exactly what
         # deciding needs; never write intake.
         intake.grant_stream_read(self.function)
-        intake.grant(self.function, *PROCESSOR_INTAKE_ACTIONS)
-        main.grant(self.function, *PROCESSOR_MAIN_ACTIONS)
-        control.grant(self.function, *PROCESSOR_CONTROL_ACTIONS)
+        self.handler.grant_tables(
+            PROCESSOR_GRANTS, {INTAKE: intake, MAIN: main, CONTROL: control}
+        )
         self.failure_queue.grant_send_messages(self.function)
 
         stream_arn = intake.table_stream_arn

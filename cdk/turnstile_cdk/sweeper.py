@@ -10,7 +10,7 @@ from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
 from .functions import FunctionCommons, TurnstileFunction
-from .permissions import SWEEPER_CONTROL_ACTIONS, SWEEPER_INTAKE_ACTIONS, SWEEPER_MAIN_ACTIONS
+from .permissions import CONTROL, INTAKE, MAIN, SWEEPER_GRANTS
 
 __all__ = ["SWEEP_INTERVAL", "Sweeper"]
 
@@ -50,9 +50,9 @@ class Sweeper(Construct):
             reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
-        intake.grant(self.function, *SWEEPER_INTAKE_ACTIONS)
-        main.grant(self.function, *SWEEPER_MAIN_ACTIONS)
-        control.grant(self.function, *SWEEPER_CONTROL_ACTIONS)
+        self.handler.grant_tables(
+            SWEEPER_GRANTS, {INTAKE: intake, MAIN: main, CONTROL: control}
+        )
 
         # Our own role (rather than the stack-wide one the target would create), so its one
         # permission and the reason for its shape sit with the sweeper.

@@ -47,6 +47,7 @@ from turnstile.errors import (
     StoreUnavailableError,
 )
 from turnstile.jsonable import plain
+from turnstile.personal_data import intake_expires_at, intake_retention_days, signup_ref
 from turnstile.store import EventRecord, SignupStore
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "SERVICE",
     "RequestError",
     "Route",
+    "caller_identity",
     "create_app",
 ]
 
@@ -198,6 +200,25 @@ def _signup_location(event_id: str, signup_id: str) -> str:
     return f"/events/{quote(event_id, safe=':@')}/signups/{quote(signup_id, safe=':@')}"
 
 
+def caller_identity(event: Mapping[str, Any]) -> str | None:
+    """Who made the request, as API Gateway authenticated it: the IAM caller's ARN
+    (``requestContext.authorizer.iam.userArn``) or the token's subject
+    (``requestContext.authorizer.jwt.claims.sub``); None without an authorizer (the local
+    stack's API). The access log records the same value as ``caller``."""
+    context = event.get("requestContext")
+    authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
+    if not isinstance(authorizer, Mapping):
+        return None
+    iam = authorizer.get("iam")
+    if isinstance(iam, Mapping) and isinstance(iam.get("userArn"), str) and iam["userArn"]:
+        return str(iam["userArn"])
+    jwt = authorizer.get("jwt")
+    claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
+    if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
+        return str(claims["sub"])
+    return None
+
+
 def _now() -> str:
     """ISO-8601 UTC with microseconds, e.g. ``2026-11-21T21:24:27.123456Z``."""
     return utc_now()
@@ -307,7 +328,8 @@ def create_app(
         body = _json_object(app.current_event.raw_event, frozenset({"event_id", "capacity"}))
         event_id = _id(body.get("event_id"), "event_id")
         capacity = _integer(body.get("capacity"), "capacity", 0, MAX_CAPACITY)
-        record = store().create_event(event_id, capacity, now=_now())
+        creator = caller_identity(app.current_event.raw_event)
+        record = store().create_event(event_id, capacity, now=_now(), created_by=creator)
         count("EventCreated")
         logger.info("event created", event_id=event_id, capacity=capacity)
         location = f"/events/{quote(event_id, safe=':@')}"
@@ -362,10 +384,21 @@ def create_app(
         if signups.get_event(event_id) is None:
             raise EventNotFoundError(f"no event {event_id!r}")
         record, created = signups.put_intake(
-            event_id, signup_id, seats, attributes, submitted_at=_now()
+            event_id,
+            signup_id,
+            seats,
+            attributes,
+            submitted_at=_now(),
+            expires_at=intake_expires_at(intake_retention_days()),
         )
         count("SignupSubmitted" if created else "SignupResubmitted")
-        logger.info("signup submitted", event_id=event_id, signup_id=signup_id, new=created)
+        # Never the signup id itself, nor its attributes: both may be personal data.
+        logger.info(
+            "signup submitted",
+            event_id=event_id,
+            signup_ref=signup_ref(event_id, signup_id),
+            new=created,
+        )
         submitted_at = record.get(Attr.SUBMITTED_AT)
         answer = {
             "status": Status.PENDING,
@@ -647,6 +680,7 @@ _SCHEMAS: dict[str, Any] = {
             "accepted",
             "state",
             "created_at",
+            "created_by",
         ],
         "properties": {
             "event_id": _ID_SCHEMA,
@@ -656,6 +690,15 @@ _SCHEMAS: dict[str, Any] = {
             "accepted": {"type": "integer", "minimum": 0, "description": "Signups accepted."},
             "state": {"type": "string", "enum": ["OPEN", "CLOSED"]},
             "created_at": {"type": "string", "nullable": True},
+            "created_by": {
+                "type": "string",
+                "nullable": True,
+                "description": (
+                    "Who created the event: the IAM caller's ARN or the token's subject "
+                    "(as in the access log), `cli:<user>` for `turnstile event create`; "
+                    "null when the request carried no identity (the local stack)."
+                ),
+            },
         },
     },
     "EventClosed": {

@@ -123,12 +123,28 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cli_identity() -> str:
+    """``created_by`` of an event the CLI creates: ``cli:<local user>``.
+
+    Not the AWS identity: that would cost an STS call on every create (and there is none
+    on the local stack); CloudTrail has the AWS principal of every write anyway.
+    """
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no user name in the environment or the password file
+        return "cli"
+
+
 def cmd_event_create(args: argparse.Namespace) -> int:
     from turnstile.clock import utc_now
 
     _check_id("event_id", args.event_id)
     _check_capacity(args.capacity)
-    record = _store().create_event(args.event_id, args.capacity, utc_now())
+    record = _store().create_event(
+        args.event_id, args.capacity, utc_now(), created_by=cli_identity()
+    )
     _print_json(record.to_public())
     return 0
 
@@ -170,6 +186,7 @@ def _api_client(url: str) -> Any:
 def cmd_submit(args: argparse.Namespace) -> int:
     from turnstile.clock import utc_now
     from turnstile.domain import signup_problems
+    from turnstile.personal_data import intake_expires_at
 
     attributes = None
     if args.attributes:
@@ -187,10 +204,29 @@ def cmd_submit(args: argparse.Namespace) -> int:
         _print_json(_api_client(url).submit(args.event_id, args.signup_id, args.seats, attributes))
         return 0
     item, created = _store().put_intake(
-        args.event_id, args.signup_id, args.seats, attributes, utc_now()
+        args.event_id,
+        args.signup_id,
+        args.seats,
+        attributes,
+        utc_now(),
+        expires_at=intake_expires_at(_retention_days(args)),
     )
     _print_json({**item, "status": Status.PENDING, "created": created})
     return 0
+
+
+def _retention_days(args: argparse.Namespace) -> int:
+    """``--retention-days``, else TURNSTILE_INTAKE_RETENTION_DAYS, else 30."""
+    from turnstile.personal_data import intake_retention_days
+
+    if args.retention_days is not None:
+        if args.retention_days < 1:
+            raise CliError("--retention-days must be at least 1")
+        return int(args.retention_days)
+    try:
+        return intake_retention_days()
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def signup_status(store: Any, event_id: str, signup_id: str) -> dict[str, Any] | None:
@@ -364,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("signup_id")
     p.add_argument("--seats", type=int, default=1)
     p.add_argument("--attributes", help="a JSON object carried to the decision")
+    p.add_argument(
+        "--retention-days",
+        type=int,
+        metavar="DAYS",
+        help="days until TTL deletes the intake record (default $TURNSTILE_INTAKE_RETENTION_DAYS,"
+        " else 30; the API's own setting applies with --api-url)",
+    )
     p.add_argument(
         "--api-url",
         help="go through the HTTP API at this URL (default $TURNSTILE_API_URL, else the tables)",

@@ -16,8 +16,12 @@ from turnstile.eventfilter import parse_pattern
 __all__ = [
     "ALL_TABLES",
     "CONTROL_TABLE",
+    "DECISION_RETENTION_ENV",
+    "EVENT_CONFIG_ATTRIBUTES",
     "FAILURE_QUEUE_NAME",
     "ID_PATTERN",
+    "INTAKE_RETENTION_DAYS",
+    "INTAKE_RETENTION_ENV",
     "INTAKE_TABLE",
     "MAIN_TABLE",
     "MAX_ATTRIBUTES_BYTES",
@@ -112,13 +116,45 @@ class Attr:
     STATE = "state"
     VERSION = "version"
     CREATED_AT = "created_at"
+    #: Who created the event: the API caller's IAM ARN or token subject, or ``cli:<user>``.
+    CREATED_BY = "created_by"
     JOURNAL = "journal"
+    #: The seats taken as of the last commit, written by the processor with every commit and
+    #: read by a capacity change's condition; nothing decides on it (see EVENT_CONFIG_ATTRIBUTES).
+    CAPACITY_FLOOR = "capacity_floor"
     # decision item
     STATUS = "status"
     REASON = "reason"
     POSITION = "position"
     DECIDED_AT = "decided_at"
     SEQUENCE_NUMBER = "sequence_number"
+
+
+#: The event item's attributes that creating, re-sizing and closing an event may name
+#: (keys included): the API's IAM policy allows its UpdateItem on ``EVENT#`` items to touch
+#: these and nothing else, so it can never write the processor's ``taken``, ``accepted``,
+#: ``version`` or ``journal`` (docs/design.md, the trust boundary). ``capacity_floor`` is
+#: here because a capacity change is conditioned on it; a wrong floor can at most let
+#: capacity go below ``taken``, which stops acceptances (every commit that takes seats
+#: requires ``capacity >= taken``) and never oversells.
+EVENT_CONFIG_ATTRIBUTES = (
+    ControlKey.PK,
+    ControlKey.SK,
+    Attr.EVENT_ID,
+    Attr.CAPACITY,
+    Attr.MIN_CAPACITY,
+    Attr.STATE,
+    Attr.CREATED_AT,
+    Attr.CREATED_BY,
+    Attr.CAPACITY_FLOOR,
+)
+
+#: Days an intake record is kept (its ``expires_at``), unless INTAKE_RETENTION_ENV says.
+INTAKE_RETENTION_DAYS = 30
+#: The functions' (and the CLI's) retention settings, in days: intake records always expire
+#: (default INTAKE_RETENTION_DAYS); decisions only when the second variable is set.
+INTAKE_RETENTION_ENV = "TURNSTILE_INTAKE_RETENTION_DAYS"
+DECISION_RETENTION_ENV = "TURNSTILE_DECISION_RETENTION_DAYS"
 
 
 class HoldAttr:

@@ -16,6 +16,7 @@ from turnstile.clock import utc_now
 from turnstile.contract import ID_PATTERN
 from turnstile.domain import Decision, SignupRequest, decide, parse_request
 from turnstile.errors import CommitConflictError, JournalTooLargeError
+from turnstile.personal_data import decision_expires_at
 from turnstile.store import EventRecord, SignupStore, refused_as_invalid
 
 __all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
@@ -72,8 +73,12 @@ class StreamProcessor:
         max_conflicts: int = 20,
         journal_cache_size: int = 10_000,
         max_release: int = 5_000,
+        decision_retention_days: int | None = None,
     ) -> None:
         self.store = store
+        #: Decisions carry ``expires_at`` this many days after they are decided (TTL); None:
+        #: they are kept.
+        self.decision_retention_days = decision_retention_days
         self.clock = clock
         self.chunk_size = chunk_size
         self.max_conflicts = max_conflicts
@@ -149,11 +154,14 @@ class StreamProcessor:
             by_id.setdefault(request.signup_id, request)
         event = self._load_event(event_id)
         now = self.clock()
+        expires_at = decision_expires_at(now, self.decision_retention_days)
         if event is None:
             existing = self.store.get_decisions(event_id, by_id)
             outcome = decide(None, chunk, existing)
             if outcome.decisions:
-                self.store.reject_without_event(event_id, outcome.decisions, by_id, now)
+                self.store.reject_without_event(
+                    event_id, outcome.decisions, by_id, now, expires_at=expires_at
+                )
             return self._decided(event_id, outcome.decisions, now, by_id), len(chunk)
 
         cache_key = (event_id, event.created_at)
@@ -171,14 +179,18 @@ class StreamProcessor:
         if not outcome.decisions:
             return [], len(chunk)
         try:
-            journal = self.store.commit(event.snapshot, outcome, now, by_id)
+            journal = self.store.commit(
+                event.snapshot, outcome, now, by_id, expires_at=expires_at
+            )
         except JournalTooLargeError as too_big:
             # Big copied fields: commit the decisions that fit, by deciding only the
             # requests up to the last of them (deciding a prefix gives a prefix).
             last = outcome.decisions[too_big.fits - 1].signup_id
             chunk = chunk[: next(i for i, r in enumerate(chunk) if r.signup_id == last) + 1]
             outcome = decide(event.snapshot, chunk, already)
-            journal = self.store.commit(event.snapshot, outcome, now, by_id)
+            journal = self.store.commit(
+                event.snapshot, outcome, now, by_id, expires_at=expires_at
+            )
         self.store.materialize(event_id, journal, by_id)
         self._remember(cache_key, journal.version)
         return self._decided(event_id, journal.decisions, now, by_id), len(chunk)

@@ -6,9 +6,11 @@ It owns keys, expressions and conditions, retries throttled calls with backoff, 
 The commit design (why each decision costs one write unit, and why that is safe):
 
 * The event item is the serialization point. A group's decisions are committed by one
-  ``UpdateItem`` on it, conditioned on ``version`` (an optimistic lock) and, when
-  it takes seats, on ``taken <= capacity``; the update stores the new counters and a
-  compact *journal* (bzip2-compressed JSON) of exactly the decisions that commit made.
+  ``UpdateItem`` on it, conditioned on ``version`` (an optimistic lock), on the
+  ``capacity`` and ``state`` they were decided from (organizers change those without
+  touching ``version``: their IAM role may not write it) and, when it takes seats, on
+  ``taken <= capacity``; the update stores the new counters and a compact *journal*
+  (bzip2-compressed JSON) of exactly the decisions that commit made.
 * The decision items are then *materialized* from that journal with plain batch writes:
   one write unit per decision item of up to 1 KB, instead of the two a transaction
   charges. Materializing is idempotent: the journal fixes every byte of every item. It
@@ -108,6 +110,8 @@ MAX_DECISION_ITEM_BYTES = 64 * 1024
 #: So is one whose journal row (JSON) would be longer than this: one decision then always
 #: fits a journal, whatever its characters cost in JSON.
 MAX_JOURNAL_ROW_BYTES = 128 * 1024
+#: ``created_by`` is cut to this: an IAM ARN or a token subject is far shorter.
+MAX_CREATED_BY_CHARS = 512
 #: The attributes a decision item copies from its intake record.
 COPIED_FIELDS = (Attr.SUBMITTED_AT, Attr.ATTRIBUTES)
 
@@ -215,9 +219,11 @@ def _without_copies(decision: Decision, why: str) -> Decision:
     return replace(decision, detail=f"{decision.detail}; {note}" if decision.detail else note)
 
 
-def _base_item(event_id: str, decision: Decision, decided_at: str) -> dict[str, Any]:
+def _base_item(
+    event_id: str, decision: Decision, decided_at: str, expires_at: int | None = None
+) -> dict[str, Any]:
     """The decision item without its copied fields, typed (what ``to_item`` would give,
-    built directly: this runs for every decision)."""
+    built directly: this runs for every decision). ``expires_at``: when TTL deletes it."""
     item: dict[str, Any] = {
         Attr.EVENT_ID: {"S": event_id},
         Attr.SIGNUP_ID: {"S": decision.signup_id},
@@ -232,6 +238,8 @@ def _base_item(event_id: str, decision: Decision, decided_at: str) -> dict[str, 
         item[Attr.POSITION] = {"N": str(int(decision.position))}
     item[Attr.DECIDED_AT] = {"S": decided_at}
     item[Attr.SEQUENCE_NUMBER] = {"S": decision.sequence_number}
+    if expires_at is not None:
+        item[Attr.EXPIRES_AT] = {"N": str(int(expires_at))}
     return item
 
 
@@ -240,6 +248,7 @@ def _bounded(
     decision: Decision,
     decided_at: str,
     request: SignupRequest | Mapping[str, Any] | None,
+    expires_at: int | None = None,
 ) -> tuple[Decision, dict[str, Any], str]:
     """``bounded_decision``, and the copied fields as journal JSON."""
     try:
@@ -254,7 +263,7 @@ def _bounded(
     # The JSON is never shorter than the item size (tags, quotes, base64): the exact size
     # is needed only when the JSON alone would go over.
     json_bytes = _utf8_len(text)
-    base = _item_size(_base_item(event_id, decision, decided_at))
+    base = _item_size(_base_item(event_id, decision, decided_at, expires_at))
     if base + json_bytes > MAX_DECISION_ITEM_BYTES:
         if base + _item_size(copies) > MAX_DECISION_ITEM_BYTES:
             why = f"item over {MAX_DECISION_ITEM_BYTES} bytes"
@@ -270,6 +279,7 @@ def bounded_decision(
     decision: Decision,
     decided_at: str,
     request: SignupRequest | Mapping[str, Any] | None,
+    expires_at: int | None = None,
 ) -> tuple[Decision, dict[str, Any]]:
     """The decision and its copied fields (typed), fixed now; bounded whatever the input.
 
@@ -277,7 +287,7 @@ def bounded_decision(
     than ``MAX_DECISION_ITEM_BYTES`` (or its journal row than ``MAX_JOURNAL_ROW_BYTES``),
     are dropped, and the decision's ``detail`` says so.
     """
-    decision, copies, _ = _bounded(event_id, decision, decided_at, request)
+    decision, copies, _ = _bounded(event_id, decision, decided_at, request, expires_at)
     return decision, copies
 
 
@@ -300,6 +310,9 @@ class Journal:
     copies: tuple[Mapping[str, Any], ...] | None
     #: ``copies`` as JSON, when ``build`` has it already.
     copies_json: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+    #: When TTL deletes the decision items (epoch seconds); None: they are kept. Fixed at
+    #: commit like every other byte of the items (header key "e", absent when None).
+    expires_at: int | None = None
 
     #: Format 2: rows carry the copied fields. Format 1 (no "f"): rows without them.
     FORMAT = 2
@@ -314,10 +327,12 @@ class Journal:
         decided_at: str,
         decisions: Sequence[Decision],
         requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        expires_at: int | None = None,
     ) -> Journal:
         """The journal of ``decisions``, each with its copied fields (bounded) fixed now."""
         bounded = [
-            _bounded(event_id, d, decided_at, requests.get(d.signup_id)) for d in decisions
+            _bounded(event_id, d, decided_at, requests.get(d.signup_id), expires_at)
+            for d in decisions
         ]
         return cls(
             version=version,
@@ -325,6 +340,7 @@ class Journal:
             decisions=tuple(d for d, _, _ in bounded),
             copies=tuple(c for _, c, _ in bounded),
             copies_json=tuple(j for _, _, j in bounded),
+            expires_at=expires_at,
         )
 
     @cached_property
@@ -351,7 +367,10 @@ class Journal:
     def encode(self, count: int | None = None) -> bytes:
         """The journal (or its first ``count`` decisions) as stored on the event item."""
         rows = self._rows if count is None else self._rows[:count]
-        head = _json({"f": self.FORMAT, "v": self.version, "t": self.decided_at})
+        header: dict[str, Any] = {"f": self.FORMAT, "v": self.version, "t": self.decided_at}
+        if self.expires_at is not None:
+            header["e"] = self.expires_at
+        head = _json(header)
         doc = f'{head[:-1]},"d":[{",".join(rows)}]}}'
         # bzip2: copied fields (text, mostly) come out ~30% smaller than with zlib, and
         # every KB of journal is a write unit per commit; the CPU is a few ms per commit.
@@ -398,11 +417,13 @@ class Journal:
             )
             if fmt != 1:
                 copies.append(row[7])
+        expires_at = doc.get("e")
         return cls(
             version=int(doc["v"]),
             decided_at=doc["t"],
             decisions=tuple(decisions),
             copies=tuple(copies) if fmt != 1 else None,
+            expires_at=int(expires_at) if expires_at is not None else None,
         )
 
 
@@ -415,6 +436,8 @@ class EventRecord:
     journal: Journal | None = None
     #: The lowest capacity the event has had, once it was changed (None: never changed).
     min_capacity: int | None = None
+    #: Who created it (``Attr.CREATED_BY``); None for an event item written by other means.
+    created_by: str | None = None
 
     @classmethod
     def from_values(cls, item: Mapping[str, Any]) -> EventRecord:
@@ -434,6 +457,7 @@ class EventRecord:
             min_capacity=(
                 int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
             ),
+            created_by=_text_or_none(item.get(Attr.CREATED_BY)),
         )
 
     def to_public(self) -> dict[str, Any]:
@@ -447,7 +471,20 @@ class EventRecord:
             "state": s.state,
             "version": s.version,
             "created_at": self.created_at,
+            "created_by": self.created_by,
         }
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _is_or_absent_as(name: str, placeholder: str, value: Any, default: Any) -> str:
+    """``name = placeholder``; when ``value`` is what an absent attribute reads as
+    (``default``), its absence matches too (an event item written by hand)."""
+    if value == default:
+        return f"(attribute_not_exists({name}) OR {name} = {placeholder})"
+    return f"{name} = {placeholder}"
 
 
 def _version_is(expected: int) -> str:
@@ -552,36 +589,51 @@ class SignupStore:
 
     # -- events -----------------------------------------------------------------------
 
-    def create_event(self, event_id: str, capacity: int, now: str) -> EventRecord:
-        """Create an OPEN event; raise ``EventExistsError`` if the id is taken."""
+    def create_event(
+        self, event_id: str, capacity: int, now: str, created_by: str | None = None
+    ) -> EventRecord:
+        """Create an OPEN event; raise ``EventExistsError`` if the id is taken.
+
+        An ``UpdateItem`` that names only the event's configuration
+        (``contract.EVENT_CONFIG_ATTRIBUTES``): the counters, ``version`` and the journal
+        are the processor's, absent until its first commit (they read as 0). So the API's
+        role needs no write on any attribute the processor owns (docs/design.md, §5).
+        """
         snapshot = EventSnapshot(event_id=event_id, capacity=capacity)
-        pk, sk = ControlKey.event(event_id)
-        item = to_item(
-            {
-                ControlKey.PK: pk,
-                ControlKey.SK: sk,
-                Attr.EVENT_ID: event_id,
-                Attr.CAPACITY: capacity,
-                Attr.TAKEN: 0,
-                Attr.ACCEPTED: 0,
-                Attr.STATE: EventState.OPEN,
-                Attr.VERSION: 0,
-                Attr.CREATED_AT: now,
-            }
-        )
+        names = {
+            "#pk": ControlKey.PK,
+            "#event": Attr.EVENT_ID,
+            "#capacity": Attr.CAPACITY,
+            "#state": Attr.STATE,
+            "#created": Attr.CREATED_AT,
+        }
+        values: dict[str, Any] = {
+            ":event": {"S": event_id},
+            ":capacity": {"N": str(capacity)},
+            ":open": {"S": EventState.OPEN},
+            ":now": {"S": now},
+        }
+        expression = "SET #event = :event, #capacity = :capacity, #state = :open, #created = :now"
+        if created_by:
+            created_by = created_by[:MAX_CREATED_BY_CHARS]
+            names["#by"] = Attr.CREATED_BY
+            values[":by"] = {"S": created_by}
+            expression += ", #by = :by"
         try:
             self._call(
-                "put_item",
+                "update_item",
                 TableName=self.control_table,
-                Item=item,
+                Key=self._event_key(event_id),
+                UpdateExpression=expression,
                 ConditionExpression="attribute_not_exists(#pk)",
-                ExpressionAttributeNames={"#pk": ControlKey.PK},
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
                 raise EventExistsError(f"event {event_id!r} already exists") from exc
             raise
-        return EventRecord(snapshot=snapshot, created_at=now)
+        return EventRecord(snapshot=snapshot, created_at=now, created_by=created_by or None)
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item, read strongly consistent by default, or None."""
@@ -632,43 +684,47 @@ class SignupStore:
         return EventRecord.from_values(from_item(raw))
 
     def close_event(self, event_id: str) -> tuple[EventRecord | None, bool]:
-        """OPEN -> CLOSED, conditionally; bumps ``version`` so in-flight commits re-decide.
+        """OPEN -> CLOSED, conditionally; returns the event after the call and whether this
+        call closed it.
 
-        Returns the event after the call and whether this call closed it.
+        It leaves ``version`` (the processor's) alone: every commit is conditioned on the
+        state it decided from, so a commit that decided on the OPEN event and lands after
+        the close conflicts and decides again, rejecting ``event_closed``. No signup is
+        accepted once the close has been written (docs/design.md, §4).
         """
         try:
-            response = self._call(
+            self._call(
                 "update_item",
                 TableName=self.control_table,
                 Key=self._event_key(event_id),
-                UpdateExpression="SET #state = :closed ADD #version :one",
-                ConditionExpression="attribute_exists(#pk) AND #state = :open",
-                ExpressionAttributeNames={
-                    "#state": Attr.STATE,
-                    "#version": Attr.VERSION,
-                    "#pk": ControlKey.PK,
-                },
+                UpdateExpression="SET #state = :closed",
+                ConditionExpression=(
+                    "attribute_exists(#pk) AND "
+                    + _is_or_absent_as("#state", ":open", EventState.OPEN, EventState.OPEN)
+                ),
+                ExpressionAttributeNames={"#state": Attr.STATE, "#pk": ControlKey.PK},
                 ExpressionAttributeValues={
                     ":closed": {"S": EventState.CLOSED},
                     ":open": {"S": EventState.OPEN},
-                    ":one": {"N": "1"},
                 },
-                ReturnValues="ALL_NEW",
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
                 return self.get_event(event_id), False
             raise
-        return self._event_from_item(response["Attributes"]), True
+        return self.get_event(event_id), True
 
     def update_capacity(self, event_id: str, capacity: int, attempts: int = 10) -> EventRecord:
         """Set an event's capacity: up at any time, down to the seats taken and no lower.
 
-        Bumps ``version``, so a commit decided against the old capacity conflicts and is
-        decided again; keeps ``min_capacity``, the lowest capacity the event has had.
+        Conditioned on the capacity it read (and the lowest capacity, ``min_capacity``, it
+        keeps for the audit) and on ``capacity_floor``, the seats taken that every commit
+        writes: so a commit that took seats meanwhile refuses a capacity below them. It
+        leaves ``version`` (the processor's) alone; a commit decided against the old
+        capacity conflicts anyway, since every commit is conditioned on the capacity it
+        read, and is decided again with the new one.
         Raises ``EventNotFoundError``, ``CapacityBelowTakenError`` (with the seats taken),
-        or ``StoreUnavailableError`` if commits kept moving the event on for ``attempts``
-        tries in a row.
+        or ``StoreUnavailableError`` if the event kept changing for ``attempts`` tries.
         """
         for _ in range(attempts):
             current = self.get_event(event_id)
@@ -679,38 +735,44 @@ class SignupStore:
                 raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
             lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
             names = {
+                "#pk": ControlKey.PK,
                 "#capacity": Attr.CAPACITY,
                 "#min": Attr.MIN_CAPACITY,
-                "#version": Attr.VERSION,
-                "#taken": Attr.TAKEN,
+                "#floor": Attr.CAPACITY_FLOOR,
             }
             values = {
                 ":capacity": {"N": str(capacity)},
                 ":min": {"N": str(min(lowest, capacity))},
-                ":one": {"N": "1"},
-                ":expected": {"N": str(snapshot.version)},
+                ":read": {"N": str(snapshot.capacity)},
             }
+            if current.min_capacity is None:
+                min_unchanged = "attribute_not_exists(#min)"
+            else:
+                min_unchanged = "#min = :read_min"
+                values[":read_min"] = {"N": str(current.min_capacity)}
             try:
-                response = self._call(
+                self._call(
                     "update_item",
                     TableName=self.control_table,
                     Key=self._event_key(event_id),
-                    UpdateExpression="SET #capacity = :capacity, #min = :min ADD #version :one",
-                    # The version pins what was read (taken, the lowest capacity); taken
-                    # is checked again in case the item is not what the read said.
+                    UpdateExpression="SET #capacity = :capacity, #min = :min",
                     ConditionExpression=(
-                        f"{_version_is(snapshot.version)} AND "
-                        "(attribute_not_exists(#taken) OR #taken <= :capacity)"
+                        "attribute_exists(#pk) AND "
+                        f"{_is_or_absent_as('#capacity', ':read', snapshot.capacity, 0)} AND "
+                        f"{min_unchanged} AND "
+                        "(attribute_not_exists(#floor) OR #floor <= :capacity)"
                     ),
                     ExpressionAttributeNames=names,
                     ExpressionAttributeValues=values,
-                    ReturnValues="ALL_NEW",
                 )
             except ClientError as exc:
                 if _code(exc) == "ConditionalCheckFailedException":
-                    continue  # a commit (or a close) moved the event on: read it again
+                    continue  # a commit or another change moved the event on: read again
                 raise
-            return self._event_from_item(response["Attributes"])
+            updated = self.get_event(event_id)
+            if updated is None:  # pragma: no cover - event items are never deleted
+                raise EventNotFoundError(f"no event {event_id!r}")
+            return updated
         raise StoreUnavailableError(
             f"event {event_id!r} kept changing under the capacity update; try again"
         )
@@ -724,8 +786,10 @@ class SignupStore:
         seats: int,
         attributes: Mapping[str, Any] | None,
         submitted_at: str,
+        expires_at: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
-        """Write a provisional signup once (``attribute_not_exists``).
+        """Write a provisional signup once (``attribute_not_exists``), to be deleted by TTL
+        at ``expires_at`` (epoch seconds; None: kept).
 
         The same body again returns the stored record and False; a different body for the
         same key raises ``SignupConflictError``.
@@ -736,6 +800,7 @@ class SignupStore:
             Attr.SEATS: seats,
             Attr.SUBMITTED_AT: submitted_at,
             Attr.ATTRIBUTES: _decimalize(dict(attributes)) if attributes else None,
+            Attr.EXPIRES_AT: expires_at,
         }
         try:
             self._call(
@@ -843,18 +908,28 @@ class SignupStore:
         outcome: Outcome,
         decided_at: str,
         requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        expires_at: int | None = None,
     ) -> Journal:
         """Commit a group's decisions and the event's counters in one conditional write.
 
         The journal fixes each decision item to the byte, with the fields it copies from
-        ``requests`` (by signup id). Raises ``CommitConflictError`` when the event item's
-        version moved on (another processor, or a close), so the caller reloads and decides
-        again; ``JournalTooLargeError`` (nothing written) when the journal would exceed
+        ``requests`` (by signup id) and ``expires_at`` (when TTL deletes them; None: kept).
+        The write is conditioned on every input of the decision: the ``version`` (the
+        counters and the journal, the processor's), and the ``capacity`` and ``state`` it
+        was decided against (the organizer's, changed without touching ``version``).
+        Raises ``CommitConflictError`` when any of them moved on (another processor, a
+        capacity change, a close), so the caller reloads and decides again;
+        ``JournalTooLargeError`` (nothing written) when the journal would exceed
         ``MAX_JOURNAL_BYTES``, with how many leading decisions would fit.
         """
         assert outcome.state is not None
         journal = Journal.build(
-            expected.event_id, expected.version + 1, decided_at, outcome.decisions, requests
+            expected.event_id,
+            expected.version + 1,
+            decided_at,
+            outcome.decisions,
+            requests,
+            expires_at,
         )
         blob = journal.encode()
         if len(blob) > MAX_JOURNAL_BYTES:
@@ -865,24 +940,39 @@ class SignupStore:
                 fits=fits,
             )
         names = {
+            "#pk": ControlKey.PK,
             "#taken": Attr.TAKEN,
             "#accepted": Attr.ACCEPTED,
             "#version": Attr.VERSION,
             "#journal": Attr.JOURNAL,
+            "#floor": Attr.CAPACITY_FLOOR,
+            "#capacity": Attr.CAPACITY,
+            "#state": Attr.STATE,
         }
-        condition = _version_is(expected.version)
+        # The event still exists, and is what the decisions were made from: a close or a
+        # capacity change that landed first makes this commit conflict.
+        condition = " AND ".join(
+            (
+                "attribute_exists(#pk)",
+                _version_is(expected.version),
+                _is_or_absent_as("#capacity", ":capacity", expected.capacity, 0),
+                _is_or_absent_as("#state", ":state", expected.state, EventState.OPEN),
+            )
+        )
         if outcome.state.taken > expected.taken:
             # Only a commit that takes seats depends on room for them: one that only
             # rejects must go through even when an operator left capacity below taken.
             condition += " AND #capacity >= :taken"
-            names["#capacity"] = Attr.CAPACITY
         try:
             self._call(
                 "update_item",
                 TableName=self.control_table,
                 Key=self._event_key(expected.event_id),
+                # capacity_floor: what a capacity change is conditioned on (it may not
+                # read taken, see update_capacity).
                 UpdateExpression=(
-                    "SET #taken = :taken, #accepted = :accepted, #version = :next, #journal = :j"
+                    "SET #taken = :taken, #accepted = :accepted, #version = :next, "
+                    "#journal = :j, #floor = :taken"
                 ),
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
@@ -891,13 +981,16 @@ class SignupStore:
                     ":accepted": {"N": str(outcome.state.accepted)},
                     ":next": {"N": str(journal.version)},
                     ":expected": {"N": str(expected.version)},
+                    ":capacity": {"N": str(expected.capacity)},
+                    ":state": {"S": expected.state},
                     ":j": {"B": blob},
                 },
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
                 raise CommitConflictError(
-                    f"event {expected.event_id!r} moved past version {expected.version}"
+                    f"event {expected.event_id!r} moved past version {expected.version} "
+                    "(or its capacity or state changed)"
                 ) from exc
             raise
         return journal
@@ -908,11 +1001,12 @@ class SignupStore:
         decision: Decision,
         decided_at: str,
         request: SignupRequest | Mapping[str, Any] | None,
+        expires_at: int | None = None,
     ) -> dict[str, Any]:
         """The decision item exactly as the contract describes it (typed for the client),
         bounded as ``bounded_decision`` says."""
-        decision, copies = bounded_decision(event_id, decision, decided_at, request)
-        return {**_base_item(event_id, decision, decided_at), **copies}
+        decision, copies = bounded_decision(event_id, decision, decided_at, request, expires_at)
+        return {**_base_item(event_id, decision, decided_at, expires_at), **copies}
 
     def journal_items(
         self,
@@ -924,7 +1018,7 @@ class SignupStore:
         format 1 takes the copied fields from ``requests``, or else from intake."""
         if journal.copies is not None:
             return [
-                {**_base_item(event_id, d, journal.decided_at), **c}
+                {**_base_item(event_id, d, journal.decided_at, journal.expires_at), **c}
                 for d, c in zip(journal.decisions, journal.copies, strict=True)
             ]
         requests = requests or {}
@@ -964,6 +1058,7 @@ class SignupStore:
         decisions: Sequence[Decision],
         requests: Mapping[str, SignupRequest],
         decided_at: str,
+        expires_at: int | None = None,
     ) -> None:
         """Write rejections for an event with no event item, only while it still has none.
 
@@ -972,7 +1067,7 @@ class SignupStore:
         hold at most 99 items and ``TRANSACTION_BYTES``.
         """
         items = [
-            self.decision_item(event_id, d, decided_at, requests.get(d.signup_id))
+            self.decision_item(event_id, d, decided_at, requests.get(d.signup_id), expires_at)
             for d in decisions
         ]
         for chunk in _chunks_within(items, TRANSACTION_LIMIT - 1, TRANSACTION_BYTES):

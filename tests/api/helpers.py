@@ -19,10 +19,12 @@ def v2_event(
     headers: dict[str, str] | None = None,
     query: str = "",
     base64_body: bool = False,
+    authorizer: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An API Gateway HTTP API (payload 2.0) event as API Gateway sends it.
 
-    ``body`` may be a dict/list (sent as JSON), a str or bytes (sent as they are).
+    ``body`` may be a dict/list (sent as JSON), a str or bytes (sent as they are);
+    ``authorizer`` is the request context's (``{"iam": {...}}`` or ``{"jwt": {...}}``).
     """
     event: dict[str, Any] = {
         "version": "2.0",
@@ -49,6 +51,8 @@ def v2_event(
         },
         "isBase64Encoded": False,
     }
+    if authorizer is not None:
+        event["requestContext"]["authorizer"] = authorizer
     if body is not None:
         raw = body if isinstance(body, str | bytes) else json.dumps(body)
         if base64_body:

@@ -45,7 +45,60 @@ def test_create_event_answers_201_with_the_event_and_its_location(invoke: Invoke
         "remaining": 0,
         "accepted": 0,
         "state": "OPEN",
+        # The handler saw no authorizer (the local stack's API has none).
+        "created_by": None,
     }
+
+
+IAM_CALLER = "arn:aws:sts::123456789012:assumed-role/event-admins/alice"
+
+
+@pytest.mark.parametrize(
+    ("authorizer", "creator"),
+    [
+        (
+            {"iam": {"accountId": "123456789012", "userArn": IAM_CALLER, "userId": "AROA:a"}},
+            IAM_CALLER,
+        ),
+        (
+            {"jwt": {"claims": {"sub": "user-7f3c", "scope": "turnstile/organizer"}}},
+            "user-7f3c",
+        ),
+    ],
+    ids=["iam", "jwt"],
+)
+def test_the_event_records_who_created_it(
+    invoke: Invoke, store: SignupStore, authorizer: dict[str, Any], creator: str
+):
+    # GIVEN a request API Gateway authorized (an IAM caller, or a token's subject)
+    answer = invoke(
+        "POST", "/events", {"event_id": "gala", "capacity": 1}, authorizer=authorizer
+    )
+    # THEN the event item records the caller, and GET /events/{id} shows it
+    assert answer.status == 201
+    assert answer.body["created_by"] == creator
+    assert invoke("GET", "/events/gala").body["created_by"] == creator
+    item = store.client.get_item(TableName=store.control_table, Key=store._event_key("gala"))
+    assert item["Item"]["created_by"] == {"S": creator}
+
+
+@pytest.mark.parametrize(("env_days", "days"), [(None, 30), ("7", 7)])
+def test_a_submitted_signup_expires_after_the_intake_retention(
+    invoke: Invoke, store: SignupStore, concert: str, monkeypatch, env_days, days
+):
+    import time
+
+    if env_days is None:
+        monkeypatch.delenv("TURNSTILE_INTAKE_RETENTION_DAYS", raising=False)
+    else:
+        monkeypatch.setenv("TURNSTILE_INTAKE_RETENTION_DAYS", env_days)
+    before = int(time.time())
+    answer = invoke("POST", f"/events/{concert}/signups", {"signup_id": "ada"})
+    after = int(time.time())
+    assert answer.status == 202
+    # THEN TTL deletes the intake record (personal data) that many days after it was written
+    expires_at = int(store.get_intake(concert, "ada")["expires_at"])
+    assert before + days * 86_400 <= expires_at <= after + days * 86_400
 
 
 def test_create_existing_event_answers_409(invoke: Invoke, concert: str):

@@ -1,130 +1,206 @@
-"""Least privilege: every action each role may take, on which resource, and nothing else."""
+"""Least privilege: every action each role may take, on which resource, under which
+conditions, and nothing else (tests/infra/test_roles_at_work.py runs the code under them)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from aws_cdk.assertions import Template
 
-from turnstile_cdk.permissions import (
-    API_CONTROL_ACTIONS,
-    API_INTAKE_ACTIONS,
-    API_MAIN_ACTIONS,
-    PROCESSOR_CONTROL_ACTIONS,
-    PROCESSOR_INTAKE_ACTIONS,
-    PROCESSOR_MAIN_ACTIONS,
-    SWEEPER_CONTROL_ACTIONS,
-    SWEEPER_INTAKE_ACTIONS,
-    SWEEPER_MAIN_ACTIONS,
-)
-
-from .conftest import function_by_handler, render, role_permissions
+from .conftest import function_by_handler, render
 
 INTAKE = "${IntakeTable.Arn}"
 MAIN = "${MainTable.Arn}"
 CONTROL = "${ControlTable.Arn}"
 STREAM = "${IntakeTable.StreamArn}"
-XRAY = {"xray:PutTraceSegments": {"*"}, "xray:PutTelemetryRecords": {"*"}}
+XRAY = {("xray:PutTraceSegments", "*", "{}"), ("xray:PutTelemetryRecords", "*", "{}")}
+
+PROCESSOR = "turnstile.handlers.stream.handler"
+API = "turnstile.handlers.api.handler"
+SWEEPER = "turnstile.handlers.sweeper.handler"
+
+#: Writes of data (a transaction's items are authorized by these actions too).
+WRITES = {
+    "dynamodb:PutItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:BatchWriteItem",
+    "dynamodb:PartiQLInsert",
+    "dynamodb:PartiQLUpdate",
+    "dynamodb:PartiQLDelete",
+}
+#: What only the stream processor may write on an event item.
+PROCESSOR_OWNED = {"taken", "accepted", "version", "journal"}
 
 
-def _permissions(template: Template, handler: str) -> dict[str, set[str]]:
+def _canonical(conditions: dict[str, Any]) -> str:
+    """Conditions as comparable text (lists sorted: IAM treats them as sets)."""
+    return json.dumps(
+        {
+            op: {key: sorted(v) if isinstance(v, list) else v for key, v in tests.items()}
+            for op, tests in conditions.items()
+        },
+        sort_keys=True,
+    )
+
+
+def _keys(*patterns: str) -> dict[str, Any]:
+    return {
+        "ForAllValues:StringLike": {"dynamodb:LeadingKeys": list(patterns)},
+        "Null": {"dynamodb:LeadingKeys": "false"},
+    }
+
+
+def _attributes(*names: str) -> dict[str, Any]:
+    return {
+        "ForAllValues:StringEquals": {"dynamodb:Attributes": list(names)},
+        "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]},
+    }
+
+
+def _on(resource: str, *actions: str, conditions: dict[str, Any] | None = None) -> set:
+    return {(f"dynamodb:{a}", resource, _canonical(conditions or {})) for a in actions}
+
+
+def _role_statements(template: Template, handler: str) -> set[tuple[str, str, str]]:
+    """(action, resource, conditions) for each action the role's policies allow, logs and
+    X-Ray checked and left out."""
     _, function = function_by_handler(template, handler)
-    role_id = function["Properties"]["Role"]["Fn::GetAtt"][0]
-    log_group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
-    permissions = role_permissions(template, role_id)
-    # Logging to its own group only, never logs:* on every group.
-    assert permissions.pop("logs:CreateLogStream") == {f"${{{log_group}.Arn}}"}
-    assert permissions.pop("logs:PutLogEvents") == {f"${{{log_group}.Arn}}"}
-    for action, resources in XRAY.items():
-        assert permissions.pop(action) == resources
-    return permissions
+    role = {"Ref": function["Properties"]["Role"]["Fn::GetAtt"][0]}
+    log_group = f"${{{function['Properties']['LoggingConfig']['LogGroup']['Ref']}.Arn}}"
+    granted: set[tuple[str, str, str]] = set()
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        if role not in policy["Properties"].get("Roles", []):
+            continue
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            assert statement["Effect"] == "Allow"
+            actions = statement["Action"]
+            resources = statement["Resource"]
+            for action in [actions] if isinstance(actions, str) else actions:
+                for resource in resources if isinstance(resources, list) else [resources]:
+                    granted.add(
+                        (action, str(render(resource)), _canonical(statement.get("Condition", {})))
+                    )
+    logs = {(a, log_group, "{}") for a in ("logs:CreateLogStream", "logs:PutLogEvents")}
+    assert logs | XRAY <= granted, "logs to its own group, X-Ray"
+    return granted - logs - XRAY
 
 
-def _on(actions: tuple[str, ...], resource: str) -> dict[str, set[str]]:
-    return {action: {resource} for action in actions}
+EVENT_CONFIG = (
+    "pk", "sk", "event_id", "capacity", "min_capacity", "state", "created_at", "created_by",
+    "capacity_floor",
+)  # fmt: skip
 
 
-def _merge(*grants: dict[str, set[str]]) -> dict[str, set[str]]:
-    merged: dict[str, set[str]] = {}
-    for grant in grants:
-        for action, resources in grant.items():
-            merged.setdefault(action, set()).update(resources)
-    return merged
-
-
-def test_processor_reads_the_stream_and_decides_into_main_and_control(template: Template) -> None:
+def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(template: Template):
     queue_id = template.find_outputs("FailureQueueUrl")["FailureQueueUrl"]["Value"]["Ref"]
     queue = f"${{{queue_id}.Arn}}"
-    assert _permissions(template, "turnstile.handlers.stream.handler") == _merge(
-        _on(
-            ("dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"), STREAM
-        ),
-        {"dynamodb:ListStreams": {"*"}},
-        _on(PROCESSOR_INTAKE_ACTIONS, INTAKE),
-        _on(PROCESSOR_MAIN_ACTIONS, MAIN),
-        _on(PROCESSOR_CONTROL_ACTIONS, CONTROL),
-        _on(("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"), queue),
+    assert _role_statements(template, PROCESSOR) == (
+        _on(STREAM, "DescribeStream", "GetRecords", "GetShardIterator")
+        | {("dynamodb:ListStreams", "*", "{}")}
+        # Format-1 journals' items are rebuilt from intake; it never writes intake.
+        | _on(INTAKE, "BatchGetItem")
+        # Decisions: which exist, batch writes, the unknown-event transaction's puts.
+        | _on(MAIN, "BatchGetItem", "BatchWriteItem", "PutItem")
+        # Event items and held events' records and markers, nothing else of control.
+        | _on(
+            CONTROL,
+            "GetItem",
+            "BatchGetItem",
+            "Query",
+            "UpdateItem",
+            "BatchWriteItem",
+            "ConditionCheckItem",
+            conditions=_keys("EVENT#*", "PARK#*"),
+        )
+        | {(f"sqs:{a}", queue, "{}") for a in ("SendMessage", "GetQueueAttributes", "GetQueueUrl")}
     )
 
 
-def test_processor_has_what_deciding_needs(template: Template) -> None:
-    granted = _permissions(template, "turnstile.handlers.stream.handler")
-    # Decision items: batch writes and the unknown-event transaction's conditional puts.
-    assert granted["dynamodb:PutItem"] == {MAIN}
-    # ... and on control, a held event's parked records: written and deleted in batches,
-    # read back in arrival order.
-    for action in ("Query", "BatchWriteItem"):
-        assert granted[f"dynamodb:{action}"] == {MAIN, CONTROL}
-    # The event item: the commit's UpdateItem and the unknown-event ConditionCheck (and the
-    # hold marker's UpdateItem).
-    for action in ("UpdateItem", "ConditionCheckItem"):
-        assert granted[f"dynamodb:{action}"] == {CONTROL}
-    assert granted["dynamodb:GetItem"] == {MAIN, INTAKE, CONTROL}
-    # The event item and its hold marker in one read.
-    assert granted["dynamodb:BatchGetItem"] == {MAIN, INTAKE, CONTROL}
-    assert "dynamodb:DeleteItem" not in granted
-    # Never a write on intake: decisions are the processor's only output.
-    assert {a for a, resources in granted.items() if INTAKE in resources} == {
-        "dynamodb:GetItem",
-        "dynamodb:BatchGetItem",
-    }
-
-
-def test_api_writes_intake_and_event_items_only(template: Template) -> None:
-    assert _permissions(template, "turnstile.handlers.api.handler") == _merge(
-        _on(API_MAIN_ACTIONS, MAIN),
-        _on(API_INTAKE_ACTIONS, INTAKE),
-        _on(API_CONTROL_ACTIONS, CONTROL),
+def test_api_writes_intake_and_only_the_configuration_of_event_items(template: Template):
+    assert _role_statements(template, API) == (
+        _on(INTAKE, "GetItem", "PutItem")
+        | _on(MAIN, "GetItem")
+        | _on(CONTROL, "GetItem", conditions=_keys("EVENT#*"))
+        | _on(
+            CONTROL,
+            "UpdateItem",
+            conditions={**_keys("EVENT#*"), **_attributes(*EVENT_CONFIG)},
+        )
     )
-    assert "dynamodb:PutItem" in API_INTAKE_ACTIONS  # submit
-    assert {"dynamodb:PutItem", "dynamodb:UpdateItem"} <= set(API_CONTROL_ACTIONS)  # create/close
-    # Decisions are the processor's: the API only reads them.
-    assert set(API_MAIN_ACTIONS) == {"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}
-    assert "dynamodb:GetItem" in API_INTAKE_ACTIONS and "dynamodb:GetItem" in API_MAIN_ACTIONS
+    assert not PROCESSOR_OWNED & set(EVENT_CONFIG)
 
 
-def test_sweeper_only_bumps_intake_and_keeps_its_lease_in_control(template: Template) -> None:
-    assert _permissions(template, "turnstile.handlers.sweeper.handler") == _merge(
-        _on(SWEEPER_INTAKE_ACTIONS, INTAKE),
-        _on(SWEEPER_MAIN_ACTIONS, MAIN),
-        _on(SWEEPER_CONTROL_ACTIONS, CONTROL),
+def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Template):
+    assert _role_statements(template, SWEEPER) == (
+        _on(INTAKE, "Scan")
+        | _on(
+            INTAKE,
+            "UpdateItem",
+            conditions=_attributes("event_id", "signup_id", "redrive", "redriven_at"),
+        )
+        | _on(MAIN, "BatchGetItem")
+        | _on(CONTROL, "GetItem", "Query", "Scan")
+        | _on(
+            CONTROL,
+            "UpdateItem",
+            "PutItem",
+            "ConditionCheckItem",
+            conditions=_keys("SWEEPER", "SWEEP-RUN"),
+        )
+        # Lifting an empty hold: the marker's fields, conditioned on its version.
+        | _on(
+            CONTROL,
+            "UpdateItem",
+            conditions={
+                **_keys("PARK#*"),
+                **_attributes(
+                    "pk", "sk", "held_since", "first_sequence_number", "error", "version"
+                ),
+            },
+        )
     )
-    # It never writes a decision.
-    assert set(SWEEPER_MAIN_ACTIONS) == {
-        "dynamodb:GetItem",
-        "dynamodb:BatchGetItem",
-        "dynamodb:Query",
-    }
-    intake_writes = {
-        a
-        for a in SWEEPER_INTAKE_ACTIONS
-        if "Get" not in a and a not in ("dynamodb:Query", "dynamodb:Scan")
-    }
-    assert intake_writes == {"dynamodb:UpdateItem"}
-    # It finds held events and reads their parked records, but never parks or unparks one.
-    assert {"dynamodb:Scan", "dynamodb:Query"} <= set(SWEEPER_CONTROL_ACTIONS)
-    assert "dynamodb:BatchWriteItem" not in SWEEPER_CONTROL_ACTIONS
+
+
+def _role_ids(template: Template, handler: str) -> dict[str, Any]:
+    _, function = function_by_handler(template, handler)
+    return {"Ref": function["Properties"]["Role"]["Fn::GetAtt"][0]}
+
+
+def test_no_role_but_the_processor_s_has_an_unconditioned_write_on_main_or_control(
+    templates: list[tuple[str, Template]],
+) -> None:
+    for name, template in templates:
+        processor = _role_ids(template, PROCESSOR)
+        checked = 0
+        for policy_id, policy in template.find_resources("AWS::IAM::Policy").items():
+            if processor in policy["Properties"].get("Roles", []):
+                continue
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                actions = statement["Action"]
+                writes = WRITES & set([actions] if isinstance(actions, str) else actions)
+                resources = json.dumps(render(statement["Resource"]))
+                where = f"{name}/{policy_id}: {sorted(writes)} on {resources}"
+                if not writes:
+                    continue
+                # Decisions are the processor's alone: nobody else writes main at all.
+                assert "MainTable" not in resources, where
+                if "ControlTable" not in resources:
+                    continue
+                checked += 1
+                conditions = statement.get("Condition", {})
+                # Every other write on control is held to some items ...
+                keys = conditions.get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
+                assert keys and "*" not in keys, where
+                assert conditions.get("Null") == {"dynamodb:LeadingKeys": "false"}, where
+                # ... and one that reaches event items to attributes none of the processor's.
+                if any(k.startswith("EVENT#") for k in keys):
+                    allowed = conditions["ForAllValues:StringEquals"]["dynamodb:Attributes"]
+                    assert not PROCESSOR_OWNED & set(allowed), where
+                    assert "PutItem" not in json.dumps(actions), where
+        assert checked >= 3, "the API's and the sweeper's writes on control were checked"
 
 
 def test_no_wildcard_actions_anywhere(templates: list[tuple[str, Template]]) -> None:
@@ -137,16 +213,14 @@ def test_no_wildcard_actions_anywhere(templates: list[tuple[str, Template]]) -> 
         assert "dynamodb:*" not in json.dumps(template.to_json())
 
 
-@pytest.mark.parametrize(
-    "handler",
-    [
-        "turnstile.handlers.stream.handler",
-        "turnstile.handlers.api.handler",
-        "turnstile.handlers.sweeper.handler",
-    ],
-)
-def test_only_stream_listing_and_xray_use_resource_star(template: Template, handler: str) -> None:
-    granted = _permissions(template, handler)
-    star = {action for action, resources in granted.items() if "*" in resources}
-    assert star <= {"dynamodb:ListStreams"}
-    assert all(str(render(r)).startswith("${") for rs in granted.values() for r in rs if r != "*")
+@pytest.mark.parametrize("handler", [PROCESSOR, API, SWEEPER])
+def test_only_stream_listing_uses_resource_star(template: Template, handler: str) -> None:
+    granted = _role_statements(template, handler)
+    assert {a for a, resource, _ in granted if resource == "*"} <= {"dynamodb:ListStreams"}
+    assert all(resource.startswith("${") for _, resource, _ in granted if resource != "*")
+
+
+def test_the_variant_stack_grants_the_same(templates: list[tuple[str, Template]]) -> None:
+    (_, default), (_, variant) = templates
+    for handler in (PROCESSOR, API, SWEEPER):
+        assert _role_statements(variant, handler) == _role_statements(default, handler)

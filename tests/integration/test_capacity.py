@@ -151,10 +151,11 @@ def test_update_capacity_of_an_unknown_event_is_not_found(store):
 def test_update_capacity_of_a_hand_written_event_without_version(client, store):
     put_event_by_hand(client, store, capacity={"N": "2"})
     record = store.update_capacity("gig", 4)
-    assert (record.snapshot.capacity, record.snapshot.version) == (4, 1)
+    # The version is the processor's: a capacity change leaves it alone.
+    assert (record.snapshot.capacity, record.snapshot.version) == (4, 0)
 
 
-def test_update_capacity_bumps_version_so_an_in_flight_commit_re_decides(client, store):
+def test_a_capacity_change_makes_an_in_flight_commit_re_decide(client, store):
     from turnstile.domain import SignupRequest, decide
 
     # GIVEN a processor that read the event (capacity 1) and decided against it
@@ -163,8 +164,67 @@ def test_update_capacity_bumps_version_so_an_in_flight_commit_re_decides(client,
     assert before is not None
     requests = [SignupRequest("gig", "a", "1"), SignupRequest("gig", "b", "2")]
     outcome = decide(before.snapshot, requests)
-    # WHEN capacity changes before its commit lands
-    store.update_capacity("gig", 2)
+    # WHEN capacity changes before its commit lands (the version does not move)
+    assert store.update_capacity("gig", 2).snapshot.version == before.snapshot.version
     # THEN its commit conflicts (it must reload and decide b again, with 2 seats)
     with pytest.raises(CommitConflictError):
         store.commit(before.snapshot, outcome, NOW, {r.signup_id: r for r in requests})
+
+
+class StaleRead(SignupStore):
+    """A store whose first event read is the one it made before a commit landed."""
+
+    def __init__(self, *args: Any, stale: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stale = stale
+
+    def get_event(self, event_id: str, consistent: bool = True):
+        if self.stale is not None:
+            stale, self.stale = self.stale, None
+            return stale
+        return super().get_event(event_id, consistent)
+
+
+def test_lowering_capacity_below_seats_a_racing_commit_took_is_refused(client, store, stream):
+    # GIVEN an event of 5 seats, read by an organizer while nothing was taken
+    store.create_event("gig", 5, NOW)
+    read_before = store.get_event("gig")
+    # ... and a commit that takes 3 seats before the organizer's write lands
+    submit(client, "a", seats=3)
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    racing = StaleRead(client, sleep=lambda _: None, stale=read_before)
+    # WHEN the organizer lowers capacity to 2, by what it read (0 taken)
+    with pytest.raises(CapacityBelowTakenError) as caught:
+        racing.update_capacity("gig", 2)
+    # THEN the write is refused by the floor the commit left, and capacity stays 5: the
+    # API may not read taken in its condition (IAM), so it reads capacity_floor instead
+    assert (caught.value.taken, caught.value.capacity) == (3, 2)
+    assert store.get_event("gig").snapshot.capacity == 5
+    assert audit(store).ok
+
+
+def test_a_close_that_lands_before_a_commit_makes_it_reject_event_closed(client, store, stream):
+    from turnstile.processor import StreamProcessor
+
+    # GIVEN a processor that read the OPEN event, and a close that lands before its commit
+    store.create_event("gig", 5, NOW)
+    submit(client, "a")
+    records = stream.read_new()
+
+    class CloseBeforeCommit(SignupStore):
+        closed = False
+
+        def commit(self, *args: Any, **kwargs: Any):
+            if not self.closed:
+                self.closed = True
+                assert store.close_event("gig")[1]
+            return super().commit(*args, **kwargs)
+
+    stream_handler._processor = StreamProcessor(CloseBeforeCommit(client, sleep=lambda _: None))
+    # WHEN the batch is decided
+    assert invoke(records) == {"batchItemFailures": []}
+    # THEN the signup is not accepted after the close: the commit was conditioned on
+    # state OPEN (the close leaves version alone), conflicted, and decided again
+    assert status_of(client, "a") == (Status.REJECTED, Reason.EVENT_CLOSED)
+    event = store.get_event("gig")
+    assert (event.snapshot.state, event.snapshot.taken) == ("CLOSED", 0)

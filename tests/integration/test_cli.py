@@ -27,9 +27,52 @@ def test_event_create_show_submit_status(aws, capsys):
     assert code == cli.EXIT_STILL_PENDING and json.loads(out)["status"] == "PENDING"
 
 
+def test_event_create_records_the_local_user_as_creator(aws, capsys, monkeypatch):
+    # GIVEN a local user name (getpass reads LOGNAME first)
+    monkeypatch.setenv("LOGNAME", "ada")
+    # WHEN the CLI creates an event THEN the event item says who did
+    code, out, _ = run(capsys, "event", "create", "gig", "--capacity", "2")
+    assert code == 0 and json.loads(out)["created_by"] == "cli:ada"
+    code, out, _ = run(capsys, "event", "show", "gig")
+    assert json.loads(out)["created_by"] == "cli:ada"
+
+
+DAY_S = 86_400
+
+
+@pytest.mark.parametrize(
+    ("env_days", "argv", "days"),
+    [
+        (None, [], 30),
+        ("7", [], 7),
+        ("7", ["--retention-days", "2"], 2),
+    ],
+)
+def test_submit_sets_expires_at_on_the_intake_record(
+    aws, capsys, monkeypatch, env_days, argv, days
+):
+    import time
+
+    if env_days is None:
+        monkeypatch.delenv("TURNSTILE_INTAKE_RETENTION_DAYS", raising=False)
+    else:
+        monkeypatch.setenv("TURNSTILE_INTAKE_RETENTION_DAYS", env_days)
+    assert run(capsys, "event", "create", "gig", "--capacity", "2")[0] == 0
+    before = int(time.time())
+    assert run(capsys, "submit", "gig", "u1", *argv)[0] == 0
+    after = int(time.time())
+    item = aws.client("dynamodb").get_item(
+        TableName="turnstile-intake",
+        Key={"event_id": {"S": "gig"}, "signup_id": {"S": "u1"}},
+    )["Item"]
+    # THEN TTL deletes the record that many days after it was written
+    assert before + days * DAY_S <= int(item["expires_at"]["N"]) <= after + days * DAY_S
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["submit", "gig", "u1", "--retention-days", "0"], "--retention-days must be at least 1"),
         (["event", "create", "bad id", "--capacity", "1"], "event_id 'bad id' does not match"),
         (["event", "create", "gig", "--capacity", "-1"], "--capacity must be an integer from 0"),
         (["event", "create", "gig", "--capacity", str(2**53)], "--capacity must be an integer"),
@@ -53,6 +96,16 @@ def test_errors_are_one_line_and_exit_2(aws, capsys, argv, message):
     code, _, err = run(capsys, *argv)
     assert code == cli.EXIT_ERROR
     assert err.startswith(f"turnstile: {message}") and err.count("\n") == 1
+
+
+def test_a_bad_retention_setting_is_a_one_line_error(aws, capsys, monkeypatch):
+    monkeypatch.setenv("TURNSTILE_INTAKE_RETENTION_DAYS", "a month")
+    code, _, err = run(capsys, "submit", "gig", "u1")
+    assert code == cli.EXIT_ERROR
+    assert err == (
+        "turnstile: TURNSTILE_INTAKE_RETENTION_DAYS must be a whole number of days, "
+        "not 'a month'\n"
+    )
 
 
 def test_event_update_changes_capacity_down_to_taken(aws, capsys):

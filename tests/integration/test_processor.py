@@ -101,11 +101,11 @@ class ConflictingStore(SignupStore):
         super().__init__(*args, **kwargs)
         self.conflicts_left = conflicts
 
-    def commit(self, expected, outcome, decided_at, requests):
+    def commit(self, expected, outcome, decided_at, requests, expires_at=None):
         if self.conflicts_left:
             self.conflicts_left -= 1
             raise CommitConflictError("another processor committed first")
-        return super().commit(expected, outcome, decided_at, requests)
+        return super().commit(expected, outcome, decided_at, requests, expires_at)
 
 
 def test_conflicts_are_counted_and_the_loser_decides_again(aws):

@@ -100,9 +100,13 @@ class MemoryDynamoDB:
         names = ExpressionAttributeNames or {}
         values = ExpressionAttributeValues or {}
         table = self._table(TableName)
-        item = table.get(self._key(Key)) or dict(Key)
-        if ConditionExpression and not self._holds(ConditionExpression, item, names, values):
+        existing = table.get(self._key(Key))
+        # Conditions see the item as it is (none yet: no attribute, not even the key).
+        if ConditionExpression and not self._holds(
+            ConditionExpression, existing or {}, names, values
+        ):
             raise _condition_failed("UpdateItem")
+        item = dict(existing) if existing is not None else dict(Key)
         action, _, assignments = UpdateExpression.partition(" ")
         if action.upper() != "SET":
             raise NotImplementedError(UpdateExpression)
@@ -139,6 +143,11 @@ class MemoryDynamoDB:
             if clause.startswith("attribute_not_exists(") and clause.endswith(")"):
                 name = clause[len("attribute_not_exists(") : -1]
                 if names.get(name, name) in item:
+                    return False
+                continue
+            if clause.startswith("attribute_exists(") and clause.endswith(")"):
+                name = clause[len("attribute_exists(") : -1]
+                if names.get(name, name) not in item:
                     return False
                 continue
             for symbol, compare in operators.items():

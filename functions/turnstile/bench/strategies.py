@@ -296,10 +296,11 @@ def run_optimistic(
             event = client.get_item(
                 TableName=store.control_table, Key=_event_key(signup.event_id), ConsistentRead=True
             )["Item"]
-            capacity = int(event[Attr.CAPACITY]["N"])
-            taken = int(event[Attr.TAKEN]["N"])
-            accepted = int(event[Attr.ACCEPTED]["N"])
-            version = int(event[Attr.VERSION]["N"])
+            # The counters are absent until the first commit: they read as 0.
+            capacity, taken, accepted, version = (
+                int(event.get(name, {"N": "0"})["N"])
+                for name in (Attr.CAPACITY, Attr.TAKEN, Attr.ACCEPTED, Attr.VERSION)
+            )
             if signup.seats > capacity - taken:
                 # taken only grows: "full" read from any version is final.
                 item = writer.item(signup, submitted_at, Status.REJECTED, None)
@@ -309,7 +310,11 @@ def run_optimistic(
                     TableName=store.control_table,
                     Key=_event_key(signup.event_id),
                     UpdateExpression="SET #taken = :taken, #accepted = :accepted, #version = :next",
-                    ConditionExpression="#version = :expected",
+                    ConditionExpression=(
+                        "#version = :expected"
+                        if version
+                        else "(attribute_not_exists(#version) OR #version = :expected)"
+                    ),
                     ExpressionAttributeNames={
                         "#taken": Attr.TAKEN,
                         "#accepted": Attr.ACCEPTED,

@@ -17,6 +17,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from turnstile.clock import parse_timestamp
 from turnstile.contract import Status
+from turnstile.personal_data import decision_retention_days, signup_ref
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore
 
@@ -45,7 +46,9 @@ def get_processor() -> StreamProcessor:
     """One processor per container: its store client and journal cache outlive a batch."""
     global _processor
     if _processor is None:
-        _processor = StreamProcessor(SignupStore())
+        _processor = StreamProcessor(
+            SignupStore(), decision_retention_days=decision_retention_days()
+        )
     return _processor
 
 
@@ -153,7 +156,7 @@ def _handle(event: DynamoDBStreamEvent, context: LambdaContext) -> dict[str, Any
         logger.debug(
             "signup decided",
             event_id=decided.event_id,
-            signup_id=decided.decision.signup_id,
+            signup_ref=signup_ref(decided.event_id, decided.decision.signup_id),
             status=decided.decision.status,
             reason=decided.decision.reason,
         )

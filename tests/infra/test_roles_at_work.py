@@ -1,0 +1,254 @@
+"""Each function's code, run under its synthesized role (tests/infra/iam_model.py), does its
+whole job, and nothing outside it gets through: IAM alone keeps a role to its job.
+
+moto enforces no IAM: the store's client here refuses what the role's statements, read
+from the template, would not allow on AWS.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Template
+from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
+from botocore.exceptions import ClientError
+
+from tests.api.helpers import v2_event
+from tests.helpers import put_raw_intake
+from turnstile.api import create_app
+from turnstile.audit import audit
+from turnstile.domain import EventSnapshot, SignupRequest, decide
+from turnstile.errors import StoreUnavailableError
+from turnstile.handlers import stream as stream_handler
+from turnstile.handlers.stream import to_intake_record
+from turnstile.local.poller import LocalLambdaContext
+from turnstile.processor import StreamProcessor
+from turnstile.store import SignupStore
+from turnstile.sweeper import Sweeper
+
+from .iam_model import CheckedClient, RoleModel
+
+API = "turnstile.handlers.api.handler"
+PROCESSOR = "turnstile.handlers.stream.handler"
+SWEEPER = "turnstile.handlers.sweeper.handler"
+NOW = "2026-01-01T00:00:00.000000Z"
+OLD = "2020-01-01T00:00:00Z"
+
+
+@pytest.fixture
+def plain(aws) -> SignupStore:
+    """A store with every right, to set scenes up and to check the outcome."""
+    return SignupStore(aws.client("dynamodb"), sleep=lambda _: None)
+
+
+@pytest.fixture
+def as_role(aws, template: Template) -> Callable[[str], tuple[SignupStore, CheckedClient]]:
+    def build(handler: str) -> tuple[SignupStore, CheckedClient]:
+        client = CheckedClient(aws.client("dynamodb"), RoleModel(template, handler))
+        return SignupStore(client, sleep=lambda _: None), client
+
+    return build
+
+
+@pytest.fixture(autouse=True)
+def fresh_processor():
+    stream_handler._processor = None
+    yield
+    stream_handler._processor = None
+
+
+def decide_stream(store: SignupStore, stream) -> dict[str, Any]:
+    stream_handler._processor = StreamProcessor(store)
+    return stream_handler.handler({"Records": stream.read_new()}, LocalLambdaContext())
+
+
+def test_the_api_role_runs_every_route(as_role, stream):
+    api_store, api_client = as_role(API)
+    processor_store, processor_client = as_role(PROCESSOR)
+    app = create_app(store=lambda: api_store)
+
+    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        response = app.resolve(v2_event(method, path, body), LocalLambdaContext())
+        return response["statusCode"], json.loads(response["body"])
+
+    assert call("POST", "/events", {"event_id": "gala", "capacity": 2})[0] == 201
+    assert call("POST", "/events", {"event_id": "gala", "capacity": 2})[0] == 409
+    assert call("PATCH", "/events/gala", {"capacity": 3})[1]["capacity"] == 3
+    for signup in ("ada", "bob"):
+        assert call("POST", "/events/gala/signups", {"signup_id": signup, "seats": 1})[0] == 202
+    assert call("POST", "/events/gala/signups", {"signup_id": "ada", "seats": 1})[0] == 202
+    assert call("POST", "/events/gala/signups", {"signup_id": "ada", "seats": 2})[0] == 409
+    assert call("GET", "/events/gala/signups/ada")[1]["status"] == "PENDING"
+    assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
+    assert call("GET", "/events/gala/signups/bob")[1]["status"] == "ACCEPTED"
+    status, body = call("PATCH", "/events/gala", {"capacity": 1})
+    assert (status, body["error"]) == (400, "capacity_below_taken")
+    assert call("PATCH", "/events/gala", {"capacity": 2})[1]["capacity"] == 2
+    assert call("POST", "/events/gala/close")[1]["closed_now"] is True
+    assert call("POST", "/events/gala/close")[1]["closed_now"] is False
+    status, body = call("GET", "/events/gala")
+    assert (status, body["state"], body["taken"]) == (200, "CLOSED", 2)
+    assert call("GET", "/events/nope")[0] == 404
+    assert api_client.denied == [] and processor_client.denied == []
+    # It wrote event items only through the attribute-restricted UpdateItem.
+    control_writes = {r.action for r in api_client.allowed if r.table == "turnstile-control"}
+    assert control_writes == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+
+
+class FailsFirstCommits(SignupStore):
+    """DynamoDB unavailable for the first commits of one event: the event is held."""
+
+    def __init__(self, *args: Any, event_id: str, failures: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.event_id, self.failures = event_id, failures
+
+    def commit(self, expected: EventSnapshot, *args: Any, **kwargs: Any):
+        if expected.event_id == self.event_id and self.failures:
+            self.failures -= 1
+            raise StoreUnavailableError("throttled")
+        return super().commit(expected, *args, **kwargs)
+
+
+def test_the_processor_role_decides_parks_and_releases(aws, as_role, plain, stream, template):
+    _, processor_client = as_role(PROCESSOR)
+    processor_store = FailsFirstCommits(
+        processor_client, event_id="held", failures=20, sleep=lambda _: None
+    )
+    plain.create_event("gig", 1, NOW)
+    plain.create_event("held", 5, NOW)
+    plain.create_event("shut", 5, NOW)
+    plain.close_event("shut")
+    client = aws.client("dynamodb")
+    for event_id, signup_id in [
+        ("gig", "a"), ("gig", "b"), ("nowhere", "c"), ("shut", "d"), ("held", "e"),
+    ]:  # fmt: skip
+        put_raw_intake(client, event_id, signup_id, submitted_at={"S": NOW})
+    # WHEN the processor decides, one event failing (it is parked and held)
+    assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
+    assert plain.get_hold("held") is not None
+    # ... and the event's next record, once DynamoDB is back, releases it in order
+    processor_store.failures = 0
+    put_raw_intake(client, "held", "f", submitted_at={"S": NOW})
+    assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
+    # ... and a format-1 journal's items are rebuilt from intake
+    assert set(processor_store.get_intakes("gig", ["a", "b"])) == {"a", "b"}
+    # THEN nothing it needed was refused, and every signup is decided
+    assert processor_client.denied == []
+    assert plain.get_hold("held") is None
+    report = audit(plain)
+    assert report.ok and report.totals["pending"] == 0, report.to_dict()
+    assert report.totals["accepted"] == 3 and report.totals["rejected"] == 3
+
+
+def test_the_sweeper_role_re_emits_and_lifts_an_empty_hold(aws, as_role, plain, stream):
+    sweeper_store, sweeper_client = as_role(SWEEPER)
+    plain.create_event("gig", 5, NOW)
+    client = aws.client("dynamodb")
+    put_raw_intake(client, "gig", "lost", submitted_at={"S": OLD})
+    put_raw_intake(client, "gig", "junk-counter", submitted_at={"S": OLD}, redrive={"S": "x"})
+    stream.read_new()  # the stream "lost" them: nobody decided
+    # ... and a hold whose parked records were all decided (a release that died before
+    # lifting it)
+    plain.park("held", [SignupRequest("held", "z", "1" * 21)], NOW, "ThrottlingError")
+    plain.unpark("held", ["1" * 21])
+    # WHEN the sweeper runs under its role
+    result = Sweeper(sweeper_store, min_age_s=60).sweep("run-1")
+    # THEN it re-emitted both records, lifted the hold, and kept its history
+    assert (result.status, result.re_emitted, result.undecided) == ("succeeded", 2, 2)
+    assert result.releases_triggered == 1 and plain.get_hold("held") is None
+    assert [r.status for r in Sweeper(sweeper_store).replay_failed()] == []
+    assert sweeper_client.denied == []
+    assert {r.signup_id for r in _re_emitted(stream)} == {"lost", "junk-counter"}
+
+
+def _re_emitted(stream) -> list[SignupRequest]:
+    records = DynamoDBStreamEvent({"Records": stream.read_new()}).records
+    return [
+        SignupRequest(r.event_id, str(r.keys["signup_id"]), r.sequence_number)
+        for r in map(to_intake_record, records)
+        if r.event_name == "MODIFY"
+    ]
+
+
+def _commit_as(store: SignupStore) -> None:
+    snapshot = EventSnapshot("gig", 5)
+    store.commit(snapshot, decide(snapshot, [SignupRequest("gig", "x", "1" * 21)]), NOW, {})
+
+
+def _update(table: str, key: dict[str, Any], expression: str, **extra: Any):
+    def attempt(client: Any) -> None:
+        names = {f"#{n}": n for n in re.findall(r"#(\w+)", expression)}
+        client.update_item(
+            TableName=table,
+            Key=key,
+            UpdateExpression=expression,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues={":v": {"N": "99"}},
+            **extra,
+        )
+
+    return attempt
+
+
+EVENT_KEY = {"pk": {"S": "EVENT#gig"}, "sk": {"S": "EVENT"}}
+LEASE_KEY = {"pk": {"S": "SWEEPER"}, "sk": {"S": "LEASE"}}
+PARKED_KEY = {"pk": {"S": "PARK#gig"}, "sk": {"S": "R#" + "1" * 40}}
+INTAKE_KEY = {"event_id": {"S": "gig"}, "signup_id": {"S": "a"}}
+DECISION = {**INTAKE_KEY, "status": {"S": "ACCEPTED"}}
+
+
+CONTROL, MAIN_TABLE, INTAKE_TABLE = "turnstile-control", "turnstile-main", "turnstile-intake"
+
+#: What each role must not do: (role, attempt on its client), by name.
+OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    # The API: no counters, version or journal, no decision, nothing of the sweeper's.
+    "api-commits": (API, lambda c: _commit_as(SignupStore(c))),
+    "api-sets-taken": (API, _update(CONTROL, EVENT_KEY, "SET #taken = :v")),
+    "api-sets-version": (API, _update(CONTROL, EVENT_KEY, "SET #version = :v")),
+    "api-drops-journal": (API, _update(CONTROL, EVENT_KEY, "SET #capacity = :v REMOVE #journal")),
+    "api-reads-all-back": (
+        API,
+        _update(CONTROL, EVENT_KEY, "SET #capacity = :v", ReturnValues="ALL_NEW"),
+    ),
+    "api-puts-event-item": (API, lambda c: c.put_item(TableName=CONTROL, Item=EVENT_KEY)),
+    "api-deletes-event-item": (API, lambda c: c.delete_item(TableName=CONTROL, Key=EVENT_KEY)),
+    "api-touches-lease": (API, _update(CONTROL, LEASE_KEY, "SET #fence = :v")),
+    "api-writes-decision": (API, lambda c: c.put_item(TableName=MAIN_TABLE, Item=DECISION)),
+    "api-edits-decision": (API, _update(MAIN_TABLE, INTAKE_KEY, "SET #position = :v")),
+    # The sweeper: no event item, no decision, no intake field but its counter.
+    "sweeper-commits": (SWEEPER, lambda c: _commit_as(SignupStore(c))),
+    "sweeper-edits-event": (SWEEPER, _update(CONTROL, EVENT_KEY, "SET #capacity = :v")),
+    "sweeper-edits-parked-record": (SWEEPER, _update(CONTROL, PARKED_KEY, "SET #seats = :v")),
+    "sweeper-puts-parked-record": (
+        SWEEPER,
+        lambda c: c.put_item(TableName=CONTROL, Item=PARKED_KEY),
+    ),
+    "sweeper-writes-decision": (SWEEPER, lambda c: c.put_item(TableName=MAIN_TABLE, Item=DECISION)),
+    "sweeper-edits-intake": (SWEEPER, _update(INTAKE_TABLE, INTAKE_KEY, "SET #seats = :v")),
+    "sweeper-deletes-intake": (
+        SWEEPER,
+        lambda c: c.delete_item(TableName=INTAKE_TABLE, Key=INTAKE_KEY),
+    ),
+    # The processor: never intake, never the sweeper's lease.
+    "processor-touches-lease": (PROCESSOR, _update(CONTROL, LEASE_KEY, "SET #fence = :v")),
+    "processor-edits-intake": (PROCESSOR, _update(INTAKE_TABLE, INTAKE_KEY, "SET #seats = :v")),
+    "processor-puts-intake": (
+        PROCESSOR,
+        lambda c: c.put_item(TableName=INTAKE_TABLE, Item=INTAKE_KEY),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(OUTSIDE_THE_JOB))
+def test_nothing_outside_a_role_s_job_gets_through(as_role, plain, name):
+    handler, attempt = OUTSIDE_THE_JOB[name]
+    plain.create_event("gig", 5, NOW)
+    _, client = as_role(handler)
+    with pytest.raises(ClientError) as refused:
+        attempt(client)
+    assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    assert client.denied and not client.allowed
