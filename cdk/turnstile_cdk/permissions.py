@@ -14,6 +14,7 @@ __all__ = [
     "PROCESSOR_INTAKE_ACTIONS",
     "PROCESSOR_MAIN_ACTIONS",
     "SWEEPER_CONTROL_ACTIONS",
+    "SWEEPER_INDEX_ACTIONS",
     "SWEEPER_INTAKE_ACTIONS",
     "SWEEPER_MAIN_ACTIONS",
 ]
@@ -48,9 +49,12 @@ API_CONTROL_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateI
 #: Submits signups (conditional PutItem) and reads them back for status and 409 checks.
 API_INTAKE_ACTIONS = (*_POINT_READS, "dynamodb:PutItem")
 
-#: Finds intake records without a decision and re-emits them by bumping ``redrive``:
-#: UpdateItem is its only write on intake, and it never deletes.
+#: Finds intake records without a decision and re-emits them by bumping ``redrive`` (and
+#: setting ``undecided``); removes ``undecided`` from records it finds decided. UpdateItem is
+#: its only write on intake, and it never deletes. Scan: the daily full read (the backstop).
 SWEEPER_INTAKE_ACTIONS = (*_POINT_READS, "dynamodb:Scan", "dynamodb:UpdateItem")
+#: On the intake table's ``undecided`` index only: every run reads it whole.
+SWEEPER_INDEX_ACTIONS = ("dynamodb:Scan",)
 #: Reads decisions.
 SWEEPER_MAIN_ACTIONS = _POINT_READS
 #: Reads event items (journals); keeps its lease (fenced by ConditionCheck) and its run

@@ -9,12 +9,22 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
+from turnstile.contract import UNDECIDED_INDEX
+
 from .functions import FunctionCommons, TurnstileFunction
-from .permissions import SWEEPER_CONTROL_ACTIONS, SWEEPER_INTAKE_ACTIONS, SWEEPER_MAIN_ACTIONS
+from .permissions import (
+    SWEEPER_CONTROL_ACTIONS,
+    SWEEPER_INDEX_ACTIONS,
+    SWEEPER_INTAKE_ACTIONS,
+    SWEEPER_MAIN_ACTIONS,
+)
 
 __all__ = ["SWEEP_INTERVAL", "Sweeper"]
 
 SWEEP_INTERVAL = Duration.minutes(5)
+#: Every run reads the index of undecided records; a run this long after the last full scan
+#: reads the whole intake table instead (the backstop for records without the marker).
+FULL_SCAN_EVERY = Duration.days(1)
 
 
 class Sweeper(Construct):
@@ -35,6 +45,7 @@ class Sweeper(Construct):
         control: dynamodb.ITable,
         table_names: dict[str, str],
         reserved_concurrency: int | None = None,
+        full_scan_every: Duration = FULL_SCAN_EVERY,
     ) -> None:
         super().__init__(scope, construct_id)
         self.handler = TurnstileFunction(
@@ -48,11 +59,20 @@ class Sweeper(Construct):
             timeout=Duration.minutes(4),
             memory_size=256,
             reserved_concurrency=reserved_concurrency,
+            environment={
+                "TURNSTILE_SWEEP_FULL_SCAN_EVERY_S": str(int(full_scan_every.to_seconds()))
+            },
         )
         self.function = self.handler.function
         intake.grant(self.function, *SWEEPER_INTAKE_ACTIONS)
         main.grant(self.function, *SWEEPER_MAIN_ACTIONS)
         control.grant(self.function, *SWEEPER_CONTROL_ACTIONS)
+        self.function.add_to_role_policy(
+            iam.PolicyStatement(
+                actions=list(SWEEPER_INDEX_ACTIONS),
+                resources=[f"{intake.table_arn}/index/{UNDECIDED_INDEX.name}"],
+            )
+        )
 
         # Our own role (rather than the stack-wide one the target would create), so its one
         # permission and the reason for its shape sit with the sweeper.

@@ -15,6 +15,7 @@ from turnstile_cdk.permissions import (
     PROCESSOR_INTAKE_ACTIONS,
     PROCESSOR_MAIN_ACTIONS,
     SWEEPER_CONTROL_ACTIONS,
+    SWEEPER_INDEX_ACTIONS,
     SWEEPER_INTAKE_ACTIONS,
     SWEEPER_MAIN_ACTIONS,
 )
@@ -25,6 +26,7 @@ INTAKE = "${IntakeTable.Arn}"
 MAIN = "${MainTable.Arn}"
 CONTROL = "${ControlTable.Arn}"
 STREAM = "${IntakeTable.StreamArn}"
+UNDECIDED_INDEX = "${IntakeTable.Arn}/index/undecided"
 XRAY = {"xray:PutTraceSegments": {"*"}, "xray:PutTelemetryRecords": {"*"}}
 
 
@@ -107,9 +109,12 @@ def test_api_writes_intake_and_event_items_only(template: Template) -> None:
 def test_sweeper_only_bumps_intake_and_keeps_its_lease_in_control(template: Template) -> None:
     assert _permissions(template, "turnstile.handlers.sweeper.handler") == _merge(
         _on(SWEEPER_INTAKE_ACTIONS, INTAKE),
+        _on(SWEEPER_INDEX_ACTIONS, UNDECIDED_INDEX),
         _on(SWEEPER_MAIN_ACTIONS, MAIN),
         _on(SWEEPER_CONTROL_ACTIONS, CONTROL),
     )
+    # It reads the index of undecided records whole (Scan), and only that index.
+    assert SWEEPER_INDEX_ACTIONS == ("dynamodb:Scan",)
     # It never writes a decision.
     assert set(SWEEPER_MAIN_ACTIONS) == {
         "dynamodb:GetItem",
@@ -125,6 +130,15 @@ def test_sweeper_only_bumps_intake_and_keeps_its_lease_in_control(template: Temp
     # It finds held events and reads their parked records, but never parks or unparks one.
     assert {"dynamodb:Scan", "dynamodb:Query"} <= set(SWEEPER_CONTROL_ACTIONS)
     assert "dynamodb:BatchWriteItem" not in SWEEPER_CONTROL_ACTIONS
+
+
+def test_only_the_sweeper_may_read_an_index(template: Template) -> None:
+    # CDK grants index/* with every grant on a table that has an index (via the L2); the
+    # index is declared on the L1 resource so only the sweeper's one statement names it.
+    for handler in ("stream", "api", "sweeper"):
+        granted = _permissions(template, f"turnstile.handlers.{handler}.handler")
+        on_indexes = {r for resources in granted.values() for r in resources if "/index/" in r}
+        assert on_indexes == ({UNDECIDED_INDEX} if handler == "sweeper" else set()), handler
 
 
 def test_no_wildcard_actions_anywhere(templates: list[tuple[str, Template]]) -> None:
