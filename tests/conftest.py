@@ -24,6 +24,7 @@ os.environ.pop("TURNSTILE_INTAKE_TABLE", None)
 os.environ.pop("TURNSTILE_MAIN_TABLE", None)
 os.environ.pop("TURNSTILE_CONTROL_TABLE", None)
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,6 +74,22 @@ def aws() -> Iterator[boto3.Session]:
         session = boto3.Session(region_name="us-east-1")
         create_tables(session)
         yield session
+
+
+@pytest.fixture(params=["index", "full-scan"])
+def sweep_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each way a sweep run finds undecided records: ``index``, the sparse index of marked
+    records (raw producers write the marker, as the README asks; no full scan is ever due),
+    and ``full-scan``, the whole intake table (every run)."""
+    from tests import helpers
+    from turnstile import sweeper
+
+    if request.param == "index":
+        monkeypatch.setattr(helpers, "MARK_RAW_INTAKE", True)
+        monkeypatch.setattr(sweeper, "FULL_SCAN_EVERY_S", math.inf)
+    else:
+        monkeypatch.setattr(sweeper, "FULL_SCAN_EVERY_S", 0.0)
+    return str(request.param)
 
 
 @pytest.fixture

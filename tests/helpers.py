@@ -7,12 +7,21 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, undecided_shard
+
+#: Whether ``put_raw_intake`` writes the ``undecided`` marker, as the README asks producers
+#: that write intake directly to do (the ``sweep_path`` fixture turns it on).
+MARK_RAW_INTAKE = False
 
 
-def put_raw_intake(client: Any, event_id: str, signup_id: str, **attrs: Any) -> None:
-    """Write an intake item as a producer that bypassed the SDK would (typed values)."""
+def put_raw_intake(
+    client: Any, event_id: str, signup_id: str, *, marked: bool | None = None, **attrs: Any
+) -> None:
+    """Write an intake item as a producer that bypassed the SDK would (typed values); with
+    the ``undecided`` marker if ``marked`` (default ``MARK_RAW_INTAKE``)."""
     item = {"event_id": {"S": event_id}, "signup_id": {"S": signup_id}}
+    if MARK_RAW_INTAKE if marked is None else marked:
+        item[Attr.UNDECIDED] = {"S": undecided_shard(event_id, signup_id)}
     item.update(attrs)
     client.put_item(TableName=INTAKE_TABLE.name, Item=item)
 

@@ -147,13 +147,25 @@ API_GRANTS = (
 
 #: The sweeper: its own lease and run history, re-emission of intake records, reads.
 SWEEPER_GRANTS = (
-    TableGrant(INTAKE, ("dynamodb:Scan",), why="finds undecided intake records"),
+    TableGrant(
+        INTAKE,
+        ("dynamodb:Scan",),
+        why="finds undecided intake records: every run scans the sparse `undecided` index "
+        "(the table's grant covers its indexes), once a day the table itself (the backstop)",
+    ),
     TableGrant(
         INTAKE,
         ("dynamodb:UpdateItem",),
-        attributes=(Attr.EVENT_ID, Attr.SIGNUP_ID, Attr.REDRIVE, Attr.REDRIVEN_AT),
-        why="re-emits a record by bumping redrive/redriven_at (fenced_redrive_many, in "
-        "transactions); it never deletes or replaces one",
+        attributes=(
+            Attr.EVENT_ID,
+            Attr.SIGNUP_ID,
+            Attr.REDRIVE,
+            Attr.REDRIVEN_AT,
+            Attr.UNDECIDED,
+        ),
+        why="re-emits a record by bumping redrive/redriven_at and setting the undecided "
+        "marker (fenced_redrive_many, in transactions), and removes the marker from a record "
+        "it finds decided (clear_undecided); it never deletes or replaces one",
     ),
     TableGrant(MAIN, ("dynamodb:BatchGetItem",), why="reads which records are decided"),
     TableGrant(

@@ -15,6 +15,9 @@ from .permissions import CONTROL, INTAKE, MAIN, SWEEPER_GRANTS
 __all__ = ["SWEEP_INTERVAL", "Sweeper"]
 
 SWEEP_INTERVAL = Duration.minutes(5)
+#: Every run reads the index of undecided records; a run this long after the last full scan
+#: reads the whole intake table instead (the backstop for records without the marker).
+FULL_SCAN_EVERY = Duration.days(1)
 
 
 class Sweeper(Construct):
@@ -35,6 +38,7 @@ class Sweeper(Construct):
         control: dynamodb.ITable,
         table_names: dict[str, str],
         reserved_concurrency: int | None = None,
+        full_scan_every: Duration = FULL_SCAN_EVERY,
     ) -> None:
         super().__init__(scope, construct_id)
         self.handler = TurnstileFunction(
@@ -48,6 +52,9 @@ class Sweeper(Construct):
             timeout=Duration.minutes(4),
             memory_size=256,
             reserved_concurrency=reserved_concurrency,
+            environment={
+                "TURNSTILE_SWEEP_FULL_SCAN_EVERY_S": str(int(full_scan_every.to_seconds()))
+            },
         )
         self.function = self.handler.function
         self.handler.grant_tables(

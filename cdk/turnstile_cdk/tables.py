@@ -42,6 +42,15 @@ def table_from_spec(scope: Construct, spec: TableSpec, *, retain: bool) -> dynam
     cfn_table = table.node.default_child
     assert isinstance(cfn_table, dynamodb.CfnTable)
     cfn_table.override_logical_id(spec.logical_id)
+    if spec.indexes:
+        # On the L1 resource, not through ``add_global_secondary_index``: CDK adds
+        # ``index/*`` to every grant on a table with an index, and only the sweeper may
+        # read the index (it is granted that one index by name).
+        kwargs = spec.create_table_kwargs()
+        cfn_table.add_property_override("AttributeDefinitions", kwargs["AttributeDefinitions"])
+        cfn_table.add_property_override(
+            "GlobalSecondaryIndexes", kwargs["GlobalSecondaryIndexes"]
+        )
     return table
 
 

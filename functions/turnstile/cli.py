@@ -321,7 +321,13 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from turnstile.sweeper import Sweeper
 
-    sweeper = Sweeper(_store(), lease_s=args.lease, min_age_s=args.min_age, max_run_s=args.max_run)
+    sweeper = Sweeper(
+        _store(),
+        lease_s=args.lease,
+        min_age_s=args.min_age,
+        max_run_s=args.max_run,
+        full_scan_every_s=0.0 if args.full_scan else args.full_scan_every,
+    )
     results = sweeper.replay_failed() if args.replay_failed else [sweeper.sweep(args.run_id)]
     _print_json([r.to_dict() for r in results])
     return EXIT_ERROR if any(r.status == "failed" for r in results) else 0
@@ -456,6 +462,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stop re-emitting after SECONDS; the next run does the rest",
     )
+    p.add_argument(
+        "--full-scan-every",
+        type=float,
+        default=86_400.0,
+        metavar="SECONDS",
+        help="read the whole intake table, not just the index of marked records, when the "
+        "last full scan is older than this (default a day)",
+    )
+    p.add_argument("--full-scan", action="store_true", help="read the whole intake table now")
     p.add_argument("--run-id", help="default: the current five-minute slot")
     p.add_argument("--replay-failed", action="store_true", help="rerun only the runs that failed")
     p.set_defaults(func=cmd_sweep)

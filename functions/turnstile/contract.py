@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,17 +27,21 @@ __all__ = [
     "MAIN_TABLE",
     "MAX_ATTRIBUTES_BYTES",
     "STREAM_SOURCE",
+    "UNDECIDED_INDEX",
+    "UNDECIDED_SHARDS",
     "Attr",
     "ControlKey",
     "EventSourceSettings",
     "EventState",
     "HoldAttr",
+    "IndexSpec",
     "Reason",
     "Status",
     "TableSpec",
     "control_table_name",
     "intake_table_name",
     "main_table_name",
+    "undecided_shard",
 ]
 
 #: signup_id and event_id both match this (docs/design.md, the data contract).
@@ -105,6 +110,9 @@ class Attr:
     SUBMITTED_AT = "submitted_at"
     ATTRIBUTES = "attributes"
     EXPIRES_AT = "expires_at"
+    #: The sweeper's marker: present only on records not yet known to be decided; the key
+    #: of the sparse ``UNDECIDED_INDEX`` (a shard, ``undecided_shard``).
+    UNDECIDED = "undecided"
     REDRIVE = "redrive"
     REDRIVEN_AT = "redriven_at"
     # event item
@@ -189,6 +197,48 @@ class EventState:
 
 
 @dataclass(frozen=True)
+class IndexSpec:
+    """A global secondary index: its key (a string attribute) and what it projects."""
+
+    name: str
+    partition_key: str
+    #: ``KEYS_ONLY``, or ``INCLUDE`` with ``non_key_attributes``.
+    projection_type: str = "KEYS_ONLY"
+    non_key_attributes: tuple[str, ...] = ()
+
+    def create_kwargs(self) -> dict[str, Any]:
+        """The index as boto3 ``create_table``'s ``GlobalSecondaryIndexes`` entry."""
+        projection: dict[str, Any] = {"ProjectionType": self.projection_type}
+        if self.non_key_attributes:
+            projection["NonKeyAttributes"] = list(self.non_key_attributes)
+        return {
+            "IndexName": self.name,
+            "KeySchema": [{"AttributeName": self.partition_key, "KeyType": "HASH"}],
+            "Projection": projection,
+        }
+
+
+#: Marker values the API, the CLI and the local producers write: 16 shards, so the index's
+#: writes spread over 16 partition keys (a single value would be one hot partition).
+UNDECIDED_SHARDS = 16
+
+
+def undecided_shard(event_id: str, signup_id: str) -> str:
+    """The marker value of a signup: a hex digit fixed by its key (a rewrite keeps it)."""
+    return format(zlib.crc32(f"{event_id}\x00{signup_id}".encode()) % UNDECIDED_SHARDS, "x")
+
+
+#: The sparse index of undecided intake records: only items carrying ``Attr.UNDECIDED`` are
+#: in it, with just what the sweeper reads to judge a record's age (docs/design.md, §7).
+UNDECIDED_INDEX = IndexSpec(
+    name="undecided",
+    partition_key=Attr.UNDECIDED,
+    projection_type="INCLUDE",
+    non_key_attributes=(Attr.SUBMITTED_AT, Attr.REDRIVEN_AT, Attr.REDRIVE),
+)
+
+
+@dataclass(frozen=True)
 class TableSpec:
     """A table's keys, stream and TTL, as both CloudFormation and CreateTable need them."""
 
@@ -199,6 +249,7 @@ class TableSpec:
     sort_key: str = Attr.SIGNUP_ID
     stream_view_type: str | None = None
     ttl_attribute: str | None = None
+    indexes: tuple[IndexSpec, ...] = ()
 
     @property
     def name(self) -> str:
@@ -219,6 +270,12 @@ class TableSpec:
             ],
             "BillingMode": "PAY_PER_REQUEST",
         }
+        for index in self.indexes:
+            kwargs["AttributeDefinitions"].append(
+                {"AttributeName": index.partition_key, "AttributeType": "S"}
+            )
+        if self.indexes:
+            kwargs["GlobalSecondaryIndexes"] = [index.create_kwargs() for index in self.indexes]
         if self.stream_view_type:
             kwargs["StreamSpecification"] = {
                 "StreamEnabled": True,
@@ -233,6 +290,7 @@ INTAKE_TABLE = TableSpec(
     env_var="TURNSTILE_INTAKE_TABLE",
     stream_view_type="NEW_IMAGE",
     ttl_attribute=Attr.EXPIRES_AT,
+    indexes=(UNDECIDED_INDEX,),
 )
 
 #: The local stack's on-failure destination (on AWS the CDK stack names it).
@@ -289,9 +347,17 @@ class EventSourceSettings:
     max_record_age_s: int = 6 * 3600
     bisect_on_error: bool = True
     report_batch_item_failures: bool = True
-    #: Only new or re-emitted intake records; TTL deletions (REMOVE) never reach the function.
+    #: New intake records, and re-emitted ones (every re-emission sets ``undecided``). TTL
+    #: deletions (REMOVE) and the sweeper's removal of the marker from a decided record (a
+    #: MODIFY without it) never reach the function.
     filter_patterns: tuple[dict[str, Any], ...] = field(
-        default_factory=lambda: ({"eventName": ["INSERT", "MODIFY"]},)
+        default_factory=lambda: (
+            {"eventName": ["INSERT"]},
+            {
+                "eventName": ["MODIFY"],
+                "dynamodb": {"NewImage": {Attr.UNDECIDED: {"S": [{"exists": True}]}}},
+            },
+        )
     )
     #: AWS polls each shard four times a second.
     poll_interval_s: float = 0.25

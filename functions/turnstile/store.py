@@ -38,6 +38,7 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cached_property
@@ -52,11 +53,13 @@ from turnstile.contract import (
     CONTROL_TABLE,
     INTAKE_TABLE,
     MAIN_TABLE,
+    UNDECIDED_INDEX,
     Attr,
     ControlKey,
     EventState,
     HoldAttr,
     Status,
+    undecided_shard,
 )
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.errors import (
@@ -788,11 +791,12 @@ class SignupStore:
         submitted_at: str,
         expires_at: int | None = None,
     ) -> tuple[dict[str, Any], bool]:
-        """Write a provisional signup once (``attribute_not_exists``), to be deleted by TTL
+        """Write a provisional signup once (``attribute_not_exists``), marked ``undecided``
+        so the sweeper finds it through its index until it is decided, and deleted by TTL
         at ``expires_at`` (epoch seconds; None: kept).
 
         The same body again returns the stored record and False; a different body for the
-        same key raises ``SignupConflictError``.
+        same key raises ``SignupConflictError``. The marker is not part of what it returns.
         """
         values = {
             Attr.EVENT_ID: event_id,
@@ -802,11 +806,12 @@ class SignupStore:
             Attr.ATTRIBUTES: _decimalize(dict(attributes)) if attributes else None,
             Attr.EXPIRES_AT: expires_at,
         }
+        marker = {Attr.UNDECIDED: undecided_shard(event_id, signup_id)}
         try:
             self._call(
                 "put_item",
                 TableName=self.intake_table,
-                Item=to_item(values),
+                Item=to_item({**values, **marker}),
                 ConditionExpression="attribute_not_exists(#sk)",
                 ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
             )
@@ -815,6 +820,7 @@ class SignupStore:
             if _code(exc) != "ConditionalCheckFailedException":
                 raise
         existing = self.get_intake(event_id, signup_id) or {}
+        existing.pop(Attr.UNDECIDED, None)
         same = int(existing.get(Attr.SEATS, 1)) == seats and (
             existing.get(Attr.ATTRIBUTES) or {}
         ) == (_decimalize(attributes) or {})
@@ -837,22 +843,80 @@ class SignupStore:
         return self._batch_get(self.intake_table, event_id, list(signup_ids))
 
     def redrive(self, event_id: str, signup_id: str) -> bool:
-        """Re-emit an intake record into the stream (a MODIFY) by bumping ``redrive``."""
+        """Re-emit an intake record into the stream (a MODIFY) by bumping ``redrive``; it
+        is marked ``undecided`` too (a string shard), which lets the MODIFY through the
+        stream filter and keeps the record in the sweeper's index until it is decided."""
         try:
             self._call(
                 "update_item",
                 TableName=self.intake_table,
                 Key=self._key(event_id, signup_id),
-                UpdateExpression="ADD #redrive :one",
+                UpdateExpression="ADD #redrive :one SET #mark = :shard",
                 ConditionExpression="attribute_exists(#sk)",
-                ExpressionAttributeNames={"#redrive": Attr.REDRIVE, "#sk": Attr.SIGNUP_ID},
-                ExpressionAttributeValues={":one": {"N": "1"}},
+                ExpressionAttributeNames={
+                    "#redrive": Attr.REDRIVE,
+                    "#sk": Attr.SIGNUP_ID,
+                    "#mark": Attr.UNDECIDED,
+                },
+                ExpressionAttributeValues={
+                    ":one": {"N": "1"},
+                    ":shard": {"S": undecided_shard(event_id, signup_id)},
+                },
             )
         except ClientError as exc:
             if _code(exc) == "ConditionalCheckFailedException":
                 return False
             raise
         return True
+
+    def undecided_marked(self) -> Iterator[dict[str, Any]]:
+        """Every entry of the sparse ``undecided`` index: the key, the marker and what the
+        sweeper reads to judge age (``submitted_at``, ``redriven_at``, ``redrive``).
+
+        Only records carrying the marker are there, so this reads what is (or was until
+        lately) undecided, not the table. A Scan, not a Query per shard: any marker value a
+        producer writes is found. Eventually consistent (an index has no other kind): a
+        record written a moment ago may be missing, and is young anyway.
+        """
+        kwargs: dict[str, Any] = {"TableName": self.intake_table, "IndexName": UNDECIDED_INDEX.name}
+        while True:
+            response = self._call("scan", **kwargs)
+            for raw in response.get("Items", []):
+                yield from_item(raw)
+            if "LastEvaluatedKey" not in response:
+                return
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+    def clear_undecided(self, keys: Sequence[tuple[str, str]], workers: int = 8) -> int:
+        """Remove the ``undecided`` marker from these (decided) intake records; how many
+        carried it.
+
+        ``attribute_exists`` on the marker: a record that lost it meanwhile costs no write
+        beyond the failed condition, and an update never creates an item that is gone.
+        Each removal is a MODIFY without the marker, which the stream filter drops.
+        """
+
+        def clear(key: tuple[str, str]) -> bool:
+            try:
+                self._call(
+                    "update_item",
+                    TableName=self.intake_table,
+                    Key=self._key(*key),
+                    UpdateExpression="REMOVE #mark",
+                    ConditionExpression="attribute_exists(#mark)",
+                    ExpressionAttributeNames={"#mark": Attr.UNDECIDED},
+                )
+            except ClientError as exc:
+                if _code(exc) == "ConditionalCheckFailedException":
+                    return False
+                raise
+            return True
+
+        if len(keys) <= 1 or workers <= 1:
+            return sum(clear(k) for k in keys)
+        # One UpdateItem per record (BatchWriteItem has no update): a few at a time.
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return sum(pool.map(clear, keys))
 
     # -- decisions --------------------------------------------------------------------
 
@@ -1191,6 +1255,33 @@ class SignupStore:
             if _code(exc) != "ConditionalCheckFailedException":
                 raise
 
+    def note_full_scan(self, owner: str, token: int, at: float) -> bool:
+        """Record on the lease item (while it is ours) that a full scan of intake finished
+        at ``at``; False if the lease moved on. ``get_lease()["full_scan_at"]`` reads it."""
+        try:
+            self._call(
+                "update_item",
+                TableName=self.control_table,
+                Key=self._control_key(ControlKey.SWEEPER_LEASE),
+                UpdateExpression="SET #scanned = :at",
+                ConditionExpression="#owner = :owner AND #fence = :token",
+                ExpressionAttributeNames={
+                    "#owner": "owner",
+                    "#fence": "fence",
+                    "#scanned": "full_scan_at",
+                },
+                ExpressionAttributeValues={
+                    ":owner": {"S": owner},
+                    ":token": {"N": str(token)},
+                    ":at": {"N": repr(at)},
+                },
+            )
+        except ClientError as exc:
+            if _code(exc) == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
     def fenced_redrive(
         self, owner: str, token: int, now: float, event_id: str, signup_id: str
     ) -> bool:
@@ -1263,14 +1354,20 @@ class SignupStore:
     def _redrive_update(
         self, event_id: str, signup_id: str, now: float, overwrite: bool = False
     ) -> dict[str, Any]:
-        names = {"#at": Attr.REDRIVEN_AT, "#sk": Attr.SIGNUP_ID}
-        values: dict[str, Any] = {":at": {"N": repr(now)}}
+        names = {"#at": Attr.REDRIVEN_AT, "#sk": Attr.SIGNUP_ID, "#mark": Attr.UNDECIDED}
+        values: dict[str, Any] = {
+            ":at": {"N": repr(now)},
+            ":shard": {"S": undecided_shard(event_id, signup_id)},
+        }
+        # The marker (a string, whatever the producer wrote) lets the MODIFY through the
+        # stream filter, and keeps the record in the sweeper's index until it is decided.
+        mark = "#mark = :shard"
         if overwrite:
             # A new redriven_at alone is a MODIFY too: the way for a record whose counter
             # a producer wrote as something ADD refuses.
-            bump = "SET #at = :at"
+            bump = f"SET #at = :at, {mark}"
         else:
-            bump = "ADD #redrive :one SET #at = :at"
+            bump = f"ADD #redrive :one SET #at = :at, {mark}"
             names["#redrive"] = Attr.REDRIVE
             values[":one"] = {"N": "1"}
         return {
@@ -1593,7 +1690,7 @@ class SignupStore:
                 pending = response.get("UnprocessedItems") or {}
                 attempt = self._backoff_unprocessed(pending, attempt, "batch_write_item")
 
-    # -- reading whole tables (audit, sweeper; never the decision path) ----------------
+    # -- reading whole tables (audit, the sweeper's backstop; never the decision path) -----
 
     def scan(self, table: str, event_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Every item of a table (or of one event), read consistently, page by page."""

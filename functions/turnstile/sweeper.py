@@ -30,12 +30,25 @@ from turnstile.contract import Attr
 from turnstile.errors import LeaseLostError
 from turnstile.store import EventRecord, SignupStore
 
-__all__ = ["SweepResult", "Sweeper", "Undecided", "find_undecided", "run_id_for"]
+__all__ = [
+    "FULL_SCAN_EVERY_S",
+    "SweepResult",
+    "Sweeper",
+    "Undecided",
+    "find_undecided",
+    "run_id_for",
+]
 
 log = logging.getLogger(__name__)
 
 #: A sweep run per five-minute slot: duplicate deliveries of one schedule tick share it.
 SLOT_S = 300
+
+#: How often a run reads the whole intake table instead of the index of marked records: the
+#: backstop for records whose producer left the ``undecided`` marker out (docs/design.md §7).
+FULL_SCAN_EVERY_S = 86_400.0
+#: Decided records whose marker a run removes between two looks at its time budget.
+UNMARK_CHUNK = 1000
 
 
 def run_id_for(when: datetime | None = None, slot_s: int = SLOT_S) -> str:
@@ -63,6 +76,10 @@ class SweepResult:
     held: int = 0
     releases_triggered: int = 0
     lease_token: int | None = None
+    #: True when the run read the whole intake table (the backstop), else only the index.
+    full_scan: bool = False
+    #: Decided records whose ``undecided`` marker this run removed.
+    unmarked: int = 0
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,7 +101,13 @@ def _since_redrive(value: Any, now: float) -> float | None:
 
 
 def find_undecided(
-    store: SignupStore, min_age_s: float, now: float | None = None, event_id: str | None = None
+    store: SignupStore,
+    min_age_s: float,
+    now: float | None = None,
+    event_id: str | None = None,
+    *,
+    from_index: bool = False,
+    decided_marked: list[tuple[str, str]] | None = None,
 ) -> Iterator[Undecided]:
     """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
 
@@ -92,33 +115,53 @@ def find_undecided(
     producer's clock must not hide a record, and re-emitting one that is merely pending
     costs one extra delivery and never changes a decision. Only the sweeper's own
     ``redriven_at`` (a re-emission under ``min_age_s`` ago) makes a record wait.
+
+    It reads the whole intake table (consistently), or with ``from_index`` only the sparse
+    index of records marked ``undecided``: work in proportion to what is undecided, but
+    blind to records whose producer left the marker out (the full read finds those). Ages
+    are judged first, so only old enough records cost a read of their decision. Records
+    found decided that still carry the marker are appended to ``decided_marked``.
     """
     now = time.time() if now is None else now
     now_at = datetime.fromtimestamp(now, UTC)
-    by_event: dict[str, list[dict[str, Any]]] = {}
-    for item in store.scan(store.intake_table, event_id):
-        by_event.setdefault(item[Attr.EVENT_ID], []).append(item)
-    for eid, items in by_event.items():
-        decided = set(store.get_decisions(eid, [i[Attr.SIGNUP_ID] for i in items]))
+    source = store.undecided_marked() if from_index else store.scan(store.intake_table, event_id)
+    by_event: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
+    for item in source:
+        if event_id is not None and item[Attr.EVENT_ID] != event_id:
+            continue
+        age = age_s(item.get(Attr.SUBMITTED_AT), now_at)
+        since_redrive = _since_redrive(item.get(Attr.REDRIVEN_AT), now)
+        if age is not None and age < min_age_s:
+            continue  # known to be young
+        if since_redrive is not None and since_redrive < min_age_s:
+            continue  # re-emitted recently: give the stream time to deliver it
+        by_event.setdefault(item[Attr.EVENT_ID], []).append((item, age))
+    for eid, found in by_event.items():
+        items = store.get_decisions(eid, [i[Attr.SIGNUP_ID] for i, _ in found])
+        decided = set(items)
         event: EventRecord | None = store.get_event(eid)
         if event is not None and event.journal is not None:
             decided |= {d.signup_id for d in event.journal.decisions}
-        for item in items:
-            if item[Attr.SIGNUP_ID] in decided:
+        for item, age in found:
+            signup_id = item[Attr.SIGNUP_ID]
+            if signup_id in decided:
+                # Only a decision item (not a journal row yet to be written) unmarks it.
+                if decided_marked is not None and Attr.UNDECIDED in item and signup_id in items:
+                    decided_marked.append((eid, signup_id))
                 continue
-            age = age_s(item.get(Attr.SUBMITTED_AT), now_at)
-            since_redrive = _since_redrive(item.get(Attr.REDRIVEN_AT), now)
-            if age is not None and age < min_age_s:
-                continue  # known to be young
-            if since_redrive is not None and since_redrive < min_age_s:
-                continue  # re-emitted recently: give the stream time to deliver it
             counter = item.get(Attr.REDRIVE)
             ok = counter is None or (isinstance(counter, Decimal) and counter.is_finite())
-            yield Undecided(eid, item[Attr.SIGNUP_ID], age, counter_ok=ok)
+            yield Undecided(eid, signup_id, age, counter_ok=ok)
 
 
 class Sweeper:
-    """One sweep: lease, history entry, find, fenced re-emission, history outcome."""
+    """One sweep: lease, history entry, find, fenced re-emission, history outcome.
+
+    A run finds undecided records through the sparse index of marked records, except when
+    a full scan is due (none recorded on the lease item, or the last one finished over
+    ``full_scan_every_s`` ago): then it reads the whole intake table, and records the scan
+    only if it re-emitted everything it found. ``0`` scans every run; ``math.inf`` never.
+    """
 
     def __init__(
         self,
@@ -129,8 +172,12 @@ class Sweeper:
         max_re_emits: int = 100_000,
         max_run_s: float = 180.0,
         clock: Callable[[], float] = time.time,
+        full_scan_every_s: float | None = None,
     ) -> None:
         self.store = store
+        self.full_scan_every_s = (
+            FULL_SCAN_EVERY_S if full_scan_every_s is None else full_scan_every_s
+        )
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.lease_s = lease_s
         self.min_age_s = min_age_s
@@ -173,11 +220,23 @@ class Sweeper:
         finally:
             self.store.release_lease(self.owner, result.lease_token or token)
 
+    def full_scan_due(self, now: float) -> bool:
+        """Whether this run reads the whole intake table: no full scan recorded, or the
+        last one over ``full_scan_every_s`` ago (or in the future: no guard)."""
+        if math.isinf(self.full_scan_every_s):
+            return False
+        lease = self.store.get_lease() or {}
+        since = _since_redrive(lease.get("full_scan_at"), now)
+        return since is None or since >= self.full_scan_every_s
+
     def _work(self, result: SweepResult) -> None:
         assert result.lease_token is not None
         started = renewed = self.clock()
         batch: list[tuple[str, str]] = []
         junk: set[tuple[str, str]] = set()  # records whose redrive counter is not a number
+        left = 0  # undecided records counted but left for the next run
+        decided_marked: list[tuple[str, str]] = []
+        result.full_scan = self.full_scan_due(started)
 
         def flush() -> None:
             nonlocal renewed
@@ -197,12 +256,20 @@ class Sweeper:
             junk.clear()
 
         parked = self._trigger_releases(result)
-        for undecided in find_undecided(self.store, self.min_age_s, self.clock()):
+        found = find_undecided(
+            self.store,
+            self.min_age_s,
+            self.clock(),
+            from_index=not result.full_scan,
+            decided_marked=decided_marked,
+        )
+        for undecided in found:
             if (undecided.event_id, undecided.signup_id) in parked:
                 continue  # waits in order behind its event's hold: released, not re-emitted
             result.undecided += 1
             out_of_budget = self.clock() - started > self.max_run_s
             if out_of_budget or result.re_emitted + len(batch) >= self.max_re_emits:
+                left += 1
                 continue  # counted, left for the next run
             batch.append((undecided.event_id, undecided.signup_id))
             if not undecided.counter_ok:
@@ -211,6 +278,15 @@ class Sweeper:
                 flush()
         if batch:
             flush()
+        for start in range(0, len(decided_marked), UNMARK_CHUNK):
+            if self.clock() - started > self.max_run_s:
+                break  # still in the index: a later run removes the rest
+            chunk = decided_marked[start : start + UNMARK_CHUNK]
+            result.unmarked += self.store.clear_undecided(chunk)
+        if result.full_scan and not left:
+            # Every unmarked record it found is re-emitted, and so marked: the index sees
+            # it from now on. Records written since ``started`` are the next scan's.
+            self.store.note_full_scan(self.owner, result.lease_token, started)
 
     def _trigger_releases(self, result: SweepResult) -> set[tuple[str, str]]:
         """Set off the release of every held event; the keys of all parked records.

@@ -32,6 +32,10 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
     api_only = (
         {"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"} if handler.endswith("api.handler") else {}
     )
+    # A sweep run reads the whole intake table (not just its index) once a day.
+    sweeper_only = (
+        {"TURNSTILE_SWEEP_FULL_SCAN_EVERY_S": "86400"} if "sweeper" in handler else {}
+    )
     assert properties["Environment"]["Variables"] == {
         "TURNSTILE_INTAKE_TABLE": {"Ref": "IntakeTable"},
         "TURNSTILE_MAIN_TABLE": {"Ref": "MainTable"},
@@ -42,6 +46,7 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
         # Intake records expire after 30 days; decisions are kept (no variable).
         "TURNSTILE_INTAKE_RETENTION_DAYS": "30",
         **api_only,
+        **sweeper_only,
     }
     assert 1 <= properties["Timeout"] <= 300
     assert 128 <= properties["MemorySize"] <= 1024

@@ -15,6 +15,7 @@ INTAKE = "${IntakeTable.Arn}"
 MAIN = "${MainTable.Arn}"
 CONTROL = "${ControlTable.Arn}"
 STREAM = "${IntakeTable.StreamArn}"
+INTAKE_INDEXES = "${IntakeTable.Arn}/index/*"
 XRAY = {("xray:PutTraceSegments", "*", "{}"), ("xray:PutTelemetryRecords", "*", "{}")}
 
 PROCESSOR = "turnstile.handlers.stream.handler"
@@ -135,11 +136,13 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
 
 def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Template):
     assert _role_statements(template, SWEEPER) == (
+        # Every run scans the sparse undecided index; once a day intake itself.
         _on(INTAKE, "Scan")
+        | _on(INTAKE_INDEXES, "Scan")
         | _on(
             INTAKE,
             "UpdateItem",
-            conditions=_attributes("event_id", "signup_id", "redrive", "redriven_at"),
+            conditions=_attributes("event_id", "signup_id", "redrive", "redriven_at", "undecided"),
         )
         | _on(MAIN, "BatchGetItem")
         | _on(CONTROL, "GetItem", "Query", "Scan")

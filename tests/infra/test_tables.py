@@ -19,6 +19,8 @@ def _keys(spec: TableSpec) -> dict[str, object]:
         "AttributeDefinitions": [
             {"AttributeName": spec.partition_key, "AttributeType": "S"},
             {"AttributeName": spec.sort_key, "AttributeType": "S"},
+            # An index's key is a string attribute too.
+            *({"AttributeName": i.partition_key, "AttributeType": "S"} for i in spec.indexes),
         ],
     }
 
@@ -61,6 +63,30 @@ def test_main_and_control_have_no_stream_and_no_ttl(template: Template, spec: Ta
     properties = template.to_json()["Resources"][spec.logical_id]["Properties"]
     assert "StreamSpecification" not in properties
     assert "TimeToLiveSpecification" not in properties
+    assert "GlobalSecondaryIndexes" not in properties
+
+
+def test_intake_has_the_sparse_undecided_index_the_sweeper_reads(template: Template) -> None:
+    properties = template.to_json()["Resources"][INTAKE_TABLE.logical_id]["Properties"]
+    # Keyed by the marker alone (present only on undecided records: a sparse index), whose
+    # value is one of 16 shards; it carries just the key and what the sweeper judges age by.
+    assert properties["GlobalSecondaryIndexes"] == [
+        {
+            "IndexName": "undecided",
+            "KeySchema": [{"AttributeName": "undecided", "KeyType": "HASH"}],
+            "Projection": {
+                "ProjectionType": "INCLUDE",
+                "NonKeyAttributes": ["submitted_at", "redriven_at", "redrive"],
+            },
+        }
+    ]
+    assert {"AttributeName": "undecided", "AttributeType": "S"} in properties[
+        "AttributeDefinitions"
+    ]
+    # The local stack creates the same index from the same spec.
+    assert INTAKE_TABLE.create_table_kwargs()["GlobalSecondaryIndexes"] == properties[
+        "GlobalSecondaryIndexes"
+    ]
 
 
 def test_control_table_keys_cannot_be_reached_from_intake_keys() -> None:

@@ -18,6 +18,9 @@ from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
+#: Records written with the marker and without; the sweeper's index path and full scan.
+pytestmark = pytest.mark.usefixtures("sweep_path")
+
 
 @pytest.fixture
 def world(aws, tmp_path, stream):

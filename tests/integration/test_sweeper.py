@@ -18,14 +18,18 @@ from tests.helpers import (
 )
 from turnstile.audit import audit
 from turnstile.clock import utc_now
+from turnstile.contract import STREAM_SOURCE
 from turnstile.errors import DuplicateRunError, LeaseLostError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.poller import LocalLambdaContext, matches_filter
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper, find_undecided
 
 NOW = "2026-01-01T00:00:00.000000Z"
+
+#: Every test here runs on both ways a run finds records: the index and the full scan.
+pytestmark = pytest.mark.usefixtures("sweep_path")
 
 
 class Clock:
@@ -145,7 +149,14 @@ def test_a_duplicate_concurrent_start_is_caught_by_the_atomic_counter(store, mon
         store.start_run("r1", NOW)
 
 
-def test_sweep_re_emits_old_undecided_records_and_the_stream_decides_them(store, client, stream):
+def delivered(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream records the event source mapping's filter lets through to the processor."""
+    return [r for r in records if any(matches_filter(p, r) for p in STREAM_SOURCE.filter_patterns)]
+
+
+def test_sweep_re_emits_old_undecided_records_and_the_stream_decides_them(
+    store, client, stream, sweep_path
+):
     # GIVEN decided and undecided signups (the stream dropped some: we never deliver them)
     store.create_event("gig", 2, NOW)
     put_raw_intake(client, "gig", "kept", submitted_at={"S": "2026-01-01T00:00:00Z"})
@@ -160,11 +171,16 @@ def test_sweep_re_emits_old_undecided_records_and_the_stream_decides_them(store,
     result = Sweeper(store, owner="s", min_age_s=300).sweep("run-1")
     # THEN exactly the old undecided ones are re-emitted, as MODIFY records
     assert (result.status, result.undecided, result.re_emitted) == ("succeeded", 2, 2)
-    records = stream.read_new()
+    written = stream.read_new()
+    records = delivered(written)
     assert sorted((r["eventName"], r["dynamodb"]["Keys"]["signup_id"]["S"]) for r in records) == [
         ("MODIFY", "lost1"),
         ("MODIFY", "lost2"),
     ]
+    # ... and the decided one lost its marker (if it had one), a MODIFY the filter drops
+    assert result.unmarked == (1 if sweep_path == "index" else 0)
+    assert len(written) - len(records) == result.unmarked
+    assert "undecided" not in store.get_intake("gig", "kept")
     stream_handler.handler({"Records": records}, LocalLambdaContext())
     assert {k[1] for k in decisions(client)} == {"kept", "lost1", "lost2"}
     # and a second sweep right after finds only the fresh one, too young to touch
@@ -377,12 +393,16 @@ def test_re_emission_is_batched_and_skips_records_that_vanished(fenced, client):
         ("redriven_at not finite", {"redriven_at": {"N": "1E+125"}}, True),
     ],
 )
-def test_find_undecided_counts_unknown_and_future_ages_as_old(store, client, label, attrs, found):
+def test_find_undecided_counts_unknown_and_future_ages_as_old(
+    store, client, sweep_path, label, attrs, found
+):
     # GIVEN an undecided record; the sweeper's clock reads 2027-01-15T08:00:00Z
     now = 1_800_000_000.0
     put_raw_intake(client, "gig", "u1", **attrs)
-    # WHEN the sweeper looks for records undecided over 5 minutes
-    got = [u.signup_id for u in find_undecided(store, 300.0, now=now)]
+    # WHEN the sweeper looks for records undecided over 5 minutes (in the index, whose
+    # entries carry just the attributes it projects, or in the table)
+    index = sweep_path == "index"
+    got = [u.signup_id for u in find_undecided(store, 300.0, now=now, from_index=index)]
     # THEN only a record known to be young, or just re-emitted, is left to wait
     assert got == (["u1"] if found else []), label
 

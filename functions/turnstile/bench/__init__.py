@@ -24,6 +24,16 @@ def _intake_range(text: str) -> tuple[int, int]:
     return pair
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 0:
+        raise argparse.ArgumentTypeError(f"expected counts like 10000,100000, got {text!r}")
+    return counts
+
+
 def _seats(text: str) -> tuple[tuple[int, float], ...]:
     from turnstile.bench.workload import parse_seats
 
@@ -51,6 +61,19 @@ def register(subparsers: Any) -> None:
         help="only the scale check (one event growing; 1,000 vs 100,000, or 10,000 if --quick)",
     )
     p.add_argument("--no-scale", action="store_true", help="skip the scale check")
+    p.add_argument(
+        "--sweeper",
+        action="store_true",
+        help="only the sweeper's units: N decided + 100 undecided intake records, a full "
+        "scan (as before the index) against the index (N: 10,000 and 100,000, or 10,000 "
+        "if --quick; or --sweeper-decided)",
+    )
+    p.add_argument(
+        "--sweeper-decided",
+        type=_counts,
+        metavar="N[,N...]",
+        help="decided intake records for --sweeper, e.g. 10000,100000",
+    )
     p.add_argument("--no-cold-start", action="store_true", help="skip import time and CPU")
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="draw latency, throughput, units, scale")
@@ -80,6 +103,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from turnstile.bench.report import render_table
     from turnstile.bench.runner import FULL, QUICK, with_knobs
     from turnstile.bench.strategies import STRATEGIES
+
+    if args.sweeper:
+        return _sweeper(args, Progress(enabled=not args.quiet))
 
     options = QUICK if args.quick else FULL
     options = with_knobs(
@@ -124,3 +150,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     broken = doc.get("checks", {})
     ok = broken.get("turnstile_never_oversold", True) and broken.get("scale_never_oversold", True)
     return 0 if ok else 1
+
+
+def _sweeper(args: argparse.Namespace, progress: Any) -> int:
+    """``--sweeper``: the sweeper's units as intake grows, as a markdown table."""
+    from turnstile.bench.endpoint import quiet_handler_environment
+    from turnstile.bench.sweep import render_markdown, run_sweeper_scale
+
+    quiet_handler_environment()
+    counts = args.sweeper_decided or ((10_000,) if args.quick else (10_000, 100_000))
+    doc = run_sweeper_scale(counts, undecided=100, progress=progress)
+    print(render_markdown(doc))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0

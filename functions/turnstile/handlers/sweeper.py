@@ -42,6 +42,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         SignupStore(),
         owner=getattr(context, "aws_request_id", None),
         min_age_s=float(os.environ.get("TURNSTILE_SWEEP_MIN_AGE_S", "300")),
+        full_scan_every_s=float(os.environ.get("TURNSTILE_SWEEP_FULL_SCAN_EVERY_S", "86400")),
     )
     if isinstance(event, dict) and event.get("replay_failed"):
         results = sweeper.replay_failed()

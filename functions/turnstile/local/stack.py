@@ -53,6 +53,7 @@ def local_aws_environment(endpoint_url: str) -> dict[str, str]:
 def _ensure_table(client: Any, spec: TableSpec) -> None:
     existing = client.list_tables()["TableNames"]
     if spec.name in existing:
+        _ensure_indexes(client, spec)
         return
     client.create_table(**spec.create_table_kwargs())
     client.get_waiter("table_exists").wait(TableName=spec.name)
@@ -61,6 +62,19 @@ def _ensure_table(client: Any, spec: TableSpec) -> None:
             TableName=spec.name,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": spec.ttl_attribute},
         )
+
+
+def _ensure_indexes(client: Any, spec: TableSpec) -> None:
+    """Add the spec's indexes that a table made by an older version lacks."""
+    table = client.describe_table(TableName=spec.name)["Table"]
+    have = {i["IndexName"] for i in table.get("GlobalSecondaryIndexes", [])}
+    for index in spec.indexes:
+        if index.name not in have:
+            client.update_table(
+                TableName=spec.name,
+                AttributeDefinitions=[{"AttributeName": index.partition_key, "AttributeType": "S"}],
+                GlobalSecondaryIndexUpdates=[{"Create": index.create_kwargs()}],
+            )
 
 
 def ensure_resources(session: boto3.Session | None = None) -> dict[str, str]:
@@ -291,7 +305,13 @@ class LocalStack:
 
         interval = float(os.environ.get("TURNSTILE_SWEEP_INTERVAL_S", "60"))
         min_age = float(os.environ.get("TURNSTILE_SWEEP_MIN_AGE_S", "300"))
-        sweeper = Sweeper(SignupStore(), owner="turnstile-local", min_age_s=min_age)
+        full_every = float(os.environ.get("TURNSTILE_SWEEP_FULL_SCAN_EVERY_S", "86400"))
+        sweeper = Sweeper(
+            SignupStore(),
+            owner="turnstile-local",
+            min_age_s=min_age,
+            full_scan_every_s=full_every,
+        )
         while not self._stop.wait(interval):
             try:
                 result = sweeper.sweep()

@@ -1,0 +1,86 @@
+"""The sweeper's read units follow what is undecided, not the size of intake.
+
+Against the embedded endpoint (moto's server), metered by DynamoDB's rules from the items'
+sizes (bench/metering.py). No timing is asserted: units only, bounded from item sizes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from turnstile.bench.metering import ItemSizes, read_units
+from turnstile.bench.sweep import MIN_AGE_S, SWEEP_AT, Tables, index_entry_size, load, measure
+from turnstile.contract import ALL_TABLES, Attr
+from turnstile.store import default_client
+
+#: What every run reads besides intake and the undecided records' decisions: the lease
+#: (``full_scan_at``), the run history, the scan for held events and the event item, each
+#: one consistent read of under 4 KB.
+FIXED_READS = 4 * read_units(0)
+#: The most the sweeper's own attributes add to an index entry (redrive, redriven_at).
+RE_EMITTED_BYTES = len("redrive") + 2 + len("redriven_at") + 12
+
+
+def fast_path_bound(entries: list[int]) -> float:
+    """Read units a run through the index may take for undecided records whose entries
+    are ``entries`` bytes (before re-emission): the index, read eventually consistent
+    (at least a 4 KB block per page), one consistent read of each one's (absent) decision,
+    and the fixed reads. Nothing in it depends on how many records are decided."""
+    index_bytes = sum(e + RE_EMITTED_BYTES for e in entries)
+    return read_units(index_bytes, consistent=False) + len(entries) * read_units(0) + FIXED_READS
+
+
+@pytest.fixture
+def world(endpoint):
+    client = default_client(endpoint)
+    for spec in ALL_TABLES:
+        client.create_table(**spec.create_table_kwargs())
+    return client, ItemSizes(), Tables()
+
+
+def undecided_entries(client, tables: Tables) -> list[int]:
+    items = []
+    kwargs = {"TableName": tables.intake, "ConsistentRead": True}
+    while True:
+        page = client.scan(**kwargs)
+        items += [i for i in page["Items"] if Attr.UNDECIDED in i]
+        if "LastEvaluatedKey" not in page:
+            return [index_entry_size(i) for i in items]
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def test_a_run_reads_in_proportion_to_the_undecided_records_not_the_decided(world):
+    client, sizes, tables = world
+    at = SWEEP_AT
+    # GIVEN 300 decided records and 100 undecided ones, all an hour old
+    load(client, sizes, tables, decided=300, undecided=100)
+    small = measure(client, sizes, tables, "index", at, 300, 100)
+    bound_100 = fast_path_bound(undecided_entries(client, tables))
+    assert small.found_undecided == 100
+    # WHEN intake grows fivefold in decided records
+    load(client, sizes, tables, decided=1200, undecided=0, first=300)
+    at += 2 * MIN_AGE_S  # past the last re-emission: the records count as old again
+    large = measure(client, sizes, tables, "index", at, 1500, 100)
+    # THEN a run through the index reads no more than the undecided records account for
+    assert large.found_undecided == 100
+    assert small.read_units <= bound_100 and large.read_units <= bound_100
+    # and reading intake whole, as every run did before, reads every decided record and
+    # its decision (at least one consistent read each): the bound above is far below it
+    at += 2 * MIN_AGE_S
+    full = measure(client, sizes, tables, "full scan", at, 1500, 100)
+    assert full.found_undecided == 100
+    assert full.read_units >= 1500 * read_units(0) > 5 * bound_100
+
+
+def test_a_run_reads_more_as_undecided_records_grow(world):
+    client, sizes, tables = world
+    load(client, sizes, tables, decided=1000, undecided=100)
+    hundred = measure(client, sizes, tables, "index", SWEEP_AT, 1000, 100)
+    # GIVEN 100 more undecided records
+    load(client, sizes, tables, decided=0, undecided=100, first=100)
+    # WHEN the next run looks (past the last re-emission)
+    two_hundred = measure(client, sizes, tables, "index", SWEEP_AT + 2 * MIN_AGE_S, 1000, 200)
+    # THEN it found them all, and read about one decision more for each
+    assert two_hundred.found_undecided == 200
+    assert two_hundred.read_units <= fast_path_bound(undecided_entries(client, tables))
+    assert two_hundred.read_units - hundred.read_units >= 100 * read_units(0)
