@@ -202,16 +202,17 @@ class TurnstileFunction(Construct):
         self, grants: Iterable[TableGrant], tables: Mapping[str, dynamodb.ITable]
     ) -> None:
         """Add ``grants`` (``permissions``) to the role: an unconditioned one as the table's
-        own grant (its indexes included), a conditioned one as a statement of its own."""
+        own grant, a conditioned one or one on an index as a statement of its own."""
         for grant in grants:
             table = tables[grant.table]
-            if not grant.conditions:
+            if not grant.conditions and not grant.index:
                 table.grant(self.function, *grant.actions)
                 continue
+            resource = f"{table.table_arn}/index/{grant.index}" if grant.index else table.table_arn
             self.function.add_to_role_policy(
                 iam.PolicyStatement(
                     actions=list(grant.actions),
-                    resources=[table.table_arn],
-                    conditions=grant.conditions,
+                    resources=[resource],
+                    conditions=grant.conditions or None,
                 )
             )

@@ -28,7 +28,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from turnstile.contract import EVENT_CONFIG_ATTRIBUTES, Attr, ControlKey, HoldAttr
+from turnstile.contract import (
+    EVENT_CONFIG_ATTRIBUTES,
+    UNDECIDED_INDEX,
+    Attr,
+    ControlKey,
+    HoldAttr,
+)
 
 __all__ = [
     "API_GRANTS",
@@ -61,6 +67,8 @@ class TableGrant:
     actions: tuple[str, ...]
     leading_keys: tuple[str, ...] = ()
     attributes: tuple[str, ...] = ()
+    #: An index of the table: the grant is on that index only (its ARN), not the table.
+    index: str = ""
     #: Why the role needs it (which call sites).
     why: str = ""
 
@@ -150,8 +158,15 @@ SWEEPER_GRANTS = (
     TableGrant(
         INTAKE,
         ("dynamodb:Scan",),
-        why="finds undecided intake records: every run scans the sparse `undecided` index "
-        "(the table's grant covers its indexes), once a day the table itself (the backstop)",
+        index=UNDECIDED_INDEX.name,
+        why="finds undecided intake records: every run scans the sparse undecided index "
+        "(undecided_marked)",
+    ),
+    TableGrant(
+        INTAKE,
+        ("dynamodb:Scan",),
+        why="reads intake whole once a day, the backstop for records written without the "
+        "marker (find_undecided)",
     ),
     TableGrant(
         INTAKE,

@@ -59,6 +59,13 @@ class Request:
     leading_keys: frozenset[str]
     attributes: frozenset[str]
     return_values: str | None = None
+    #: A Query or Scan of an index is authorized on the index's ARN, not the table's.
+    index: str | None = None
+
+    @property
+    def resource(self) -> str:
+        table = _RESOURCES[self.table]
+        return f"{table}/index/{self.index}" if self.index else table
 
 
 def _expression_names(spec: Mapping[str, Any]) -> set[str]:
@@ -145,12 +152,22 @@ def requests_of(operation: str, kwargs: Mapping[str, Any]) -> list[Request]:
         leading = next(iter(kwargs["ExpressionAttributeValues"][value.group(1)].values()))
         return [
             Request(
-                "dynamodb:Query", table, frozenset({str(leading)}), frozenset({ALL_ATTRIBUTES})
+                "dynamodb:Query",
+                table,
+                frozenset({str(leading)}),
+                frozenset({ALL_ATTRIBUTES}),
+                index=kwargs.get("IndexName"),
             )
         ]
     if operation == "scan":
         return [
-            Request("dynamodb:Scan", kwargs["TableName"], frozenset(), frozenset({ALL_ATTRIBUTES}))
+            Request(
+                "dynamodb:Scan",
+                kwargs["TableName"],
+                frozenset(),
+                frozenset({ALL_ATTRIBUTES}),
+                index=kwargs.get("IndexName"),
+            )
         ]
     raise AssertionError(f"the IAM model does not know {operation}")
 
@@ -198,7 +215,7 @@ class _Statement:
     def allows(self, request: Request) -> bool:
         if request.action not in self.actions:
             return False
-        if _RESOURCES[request.table] not in self.resources:
+        if not any(fnmatch.fnmatchcase(request.resource, r) for r in self.resources):
             return False
         return all(_holds(op, tests, request) for op, tests in self.conditions.items())
 

@@ -15,7 +15,7 @@ INTAKE = "${IntakeTable.Arn}"
 MAIN = "${MainTable.Arn}"
 CONTROL = "${ControlTable.Arn}"
 STREAM = "${IntakeTable.StreamArn}"
-INTAKE_INDEXES = "${IntakeTable.Arn}/index/*"
+UNDECIDED_INDEX = "${IntakeTable.Arn}/index/undecided"
 XRAY = {("xray:PutTraceSegments", "*", "{}"), ("xray:PutTelemetryRecords", "*", "{}")}
 
 PROCESSOR = "turnstile.handlers.stream.handler"
@@ -138,7 +138,7 @@ def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Tem
     assert _role_statements(template, SWEEPER) == (
         # Every run scans the sparse undecided index; once a day intake itself.
         _on(INTAKE, "Scan")
-        | _on(INTAKE_INDEXES, "Scan")
+        | _on(UNDECIDED_INDEX, "Scan")
         | _on(
             INTAKE,
             "UpdateItem",

@@ -165,6 +165,35 @@ def test_the_sweeper_role_re_emits_and_lifts_an_empty_hold(aws, as_role, plain, 
     assert {r.signup_id for r in _re_emitted(stream)} == {"lost", "junk-counter"}
 
 
+def test_the_sweeper_role_reads_the_undecided_index_and_clears_markers(
+    aws, as_role, plain, stream
+):
+    sweeper_store, sweeper_client = as_role(SWEEPER)
+    plain.create_event("gig", 5, NOW)
+    # GIVEN a full scan recorded (an empty intake), so the next run reads the index ...
+    assert Sweeper(sweeper_store, min_age_s=60).sweep("run-0").full_scan
+    # ... and two marked records, one of them decided
+    client = aws.client("dynamodb")
+    for signup_id in ("lost", "decided"):
+        put_raw_intake(client, "gig", signup_id, marked=True, submitted_at={"S": OLD})
+    client.put_item(
+        TableName=MAIN_TABLE,
+        Item={"event_id": {"S": "gig"}, "signup_id": {"S": "decided"}, "status": {"S": "ACCEPTED"}},
+    )
+    stream.read_new()
+    # WHEN the sweeper runs under its role
+    result = Sweeper(sweeper_store, min_age_s=60).sweep("run-1")
+    # THEN it read the index, re-emitted the lost record and unmarked the decided one
+    assert (result.status, result.full_scan) == ("succeeded", False)
+    assert (result.re_emitted, result.unmarked) == (1, 1)
+    assert sweeper_client.denied == []
+    intake = {
+        i["signup_id"]["S"]: i for i in client.scan(TableName=INTAKE_TABLE)["Items"]
+    }
+    assert "undecided" not in intake["decided"] and "redrive" not in intake["decided"]
+    assert intake["lost"]["redrive"] == {"N": "1"} and "undecided" in intake["lost"]
+
+
 def _re_emitted(stream) -> list[SignupRequest]:
     records = DynamoDBStreamEvent({"Records": stream.read_new()}).records
     return [
