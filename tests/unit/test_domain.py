@@ -18,6 +18,7 @@ from turnstile.domain import (
     MAX_SUBMITTED_AT_CHARS,
     EventSnapshot,
     SignupRequest,
+    attribute_size,
     decide,
     parse_request,
     signup_problems,
@@ -283,6 +284,68 @@ def test_seats_rules_exactly(seats, expected):
     assert (request.seats, request.problem) == expected
 
 
+def test_every_problem_is_reported_and_the_rest_is_copied():
+    # GIVEN a record that breaks four rules at once THEN all four are named, in rule order
+    image = {"event_id": "bad id", "signup_id": "-x", "seats": Decimal(0), "attributes": "x"}
+    pattern = ID_PATTERN.pattern
+    request = parse_request(image, "1")
+    assert request.problem == (
+        f"event_id must match {pattern}; signup_id must match {pattern}; "
+        "seats must be at least 1; attributes must be a map (a JSON object)"
+    )
+    assert (request.event_id, request.signup_id, request.seats, request.attributes) == (
+        "bad id",
+        "-x",
+        0,
+        {},
+    )
+    # GIVEN a valid record THEN seats, attributes and submitted_at are copied as they are
+    image = {
+        "event_id": "e1",
+        "signup_id": "s1",
+        "seats": Decimal(3),
+        "attributes": {"vip": True},
+        "submitted_at": "2026-01-01T00:00:00Z",
+    }
+    request = parse_request(image, "9")
+    assert (
+        request.seats,
+        request.attributes,
+        request.submitted_at,
+        request.problem,
+        request.note,
+    ) == (3, {"vip": True}, "2026-01-01T00:00:00Z", None, None)
+    # AND valid attributes are still copied when something else is wrong
+    request = parse_request({**image, "seats": Decimal(0)}, "9")
+    assert (request.attributes, request.problem) == ({"vip": True}, "seats must be at least 1")
+    # AND attributes over the limit are never copied, only their problem kept
+    too_big = {"k": "x" * (MAX_ATTRIBUTES_BYTES - 4)}
+    request = parse_request({**image, "attributes": too_big}, "9")
+    assert request.problem is not None and "over 4096" in request.problem
+    assert request.attributes == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        (None, 1),
+        (True, 1),
+        ("abc", 3),
+        ("\u00e9", 2),
+        (b"ab", 2),
+        (Decimal("12345"), 4),  # ceil(significant digits / 2) + 1
+        (Decimal("-1.5"), 2),  # sign and point do not count
+        ({"a": "xy"}, 7),  # 3 + (name + value + 1) per entry
+        (["x", Decimal(1)], 8),  # 3 + (value + 1) per element
+        ({"a": {"b": None}}, 3 + 1 + (3 + 1 + 1 + 1) + 1),
+    ],
+    ids=repr,
+)
+def test_attribute_size_follows_dynamodb_sizing(value, size):
+    """The engine's size of attributes is DynamoDB's (the limit is checked with it)."""
+    assert attribute_size(value) == size
+
+
 def test_parse_request_defaults():
     request = parse_request({"event_id": "e1", "signup_id": "u-1@x.io"}, "7")
     assert request.problem is None
@@ -359,6 +422,29 @@ def committed_events(draw: st.DrawFn) -> EventSnapshot:
 events_strategy = st.one_of(st.none(), committed_events())
 
 
+def test_the_strategies_reach_what_they_claim():
+    """The properties below see committed state, bad input, misses and hits."""
+    seen: set[str] = set()
+
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
+    @given(event=events_strategy, requests=requests_strategy)
+    def look(event, requests):
+        if event is not None and event.taken and event.accepted and event.version:
+            seen.add("committed state")
+        for d in decide(event, requests).decisions:
+            seen.add(d.reason or "accepted")
+
+    look()
+    assert seen >= {
+        "committed state",
+        "accepted",
+        Reason.CAPACITY_FULL,
+        Reason.INVALID_REQUEST,
+        Reason.UNKNOWN_EVENT,
+        Reason.EVENT_CLOSED,
+    }
+
+
 @settings(max_examples=300, deadline=None)
 @given(image=st.dictionaries(st.sampled_from(["event_id", "signup_id", "seats", "attributes",
                                               "submitted_at", "other"]),
@@ -370,6 +456,37 @@ def test_any_image_parses_and_a_valid_request_is_sane(image):
         assert ID_PATTERN.fullmatch(request.event_id) and ID_PATTERN.fullmatch(request.signup_id)
         assert isinstance(request.attributes, dict)
         assert value_size(request.attributes) <= MAX_ATTRIBUTES_BYTES
+
+
+@settings(max_examples=200, deadline=None)
+@given(event=events_strategy, requests=requests_strategy)
+def test_invalid_or_unknown_or_closed_never_takes_a_seat(event, requests):
+    outcome = decide(event, requests)
+    by_id: dict[str, SignupRequest] = {}
+    for r in requests:
+        by_id.setdefault(r.signup_id, r)
+    for d in outcome.decisions:
+        request = by_id[d.signup_id]
+        if request.problem:
+            # the problem, then any note, cut to the bound
+            detail = "; ".join(p for p in (request.problem, request.note) if p)
+            if len(detail) > MAX_DETAIL_CHARS:
+                detail = detail[: MAX_DETAIL_CHARS - 1] + "\u2026"
+            assert (d.status, d.reason, d.detail) == (
+                Status.REJECTED,
+                Reason.INVALID_REQUEST,
+                detail,
+            )
+        else:
+            assert d.detail == request.note
+        if request.problem is None and event is None:
+            assert (d.status, d.reason) == (Status.REJECTED, Reason.UNKNOWN_EVENT)
+        elif request.problem is None and event.state == EventState.CLOSED:
+            assert (d.status, d.reason) == (Status.REJECTED, Reason.EVENT_CLOSED)
+        assert d.seats == request.seats
+        assert (d.position is not None) == d.accepted
+    if event is None:
+        assert outcome.state is None
 
 
 @settings(max_examples=200, deadline=None)
