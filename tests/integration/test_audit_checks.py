@@ -37,3 +37,53 @@ def test_audit_uses_the_current_time_by_default(store):
     store.create_event("gig", 5, NOW)
     store.put_intake("gig", "old", 1, None, NOW)  # long ago
     assert audit(store).events[0].violations != []
+
+
+def test_audit_reads_every_event_and_only_events(store):
+    # GIVEN an event with one decision written out and one still only in the journal
+    store.create_event("gig", 5, NOW)
+    for signup_id in ("a", "b", "late"):
+        store.put_intake("gig", signup_id, 1, None, NOW)
+    accept(store, "gig", "a", "100", write_out=True)
+    accept(store, "gig", "b", "101", write_out=False)
+    # an unknown event with a signup, and the sweeper's own items beside them
+    store.put_intake("ghost", "x", 1, None, NOW)
+    store.acquire_lease("sweeper", 60, now=1.0)
+    store.start_run("run-1", NOW)
+    # WHEN the tables are audited ten minutes later
+    report = audit(store, now=LATER)
+    # THEN both events are reported, the sweeper's items are not
+    by_id = {e.event_id: e for e in report.events}
+    assert sorted(by_id) == ["ghost", "gig"]
+    gig = by_id["gig"]
+    assert (gig.capacity, gig.taken, gig.accepted, gig.unmaterialized) == (5, 2, 1, 1)
+    # b is decided (in the journal, written out 600 s ago: past the grace), "late" is
+    # pending past the default grace of 300 s
+    assert (gig.pending, gig.oldest_pending_s) == (1, 600.0)
+    assert gig.violations == [
+        "unmaterialized journal: 1 decisions of the last commit have no decision item for "
+        "600 s (more than 300 s)",
+        "1 of 1 pending past the 300 s grace (the oldest known for 600 s)",
+    ]
+    ghost = by_id["ghost"]
+    assert (ghost.capacity, ghost.pending) == (None, 1)
+    assert ghost.violations == ["1 of 1 pending past the 300 s grace (the oldest known for 600 s)"]
+    assert report.totals == {
+        "events": 2,
+        "accepted": 1,
+        "rejected": 0,
+        "pending": 2,
+        "held": 0,
+        "violations": 3,
+        "inconclusive": 0,
+    }
+    assert not report.ok
+
+
+def test_audit_of_one_event_reads_only_its_partition(store):
+    store.create_event("gig", 5, NOW)
+    store.create_event("other", 1, NOW)
+    store.put_intake("other", "x", 1, None, NOW)
+    report = audit(store, "gig", pending_grace_s=0, now=LATER)
+    assert [(e.event_id, e.capacity, e.pending) for e in report.events] == [("gig", 5, 0)]
+    assert report.ok
