@@ -7,18 +7,22 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from boto3.dynamodb.types import Binary
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
+    MAX_CAPACITY,
     MAX_DETAIL_CHARS,
     MAX_SEATS,
     MAX_SUBMITTED_AT_CHARS,
     EventSnapshot,
     SignupRequest,
     attribute_size,
+    attributes_problem,
+    capacity_problem,
     decide,
     parse_request,
     signup_problems,
@@ -206,6 +210,71 @@ def test_attributes_at_the_limits_are_valid():
         image = {"event_id": "e1", "signup_id": "s1", "attributes": attributes}
         assert parse_request(image, "1").problem is None
     assert signup_problems("e1", "s1", 1, {"b": "x" * 4092}) != []
+
+
+def _nested_lists(depth: int) -> dict[str, Any]:
+    """Attributes whose deepest value sits ``depth`` levels down, through lists."""
+    value: Any = []
+    for _ in range(depth - 2):
+        value = [value]
+    return {"l": value}
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"n": None, "t": True, "b": b"\x00", "ba": bytearray(b"\x01"), "w": Binary(b"\xff")},
+        {"small": Decimal("1e-130"), "big": Decimal("9" * 38 + "e88"), "zero": Decimal(0)},
+        {"s": {"a", "b"}, "l": ["x", Decimal(1), {"k": b"\x02"}], "f": frozenset({Decimal(2)})},
+        _nested_lists(MAX_ATTRIBUTES_DEPTH),
+    ],
+    ids=["null-bool-binary", "number-edges", "sets-and-lists", "lists-at-the-depth-limit"],
+)
+def test_every_kind_of_value_dynamodb_holds_is_valid(attributes):
+    assert attributes_problem(attributes) is None
+
+
+@pytest.mark.parametrize(
+    ("attributes", "problem"),
+    [
+        ({"n": Decimal("NaN")}, "attributes hold a number that is not finite"),
+        ({"n": Decimal("1e-131")}, "attributes hold a number DynamoDB cannot store (38 digits, "
+         "1e-130 to 1e125)"),
+        ({"n": Decimal("1e126")}, "attributes hold a number DynamoDB cannot store (38 digits, "
+         "1e-130 to 1e125)"),
+        ({"s": "\ud800"}, "attributes must be valid Unicode text"),
+        ({"": 1}, "attribute names must be non-empty strings"),
+        ({"l": [Decimal("Infinity")]}, "attributes hold a number that is not finite"),
+        (_nested_lists(MAX_ATTRIBUTES_DEPTH + 1), "attributes are nested more than 16 levels deep"),
+        ({"f": 1.5}, "attributes hold a float, which DynamoDB cannot store exactly"),
+    ],
+    ids=["nan", "too-small", "too-big", "surrogate", "empty-name", "in-a-list", "lists-too-deep",
+         "float"],
+)
+def test_each_attribute_problem_is_named_exactly(attributes, problem):
+    assert attributes_problem(attributes) == problem
+
+
+@pytest.mark.parametrize(
+    ("capacity", "valid"),
+    [(0, True), (1, True), (MAX_CAPACITY, True), (-1, False), (MAX_CAPACITY + 1, False),
+     (True, False), (1.0, False), ("3", False), (None, False)],
+    ids=repr,
+)
+def test_capacity_rule(capacity, valid):
+    problem = capacity_problem(capacity)
+    assert problem is None if valid else problem == (
+        f"capacity must be an integer from 0 to {MAX_CAPACITY}"
+    )
+
+
+def test_a_detail_of_exactly_the_bound_is_kept_whole():
+    request = SignupRequest("e1", "s1", "1", problem="p" * MAX_DETAIL_CHARS)
+    [decision] = decide(OPEN3, [request]).decisions
+    assert decision.detail == "p" * MAX_DETAIL_CHARS
+    longer = replace(request, problem="p" * (MAX_DETAIL_CHARS + 1))
+    [decision] = decide(OPEN3, [longer]).decisions
+    assert decision.detail == "p" * (MAX_DETAIL_CHARS - 1) + "\u2026"
 
 
 def test_a_bad_id_is_rejected_under_its_own_key_whatever_its_length():
