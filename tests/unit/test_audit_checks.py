@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from turnstile.audit import EventAudit, audit_event
-from turnstile.contract import Reason, Status
+from turnstile.audit import EventAudit, audit_event, audit_hold
+from turnstile.contract import HoldAttr, Reason, Status
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 Table = dict[str, Any]
@@ -288,3 +289,98 @@ def test_the_oldest_pending_age_may_be_under_a_second():
     table = clean_table()
     table["intake"][-1]["submitted_at"] = iso(0.5)
     assert run(table).oldest_pending_s == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("event_item", "expected"),
+    [
+        (
+            {"capacity": "lots", "taken": 5},
+            ["the event item's capacity or taken is not a whole number"],
+        ),
+        (
+            {"capacity": 5, "taken": Decimal("4.5")},
+            [
+                "the event item's capacity or taken is not a whole number",
+                "taken is None but accepted seats add up to 5",
+            ],
+        ),
+        # capacity unreadable but a lowest capacity recorded: no traceback, no order verdict
+        (
+            {"capacity": "lots", "taken": 5, "min_capacity": 5},
+            ["the event item's capacity or taken is not a whole number"],
+        ),
+    ],
+    ids=["capacity", "taken", "capacity-with-min_capacity"],
+)
+def test_an_event_item_with_either_counter_unreadable_is_a_violation(event_item, expected):
+    table = clean_table()
+    table["event_item"] = event_item
+    assert run(table).violations == expected
+
+
+def test_a_rejection_made_before_a_capacity_raise_is_judged_by_the_lowest_capacity():
+    # GIVEN the clean table's event (b and d refused as full at capacity 5), raised to 8 since
+    table = clean_table()
+    table["event_item"] = {"capacity": 8, "taken": 5, "min_capacity": 5}
+    # THEN b (4 of the 3 left then) and d (1 of 0) were rightly refused
+    assert run(table).violations == []
+    # while against the capacity of today both would have fitted
+    del table["event_item"]["min_capacity"]
+    assert run(table).violations == [
+        "b: rejected capacity_full although it fitted",
+        "d: rejected capacity_full although it fitted",
+    ]
+
+
+def test_a_malformed_seat_count_is_named_in_its_violation():
+    table = clean_table()
+    decision(table, "e")["seats"] = "two"
+    assert run(table).violations == ["e: seats 'two' is not a seat count"]
+
+
+def test_an_unmaterialized_journal_is_a_violation_only_past_the_grace_a_bound():
+    table = {
+        "event_item": {"capacity": 10, "taken": 1},
+        "decisions": [],
+        "intake": [{"signup_id": "f", "submitted_at": iso(400)}],
+        "journal_ids": {"f"},
+    }
+    # exactly as old as the grace: still being written out, a note
+    at_grace = run(table, grace_s=400.0, journal_decided_at=iso(400))
+    assert (at_grace.violations, len(at_grace.notes)) == ([], 1)
+    # one second past it, or of no known age: left behind
+    assert run(table, grace_s=399.0, journal_decided_at=iso(400)).violations == [
+        "unmaterialized journal: 1 decisions of the last commit have no decision item for "
+        "400 s (more than 399 s)"
+    ]
+    assert run(table, grace_s=399.0, journal_decided_at=None).violations == [
+        "unmaterialized journal: 1 decisions of the last commit have no decision item for "
+        "an unknown time (more than 399 s)"
+    ]
+
+
+def hold(held_s_ago: float, **attrs: Any) -> dict[str, Any]:
+    return {HoldAttr.HELD_SINCE: iso(held_s_ago), HoldAttr.FIRST_SEQUENCE_NUMBER: "98", **attrs}
+
+
+def test_a_hold_is_a_violation_only_past_the_grace_a_bound():
+    report = EventAudit(event_id="e1")
+    audit_hold(report, hold(400, error="StoreUnavailableError"), {"a", "b"}, 400.0, NOW)
+    assert (report.held, report.held_for_s, report.violations) == (2, 400.0, [])
+    report = EventAudit(event_id="e1")
+    audit_hold(report, hold(400, error="StoreUnavailableError"), {"a", "b"}, 399.0, NOW)
+    assert report.violations == [
+        "held for 400 s (more than 399 s): 2 records parked since sequence number 98, "
+        "last error StoreUnavailableError"
+    ]
+
+
+def test_a_hold_that_recorded_no_error_says_so():
+    # (a record parked behind a hold lifted in between holds the event again, with no error)
+    report = EventAudit(event_id="e1")
+    audit_hold(report, hold(3600), {"a"}, 300.0, NOW)
+    assert report.violations == [
+        "held for 3600 s (more than 300 s): 1 records parked since sequence number 98, "
+        "last error unknown"
+    ]
