@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import pytest
 
 from turnstile.audit import audit
+from turnstile.clock import utc_now
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.store import SignupStore
 
@@ -87,3 +89,38 @@ def test_audit_of_one_event_reads_only_its_partition(store):
     report = audit(store, "gig", pending_grace_s=0, now=LATER)
     assert [(e.event_id, e.capacity, e.pending) for e in report.events] == [("gig", 5, 0)]
     assert report.ok
+
+
+def test_an_event_with_no_signup_yet_is_audited_with_the_rest(store):
+    # GIVEN an event with nothing but its event item, beside one with signups
+    store.create_event("quiet", 3, NOW)
+    store.create_event("gig", 5, NOW)
+    store.put_intake("gig", "a", 1, None, NOW)
+    accept(store, "gig", "a", "100", write_out=True)
+    # WHEN every event is audited THEN the quiet one is too
+    report = audit(store, now=LATER)
+    assert [(e.event_id, e.capacity, e.taken) for e in report.events] == [
+        ("gig", 5, 1),
+        ("quiet", 3, 0),
+    ]
+    assert report.ok
+
+
+@pytest.fixture
+def machine_far_east_of_utc(monkeypatch):
+    """The machine's local time zone 14 hours ahead of UTC (a POSIX rule: no tz data)."""
+    monkeypatch.setenv("TZ", "XST-14")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_default_time_is_utc_whatever_the_machine_s_zone(store, machine_far_east_of_utc):
+    # GIVEN a signup submitted just now, by the one clock turnstile writes (UTC)
+    store.create_event("gig", 5, NOW)
+    store.put_intake("gig", "a", 1, None, utc_now())
+    # WHEN audited at the current time THEN it is pending within an hour's grace: its age is
+    # not the machine's 14 hours of offset
+    [gig] = audit(store, "gig", pending_grace_s=3600).events
+    assert (gig.pending, gig.violations) == (1, [])
