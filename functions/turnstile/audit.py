@@ -309,7 +309,7 @@ def audit_stable(
             event_item=_event_values(before),
             decisions=decisions,
             intake=[r for r in intake if r.get(Attr.SIGNUP_ID) not in held_ids],
-            journal_ids={d.signup_id for d in journal.decisions} if journal else set(),
+            journal_ids=journal_ids,
             pending_grace_s=pending_grace_s,
             now=now,
             journal_decided_at=journal.decided_at if journal else None,

@@ -121,3 +121,21 @@ def test_audit_command_on_an_unknown_event_is_one_line(aws, capsys):
     out, err = capsys.readouterr()
     assert (code, out) == (cli.EXIT_ERROR, "")
     assert err == "turnstile: no such event 'no-such-event'\n"
+
+
+def test_how_often_an_event_is_read_again_is_the_caller_s(client, store, stream):
+    # GIVEN a processor that commits once while the audit reads the decisions
+    busy, _ = busy_event(client, store, stream, pending=2)
+    busy.races = 1
+    # WHEN the audit may read each event only once THEN that one race leaves it inconclusive
+    [event] = audit(busy, "gig", pending_grace_s=10**9, attempts=1).events
+    assert (event.inconclusive, event.violations) == (True, [])
+    assert event.notes == [
+        "the event changed while it was read, 1 times in a row; audit it again when it is "
+        "quieter"
+    ]
+    # and with a second read allowed, the same race is read again and checked
+    busy.races = 1
+    [event] = audit(busy, "gig", pending_grace_s=10**9, attempts=2).events
+    assert (event.inconclusive, event.violations, event.accepted) == (False, [], 3)
+    stream_handler._processor = None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 
 import pytest
 
 from turnstile.audit import audit
+from turnstile.clock import utc_now
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.store import SignupStore
 
@@ -37,3 +39,88 @@ def test_audit_uses_the_current_time_by_default(store):
     store.create_event("gig", 5, NOW)
     store.put_intake("gig", "old", 1, None, NOW)  # long ago
     assert audit(store).events[0].violations != []
+
+
+def test_audit_reads_every_event_and_only_events(store):
+    # GIVEN an event with one decision written out and one still only in the journal
+    store.create_event("gig", 5, NOW)
+    for signup_id in ("a", "b", "late"):
+        store.put_intake("gig", signup_id, 1, None, NOW)
+    accept(store, "gig", "a", "100", write_out=True)
+    accept(store, "gig", "b", "101", write_out=False)
+    # an unknown event with a signup, and the sweeper's own items beside them
+    store.put_intake("ghost", "x", 1, None, NOW)
+    store.acquire_lease("sweeper", 60, now=1.0)
+    store.start_run("run-1", NOW)
+    # WHEN the tables are audited ten minutes later
+    report = audit(store, now=LATER)
+    # THEN both events are reported, the sweeper's items are not
+    by_id = {e.event_id: e for e in report.events}
+    assert sorted(by_id) == ["ghost", "gig"]
+    gig = by_id["gig"]
+    assert (gig.capacity, gig.taken, gig.accepted, gig.unmaterialized) == (5, 2, 1, 1)
+    # b is decided (in the journal, written out 600 s ago: past the grace), "late" is
+    # pending past the default grace of 300 s
+    assert (gig.pending, gig.oldest_pending_s) == (1, 600.0)
+    assert gig.violations == [
+        "unmaterialized journal: 1 decisions of the last commit have no decision item for "
+        "600 s (more than 300 s)",
+        "1 of 1 pending past the 300 s grace (the oldest known for 600 s)",
+    ]
+    ghost = by_id["ghost"]
+    assert (ghost.capacity, ghost.pending) == (None, 1)
+    assert ghost.violations == ["1 of 1 pending past the 300 s grace (the oldest known for 600 s)"]
+    assert report.totals == {
+        "events": 2,
+        "accepted": 1,
+        "rejected": 0,
+        "pending": 2,
+        "held": 0,
+        "violations": 3,
+        "inconclusive": 0,
+    }
+    assert not report.ok
+
+
+def test_audit_of_one_event_reads_only_its_partition(store):
+    store.create_event("gig", 5, NOW)
+    store.create_event("other", 1, NOW)
+    store.put_intake("other", "x", 1, None, NOW)
+    report = audit(store, "gig", pending_grace_s=0, now=LATER)
+    assert [(e.event_id, e.capacity, e.pending) for e in report.events] == [("gig", 5, 0)]
+    assert report.ok
+
+
+def test_an_event_with_no_signup_yet_is_audited_with_the_rest(store):
+    # GIVEN an event with nothing but its event item, beside one with signups
+    store.create_event("quiet", 3, NOW)
+    store.create_event("gig", 5, NOW)
+    store.put_intake("gig", "a", 1, None, NOW)
+    accept(store, "gig", "a", "100", write_out=True)
+    # WHEN every event is audited THEN the quiet one is too
+    report = audit(store, now=LATER)
+    assert [(e.event_id, e.capacity, e.taken) for e in report.events] == [
+        ("gig", 5, 1),
+        ("quiet", 3, 0),
+    ]
+    assert report.ok
+
+
+@pytest.fixture
+def machine_far_east_of_utc(monkeypatch):
+    """The machine's local time zone 14 hours ahead of UTC (a POSIX rule: no tz data)."""
+    monkeypatch.setenv("TZ", "XST-14")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_default_time_is_utc_whatever_the_machine_s_zone(store, machine_far_east_of_utc):
+    # GIVEN a signup submitted just now, by the one clock turnstile writes (UTC)
+    store.create_event("gig", 5, NOW)
+    store.put_intake("gig", "a", 1, None, utc_now())
+    # WHEN audited at the current time THEN it is pending within an hour's grace: its age is
+    # not the machine's 14 hours of offset
+    [gig] = audit(store, "gig", pending_grace_s=3600).events
+    assert (gig.pending, gig.violations) == (1, [])

@@ -290,3 +290,33 @@ def test_a_format_1_journal_still_takes_the_copied_fields_from_intake(client, st
     assert got[("gig", "u0")]["submitted_at"] == SUBMITTED
     assert got[("gig", "u0")]["position"] == {"N": "5"}
     assert "attributes" not in got[("gig", "u2")]
+
+
+def test_a_format_1_journal_takes_the_requests_at_hand_and_intake_for_the_rest(client, store):
+    # GIVEN a format-1 journal whose processor died before writing its items, and intake
+    put_raw_intake(client, "gig", "u0", attributes={"M": {"name": {"S": "Ada"}}})
+    put_raw_intake(client, "gig", "u1", attributes={"M": {"via": {"S": "intake"}}})
+    journal = Journal.decode(V1_JOURNAL)
+    # WHEN another processor writes them out, knowing the request of u1 only
+    u1 = SignupRequest("gig", "u1", "2", 1, {"via": "request"}, "2026-01-01T00:00:02Z")
+    store.materialize("gig", journal, {"u1": u1})
+    # THEN u0's item is completed from intake, u1's from its request, at the journal's time
+    got = decisions(client)
+    assert got[("gig", "u0")]["attributes"] == {"M": {"name": {"S": "Ada"}}}
+    assert "submitted_at" not in got[("gig", "u0")]
+    assert got[("gig", "u1")]["attributes"] == {"M": {"via": {"S": "request"}}}
+    assert got[("gig", "u1")]["submitted_at"] == {"S": "2026-01-01T00:00:02Z"}
+    assert {got[("gig", s)]["decided_at"]["S"] for s in ("u0", "u1", "u2")} == {NOW}
+
+
+def test_a_format_1_journal_copies_only_well_formed_intake(client, store):
+    # GIVEN intake written by hand: attributes not a map, or empty; a time that is a number
+    put_raw_intake(client, "gig", "u0", attributes={"S": "x"}, submitted_at={"N": "5"})
+    put_raw_intake(client, "gig", "u1", attributes={"M": {}}, submitted_at={"S": "2026"})
+    # WHEN a format-1 journal is written out from intake alone
+    store.materialize("gig", Journal.decode(V1_JOURNAL))
+    # THEN only what is well formed is copied
+    got = decisions(client)
+    u0, u1 = got[("gig", "u0")], got[("gig", "u1")]
+    assert ("attributes" in u0, u0.get("submitted_at")) == (False, None)
+    assert ("attributes" in u1, u1.get("submitted_at")) == (False, {"S": "2026"})

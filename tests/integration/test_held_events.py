@@ -329,6 +329,52 @@ def test_the_audit_accounts_for_held_records_and_flags_an_old_hold(client, store
     assert violation.endswith("last error StoreUnavailableError")
 
 
+def test_parked_records_a_commit_decided_are_not_held(client, store, stream):
+    # GIVEN a release that committed h0..h2 (parked) and died before writing them out or
+    # unparking them: the hold and the parked records are still there
+    outage, _ = hold_outage(client, store, stream, capacity=1)
+    outage.on = False
+
+    class CrashAfterCommit(SignupStore):
+        def materialize(self, event_id, journal, requests):  # type: ignore[override]
+            raise RuntimeError("process killed")
+
+    stream_handler._processor = StreamProcessor(CrashAfterCommit(client), clock=lambda: NOW)
+    submit(client, "hot", "h2")
+    invoke(stream.read_new())
+    assert store.get_hold("hot") is not None and parked_ids(store, "hot") == ["h0", "h1", "h2"]
+    # WHEN audited THEN they are decided (in the journal, being written out), nothing is held
+    report = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
+    [hot] = [e for e in report.events if e.event_id == "hot"]
+    assert (hot.held, hot.held_for_s, hot.pending, hot.unmaterialized) == (0, None, 0, 3)
+    # and an hour later only the journal left unwritten is a violation, not the hold
+    late = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 1, 0, tzinfo=UTC))
+    [hot] = [e for e in late.events if e.event_id == "hot"]
+    assert (hot.held, hot.held_for_s) == (0, None)
+    assert [v.split(":")[0] for v in hot.violations] == ["unmaterialized journal"]
+
+
+def test_a_decided_signup_replayed_into_a_held_event_is_not_held(client, store, stream):
+    # GIVEN h0 and h1 decided in two commits (the last journal names h1 only)
+    store.create_event("hot", 5, NOW)
+    processor_for(client)
+    submit(client, "hot", "h0")
+    first = stream.read_new()
+    invoke(first)
+    submit(client, "hot", "h1")
+    invoke(stream.read_new())
+    # WHEN hot is held with h2 parked, and h0's record is delivered again (a replay)
+    processor_for(client, Outage("hot"))
+    submit(client, "hot", "h2")
+    invoke(stream.read_new())
+    invoke(first)
+    assert parked_ids(store, "hot") == ["h0", "h2"]
+    # THEN the audit holds only h2 as waiting: h0 is decided, its parked copy is not a signup
+    report = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
+    [hot] = report.events
+    assert (hot.held, hot.pending, hot.accepted, hot.violations) == (1, 0, 2, [])
+
+
 def test_held_events_emit_metrics_and_a_warning_without_signup_ids(
     client, store, stream, monkeypatch, capsys, caplog
 ):

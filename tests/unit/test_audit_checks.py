@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
-from turnstile.audit import EventAudit, audit_event
-from turnstile.contract import Reason, Status
+from turnstile.audit import EventAudit, audit_event, audit_hold
+from turnstile.contract import HoldAttr, Reason, Status
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 Table = dict[str, Any]
@@ -63,7 +64,7 @@ def clean_table() -> Table:
     }
 
 
-def run(table: Table, grace_s: float = 300.0) -> EventAudit:
+def run(table: Table, grace_s: float = 300.0, journal_decided_at: str | None = None) -> EventAudit:
     return audit_event(
         event_id="e1",
         event_item=table["event_item"],
@@ -72,6 +73,7 @@ def run(table: Table, grace_s: float = 300.0) -> EventAudit:
         journal_ids=table["journal_ids"],
         pending_grace_s=grace_s,
         now=NOW,
+        journal_decided_at=journal_decided_at,
     )
 
 
@@ -167,6 +169,52 @@ def test_a_later_request_that_fitted_is_only_a_violation_if_rejected_as_full():
     assert violations == ["c: rejected capacity_full although it fitted"]
 
 
+def test_pending_past_grace_counts_its_oldest_and_grace_is_a_bound():
+    table = clean_table()
+    table["intake"].append({"signup_id": "g", "submitted_at": iso(400)})
+    report = run(table, grace_s=400.0)  # exactly at the grace: not yet a violation
+    assert (report.pending, report.oldest_pending_s, report.violations) == (2, 400.0, [])
+    # one second less: g is past it, f (10 s) is not
+    assert run(table, grace_s=399.0).violations == [
+        "1 of 2 pending past the 399 s grace (the oldest known for 400 s)"
+    ]
+
+
+def test_records_without_a_usable_timestamp_are_pending_and_counted_as_old():
+    table = clean_table()
+    table["intake"][-1] = {"signup_id": "f"}
+    table["intake"].append({"signup_id": "g", "submitted_at": "not a time"})
+    report = run(table, grace_s=3600.0)
+    assert (report.pending, report.pending_undated, report.oldest_pending_s) == (2, 2, None)
+    assert report.violations == [
+        "2 of 2 pending past the 3600 s grace (no known age, 2 with no usable "
+        "submitted_at (counted as old))"
+    ]
+
+
+def test_a_journal_not_yet_written_out_is_decided_not_pending():
+    # GIVEN a accepted and written, and f accepted in the event's last journal (taken 3),
+    # its item not written yet: the commit was 10 s ago
+    table = {
+        "event_item": {"capacity": 10, "taken": 3},
+        "decisions": [accepted("a", 98, 2, 1)],
+        "intake": [{"signup_id": "a"}, {"signup_id": "f", "submitted_at": iso(3600)}],
+        "journal_ids": {"f"},
+    }
+    report = run(table, grace_s=300.0, journal_decided_at=iso(10))
+    # THEN f is not pending, and taken is not compared with the items until it is written
+    assert (report.pending, report.unmaterialized, report.violations) == (0, 1, [])
+    assert report.notes == [
+        "unmaterialized journal: 1 decisions of the last commit have no decision item yet "
+        "(10 s old)"
+    ]
+    # but once the journal is written out (only a in it), taken is checked again
+    table["journal_ids"] = {"a"}
+    assert run(table, grace_s=7200.0).violations == [
+        "taken is 3 but accepted seats add up to 2"
+    ]
+
+
 def test_positions_must_grow_strictly():
     table = clean_table()
     decision(table, "c")["position"] = 1  # a and c share position 1
@@ -193,6 +241,30 @@ def test_decisions_are_checked_in_sequence_order_however_they_are_read():
     assert run(table).violations == []
 
 
+def test_missing_seats_are_a_violation_and_count_as_none():
+    # GIVEN a's item lost its seats (2), and b asked for all 5
+    table = clean_table()
+    del decision(table, "a")["seats"]
+    decision(table, "b")["seats"] = 5
+    # THEN a counts no seats: 3 accepted, so b (5 of the 5 left at its turn) and d (1 of 2)
+    # fitted
+    assert run(table).violations == [
+        "a: seats None is not a seat count",
+        "taken is 5 but accepted seats add up to 3",
+        "b: rejected capacity_full although it fitted",
+        "d: rejected capacity_full although it fitted",
+    ]
+
+
+def test_a_full_rejection_without_seats_always_fitted():
+    table = clean_table()
+    del decision(table, "d")["seats"]  # nothing left at its turn, and it asked for nothing
+    assert run(table).violations == [
+        "d: seats None is not a seat count",
+        "d: rejected capacity_full although it fitted",
+    ]
+
+
 def test_an_event_item_without_counters_has_capacity_and_taken_zero():
     table = clean_table()
     table["event_item"] = {}
@@ -217,3 +289,98 @@ def test_the_oldest_pending_age_may_be_under_a_second():
     table = clean_table()
     table["intake"][-1]["submitted_at"] = iso(0.5)
     assert run(table).oldest_pending_s == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("event_item", "expected"),
+    [
+        (
+            {"capacity": "lots", "taken": 5},
+            ["the event item's capacity or taken is not a whole number"],
+        ),
+        (
+            {"capacity": 5, "taken": Decimal("4.5")},
+            [
+                "the event item's capacity or taken is not a whole number",
+                "taken is None but accepted seats add up to 5",
+            ],
+        ),
+        # capacity unreadable but a lowest capacity recorded: no traceback, no order verdict
+        (
+            {"capacity": "lots", "taken": 5, "min_capacity": 5},
+            ["the event item's capacity or taken is not a whole number"],
+        ),
+    ],
+    ids=["capacity", "taken", "capacity-with-min_capacity"],
+)
+def test_an_event_item_with_either_counter_unreadable_is_a_violation(event_item, expected):
+    table = clean_table()
+    table["event_item"] = event_item
+    assert run(table).violations == expected
+
+
+def test_a_rejection_made_before_a_capacity_raise_is_judged_by_the_lowest_capacity():
+    # GIVEN the clean table's event (b and d refused as full at capacity 5), raised to 8 since
+    table = clean_table()
+    table["event_item"] = {"capacity": 8, "taken": 5, "min_capacity": 5}
+    # THEN b (4 of the 3 left then) and d (1 of 0) were rightly refused
+    assert run(table).violations == []
+    # while against the capacity of today both would have fitted
+    del table["event_item"]["min_capacity"]
+    assert run(table).violations == [
+        "b: rejected capacity_full although it fitted",
+        "d: rejected capacity_full although it fitted",
+    ]
+
+
+def test_a_malformed_seat_count_is_named_in_its_violation():
+    table = clean_table()
+    decision(table, "e")["seats"] = "two"
+    assert run(table).violations == ["e: seats 'two' is not a seat count"]
+
+
+def test_an_unmaterialized_journal_is_a_violation_only_past_the_grace_a_bound():
+    table = {
+        "event_item": {"capacity": 10, "taken": 1},
+        "decisions": [],
+        "intake": [{"signup_id": "f", "submitted_at": iso(400)}],
+        "journal_ids": {"f"},
+    }
+    # exactly as old as the grace: still being written out, a note
+    at_grace = run(table, grace_s=400.0, journal_decided_at=iso(400))
+    assert (at_grace.violations, len(at_grace.notes)) == ([], 1)
+    # one second past it, or of no known age: left behind
+    assert run(table, grace_s=399.0, journal_decided_at=iso(400)).violations == [
+        "unmaterialized journal: 1 decisions of the last commit have no decision item for "
+        "400 s (more than 399 s)"
+    ]
+    assert run(table, grace_s=399.0, journal_decided_at=None).violations == [
+        "unmaterialized journal: 1 decisions of the last commit have no decision item for "
+        "an unknown time (more than 399 s)"
+    ]
+
+
+def hold(held_s_ago: float, **attrs: Any) -> dict[str, Any]:
+    return {HoldAttr.HELD_SINCE: iso(held_s_ago), HoldAttr.FIRST_SEQUENCE_NUMBER: "98", **attrs}
+
+
+def test_a_hold_is_a_violation_only_past_the_grace_a_bound():
+    report = EventAudit(event_id="e1")
+    audit_hold(report, hold(400, error="StoreUnavailableError"), {"a", "b"}, 400.0, NOW)
+    assert (report.held, report.held_for_s, report.violations) == (2, 400.0, [])
+    report = EventAudit(event_id="e1")
+    audit_hold(report, hold(400, error="StoreUnavailableError"), {"a", "b"}, 399.0, NOW)
+    assert report.violations == [
+        "held for 400 s (more than 399 s): 2 records parked since sequence number 98, "
+        "last error StoreUnavailableError"
+    ]
+
+
+def test_a_hold_that_recorded_no_error_says_so():
+    # (a record parked behind a hold lifted in between holds the event again, with no error)
+    report = EventAudit(event_id="e1")
+    audit_hold(report, hold(3600), {"a"}, 300.0, NOW)
+    assert report.violations == [
+        "held for 3600 s (more than 300 s): 1 records parked since sequence number 98, "
+        "last error unknown"
+    ]

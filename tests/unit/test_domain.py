@@ -7,17 +7,22 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from boto3.dynamodb.types import Binary
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
+    MAX_CAPACITY,
     MAX_DETAIL_CHARS,
     MAX_SEATS,
     MAX_SUBMITTED_AT_CHARS,
     EventSnapshot,
     SignupRequest,
+    attribute_size,
+    attributes_problem,
+    capacity_problem,
     decide,
     parse_request,
     signup_problems,
@@ -207,6 +212,71 @@ def test_attributes_at_the_limits_are_valid():
     assert signup_problems("e1", "s1", 1, {"b": "x" * 4092}) != []
 
 
+def _nested_lists(depth: int) -> dict[str, Any]:
+    """Attributes whose deepest value sits ``depth`` levels down, through lists."""
+    value: Any = []
+    for _ in range(depth - 2):
+        value = [value]
+    return {"l": value}
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"n": None, "t": True, "b": b"\x00", "ba": bytearray(b"\x01"), "w": Binary(b"\xff")},
+        {"small": Decimal("1e-130"), "big": Decimal("9" * 38 + "e88"), "zero": Decimal(0)},
+        {"s": {"a", "b"}, "l": ["x", Decimal(1), {"k": b"\x02"}], "f": frozenset({Decimal(2)})},
+        _nested_lists(MAX_ATTRIBUTES_DEPTH),
+    ],
+    ids=["null-bool-binary", "number-edges", "sets-and-lists", "lists-at-the-depth-limit"],
+)
+def test_every_kind_of_value_dynamodb_holds_is_valid(attributes):
+    assert attributes_problem(attributes) is None
+
+
+@pytest.mark.parametrize(
+    ("attributes", "problem"),
+    [
+        ({"n": Decimal("NaN")}, "attributes hold a number that is not finite"),
+        ({"n": Decimal("1e-131")}, "attributes hold a number DynamoDB cannot store (38 digits, "
+         "1e-130 to 1e125)"),
+        ({"n": Decimal("1e126")}, "attributes hold a number DynamoDB cannot store (38 digits, "
+         "1e-130 to 1e125)"),
+        ({"s": "\ud800"}, "attributes must be valid Unicode text"),
+        ({"": 1}, "attribute names must be non-empty strings"),
+        ({"l": [Decimal("Infinity")]}, "attributes hold a number that is not finite"),
+        (_nested_lists(MAX_ATTRIBUTES_DEPTH + 1), "attributes are nested more than 16 levels deep"),
+        ({"f": 1.5}, "attributes hold a float, which DynamoDB cannot store exactly"),
+    ],
+    ids=["nan", "too-small", "too-big", "surrogate", "empty-name", "in-a-list", "lists-too-deep",
+         "float"],
+)
+def test_each_attribute_problem_is_named_exactly(attributes, problem):
+    assert attributes_problem(attributes) == problem
+
+
+@pytest.mark.parametrize(
+    ("capacity", "valid"),
+    [(0, True), (1, True), (MAX_CAPACITY, True), (-1, False), (MAX_CAPACITY + 1, False),
+     (True, False), (1.0, False), ("3", False), (None, False)],
+    ids=repr,
+)
+def test_capacity_rule(capacity, valid):
+    problem = capacity_problem(capacity)
+    assert problem is None if valid else problem == (
+        f"capacity must be an integer from 0 to {MAX_CAPACITY}"
+    )
+
+
+def test_a_detail_of_exactly_the_bound_is_kept_whole():
+    request = SignupRequest("e1", "s1", "1", problem="p" * MAX_DETAIL_CHARS)
+    [decision] = decide(OPEN3, [request]).decisions
+    assert decision.detail == "p" * MAX_DETAIL_CHARS
+    longer = replace(request, problem="p" * (MAX_DETAIL_CHARS + 1))
+    [decision] = decide(OPEN3, [longer]).decisions
+    assert decision.detail == "p" * (MAX_DETAIL_CHARS - 1) + "\u2026"
+
+
 def test_a_bad_id_is_rejected_under_its_own_key_whatever_its_length():
     # GIVEN an intake record whose signup id is 1,000 characters off the pattern
     signup_id = "#" + "\u00e9" * 999
@@ -281,6 +351,68 @@ def test_seats_rules_exactly(seats, expected):
     """An invalid request takes no seats (0), and says why in words a producer can act on."""
     request = parse_request({"event_id": "e1", "signup_id": "s1", "seats": seats}, "1")
     assert (request.seats, request.problem) == expected
+
+
+def test_every_problem_is_reported_and_the_rest_is_copied():
+    # GIVEN a record that breaks four rules at once THEN all four are named, in rule order
+    image = {"event_id": "bad id", "signup_id": "-x", "seats": Decimal(0), "attributes": "x"}
+    pattern = ID_PATTERN.pattern
+    request = parse_request(image, "1")
+    assert request.problem == (
+        f"event_id must match {pattern}; signup_id must match {pattern}; "
+        "seats must be at least 1; attributes must be a map (a JSON object)"
+    )
+    assert (request.event_id, request.signup_id, request.seats, request.attributes) == (
+        "bad id",
+        "-x",
+        0,
+        {},
+    )
+    # GIVEN a valid record THEN seats, attributes and submitted_at are copied as they are
+    image = {
+        "event_id": "e1",
+        "signup_id": "s1",
+        "seats": Decimal(3),
+        "attributes": {"vip": True},
+        "submitted_at": "2026-01-01T00:00:00Z",
+    }
+    request = parse_request(image, "9")
+    assert (
+        request.seats,
+        request.attributes,
+        request.submitted_at,
+        request.problem,
+        request.note,
+    ) == (3, {"vip": True}, "2026-01-01T00:00:00Z", None, None)
+    # AND valid attributes are still copied when something else is wrong
+    request = parse_request({**image, "seats": Decimal(0)}, "9")
+    assert (request.attributes, request.problem) == ({"vip": True}, "seats must be at least 1")
+    # AND attributes over the limit are never copied, only their problem kept
+    too_big = {"k": "x" * (MAX_ATTRIBUTES_BYTES - 4)}
+    request = parse_request({**image, "attributes": too_big}, "9")
+    assert request.problem is not None and "over 4096" in request.problem
+    assert request.attributes == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        (None, 1),
+        (True, 1),
+        ("abc", 3),
+        ("\u00e9", 2),
+        (b"ab", 2),
+        (Decimal("12345"), 4),  # ceil(significant digits / 2) + 1
+        (Decimal("-1.5"), 2),  # sign and point do not count
+        ({"a": "xy"}, 7),  # 3 + (name + value + 1) per entry
+        (["x", Decimal(1)], 8),  # 3 + (value + 1) per element
+        ({"a": {"b": None}}, 3 + 1 + (3 + 1 + 1 + 1) + 1),
+    ],
+    ids=repr,
+)
+def test_attribute_size_follows_dynamodb_sizing(value, size):
+    """The engine's size of attributes is DynamoDB's (the limit is checked with it)."""
+    assert attribute_size(value) == size
 
 
 def test_parse_request_defaults():
@@ -359,6 +491,29 @@ def committed_events(draw: st.DrawFn) -> EventSnapshot:
 events_strategy = st.one_of(st.none(), committed_events())
 
 
+def test_the_strategies_reach_what_they_claim():
+    """The properties below see committed state, bad input, misses and hits."""
+    seen: set[str] = set()
+
+    @settings(max_examples=200, deadline=None, database=None, derandomize=True)
+    @given(event=events_strategy, requests=requests_strategy)
+    def look(event, requests):
+        if event is not None and event.taken and event.accepted and event.version:
+            seen.add("committed state")
+        for d in decide(event, requests).decisions:
+            seen.add(d.reason or "accepted")
+
+    look()
+    assert seen >= {
+        "committed state",
+        "accepted",
+        Reason.CAPACITY_FULL,
+        Reason.INVALID_REQUEST,
+        Reason.UNKNOWN_EVENT,
+        Reason.EVENT_CLOSED,
+    }
+
+
 @settings(max_examples=300, deadline=None)
 @given(image=st.dictionaries(st.sampled_from(["event_id", "signup_id", "seats", "attributes",
                                               "submitted_at", "other"]),
@@ -370,6 +525,37 @@ def test_any_image_parses_and_a_valid_request_is_sane(image):
         assert ID_PATTERN.fullmatch(request.event_id) and ID_PATTERN.fullmatch(request.signup_id)
         assert isinstance(request.attributes, dict)
         assert value_size(request.attributes) <= MAX_ATTRIBUTES_BYTES
+
+
+@settings(max_examples=200, deadline=None)
+@given(event=events_strategy, requests=requests_strategy)
+def test_invalid_or_unknown_or_closed_never_takes_a_seat(event, requests):
+    outcome = decide(event, requests)
+    by_id: dict[str, SignupRequest] = {}
+    for r in requests:
+        by_id.setdefault(r.signup_id, r)
+    for d in outcome.decisions:
+        request = by_id[d.signup_id]
+        if request.problem:
+            # the problem, then any note, cut to the bound
+            detail = "; ".join(p for p in (request.problem, request.note) if p)
+            if len(detail) > MAX_DETAIL_CHARS:
+                detail = detail[: MAX_DETAIL_CHARS - 1] + "\u2026"
+            assert (d.status, d.reason, d.detail) == (
+                Status.REJECTED,
+                Reason.INVALID_REQUEST,
+                detail,
+            )
+        else:
+            assert d.detail == request.note
+        if request.problem is None and event is None:
+            assert (d.status, d.reason) == (Status.REJECTED, Reason.UNKNOWN_EVENT)
+        elif request.problem is None and event.state == EventState.CLOSED:
+            assert (d.status, d.reason) == (Status.REJECTED, Reason.EVENT_CLOSED)
+        assert d.seats == request.seats
+        assert (d.position is not None) == d.accepted
+    if event is None:
+        assert outcome.state is None
 
 
 @settings(max_examples=200, deadline=None)
