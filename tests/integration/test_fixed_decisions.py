@@ -391,3 +391,42 @@ def test_a_journal_too_large_never_decides_again_what_was_decided(client):
     got = decisions(client)
     assert len(got) == 100
     assert audit(store).ok
+
+
+def test_a_format_1_journal_left_unwritten_takes_the_copied_fields_from_the_batch(client, store):
+    # GIVEN an event whose last commit left a journal of format 1 unwritten (u0..u2, the
+    # previous encoder), and u1's intake record since deleted
+    store.create_event("gig", 10, NOW)
+    client.update_item(
+        TableName=store.control_table,
+        Key=store._event_key("gig"),
+        UpdateExpression="SET #j = :j, #v = :v, #t = :t, #a = :a",
+        ExpressionAttributeNames={
+            "#j": "journal",
+            "#v": "version",
+            "#t": "taken",
+            "#a": "accepted",
+        },
+        ExpressionAttributeValues={
+            ":j": {"B": V1_JOURNAL},
+            ":v": {"N": "7"},
+            ":t": {"N": "2"},
+            ":a": {"N": "1"},
+        },
+    )
+    # WHEN a processor gets u1 redelivered (with its attributes) and a new u3
+    keys = {"event_id": "gig", "signup_id": "u1"}
+    u1 = IntakeRecord(
+        "49600000000000000000000000002",
+        "MODIFY",
+        keys,
+        {**keys, "seats": 1, "attributes": {"via": "record"}},
+    )
+    keys3 = {"event_id": "gig", "signup_id": "u3"}
+    u3 = IntakeRecord("49600000000000000000000000004", "INSERT", keys3, {**keys3, "seats": 1})
+    StreamProcessor(store, clock=lambda: NOW).process([u1, u3])
+    # THEN the journal is written out first, u1's item with the fields of the record at hand
+    got = decisions(client)
+    assert got[("gig", "u1")]["attributes"] == {"M": {"via": {"S": "record"}}}
+    assert got[("gig", "u1")]["reason"]["S"] == Reason.CAPACITY_FULL
+    assert ("gig", "u3") in got
