@@ -730,3 +730,16 @@ def test_a_release_that_loses_a_commit_counts_the_conflict_and_decides_again(cli
     assert processor.release("hot", result) is True
     assert (result.conflicts, result.held, result.released) == (1, [], 1)
     assert ("hot", "h0") in decisions(client)
+
+
+def test_records_parked_behind_an_unfinished_release_stay_parked(client, store):
+    # GIVEN hot held with two records parked, a release taking one a run
+    store.create_event("hot", 5, NOW)
+    parked = [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(2)]
+    store.park("hot", parked, NOW, None)
+    # WHEN a new record of hot arrives
+    result = processor_for(client, max_release=1).process([intake("hot", "h2", 12)])
+    # THEN only the first parked record is decided: h1 and the new h2 wait, in that order
+    assert [d.decision.signup_id for d in result.decided] == ["h0"]
+    assert {k[1] for k in decisions(client)} == {"h0"}
+    assert parked_ids(store, "hot") == ["h1", "h2"] and store.get_hold("hot") is not None
