@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import string
 from typing import Any
 
 import pytest
@@ -14,9 +15,10 @@ from tests.unit.test_journal import V1_DECISIONS, V1_JOURNAL
 from turnstile.audit import audit
 from turnstile.contract import Reason, Status
 from turnstile.domain import Decision, SignupRequest, decide
+from turnstile.errors import JournalTooLargeError
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.poller import LocalLambdaContext
-from turnstile.processor import StreamProcessor
+from turnstile.processor import IntakeRecord, StreamProcessor
 from turnstile.store import (
     MAX_DECISION_ITEM_BYTES,
     MAX_JOURNAL_BYTES,
@@ -320,3 +322,111 @@ def test_a_format_1_journal_copies_only_well_formed_intake(client, store):
     u0, u1 = got[("gig", "u0")], got[("gig", "u1")]
     assert ("attributes" in u0, u0.get("submitted_at")) == (False, None)
     assert ("attributes" in u1, u1.get("submitted_at")) == (False, {"S": "2026"})
+
+
+# -- journals too large: the processor commits the longest prefix that fits ---------------
+
+
+def big_records(first: int, last: int) -> list[IntakeRecord]:
+    """Intake records u<first>..u<last - 1> of "gig", each with ~3 KB of compressed text."""
+    rng = random.Random(7)
+    texts = ["".join(rng.choices(string.ascii_letters, k=4000)) for _ in range(last)]
+    records = []
+    for i in range(first, last):
+        keys = {"event_id": "gig", "signup_id": f"u{i:03d}"}
+        image = {**keys, "seats": 1, "attributes": {"blob": texts[i]}}
+        records.append(IntakeRecord(str(1000 + i), "INSERT", keys, image))
+    return records
+
+
+class CountingCommits(SignupStore):
+    """Records, per commit tried, how many decisions it carried and how many would fit."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tries: list[tuple[int, int | None]] = []
+
+    def commit(self, expected, outcome, decided_at, requests, expires_at=None):  # type: ignore[override]
+        try:
+            journal = super().commit(expected, outcome, decided_at, requests, expires_at)
+        except JournalTooLargeError as too_big:
+            self.tries.append((len(outcome.decisions), too_big.fits))
+            raise
+        self.tries.append((len(outcome.decisions), None))
+        return journal
+
+
+def test_a_journal_too_large_commits_exactly_the_decisions_that_fit(client):
+    store = CountingCommits(client, sleep=lambda _: None)
+    store.create_event("gig", 60, NOW)
+    # WHEN 100 big signups are decided in one chunk
+    result = StreamProcessor(store, clock=lambda: NOW, chunk_size=100).process(
+        big_records(0, 100)
+    )
+    # THEN each commit refused as too large is followed by one of exactly the decisions
+    # that fit (not fewer), and every signup is decided once, in stream order
+    refused = [(i, fits) for i, (_, fits) in enumerate(store.tries) if fits is not None]
+    assert refused
+    for i, fits in refused:
+        assert store.tries[i + 1] == (fits, None)
+    assert [d.decision.signup_id for d in result.decided] == [f"u{i:03d}" for i in range(100)]
+    assert [d.decision.position for d in result.decided] == [*range(1, 61)] + [None] * 40
+    assert audit(store).ok
+
+
+def test_a_journal_too_large_never_decides_again_what_was_decided(client):
+    store = CountingCommits(client, sleep=lambda _: None)
+    store.create_event("gig", 60, NOW)
+    processor = StreamProcessor(store, clock=lambda: NOW, chunk_size=100)
+    # GIVEN the first 20 decided
+    processor.process(big_records(0, 20))
+    # WHEN all 100 arrive in one chunk (the 20 redelivered), 80 new: too many for one journal
+    store.tries.clear()
+    result = processor.process(big_records(0, 100))
+    assert any(fits is not None for _, fits in store.tries)
+    # THEN only the 80 new ones are decided: no signup twice, no seat given twice
+    assert [d.decision.signup_id for d in result.decided] == [f"u{i:03d}" for i in range(20, 100)]
+    event = store.get_event("gig")
+    assert (event.snapshot.taken, event.snapshot.accepted) == (60, 60)
+    got = decisions(client)
+    assert len(got) == 100
+    assert audit(store).ok
+
+
+def test_a_format_1_journal_left_unwritten_takes_the_copied_fields_from_the_batch(client, store):
+    # GIVEN an event whose last commit left a journal of format 1 unwritten (u0..u2, the
+    # previous encoder), and u1's intake record since deleted
+    store.create_event("gig", 10, NOW)
+    client.update_item(
+        TableName=store.control_table,
+        Key=store._event_key("gig"),
+        UpdateExpression="SET #j = :j, #v = :v, #t = :t, #a = :a",
+        ExpressionAttributeNames={
+            "#j": "journal",
+            "#v": "version",
+            "#t": "taken",
+            "#a": "accepted",
+        },
+        ExpressionAttributeValues={
+            ":j": {"B": V1_JOURNAL},
+            ":v": {"N": "7"},
+            ":t": {"N": "2"},
+            ":a": {"N": "1"},
+        },
+    )
+    # WHEN a processor gets u1 redelivered (with its attributes) and a new u3
+    keys = {"event_id": "gig", "signup_id": "u1"}
+    u1 = IntakeRecord(
+        "49600000000000000000000000002",
+        "MODIFY",
+        keys,
+        {**keys, "seats": 1, "attributes": {"via": "record"}},
+    )
+    keys3 = {"event_id": "gig", "signup_id": "u3"}
+    u3 = IntakeRecord("49600000000000000000000000004", "INSERT", keys3, {**keys3, "seats": 1})
+    StreamProcessor(store, clock=lambda: NOW).process([u1, u3])
+    # THEN the journal is written out first, u1's item with the fields of the record at hand
+    got = decisions(client)
+    assert got[("gig", "u1")]["attributes"] == {"M": {"via": {"S": "record"}}}
+    assert got[("gig", "u1")]["reason"]["S"] == Reason.CAPACITY_FULL
+    assert ("gig", "u3") in got

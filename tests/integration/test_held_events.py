@@ -4,6 +4,7 @@ in arrival order and released in that order (docs/arrival-order.md)."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +17,7 @@ from moto import mock_aws
 
 from tests.conftest import StreamReader, create_tables
 from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
+from tests.integration.test_processor import ConflictingStore
 from turnstile.audit import audit
 from turnstile.contract import (
     ALL_TABLES,
@@ -29,7 +31,7 @@ from turnstile.contract import (
 from turnstile.domain import EventSnapshot, SignupRequest, decide
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.poller import CheckpointStore, LocalLambdaContext, StreamPoller
-from turnstile.processor import StreamProcessor
+from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 from turnstile.redrive import redrive_queue
 from turnstile.store import SignupStore, default_client
 from turnstile.sweeper import Sweeper
@@ -568,3 +570,176 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
             assert all(first_seen[s] == v["sequence_number"]["S"] for s, v in actual.items())
             assert store.get_hold(event_id) is None
         assert audit(store).ok
+
+
+# -- the processor's own paths: a first read that fails, parking that fails, a release ----
+
+
+def intake(event_id: str, signup_id: str, seq: int) -> IntakeRecord:
+    keys = {"event_id": event_id, "signup_id": signup_id}
+    image = {**keys, "seats": 1, "submitted_at": "2026-01-01T00:00:00Z"}
+    return IntakeRecord(str(seq), "INSERT", keys, image)
+
+
+def failing(*operations: str, events: tuple[str, ...] = ("hot", "warm")):
+    """A fault: ``operations`` fail (InternalServerError) when they name one of ``events``."""
+
+    def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
+        if operation in operations and any(f"#{e}" in json.dumps(kwargs) for e in events):
+            return "InternalServerError"
+        return None
+
+    return fault
+
+
+def test_a_group_whose_first_read_fails_is_parked_whole_and_not_decided(client, store, caplog):
+    # GIVEN two events whose first read (event item and hold marker) keeps failing
+    for event_id in ("hot", "warm", "calm"):
+        store.create_event(event_id, 5, NOW)
+    processor = processor_for(client, failing("batch_get_item"))
+    batch = [intake("hot", "h0", 11), intake("hot", "h1", 12), intake("warm", "w0", 13)]
+    # WHEN a batch of them and a healthy event is processed
+    with caplog.at_level(logging.ERROR, logger="turnstile.processor"):
+        result = processor.process([*batch, intake("calm", "c0", 14)])
+    # THEN nothing of theirs is decided or failed back: every record is parked (all three
+    # counted), each event held with the error that held it; calm is decided
+    assert (result.failures, result.parked) == ([], 3)
+    assert result.held == [("hot", "StoreUnavailableError"), ("warm", "StoreUnavailableError")]
+    assert [d.decision.signup_id for d in result.decided] == ["c0"]
+    assert set(decisions(client)) == {("calm", "c0")}
+    assert [(r.signup_id, r.sequence_number) for r in store.parked_requests("hot")] == [
+        ("h0", "11"),
+        ("h1", "12"),
+    ]
+    assert store.get_hold("hot")["error"] == "StoreUnavailableError"
+    # and each failure is logged, with its traceback, under the event it is about
+    assert [(r.getMessage(), r.event_id, r.exc_info is not None) for r in caplog.records] == [
+        ("event group failed", "hot", True),
+        ("event group failed", "warm", True),
+    ]
+
+
+def test_a_group_that_can_be_neither_read_nor_parked_fails_back_from_its_first_record(
+    client, store, caplog
+):
+    for event_id in ("hot", "calm"):
+        store.create_event(event_id, 5, NOW)
+    processor = processor_for(client, failing("batch_get_item", "batch_write_item"))
+    batch = [intake("hot", "h0", 11), intake("hot", "h1", 12), intake("calm", "c0", 14)]
+    with caplog.at_level(logging.ERROR, logger="turnstile.processor"):
+        result = processor.process(batch)
+    # THEN the event source gets hot's first record back (it redelivers from there), and
+    # nothing of hot is parked, held or decided
+    assert (result.failures, result.parked, result.held) == (["11"], 0, [])
+    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert set(decisions(client)) == {("calm", "c0")}
+    assert [(r.getMessage(), r.event_id) for r in caplog.records] == [
+        ("event group failed", "hot"),
+        ("parking failed", "hot"),
+    ]
+    assert all(r.exc_info is not None for r in caplog.records)
+
+
+def test_a_held_group_that_cannot_be_parked_fails_back_from_its_first_record(client, store):
+    # GIVEN hot held (one record parked), and parking failing from now on
+    store.create_event("hot", 5, NOW)
+    store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
+    processor = processor_for(client, failing("batch_write_item"))
+    # WHEN two more records of hot arrive
+    result = processor.process([intake("hot", "h1", 11), intake("hot", "h2", 12)])
+    # THEN they go back to the event source from the first, nothing is decided or released
+    assert (result.failures, result.parked, result.released, result.decided) == (
+        ["11"],
+        0,
+        0,
+        [],
+    )
+    assert parked_ids(store, "hot") == ["h0"] and store.get_hold("hot") is not None
+
+
+def test_a_held_group_is_parked_then_released_with_the_counts_in_the_batch_result(
+    client, store
+):
+    # GIVEN hot held with two records parked
+    store.create_event("hot", 1, NOW)
+    store.park(
+        "hot",
+        [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(2)],
+        NOW,
+        None,
+    )
+    # WHEN a batch with two more of hot arrives (chunks of two: the release takes two rounds)
+    processor = processor_for(client, chunk_size=2)
+    result = processor.process([intake("hot", "h2", 12), intake("hot", "h3", 13)])
+    # THEN they are parked behind, and the release decides all four in arrival order
+    assert (result.failures, result.parked, result.released) == ([], 2, 4)
+    assert [(d.decision.signup_id, d.decision.status) for d in result.decided] == [
+        ("h0", Status.ACCEPTED),
+        ("h1", Status.REJECTED),
+        ("h2", Status.REJECTED),
+        ("h3", Status.REJECTED),
+    ]
+    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+
+
+@pytest.mark.parametrize("waiting", [2, 3])
+def test_a_release_decides_at_most_max_release_records_and_says_whether_it_finished(
+    client, store, waiting
+):
+    # GIVEN hot held with ``waiting`` records parked, a release taking at most 2 a run
+    store.create_event("hot", 5, NOW)
+    parked = [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(waiting)]
+    store.park("hot", parked, NOW, None)
+    processor = processor_for(client, max_release=2, chunk_size=1)
+    # WHEN released
+    result = BatchResult()
+    done = processor.release("hot", result)
+    # THEN the first two are decided, one chunk at a time, and the hold is lifted only if
+    # nothing is left
+    assert result.released == 2
+    assert {k[1] for k in decisions(client)} == {"h0", "h1"}
+    assert done is (waiting == 2)
+    assert (store.get_hold("hot") is None) is (waiting == 2)
+    assert parked_ids(store, "hot") == [f"h{i}" for i in range(2, waiting)]
+
+
+def test_a_release_of_an_event_not_held_has_nothing_to_do(client, store):
+    store.create_event("hot", 5, NOW)
+    assert processor_for(client).release("hot") is True
+
+
+def test_a_failed_release_says_so_and_leaves_the_rest_parked(client, store, caplog):
+    store.create_event("hot", 5, NOW)
+    store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
+    processor = processor_for(client, failing("batch_get_item", "query", events=("hot",)))
+    result = BatchResult()
+    with caplog.at_level(logging.ERROR, logger="turnstile.processor"):
+        assert processor.release("hot", result) is False
+    assert result.held == [("hot", "StoreUnavailableError")]
+    assert [(r.getMessage(), r.event_id, r.exc_info is not None) for r in caplog.records] == [
+        ("release failed", "hot", True)
+    ]
+    assert parked_ids(store, "hot") == ["h0"] and store.get_hold("hot") is not None
+
+
+def test_a_release_that_loses_a_commit_counts_the_conflict_and_decides_again(client, store):
+    store.create_event("hot", 5, NOW)
+    store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
+    processor = StreamProcessor(ConflictingStore(client, conflicts=1), clock=lambda: NOW)
+    result = BatchResult()
+    assert processor.release("hot", result) is True
+    assert (result.conflicts, result.held, result.released) == (1, [], 1)
+    assert ("hot", "h0") in decisions(client)
+
+
+def test_records_parked_behind_an_unfinished_release_stay_parked(client, store):
+    # GIVEN hot held with two records parked, a release taking one a run
+    store.create_event("hot", 5, NOW)
+    parked = [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(2)]
+    store.park("hot", parked, NOW, None)
+    # WHEN a new record of hot arrives
+    result = processor_for(client, max_release=1).process([intake("hot", "h2", 12)])
+    # THEN only the first parked record is decided: h1 and the new h2 wait, in that order
+    assert [d.decision.signup_id for d in result.decided] == ["h0"]
+    assert {k[1] for k in decisions(client)} == {"h0"}
+    assert parked_ids(store, "hot") == ["h1", "h2"] and store.get_hold("hot") is not None
