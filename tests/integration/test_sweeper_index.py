@@ -210,3 +210,46 @@ def _stream_record(event_name: str, image: dict[str, object]) -> dict[str, objec
 def test_the_stream_filter_passes_new_and_re_emitted_records_only(event_name, image, passes):
     record = _stream_record(event_name, image)
     assert any(matches_filter(p, record) for p in STREAM_SOURCE.filter_patterns) is passes
+
+
+class OnePerPage:
+    """Wraps a boto3 client: every Scan returns one item per page, as a big index does."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        return (lambda **kwargs: attr(**kwargs, Limit=1)) if name == "scan" else attr
+
+
+def test_the_index_is_read_whole_page_by_page(client):
+    for i in range(4):
+        put_raw_intake(client, "gig", f"m{i}", marked=True, **OLD)
+    put_raw_intake(client, "gig", "plain", marked=False)
+    store = SignupStore(OnePerPage(client), sleep=lambda _: None)
+    entries = list(store.undecided_marked())
+    assert sorted(e["signup_id"] for e in entries) == ["m0", "m1", "m2", "m3"]
+    assert {e["submitted_at"] for e in entries} == {"2026-01-01T00:00:00Z"}
+    assert found(store, from_index=True) == {"m0", "m1", "m2", "m3"}
+
+
+@pytest.mark.parametrize("workers", [1, 8])
+def test_removing_many_markers_counts_those_that_carried_one(store, client, workers):
+    keys = [("gig", f"u{i}") for i in range(10)]
+    for i, (_, signup_id) in enumerate(keys):
+        put_raw_intake(client, "gig", signup_id, marked=i % 2 == 0)
+    assert store.clear_undecided(keys, workers=workers) == 5
+    assert all(Attr.UNDECIDED not in store.get_intake(*k) for k in keys)
+    assert store.clear_undecided(keys, workers=workers) == 0
+    assert store.clear_undecided([], workers=workers) == 0
+
+
+def test_a_full_scan_is_recorded_only_by_the_lease_holder_with_its_token(store):
+    token = store.acquire_lease("s", 60, 1000.0)
+    assert token is not None
+    assert store.note_full_scan("other", token, 1001.0) is False
+    assert store.note_full_scan("s", token + 1, 1001.0) is False
+    assert "full_scan_at" not in store.get_lease()
+    assert store.note_full_scan("s", token, 1001.5) is True
+    assert store.get_lease()["full_scan_at"] == 1001.5
