@@ -253,3 +253,44 @@ def test_a_full_scan_is_recorded_only_by_the_lease_holder_with_its_token(store):
     assert "full_scan_at" not in store.get_lease()
     assert store.note_full_scan("s", token, 1001.5) is True
     assert store.get_lease()["full_scan_at"] == 1001.5
+
+
+def test_each_decided_record_is_unmarked_once(client):
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    for i in range(3):
+        put_raw_intake(client, "gig", f"d{i}", marked=True, **OLD)
+        decide(store, "gig", f"d{i}")
+    result = Sweeper(store, owner="s", min_age_s=300, full_scan_every_s=0).sweep("r1")
+    assert result.unmarked == 3
+    unmarks = [kw for op, kw in recorder.calls if op == "update_item" and "REMOVE" in str(kw)]
+    assert sorted(kw["Key"]["signup_id"]["S"] for kw in unmarks) == ["d0", "d1", "d2"]
+
+
+def test_a_run_removes_markers_up_to_the_last_instant_of_its_budget(store, client):
+    put_raw_intake(client, "gig", "done", marked=True, **OLD)
+    decide(store, "gig", "done")
+    # a clock that stands still: the run is exactly at the end of a budget of 0 s
+    sweeper = Sweeper(store, owner="s", min_age_s=300, max_run_s=0, clock=Clock())
+    assert sweeper.sweep("r1").unmarked == 1
+
+
+def test_a_full_scan_out_of_time_for_unmarking_is_still_recorded(client):
+    # GIVEN a full scan that re-emits everything it found, and runs out of time while
+    # reading decisions, before removing the markers of decided records
+    clock = Clock()
+
+    class SlowReads(SignupStore):
+        def get_decisions(self, event_id, signup_ids):  # type: ignore[override]
+            clock.t += 1000
+            return super().get_decisions(event_id, signup_ids)
+
+    store = SlowReads(client, sleep=lambda _: None)
+    put_raw_intake(client, "gig", "done", marked=True, **OLD)
+    decide(store, "gig", "done")
+    result = Sweeper(store, owner="s", min_age_s=300, full_scan_every_s=0, clock=clock).sweep(
+        "r1"
+    )
+    # THEN the marker is left for a later run, and the full scan is recorded all the same
+    assert (result.full_scan, result.unmarked) == (True, 0)
+    assert store.get_lease()["full_scan_at"] == Clock().t
