@@ -294,3 +294,15 @@ def test_a_full_scan_out_of_time_for_unmarking_is_still_recorded(client):
     # THEN the marker is left for a later run, and the full scan is recorded all the same
     assert (result.full_scan, result.unmarked) == (True, 0)
     assert store.get_lease()["full_scan_at"] == Clock().t
+
+
+def test_markers_are_removed_chunk_by_chunk_and_all_counted(store, client, monkeypatch):
+    from turnstile import sweeper as sweeper_module
+
+    monkeypatch.setattr(sweeper_module, "UNMARK_CHUNK", 2)
+    for i in range(5):
+        put_raw_intake(client, "gig", f"d{i}", marked=True, **OLD)
+        decide(store, "gig", f"d{i}")
+    result = Sweeper(store, owner="s", min_age_s=300, full_scan_every_s=0).sweep("r1")
+    assert result.unmarked == 5
+    assert all(Attr.UNDECIDED not in store.get_intake("gig", f"d{i}") for i in range(5))
