@@ -1352,7 +1352,7 @@ class SignupStore:
             return 0  # the one record is gone (or cannot be written): nothing to re-emit
 
     def _redrive_update(
-        self, event_id: str, signup_id: str, now: float, overwrite: bool = False
+        self, event_id: str, signup_id: str, now: float, overwrite: bool
     ) -> dict[str, Any]:
         names = {"#at": Attr.REDRIVEN_AT, "#sk": Attr.SIGNUP_ID, "#mark": Attr.UNDECIDED}
         values: dict[str, Any] = {

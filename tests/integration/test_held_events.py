@@ -743,3 +743,57 @@ def test_records_parked_behind_an_unfinished_release_stay_parked(client, store):
     assert [d.decision.signup_id for d in result.decided] == ["h0"]
     assert {k[1] for k in decisions(client)} == {"h0"}
     assert parked_ids(store, "hot") == ["h1", "h2"] and store.get_hold("hot") is not None
+
+
+# -- the sweeper and held events -------------------------------------------------------
+
+
+def test_a_sweep_lifts_every_hold_with_nothing_parked_under_it(client, store):
+    # GIVEN two events held with nothing parked any more (a release unparked everything and
+    # died before lifting the hold), and a third held with a record still parked
+    for event_id in ("a", "b", "c"):
+        store.park(event_id, [SignupRequest(event_id, "s", "100")], NOW, None)
+    store.unpark("a", ["100"])
+    store.unpark("b", ["100"])
+    store.park("b", [SignupRequest("b", "t", "101")], NOW, None)
+    store.unpark("b", ["101"])  # b's hold is at version 2
+    # WHEN a sweep runs
+    result = Sweeper(store, owner="s", min_age_s=0).sweep("lift")
+    # THEN the two empty holds are lifted (each at its version), the third stays
+    assert (result.status, result.held, result.releases_triggered) == ("succeeded", 3, 2)
+    assert store.get_hold("a") is None and store.get_hold("b") is None
+    assert store.get_hold("c") is not None
+
+
+def test_a_sweep_re_emits_one_record_per_held_event_and_none_of_the_parked(client, store, stream):
+    # GIVEN two held events, each with two undecided records parked, and undecided records
+    # of a third event that is not held
+    for event_id in ("a", "b"):
+        submit(client, event_id, f"{event_id}0")
+        submit(client, event_id, f"{event_id}1")
+    for i in range(3):
+        submit(client, "calm", f"c{i}")
+    records = stream.read_new()
+    for event_id in ("a", "b"):
+        store.park(
+            event_id,
+            [
+                SignupRequest(
+                    event_id,
+                    r["dynamodb"]["Keys"]["signup_id"]["S"],
+                    r["dynamodb"]["SequenceNumber"],
+                )
+                for r in records
+                if r["dynamodb"]["Keys"]["event_id"]["S"] == event_id
+            ],
+            NOW,
+            None,
+        )
+    # WHEN a sweep runs
+    result = Sweeper(store, owner="s", min_age_s=0).sweep("held")
+    # THEN each held event's release is set off by one re-emission of its first parked
+    # record, the parked records are not re-emitted as undecided, the others are
+    assert (result.held, result.releases_triggered) == (2, 2)
+    assert (result.undecided, result.re_emitted) == (3, 3)
+    emitted = sorted(r["dynamodb"]["Keys"]["signup_id"]["S"] for r in stream.read_new())
+    assert emitted == ["a0", "b0", "c0", "c1", "c2"]

@@ -453,3 +453,44 @@ def test_a_sweep_judges_age_by_its_own_clock(store, client):
     assert (result.status, result.undecided) == ("succeeded", 0)
     clock.t += 300
     assert Sweeper(store, owner="s", min_age_s=300, clock=clock).sweep("old").undecided == 1
+
+
+def test_a_record_whose_counter_is_text_is_re_emitted_in_one_transaction(client):
+    # GIVEN an undecided record whose producer wrote ``redrive`` as text (ADD refuses it)
+    put_raw_intake(client, "gig", "odd", redrive={"S": "x"})
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    # WHEN a sweep re-emits it
+    result = Sweeper(store, owner="s", min_age_s=0).sweep("odd")
+    # THEN it is re-emitted by its redriven_at alone, in one transaction with the lease
+    # check: the sweep knew the counter for text, so no ADD was tried and refused first
+    assert (result.status, result.undecided, result.re_emitted) == ("succeeded", 1, 1)
+    assert recorder.sizes("transact_write_items", "TransactItems") == [2]
+    record = store.get_intake("gig", "odd")
+    assert record["redrive"] == "x" and record["redriven_at"] > 0
+
+
+@pytest.mark.parametrize(("junk", "sizes"), [(99, [100]), (100, [100, 2])])
+def test_records_known_to_have_a_text_counter_fill_transactions_of_their_own(
+    client, junk, sizes
+):
+    # GIVEN records whose ``redrive`` a producer wrote as text, known as such, and two plain
+    for i in range(junk):
+        put_raw_intake(client, "gig", f"j{i:03d}", redrive={"S": "x"})
+    put_raw_intake(client, "gig", "p0")
+    put_raw_intake(client, "gig", "p1")
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    odd = [("gig", f"j{i:03d}") for i in range(junk)]
+    keys = [("gig", "p0"), *odd, ("gig", "p1")]
+    # WHEN they are re-emitted together
+    done = store.fenced_redrive_many("s", token, 1001.0, keys, junk_counters=set(odd))
+    # THEN all are, the plain ones in one transaction, the others by their redriven_at
+    # alone, 99 and a lease check per transaction, none tried with ADD first
+    assert done == junk + 2
+    assert recorder.sizes("transact_write_items", "TransactItems") == [3, *sizes]
+    assert int(store.get_intake("gig", "p0")["redrive"]) == 1
+    odd_one = store.get_intake("gig", f"j{junk - 1:03d}")
+    assert odd_one["redrive"] == "x" and odd_one["redriven_at"] == 1001.0

@@ -210,3 +210,99 @@ def _stream_record(event_name: str, image: dict[str, object]) -> dict[str, objec
 def test_the_stream_filter_passes_new_and_re_emitted_records_only(event_name, image, passes):
     record = _stream_record(event_name, image)
     assert any(matches_filter(p, record) for p in STREAM_SOURCE.filter_patterns) is passes
+
+
+class OnePerPage:
+    """Wraps a boto3 client: every Scan returns one item per page, as a big index does."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        return (lambda **kwargs: attr(**kwargs, Limit=1)) if name == "scan" else attr
+
+
+def test_the_index_is_read_whole_page_by_page(client):
+    for i in range(4):
+        put_raw_intake(client, "gig", f"m{i}", marked=True, **OLD)
+    put_raw_intake(client, "gig", "plain", marked=False)
+    store = SignupStore(OnePerPage(client), sleep=lambda _: None)
+    entries = list(store.undecided_marked())
+    assert sorted(e["signup_id"] for e in entries) == ["m0", "m1", "m2", "m3"]
+    assert {e["submitted_at"] for e in entries} == {"2026-01-01T00:00:00Z"}
+    assert found(store, from_index=True) == {"m0", "m1", "m2", "m3"}
+
+
+@pytest.mark.parametrize("workers", [1, 8])
+def test_removing_many_markers_counts_those_that_carried_one(store, client, workers):
+    keys = [("gig", f"u{i}") for i in range(10)]
+    for i, (_, signup_id) in enumerate(keys):
+        put_raw_intake(client, "gig", signup_id, marked=i % 2 == 0)
+    assert store.clear_undecided(keys, workers=workers) == 5
+    assert all(Attr.UNDECIDED not in store.get_intake(*k) for k in keys)
+    assert store.clear_undecided(keys, workers=workers) == 0
+    assert store.clear_undecided([], workers=workers) == 0
+
+
+def test_a_full_scan_is_recorded_only_by_the_lease_holder_with_its_token(store):
+    token = store.acquire_lease("s", 60, 1000.0)
+    assert token is not None
+    assert store.note_full_scan("other", token, 1001.0) is False
+    assert store.note_full_scan("s", token + 1, 1001.0) is False
+    assert "full_scan_at" not in store.get_lease()
+    assert store.note_full_scan("s", token, 1001.5) is True
+    assert store.get_lease()["full_scan_at"] == 1001.5
+
+
+def test_each_decided_record_is_unmarked_once(client):
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    for i in range(3):
+        put_raw_intake(client, "gig", f"d{i}", marked=True, **OLD)
+        decide(store, "gig", f"d{i}")
+    result = Sweeper(store, owner="s", min_age_s=300, full_scan_every_s=0).sweep("r1")
+    assert result.unmarked == 3
+    unmarks = [kw for op, kw in recorder.calls if op == "update_item" and "REMOVE" in str(kw)]
+    assert sorted(kw["Key"]["signup_id"]["S"] for kw in unmarks) == ["d0", "d1", "d2"]
+
+
+def test_a_run_removes_markers_up_to_the_last_instant_of_its_budget(store, client):
+    put_raw_intake(client, "gig", "done", marked=True, **OLD)
+    decide(store, "gig", "done")
+    # a clock that stands still: the run is exactly at the end of a budget of 0 s
+    sweeper = Sweeper(store, owner="s", min_age_s=300, max_run_s=0, clock=Clock())
+    assert sweeper.sweep("r1").unmarked == 1
+
+
+def test_a_full_scan_out_of_time_for_unmarking_is_still_recorded(client):
+    # GIVEN a full scan that re-emits everything it found, and runs out of time while
+    # reading decisions, before removing the markers of decided records
+    clock = Clock()
+
+    class SlowReads(SignupStore):
+        def get_decisions(self, event_id, signup_ids):  # type: ignore[override]
+            clock.t += 1000
+            return super().get_decisions(event_id, signup_ids)
+
+    store = SlowReads(client, sleep=lambda _: None)
+    put_raw_intake(client, "gig", "done", marked=True, **OLD)
+    decide(store, "gig", "done")
+    result = Sweeper(store, owner="s", min_age_s=300, full_scan_every_s=0, clock=clock).sweep(
+        "r1"
+    )
+    # THEN the marker is left for a later run, and the full scan is recorded all the same
+    assert (result.full_scan, result.unmarked) == (True, 0)
+    assert store.get_lease()["full_scan_at"] == Clock().t
+
+
+def test_markers_are_removed_chunk_by_chunk_and_all_counted(store, client, monkeypatch):
+    from turnstile import sweeper as sweeper_module
+
+    monkeypatch.setattr(sweeper_module, "UNMARK_CHUNK", 2)
+    for i in range(5):
+        put_raw_intake(client, "gig", f"d{i}", marked=True, **OLD)
+        decide(store, "gig", f"d{i}")
+    result = Sweeper(store, owner="s", min_age_s=300, full_scan_every_s=0).sweep("r1")
+    assert result.unmarked == 5
+    assert all(Attr.UNDECIDED not in store.get_intake("gig", f"d{i}") for i in range(5))

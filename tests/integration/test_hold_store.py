@@ -1,0 +1,292 @@
+"""Held events in the store, against moto: the hold marker, parking, unparking, lifting the
+hold; read page by page and through DynamoDB's unprocessed items, as a busy table answers
+(docs/arrival-order.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from tests.helpers import CallRecorder
+from turnstile.contract import CONTROL_TABLE, ControlKey
+from turnstile.domain import SignupRequest
+from turnstile.errors import StoreUnavailableError
+from turnstile.store import SignupStore, refused_as_invalid
+
+NOW = "2026-01-01T00:00:00.000000Z"
+LATER = "2026-01-01T00:05:00.000000Z"
+
+
+class Busy:
+    """Wraps a boto3 client the way a busy table answers: every Scan and Query returns one
+    item per page, and every batch call is first handed back whole as unprocessed."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.refused = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name in ("scan", "query"):
+            return lambda **kwargs: attr(**kwargs, Limit=1)
+        if name in ("batch_get_item", "batch_write_item"):
+            unprocessed = "UnprocessedKeys" if name == "batch_get_item" else "UnprocessedItems"
+
+            def refuse_first(**kwargs: Any) -> Any:
+                if self.refused % 2 == 0:
+                    self.refused += 1
+                    return {unprocessed: kwargs["RequestItems"]}
+                self.refused += 1
+                return attr(**kwargs)
+
+            return refuse_first
+        return attr
+
+
+class Refusing:
+    """Wraps a boto3 client: the next ``times`` batch calls are handed back whole as
+    unprocessed, then they go through."""
+
+    def __init__(self, client: Any, times: int) -> None:
+        self._client = client
+        self.times = times
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name not in ("batch_get_item", "batch_write_item"):
+            return attr
+        unprocessed = "UnprocessedKeys" if name == "batch_get_item" else "UnprocessedItems"
+
+        def refuse(**kwargs: Any) -> Any:
+            if self.times > 0:
+                self.times -= 1
+                return {unprocessed: kwargs["RequestItems"]}
+            return attr(**kwargs)
+
+        return refuse
+
+
+@pytest.fixture
+def client(aws):
+    return aws.client("dynamodb")
+
+
+@pytest.fixture
+def store(client):
+    return SignupStore(client, sleep=lambda _: None)
+
+
+@pytest.fixture
+def busy(client):
+    return SignupStore(Busy(client), sleep=lambda _: None)
+
+
+def request(signup_id: str, sequence_number: str, **fields: Any) -> SignupRequest:
+    return SignupRequest(
+        event_id="gig", signup_id=signup_id, sequence_number=sequence_number, **fields
+    )
+
+
+def control_item(client, key: tuple[str, str]) -> dict[str, Any] | None:
+    response = client.get_item(
+        TableName=CONTROL_TABLE.name, Key=SignupStore._control_key(key), ConsistentRead=True
+    )
+    return response.get("Item")
+
+
+def test_parked_records_come_back_whole_in_arrival_order_page_by_page(store, busy):
+    # GIVEN records parked out of order, of every shape a record can have
+    store.park(
+        "gig",
+        [
+            request("late", "1000", seats=3, attributes={"team": "L", "n": 2}),
+            request("bad", "99", seats=0, problem="seats must be a whole number"),
+            request("first", "98", submitted_at="2026-01-01T00:00:00Z"),
+        ],
+        NOW,
+        "StoreUnavailableError",
+    )
+    store.park("other", [SignupRequest("other", "x", "97")], NOW, None)
+    # WHEN read back one item per page
+    parked = busy.parked_requests("gig")
+    # THEN every record of the event and nothing else (no hold marker, no other event's),
+    # in arrival order (by number, not text), each exactly as it was parked
+    assert parked == [
+        request("first", "98", submitted_at="2026-01-01T00:00:00Z"),
+        request("bad", "99", seats=0, problem="seats must be a whole number"),
+        request("late", "1000", seats=3, attributes={"team": "L", "n": 2}),
+    ]
+    assert busy.parked_requests("nobody") == []
+
+
+def test_holds_finds_every_held_event_page_by_page_and_nothing_else(store, busy, client):
+    # GIVEN three held events, one released, and the control table's other items beside them
+    for event_id in ("a", "b", "c", "done"):
+        store.park(event_id, [SignupRequest(event_id, "s", "100")], NOW, None)
+    assert store.lift_hold("done", 1)
+    store.create_event("a", 5, NOW)
+    store.acquire_lease("sweeper", 60, 0)
+    # WHEN every hold is read, one item per page
+    holds = busy.holds()
+    # THEN exactly the held events, each with its marker
+    assert sorted(holds) == ["a", "b", "c"]
+    assert holds["b"]["event_id"] == "b" and holds["b"]["held_since"] == NOW
+    assert holds["b"]["first_sequence_number"] == "100" and holds["b"]["version"] == 1
+    # and one event's hold is read by its key
+    assert busy.holds("c") == {"c": holds["c"]}
+    assert busy.holds("done") == {} and busy.holds("nobody") == {}
+
+
+def test_the_event_and_its_hold_are_read_together_through_unprocessed_keys(store, busy):
+    # GIVEN an event without a hold, then held, then released
+    store.create_event("gig", 5, NOW)
+    assert busy.get_event_and_hold("gig") == (store.get_event("gig"), None)
+    version = store.park("gig", [request("a", "100")], NOW, "StoreUnavailableError")
+    # WHEN both are read while DynamoDB first leaves every key unprocessed
+    event, hold = busy.get_event_and_hold("gig")
+    # THEN both come back, each for what it is
+    assert event == store.get_event("gig") and event.snapshot.capacity == 5
+    assert hold == store.get_hold("gig")
+    assert (hold["version"], hold["error"], hold["held_since"]) == (
+        version,
+        "StoreUnavailableError",
+        NOW,
+    )
+    assert busy.retries == 2
+    # and a released hold is no hold; an event that does not exist is None
+    assert store.lift_hold("gig", version)
+    assert busy.get_event_and_hold("gig") == (event, None)
+    assert busy.get_event_and_hold("nobody") == (None, None)
+
+
+def test_unparking_deletes_exactly_those_records_in_batches_of_25_through_unprocessed_items(
+    store, client
+):
+    # GIVEN 60 parked records
+    numbers = [str(100 + i) for i in range(60)]
+    store.park("gig", [request(f"s{n}", n) for n in numbers], NOW, None)
+    recorder = CallRecorder(Busy(client))
+    busy = SignupStore(recorder, sleep=lambda _: None)
+    # WHEN 52 of them are unparked, some named twice, while DynamoDB first hands every
+    # batch back unprocessed
+    busy.unpark("gig", numbers[:52] + numbers[:3])
+    # THEN those 52 are gone and the rest are still parked, in order
+    assert [r.sequence_number for r in store.parked_requests("gig")] == numbers[52:]
+    # in three batches (25, 25, 2), each sent again once
+    assert recorder.sizes("batch_write_item", "RequestItems") == [1] * 6
+    sent = [len(kw["RequestItems"][CONTROL_TABLE.name]) for _, kw in recorder.calls]
+    assert sent == [25, 25, 25, 25, 2, 2]
+    assert busy.retries == 3
+    # and the hold is still there (unparking never lifts it)
+    assert store.get_hold("gig") is not None
+
+
+def test_parking_holds_the_event_from_its_earliest_record_and_keeps_when_and_why(store, client):
+    # WHEN records are parked whose numbers differ in length (compared as numbers)
+    first = store.park("gig", [request("b", "10000"), request("a", "9999")], NOW, "X" * 300)
+    # THEN the hold names the earliest, the time and the error (cut to 200 characters)
+    hold = store.get_hold("gig")
+    assert (hold["version"], hold["first_sequence_number"]) == (first, "9999")
+    assert (hold["held_since"], hold["error"]) == (NOW, "X" * 200)
+    # WHEN more are parked later, without an error
+    second = store.park("gig", [request("c", "5")], LATER, None)
+    # THEN the version moves on, and since when and since which record it is held stay
+    hold = store.get_hold("gig")
+    assert second == first + 1 == hold["version"]
+    assert (hold["held_since"], hold["first_sequence_number"]) == (NOW, "9999")
+    assert hold["error"] == "X" * 200
+    # WHEN a new error holds it again THEN the last error is the one kept
+    store.park("gig", [request("d", "6")], LATER, "StoreUnavailableError")
+    assert store.get_hold("gig")["error"] == "StoreUnavailableError"
+
+
+def test_parking_a_record_twice_writes_one_item(store):
+    store.park("gig", [request("a", "100"), request("a", "100")], NOW, None)
+    store.park("gig", [request("a", "100")], NOW, None)
+    assert store.parked_requests("gig") == [request("a", "100")]
+
+
+def test_lifting_a_hold_clears_it_and_keeps_its_version(store, client):
+    version = store.park("gig", [request("a", "100")], NOW, "StoreUnavailableError")
+    # WHEN lifted at a version it no longer has THEN it stays
+    assert store.lift_hold("gig", version + 1) is False
+    assert store.get_hold("gig") is not None
+    # WHEN lifted at its version THEN only the version is left on the marker
+    assert store.lift_hold("gig", version) is True
+    item = control_item(client, ControlKey.hold("gig"))
+    assert {k: v for k, v in item.items() if k not in ("pk", "sk")} == {
+        "version": {"N": str(version)},
+        "event_id": {"S": "gig"},
+    }
+    # and held again, it is held since then, from its new first record
+    store.park("gig", [request("b", "200")], LATER, None)
+    hold = store.get_hold("gig")
+    assert (hold["held_since"], hold["first_sequence_number"]) == (LATER, "200")
+    assert "error" not in hold
+
+
+def _client_error(code: str) -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "m"}}, "UpdateItem")
+
+
+def test_only_dynamodb_refusing_a_request_as_invalid_counts_as_refused():
+    assert refused_as_invalid(_client_error("ValidationException")) is True
+    assert refused_as_invalid(_client_error("InternalServerError")) is False
+    assert refused_as_invalid(ValueError("ValidationException")) is False
+    assert refused_as_invalid(None) is False
+
+
+@pytest.mark.parametrize("attempts", [2, 3])
+def test_unprocessed_answers_are_retried_up_to_the_stores_attempts(store, client, attempts):
+    # GIVEN a held event and a store allowed ``attempts`` calls per request, against a table
+    # that hands back ``attempts - 1`` answers in a row unprocessed (each read and write)
+    store.create_event("gig", 5, NOW)
+    store.park("gig", [request("a", "100"), request("b", "101")], NOW, None)
+    refusing = Refusing(client, 0)
+    patient = SignupStore(refusing, sleep=lambda _: None, max_attempts=attempts)
+    # WHEN the event and its hold are read, and a record unparked
+    refusing.times = attempts - 1
+    event, hold = patient.get_event_and_hold("gig")
+    refusing.times = attempts - 1
+    patient.unpark("gig", ["100"])
+    # THEN each went through on its last attempt
+    assert (event.snapshot.event_id, hold["version"]) == ("gig", 1)
+    assert [r.signup_id for r in store.parked_requests("gig")] == ["b"]
+    assert patient.retries == 2 * (attempts - 1)
+
+
+@pytest.mark.parametrize("operation", ["batch_get_item", "batch_write_item"])
+def test_answers_left_unprocessed_past_the_stores_attempts_make_it_unavailable(
+    store, client, operation
+):
+    store.park("gig", [request("a", "100")], NOW, None)
+    patient = SignupStore(Refusing(client, 3), sleep=lambda _: None, max_attempts=3)
+    with pytest.raises(StoreUnavailableError, match=f"^{operation} left unprocessed items after 3"):
+        if operation == "batch_get_item":
+            patient.get_event_and_hold("gig")
+        else:
+            patient.unpark("gig", ["100"])
+    assert patient.retries == 2
+
+
+def test_every_read_of_a_hold_is_strongly_consistent(store, client):
+    # A hold read stale (eventually consistent) could miss a hold placed a moment ago and
+    # let later records be decided before the parked ones: arrival order lost.
+    store.create_event("gig", 5, NOW)
+    store.park("gig", [request("a", "100")], NOW, None)
+    recorder = CallRecorder(client)
+    reader = SignupStore(recorder, sleep=lambda _: None)
+    reader.get_event_and_hold("gig")
+    reader.get_hold("gig")
+    reader.holds()
+    reader.parked_requests("gig")
+    consistent = [
+        kwargs.get("ConsistentRead")
+        if operation != "batch_get_item"
+        else kwargs["RequestItems"][CONTROL_TABLE.name].get("ConsistentRead")
+        for operation, kwargs in recorder.calls
+    ]
+    assert [op for op, _ in recorder.calls] == ["batch_get_item", "get_item", "scan", "query"]
+    assert consistent == [True] * 4
