@@ -28,27 +28,24 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.metrics import Metrics, MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
-from turnstile.clock import utc_now
-from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, Attr, Status
+from turnstile import usecases
+from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
     MAX_CAPACITY,
     MAX_SEATS,
-    MAX_SUBMITTED_AT_CHARS,
-    id_problem,
-    parse_request,
-    signup_problems,
 )
 from turnstile.errors import (
     CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
+    InvalidRequestError,
     SignupConflictError,
+    SignupNotFoundError,
     StoreUnavailableError,
 )
-from turnstile.jsonable import plain
-from turnstile.personal_data import intake_expires_at, intake_retention_days, signup_ref
-from turnstile.store import EventRecord, SignupStore
+from turnstile.personal_data import intake_retention_days, signup_ref
+from turnstile.store import SignupStore
 
 __all__ = [
     "MAX_ATTRIBUTES_BYTES",
@@ -144,58 +141,6 @@ def _error(
     return _json(status, {"error": code, "message": message}, headers)
 
 
-def _whole(value: Any) -> int | None:
-    """An item's number as an int, or None where a direct writer left something else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
-        return int(value)
-    return None
-
-
-def _event_view(record: EventRecord) -> dict[str, Any]:
-    public = record.to_public()
-    # version is the processor's optimistic lock, not part of the public answer.
-    public.pop("version", None)
-    return public
-
-
-def _signup_view(
-    event_id: str,
-    signup_id: str,
-    decision: Mapping[str, Any] | None,
-    intake: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    if decision is not None:
-        seats = decision.get(Attr.SEATS)
-        attributes = decision.get(Attr.ATTRIBUTES)
-        submitted_at = decision.get(Attr.SUBMITTED_AT)
-    else:
-        # A pending signup is shown as the processor will read it: whatever a producer
-        # wrote straight into intake (400 KB of submitted_at, a map of any size) is
-        # bounded by the same rules, never copied as it is.
-        request = parse_request(intake or {}, "", {"event_id": event_id, "signup_id": signup_id})
-        seats, attributes = request.seats or None, request.attributes
-        submitted_at = request.submitted_at
-    if not isinstance(submitted_at, str) or len(submitted_at) > MAX_SUBMITTED_AT_CHARS:
-        submitted_at = None
-    decided = decision or {}
-    return {
-        "event_id": event_id,
-        "signup_id": signup_id,
-        "status": decided.get(Attr.STATUS, Status.PENDING),
-        "seats": _whole(seats),
-        "reason": decided.get(Attr.REASON),
-        "detail": decided.get("detail"),
-        "position": _whole(decided.get(Attr.POSITION)),
-        "submitted_at": submitted_at,
-        "decided_at": decided.get(Attr.DECIDED_AT),
-        "attributes": plain(attributes) if isinstance(attributes, Mapping) else {},
-    }
-
-
 def _signup_location(event_id: str, signup_id: str) -> str:
     return f"/events/{quote(event_id, safe=':@')}/signups/{quote(signup_id, safe=':@')}"
 
@@ -217,11 +162,6 @@ def caller_identity(event: Mapping[str, Any]) -> str | None:
     if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
         return str(claims["sub"])
     return None
-
-
-def _now() -> str:
-    """ISO-8601 UTC with microseconds, e.g. ``2026-11-21T21:24:27.123456Z``."""
-    return utc_now()
 
 
 # -- request parsing ------------------------------------------------------------------
@@ -276,28 +216,6 @@ def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str,
     return value
 
 
-def _id(value: Any, name: str) -> str:
-    problem = id_problem(value, name)
-    if problem:
-        raise _invalid(problem)
-    return str(value)
-
-
-def _path_id(value: str, name: str) -> str:
-    """A path parameter, percent-decoded (API Gateway may or may not have), then checked."""
-    return _id(unquote(value), name)
-
-
-def _integer(value: Any, name: str, minimum: int, maximum: int) -> int:
-    # bool is an int subclass, and a Decimal means the JSON had a fraction or exponent
-    # (even 2.0): both are refused, so only JSON integer literals pass.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid(f"{name} must be an integer from {minimum} to {maximum}")
-    if not minimum <= value <= maximum:
-        raise _invalid(f"{name} must be an integer from {minimum} to {maximum}")
-    return value
-
-
 # -- the application ------------------------------------------------------------------
 
 
@@ -326,102 +244,62 @@ def create_app(
 
     def create_event() -> Response[str]:
         body = _json_object(app.current_event.raw_event, frozenset({"event_id", "capacity"}))
-        event_id = _id(body.get("event_id"), "event_id")
-        capacity = _integer(body.get("capacity"), "capacity", 0, MAX_CAPACITY)
         creator = caller_identity(app.current_event.raw_event)
-        record = store().create_event(event_id, capacity, now=_now(), created_by=creator)
+        event = usecases.create_event(
+            store(), body.get("event_id"), body.get("capacity"), created_by=creator
+        )
         count("EventCreated")
-        logger.info("event created", event_id=event_id, capacity=capacity)
-        location = f"/events/{quote(event_id, safe=':@')}"
-        return _json(201, _event_view(record), {"Location": location})
+        logger.info("event created", event_id=event["event_id"], capacity=event["capacity"])
+        location = f"/events/{quote(event['event_id'], safe=':@')}"
+        return _json(201, event, {"Location": location})
 
     def get_event(event_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
-        record = store().get_event(event_id)
-        if record is None:
-            raise EventNotFoundError(f"no event {event_id!r}")
-        return _json(200, _event_view(record))
+        return _json(200, usecases.show_event(store(), unquote(event_id)))
 
     def update_event(event_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
+        event_id = unquote(event_id)
         body = _json_object(app.current_event.raw_event, frozenset({"capacity"}))
         if "capacity" not in body:
             raise _invalid("capacity is required")
-        capacity = _integer(body["capacity"], "capacity", 0, MAX_CAPACITY)
-        record = store().update_capacity(event_id, capacity)
+        event = usecases.update_capacity(store(), event_id, body["capacity"])
         count("EventUpdated")
-        logger.info("event capacity changed", event_id=event_id, capacity=capacity)
-        return _json(200, _event_view(record))
+        logger.info("event capacity changed", event_id=event_id, capacity=event["capacity"])
+        return _json(200, event)
 
     def close_event(event_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
-        record, closed_now = store().close_event(event_id)
-        if record is None:
-            raise EventNotFoundError(f"no event {event_id!r}")
-        if closed_now:
+        event = usecases.close_event(store(), unquote(event_id))
+        if event["closed_now"]:
             count("EventClosed")
-            logger.info("event closed", event_id=event_id)
-        return _json(200, {**_event_view(record), "closed_now": closed_now})
+            logger.info("event closed", event_id=event["event_id"])
+        return _json(200, event)
 
     def submit_signup(event_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
+        event_id = unquote(event_id)
         body = _json_object(
             app.current_event.raw_event, frozenset({"signup_id", "seats", "attributes"})
         )
-        signup_id = body.get("signup_id")
-        # JSON's own strictness first (2.0 and true are no seat counts), then the one
-        # validator the stream processor applies too.
-        seats = _integer(body["seats"], "seats", 1, MAX_SEATS) if "seats" in body else 1
-        attributes = body.get("attributes")
-        if "attributes" in body and attributes is None:
-            raise _invalid("attributes must be a map (a JSON object), or left out")
-        problems = signup_problems(event_id, signup_id, seats, attributes)
-        if problems:
-            raise _invalid("; ".join(problems))
-        signups = store()
-        # Checked here because the processor would only reject it later as unknown_event;
-        # an event created meanwhile is fine either way.
-        if signups.get_event(event_id) is None:
-            raise EventNotFoundError(f"no event {event_id!r}")
-        record, created = signups.put_intake(
+        submitted = usecases.submit_signup(
+            store(),
             event_id,
-            signup_id,
-            seats,
-            attributes,
-            submitted_at=_now(),
-            expires_at=intake_expires_at(intake_retention_days()),
+            body.get("signup_id"),
+            body.get("seats", usecases.ABSENT),
+            body.get("attributes", usecases.ABSENT),
+            retention_days=intake_retention_days(),
         )
-        count("SignupSubmitted" if created else "SignupResubmitted")
+        count("SignupSubmitted" if submitted.created else "SignupResubmitted")
         # Never the signup id itself, nor its attributes: both may be personal data.
+        signup_id = submitted.body["signup_id"]
         logger.info(
             "signup submitted",
             event_id=event_id,
             signup_ref=signup_ref(event_id, signup_id),
-            new=created,
+            new=submitted.created,
         )
-        submitted_at = record.get(Attr.SUBMITTED_AT)
-        answer = {
-            "status": Status.PENDING,
-            "event_id": event_id,
-            "signup_id": signup_id,
-            "seats": seats,
-            "submitted_at": submitted_at if isinstance(submitted_at, str) else None,
-        }
-        return _json(202, answer, {"Location": _signup_location(event_id, signup_id)})
+        location = _signup_location(event_id, signup_id)
+        return _json(202, submitted.body, {"Location": location})
 
     def get_signup(event_id: str, signup_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
-        signup_id = _path_id(signup_id, "signup_id")
-        signups = store()
-        # Decision first: a decision never goes away, so if it is absent now and the
-        # intake record is present next, the signup was PENDING at some point in between.
-        decision = signups.get_decision(event_id, signup_id)
-        intake = None if decision is not None else signups.get_intake(event_id, signup_id)
-        if decision is None and intake is None:
-            raise RequestError(
-                404, "signup_not_found", f"no signup {signup_id!r} for event {event_id!r}"
-            )
-        return _json(200, _signup_view(event_id, signup_id, decision, intake))
+        return _json(200, usecases.signup_status(store(), unquote(event_id), unquote(signup_id)))
 
     def openapi_document() -> Response[str]:
         return _json(200, OPENAPI)
@@ -462,9 +340,17 @@ def create_app(
     def request_error(exc: RequestError) -> Response[str]:
         return _error(exc.status, exc.code, exc.message, exc.headers)
 
+    @app.exception_handler(InvalidRequestError)
+    def invalid_request(exc: InvalidRequestError) -> Response[str]:
+        return _error(400, "invalid_request", str(exc))
+
     @app.exception_handler(EventNotFoundError)
     def event_not_found(exc: EventNotFoundError) -> Response[str]:
         return _error(404, "event_not_found", str(exc))
+
+    @app.exception_handler(SignupNotFoundError)
+    def signup_not_found(exc: SignupNotFoundError) -> Response[str]:
+        return _error(404, "signup_not_found", str(exc))
 
     @app.exception_handler(CapacityBelowTakenError)
     def capacity_below_taken(exc: CapacityBelowTakenError) -> Response[str]:
