@@ -2,8 +2,9 @@
 
 One Powertools ``APIGatewayHttpResolver`` (API Gateway HTTP API, payload format 2.0)
 serves every route. It runs unchanged behind API Gateway on AWS and behind the local
-``ApiServer``. The routes are thin: validate, one call into ``SignupStore``, shape the
-answer. ``ROUTES`` is the single list the resolver, the 405 answers and the OpenAPI
+``ApiServer``. The routes are thin: parse the body, one call into ``usecases`` (which
+validates, calls ``SignupStore`` and shapes the answer, for the CLI too), send it.
+``ROUTES`` is the single list the resolver, the 405 answers and the OpenAPI
 document are all built from, so the document cannot drift from what is served.
 
 Errors are always JSON ``{"error": CODE, "message": TEXT}``; nothing a client sends
