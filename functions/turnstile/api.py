@@ -18,7 +18,7 @@ import binascii
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
@@ -76,11 +76,18 @@ logger = Logger(service=SERVICE, child=True)
 
 @dataclass(frozen=True)
 class Route:
-    """One operation: the method, its OpenAPI path template and its OpenAPI operation id."""
+    """One operation, defined once: the method, its OpenAPI path template and operation
+    id, its OpenAPI operation object (``spec``, without the id) and the function that
+    serves it (``handler(call, **path_parameters)``). The resolver, the 405 answers and
+    the OpenAPI document are all built from ``ROUTES``: adding a route touches one place."""
 
     method: str
     path: str
     operation_id: str
+    spec: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    handler: Callable[..., Response[str]] | None = field(
+        default=None, compare=False, hash=False, repr=False
+    )
 
     @property
     def powertools_rule(self) -> str:
@@ -91,17 +98,6 @@ class Route:
     def matcher(self) -> re.Pattern[str]:
         """Matches any request path of this shape, whatever the segment holds."""
         return re.compile("^" + re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(self.path)) + "$")
-
-
-ROUTES: tuple[Route, ...] = (
-    Route("POST", "/events", "createEvent"),
-    Route("GET", "/events/{event_id}", "getEvent"),
-    Route("PATCH", "/events/{event_id}", "updateEvent"),
-    Route("POST", "/events/{event_id}/close", "closeEvent"),
-    Route("POST", "/events/{event_id}/signups", "submitSignup"),
-    Route("GET", "/events/{event_id}/signups/{signup_id}", "getSignup"),
-    Route("GET", "/openapi.json", "getOpenApiDocument"),
-)
 
 
 class RequestError(Exception):
@@ -217,6 +213,278 @@ def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str,
     return value
 
 
+# -- OpenAPI building blocks (each route carries its own operation object) ---------
+
+_ID_SCHEMA = {"type": "string", "pattern": ID_PATTERN.pattern, "minLength": 1, "maxLength": 128}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _error_response(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {JSON: {"schema": _ref("Error")}},
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _ok(description: str, schema: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": {JSON: {"schema": _ref(schema)}},
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _body(schema: str) -> dict[str, Any]:
+    return {"required": True, "content": {JSON: {"schema": _ref(schema)}}}
+
+
+_LOCATION = {"Location": {"required": True, "schema": {"type": "string"}}}
+_COMMON = {
+    "400": _error_response("Bad input: the message says which."),
+    "413": _error_response(f"The body is over {MAX_BODY_BYTES} bytes."),
+    "503": _error_response(
+        "DynamoDB is throttling or unreachable; retry after Retry-After seconds.",
+        {"Retry-After": {"required": True, "schema": {"type": "integer"}}},
+    ),
+}
+_EVENT_PARAM = {"$ref": "#/components/parameters/EventId"}
+_SIGNUP_PARAM = {"$ref": "#/components/parameters/SignupId"}
+
+# -- the operations -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What a route's handler works with: the resolver (for the request), the store and
+    the metrics counter."""
+
+    app: APIGatewayHttpResolver
+    store: Callable[[], SignupStore]
+    count: Callable[[str], None]
+
+    @property
+    def raw_event(self) -> Mapping[str, Any]:
+        return self.app.current_event.raw_event
+
+
+def _served(route: Route, call: _Call) -> Callable[..., Response[str]]:
+    handler = route.handler
+    if handler is None:
+        raise RuntimeError(f"route {route.operation_id} has no handler")
+    return lambda **params: handler(call, **params)
+
+
+def _create_event(call: _Call) -> Response[str]:
+    body = _json_object(call.raw_event, frozenset({"event_id", "capacity"}))
+    creator = caller_identity(call.raw_event)
+    event = usecases.create_event(
+        call.store(), body.get("event_id"), body.get("capacity"), created_by=creator
+    )
+    call.count("EventCreated")
+    logger.info("event created", event_id=event["event_id"], capacity=event["capacity"])
+    location = f"/events/{quote(event['event_id'], safe=':@')}"
+    return _json(201, event, {"Location": location})
+
+
+def _get_event(call: _Call, event_id: str) -> Response[str]:
+    return _json(200, usecases.show_event(call.store(), unquote(event_id)))
+
+
+def _update_event(call: _Call, event_id: str) -> Response[str]:
+    event_id = unquote(event_id)
+    body = _json_object(call.raw_event, frozenset({"capacity"}))
+    if "capacity" not in body:
+        raise _invalid("capacity is required")
+    event = usecases.update_capacity(call.store(), event_id, body["capacity"])
+    call.count("EventUpdated")
+    logger.info("event capacity changed", event_id=event_id, capacity=event["capacity"])
+    return _json(200, event)
+
+
+def _close_event(call: _Call, event_id: str) -> Response[str]:
+    event = usecases.close_event(call.store(), unquote(event_id))
+    if event["closed_now"]:
+        call.count("EventClosed")
+        logger.info("event closed", event_id=event["event_id"])
+    return _json(200, event)
+
+
+def _submit_signup(call: _Call, event_id: str) -> Response[str]:
+    event_id = unquote(event_id)
+    body = _json_object(call.raw_event, frozenset({"signup_id", "seats", "attributes"}))
+    submitted = usecases.submit_signup(
+        call.store(),
+        event_id,
+        body.get("signup_id"),
+        body.get("seats", usecases.ABSENT),
+        body.get("attributes", usecases.ABSENT),
+        retention_days=intake_retention_days(),
+    )
+    call.count("SignupSubmitted" if submitted.created else "SignupResubmitted")
+    # Never the signup id itself, nor its attributes: both may be personal data.
+    signup_id = submitted.body["signup_id"]
+    logger.info(
+        "signup submitted",
+        event_id=event_id,
+        signup_ref=signup_ref(event_id, signup_id),
+        new=submitted.created,
+    )
+    location = _signup_location(event_id, signup_id)
+    return _json(202, submitted.body, {"Location": location})
+
+
+def _get_signup(call: _Call, event_id: str, signup_id: str) -> Response[str]:
+    return _json(200, usecases.signup_status(call.store(), unquote(event_id), unquote(signup_id)))
+
+
+def _openapi_document(call: _Call) -> Response[str]:
+    return _json(200, OPENAPI)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "POST",
+        "/events",
+        "createEvent",
+        handler=_create_event,
+        spec={
+            "summary": "Create an OPEN event with a capacity in seats.",
+            "requestBody": _body("EventCreate"),
+            "responses": {
+                "201": _ok("Created.", "Event", _LOCATION),
+                "409": _error_response("An event with this id exists (error: event_exists)."),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/events/{event_id}",
+        "getEvent",
+        handler=_get_event,
+        spec={
+            "summary": "The event's capacity, seats taken and state (read consistently).",
+            "parameters": [_EVENT_PARAM],
+            "responses": {
+                "200": _ok("The event.", "Event"),
+                "404": _error_response("No such event (error: event_not_found)."),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "PATCH",
+        "/events/{event_id}",
+        "updateEvent",
+        handler=_update_event,
+        spec={
+            "summary": "Change an event's capacity: up at any time, down to the seats taken.",
+            "description": (
+                "Decisions already made stand; signups decided after the change are decided "
+                "against the new capacity (a decision in flight is decided again). Lowering "
+                "below the seats already taken answers 400 capacity_below_taken, and the "
+                "message says how many are taken."
+            ),
+            "parameters": [_EVENT_PARAM],
+            "requestBody": _body("EventUpdate"),
+            "responses": {
+                "200": _ok("The event after the change.", "Event"),
+                "404": _error_response("No such event (error: event_not_found)."),
+                **_COMMON,
+                "400": _error_response(
+                    "Bad input (error: invalid_request), or a capacity below the seats already "
+                    "taken (error: capacity_below_taken; the message names how many)."
+                ),
+            },
+        },
+    ),
+    Route(
+        "POST",
+        "/events/{event_id}/close",
+        "closeEvent",
+        handler=_close_event,
+        spec={
+            "summary": "OPEN -> CLOSED. Later signups are rejected with event_closed.",
+            "description": (
+                "Idempotent: closing a CLOSED event answers 200 with closed_now false. "
+                "No body is read."
+            ),
+            "parameters": [_EVENT_PARAM],
+            "responses": {
+                "200": _ok("The event after the call.", "EventClosed"),
+                "404": _error_response("No such event (error: event_not_found)."),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "POST",
+        "/events/{event_id}/signups",
+        "submitSignup",
+        handler=_submit_signup,
+        spec={
+            "summary": "Submit a signup: recorded as PENDING, decided later in arrival order.",
+            "description": (
+                "signup_id is the idempotency key: the same body again answers 202 again, even "
+                "once decided; another body for the same signup_id answers 409. A CLOSED "
+                "event still takes submissions; they are rejected with event_closed."
+            ),
+            "parameters": [_EVENT_PARAM],
+            "requestBody": _body("SignupCreate"),
+            "responses": {
+                "202": _ok(
+                    "Recorded; poll the Location for the decision.", "SignupAccepted", _LOCATION
+                ),
+                "404": _error_response("No such event (error: event_not_found)."),
+                "409": _error_response(
+                    "This signup_id was submitted with another body (error: signup_conflict)."
+                ),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/events/{event_id}/signups/{signup_id}",
+        "getSignup",
+        handler=_get_signup,
+        spec={
+            "summary": "A signup's status: PENDING, ACCEPTED or REJECTED (read consistently).",
+            "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
+            "responses": {
+                "200": _ok("The signup.", "Signup"),
+                "404": _error_response("No such signup (error: signup_not_found)."),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/openapi.json",
+        "getOpenApiDocument",
+        handler=_openapi_document,
+        spec={
+            "summary": "This document.",
+            "responses": {
+                "200": {
+                    "description": "The OpenAPI document.",
+                    "content": {JSON: {"schema": {"type": "object"}}},
+                },
+                "413": _COMMON["413"],
+            },
+        },
+    ),
+)
+
+
 # -- the application ------------------------------------------------------------------
 
 
@@ -242,83 +510,10 @@ def create_app(
         return next_middleware(app)
 
     app.use(middlewares=[limit_body])
+    call = _Call(app, store, count)
 
-    def create_event() -> Response[str]:
-        body = _json_object(app.current_event.raw_event, frozenset({"event_id", "capacity"}))
-        creator = caller_identity(app.current_event.raw_event)
-        event = usecases.create_event(
-            store(), body.get("event_id"), body.get("capacity"), created_by=creator
-        )
-        count("EventCreated")
-        logger.info("event created", event_id=event["event_id"], capacity=event["capacity"])
-        location = f"/events/{quote(event['event_id'], safe=':@')}"
-        return _json(201, event, {"Location": location})
-
-    def get_event(event_id: str) -> Response[str]:
-        return _json(200, usecases.show_event(store(), unquote(event_id)))
-
-    def update_event(event_id: str) -> Response[str]:
-        event_id = unquote(event_id)
-        body = _json_object(app.current_event.raw_event, frozenset({"capacity"}))
-        if "capacity" not in body:
-            raise _invalid("capacity is required")
-        event = usecases.update_capacity(store(), event_id, body["capacity"])
-        count("EventUpdated")
-        logger.info("event capacity changed", event_id=event_id, capacity=event["capacity"])
-        return _json(200, event)
-
-    def close_event(event_id: str) -> Response[str]:
-        event = usecases.close_event(store(), unquote(event_id))
-        if event["closed_now"]:
-            count("EventClosed")
-            logger.info("event closed", event_id=event["event_id"])
-        return _json(200, event)
-
-    def submit_signup(event_id: str) -> Response[str]:
-        event_id = unquote(event_id)
-        body = _json_object(
-            app.current_event.raw_event, frozenset({"signup_id", "seats", "attributes"})
-        )
-        submitted = usecases.submit_signup(
-            store(),
-            event_id,
-            body.get("signup_id"),
-            body.get("seats", usecases.ABSENT),
-            body.get("attributes", usecases.ABSENT),
-            retention_days=intake_retention_days(),
-        )
-        count("SignupSubmitted" if submitted.created else "SignupResubmitted")
-        # Never the signup id itself, nor its attributes: both may be personal data.
-        signup_id = submitted.body["signup_id"]
-        logger.info(
-            "signup submitted",
-            event_id=event_id,
-            signup_ref=signup_ref(event_id, signup_id),
-            new=submitted.created,
-        )
-        location = _signup_location(event_id, signup_id)
-        return _json(202, submitted.body, {"Location": location})
-
-    def get_signup(event_id: str, signup_id: str) -> Response[str]:
-        return _json(200, usecases.signup_status(store(), unquote(event_id), unquote(signup_id)))
-
-    def openapi_document() -> Response[str]:
-        return _json(200, OPENAPI)
-
-    # Registered from ROUTES, so a route missing here or in the document fails at import.
-    operations: dict[str, Callable[..., Response[str]]] = {
-        "createEvent": create_event,
-        "getEvent": get_event,
-        "updateEvent": update_event,
-        "closeEvent": close_event,
-        "submitSignup": submit_signup,
-        "getSignup": get_signup,
-        "getOpenApiDocument": openapi_document,
-    }
-    if set(operations) != {r.operation_id for r in ROUTES}:
-        raise RuntimeError("ROUTES and the route functions disagree")
     for route in ROUTES:
-        app.route(route.powertools_rule, method=route.method)(operations[route.operation_id])
+        app.route(route.powertools_rule, method=route.method)(_served(route, call))
 
     @app.not_found
     def no_route(_: Exception) -> Response[str]:
@@ -386,141 +581,6 @@ def create_app(
 
 
 # -- the OpenAPI document -------------------------------------------------------------
-
-_ID_SCHEMA = {"type": "string", "pattern": ID_PATTERN.pattern, "minLength": 1, "maxLength": 128}
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _error_response(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    response: dict[str, Any] = {
-        "description": description,
-        "content": {JSON: {"schema": _ref("Error")}},
-    }
-    if headers:
-        response["headers"] = headers
-    return response
-
-
-def _ok(description: str, schema: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    response: dict[str, Any] = {
-        "description": description,
-        "content": {JSON: {"schema": _ref(schema)}},
-    }
-    if headers:
-        response["headers"] = headers
-    return response
-
-
-def _body(schema: str) -> dict[str, Any]:
-    return {"required": True, "content": {JSON: {"schema": _ref(schema)}}}
-
-
-_LOCATION = {"Location": {"required": True, "schema": {"type": "string"}}}
-_COMMON = {
-    "400": _error_response("Bad input: the message says which."),
-    "413": _error_response(f"The body is over {MAX_BODY_BYTES} bytes."),
-    "503": _error_response(
-        "DynamoDB is throttling or unreachable; retry after Retry-After seconds.",
-        {"Retry-After": {"required": True, "schema": {"type": "integer"}}},
-    ),
-}
-_EVENT_PARAM = {"$ref": "#/components/parameters/EventId"}
-_SIGNUP_PARAM = {"$ref": "#/components/parameters/SignupId"}
-
-_OPERATIONS: dict[str, dict[str, Any]] = {
-    "createEvent": {
-        "summary": "Create an OPEN event with a capacity in seats.",
-        "requestBody": _body("EventCreate"),
-        "responses": {
-            "201": _ok("Created.", "Event", _LOCATION),
-            "409": _error_response("An event with this id exists (error: event_exists)."),
-            **_COMMON,
-        },
-    },
-    "getEvent": {
-        "summary": "The event's capacity, seats taken and state (read consistently).",
-        "parameters": [_EVENT_PARAM],
-        "responses": {
-            "200": _ok("The event.", "Event"),
-            "404": _error_response("No such event (error: event_not_found)."),
-            **_COMMON,
-        },
-    },
-    "updateEvent": {
-        "summary": "Change an event's capacity: up at any time, down to the seats taken.",
-        "description": (
-            "Decisions already made stand; signups decided after the change are decided "
-            "against the new capacity (a decision in flight is decided again). Lowering "
-            "below the seats already taken answers 400 capacity_below_taken, and the "
-            "message says how many are taken."
-        ),
-        "parameters": [_EVENT_PARAM],
-        "requestBody": _body("EventUpdate"),
-        "responses": {
-            "200": _ok("The event after the change.", "Event"),
-            "404": _error_response("No such event (error: event_not_found)."),
-            **_COMMON,
-            "400": _error_response(
-                "Bad input (error: invalid_request), or a capacity below the seats already "
-                "taken (error: capacity_below_taken; the message names how many)."
-            ),
-        },
-    },
-    "closeEvent": {
-        "summary": "OPEN -> CLOSED. Later signups are rejected with event_closed.",
-        "description": (
-            "Idempotent: closing a CLOSED event answers 200 with closed_now false. No body is read."
-        ),
-        "parameters": [_EVENT_PARAM],
-        "responses": {
-            "200": _ok("The event after the call.", "EventClosed"),
-            "404": _error_response("No such event (error: event_not_found)."),
-            **_COMMON,
-        },
-    },
-    "submitSignup": {
-        "summary": "Submit a signup: recorded as PENDING, decided later in arrival order.",
-        "description": (
-            "signup_id is the idempotency key: the same body again answers 202 again, even "
-            "once decided; another body for the same signup_id answers 409. A CLOSED "
-            "event still takes submissions; they are rejected with event_closed."
-        ),
-        "parameters": [_EVENT_PARAM],
-        "requestBody": _body("SignupCreate"),
-        "responses": {
-            "202": _ok(
-                "Recorded; poll the Location for the decision.", "SignupAccepted", _LOCATION
-            ),
-            "404": _error_response("No such event (error: event_not_found)."),
-            "409": _error_response(
-                "This signup_id was submitted with another body (error: signup_conflict)."
-            ),
-            **_COMMON,
-        },
-    },
-    "getSignup": {
-        "summary": "A signup's status: PENDING, ACCEPTED or REJECTED (read consistently).",
-        "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
-        "responses": {
-            "200": _ok("The signup.", "Signup"),
-            "404": _error_response("No such signup (error: signup_not_found)."),
-            **_COMMON,
-        },
-    },
-    "getOpenApiDocument": {
-        "summary": "This document.",
-        "responses": {
-            "200": {
-                "description": "The OpenAPI document.",
-                "content": {JSON: {"schema": {"type": "object"}}},
-            },
-            "413": _COMMON["413"],
-        },
-    },
-}
 
 _SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -680,7 +740,7 @@ _SCHEMAS: dict[str, Any] = {
 def _build_openapi() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
-        operation = {"operationId": route.operation_id, **_OPERATIONS[route.operation_id]}
+        operation = {"operationId": route.operation_id, **route.spec}
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.0.3",
