@@ -2,8 +2,9 @@
 
 One Powertools ``APIGatewayHttpResolver`` (API Gateway HTTP API, payload format 2.0)
 serves every route. It runs unchanged behind API Gateway on AWS and behind the local
-``ApiServer``. The routes are thin: validate, one call into ``SignupStore``, shape the
-answer. ``ROUTES`` is the single list the resolver, the 405 answers and the OpenAPI
+``ApiServer``. The routes are thin: parse the body, one call into ``usecases`` (which
+validates, calls ``SignupStore`` and shapes the answer, for the CLI too), send it.
+``ROUTES`` is the single list the resolver, the 405 answers and the OpenAPI
 document are all built from, so the document cannot drift from what is served.
 
 Errors are always JSON ``{"error": CODE, "message": TEXT}``; nothing a client sends
@@ -17,7 +18,7 @@ import binascii
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
@@ -28,27 +29,24 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.metrics import Metrics, MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
-from turnstile.clock import utc_now
-from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, Attr, Status
+from turnstile import usecases
+from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
     MAX_CAPACITY,
     MAX_SEATS,
-    MAX_SUBMITTED_AT_CHARS,
-    id_problem,
-    parse_request,
-    signup_problems,
 )
 from turnstile.errors import (
     CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
+    InvalidRequestError,
     SignupConflictError,
+    SignupNotFoundError,
     StoreUnavailableError,
 )
-from turnstile.jsonable import plain
-from turnstile.personal_data import intake_expires_at, intake_retention_days, signup_ref
-from turnstile.store import EventRecord, SignupStore
+from turnstile.personal_data import intake_retention_days, signup_ref
+from turnstile.store import SignupStore
 
 __all__ = [
     "MAX_ATTRIBUTES_BYTES",
@@ -78,11 +76,18 @@ logger = Logger(service=SERVICE, child=True)
 
 @dataclass(frozen=True)
 class Route:
-    """One operation: the method, its OpenAPI path template and its OpenAPI operation id."""
+    """One operation, defined once: the method, its OpenAPI path template and operation
+    id, its OpenAPI operation object (``spec``, without the id) and the function that
+    serves it (``handler(call, **path_parameters)``). The resolver, the 405 answers and
+    the OpenAPI document are all built from ``ROUTES``: adding a route touches one place."""
 
     method: str
     path: str
     operation_id: str
+    spec: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    handler: Callable[..., Response[str]] | None = field(
+        default=None, compare=False, hash=False, repr=False
+    )
 
     @property
     def powertools_rule(self) -> str:
@@ -93,17 +98,6 @@ class Route:
     def matcher(self) -> re.Pattern[str]:
         """Matches any request path of this shape, whatever the segment holds."""
         return re.compile("^" + re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(self.path)) + "$")
-
-
-ROUTES: tuple[Route, ...] = (
-    Route("POST", "/events", "createEvent"),
-    Route("GET", "/events/{event_id}", "getEvent"),
-    Route("PATCH", "/events/{event_id}", "updateEvent"),
-    Route("POST", "/events/{event_id}/close", "closeEvent"),
-    Route("POST", "/events/{event_id}/signups", "submitSignup"),
-    Route("GET", "/events/{event_id}/signups/{signup_id}", "getSignup"),
-    Route("GET", "/openapi.json", "getOpenApiDocument"),
-)
 
 
 class RequestError(Exception):
@@ -144,58 +138,6 @@ def _error(
     return _json(status, {"error": code, "message": message}, headers)
 
 
-def _whole(value: Any) -> int | None:
-    """An item's number as an int, or None where a direct writer left something else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
-        return int(value)
-    return None
-
-
-def _event_view(record: EventRecord) -> dict[str, Any]:
-    public = record.to_public()
-    # version is the processor's optimistic lock, not part of the public answer.
-    public.pop("version", None)
-    return public
-
-
-def _signup_view(
-    event_id: str,
-    signup_id: str,
-    decision: Mapping[str, Any] | None,
-    intake: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    if decision is not None:
-        seats = decision.get(Attr.SEATS)
-        attributes = decision.get(Attr.ATTRIBUTES)
-        submitted_at = decision.get(Attr.SUBMITTED_AT)
-    else:
-        # A pending signup is shown as the processor will read it: whatever a producer
-        # wrote straight into intake (400 KB of submitted_at, a map of any size) is
-        # bounded by the same rules, never copied as it is.
-        request = parse_request(intake or {}, "", {"event_id": event_id, "signup_id": signup_id})
-        seats, attributes = request.seats or None, request.attributes
-        submitted_at = request.submitted_at
-    if not isinstance(submitted_at, str) or len(submitted_at) > MAX_SUBMITTED_AT_CHARS:
-        submitted_at = None
-    decided = decision or {}
-    return {
-        "event_id": event_id,
-        "signup_id": signup_id,
-        "status": decided.get(Attr.STATUS, Status.PENDING),
-        "seats": _whole(seats),
-        "reason": decided.get(Attr.REASON),
-        "detail": decided.get("detail"),
-        "position": _whole(decided.get(Attr.POSITION)),
-        "submitted_at": submitted_at,
-        "decided_at": decided.get(Attr.DECIDED_AT),
-        "attributes": plain(attributes) if isinstance(attributes, Mapping) else {},
-    }
-
-
 def _signup_location(event_id: str, signup_id: str) -> str:
     return f"/events/{quote(event_id, safe=':@')}/signups/{quote(signup_id, safe=':@')}"
 
@@ -217,11 +159,6 @@ def caller_identity(event: Mapping[str, Any]) -> str | None:
     if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
         return str(claims["sub"])
     return None
-
-
-def _now() -> str:
-    """ISO-8601 UTC with microseconds, e.g. ``2026-11-21T21:24:27.123456Z``."""
-    return utc_now()
 
 
 # -- request parsing ------------------------------------------------------------------
@@ -276,229 +213,7 @@ def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str,
     return value
 
 
-def _id(value: Any, name: str) -> str:
-    problem = id_problem(value, name)
-    if problem:
-        raise _invalid(problem)
-    return str(value)
-
-
-def _path_id(value: str, name: str) -> str:
-    """A path parameter, percent-decoded (API Gateway may or may not have), then checked."""
-    return _id(unquote(value), name)
-
-
-def _integer(value: Any, name: str, minimum: int, maximum: int) -> int:
-    # bool is an int subclass, and a Decimal means the JSON had a fraction or exponent
-    # (even 2.0): both are refused, so only JSON integer literals pass.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid(f"{name} must be an integer from {minimum} to {maximum}")
-    if not minimum <= value <= maximum:
-        raise _invalid(f"{name} must be an integer from {minimum} to {maximum}")
-    return value
-
-
-# -- the application ------------------------------------------------------------------
-
-
-def create_app(
-    store: Callable[[], SignupStore],
-    metrics: Metrics | None = None,
-) -> APIGatewayHttpResolver:
-    """Build the resolver with every route of ``ROUTES``.
-
-    ``store`` is called on each request that needs DynamoDB (so the Lambda entry can
-    build its ``SignupStore`` lazily); ``metrics``, when given, receives PascalCase
-    past-tense counts such as ``SignupSubmitted``.
-    """
-    app = APIGatewayHttpResolver(serializer=_dumps)
-
-    def count(name: str) -> None:
-        if metrics is not None:
-            metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
-
-    def limit_body(app: APIGatewayHttpResolver, next_middleware: Any) -> Any:
-        # Every route, and unknown ones too: the limit is the API's, not a route's.
-        _check_body_size(app.current_event.raw_event)
-        return next_middleware(app)
-
-    app.use(middlewares=[limit_body])
-
-    def create_event() -> Response[str]:
-        body = _json_object(app.current_event.raw_event, frozenset({"event_id", "capacity"}))
-        event_id = _id(body.get("event_id"), "event_id")
-        capacity = _integer(body.get("capacity"), "capacity", 0, MAX_CAPACITY)
-        creator = caller_identity(app.current_event.raw_event)
-        record = store().create_event(event_id, capacity, now=_now(), created_by=creator)
-        count("EventCreated")
-        logger.info("event created", event_id=event_id, capacity=capacity)
-        location = f"/events/{quote(event_id, safe=':@')}"
-        return _json(201, _event_view(record), {"Location": location})
-
-    def get_event(event_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
-        record = store().get_event(event_id)
-        if record is None:
-            raise EventNotFoundError(f"no event {event_id!r}")
-        return _json(200, _event_view(record))
-
-    def update_event(event_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
-        body = _json_object(app.current_event.raw_event, frozenset({"capacity"}))
-        if "capacity" not in body:
-            raise _invalid("capacity is required")
-        capacity = _integer(body["capacity"], "capacity", 0, MAX_CAPACITY)
-        record = store().update_capacity(event_id, capacity)
-        count("EventUpdated")
-        logger.info("event capacity changed", event_id=event_id, capacity=capacity)
-        return _json(200, _event_view(record))
-
-    def close_event(event_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
-        record, closed_now = store().close_event(event_id)
-        if record is None:
-            raise EventNotFoundError(f"no event {event_id!r}")
-        if closed_now:
-            count("EventClosed")
-            logger.info("event closed", event_id=event_id)
-        return _json(200, {**_event_view(record), "closed_now": closed_now})
-
-    def submit_signup(event_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
-        body = _json_object(
-            app.current_event.raw_event, frozenset({"signup_id", "seats", "attributes"})
-        )
-        signup_id = body.get("signup_id")
-        # JSON's own strictness first (2.0 and true are no seat counts), then the one
-        # validator the stream processor applies too.
-        seats = _integer(body["seats"], "seats", 1, MAX_SEATS) if "seats" in body else 1
-        attributes = body.get("attributes")
-        if "attributes" in body and attributes is None:
-            raise _invalid("attributes must be a map (a JSON object), or left out")
-        problems = signup_problems(event_id, signup_id, seats, attributes)
-        if problems:
-            raise _invalid("; ".join(problems))
-        signups = store()
-        # Checked here because the processor would only reject it later as unknown_event;
-        # an event created meanwhile is fine either way.
-        if signups.get_event(event_id) is None:
-            raise EventNotFoundError(f"no event {event_id!r}")
-        record, created = signups.put_intake(
-            event_id,
-            signup_id,
-            seats,
-            attributes,
-            submitted_at=_now(),
-            expires_at=intake_expires_at(intake_retention_days()),
-        )
-        count("SignupSubmitted" if created else "SignupResubmitted")
-        # Never the signup id itself, nor its attributes: both may be personal data.
-        logger.info(
-            "signup submitted",
-            event_id=event_id,
-            signup_ref=signup_ref(event_id, signup_id),
-            new=created,
-        )
-        submitted_at = record.get(Attr.SUBMITTED_AT)
-        answer = {
-            "status": Status.PENDING,
-            "event_id": event_id,
-            "signup_id": signup_id,
-            "seats": seats,
-            "submitted_at": submitted_at if isinstance(submitted_at, str) else None,
-        }
-        return _json(202, answer, {"Location": _signup_location(event_id, signup_id)})
-
-    def get_signup(event_id: str, signup_id: str) -> Response[str]:
-        event_id = _path_id(event_id, "event_id")
-        signup_id = _path_id(signup_id, "signup_id")
-        signups = store()
-        # Decision first: a decision never goes away, so if it is absent now and the
-        # intake record is present next, the signup was PENDING at some point in between.
-        decision = signups.get_decision(event_id, signup_id)
-        intake = None if decision is not None else signups.get_intake(event_id, signup_id)
-        if decision is None and intake is None:
-            raise RequestError(
-                404, "signup_not_found", f"no signup {signup_id!r} for event {event_id!r}"
-            )
-        return _json(200, _signup_view(event_id, signup_id, decision, intake))
-
-    def openapi_document() -> Response[str]:
-        return _json(200, OPENAPI)
-
-    # Registered from ROUTES, so a route missing here or in the document fails at import.
-    operations: dict[str, Callable[..., Response[str]]] = {
-        "createEvent": create_event,
-        "getEvent": get_event,
-        "updateEvent": update_event,
-        "closeEvent": close_event,
-        "submitSignup": submit_signup,
-        "getSignup": get_signup,
-        "getOpenApiDocument": openapi_document,
-    }
-    if set(operations) != {r.operation_id for r in ROUTES}:
-        raise RuntimeError("ROUTES and the route functions disagree")
-    for route in ROUTES:
-        app.route(route.powertools_rule, method=route.method)(operations[route.operation_id])
-
-    @app.not_found
-    def no_route(_: Exception) -> Response[str]:
-        method = app.current_event.http_method.upper()
-        path = app.current_event.path
-        allowed = sorted({r.method for r in ROUTES if r.matcher.match(path)})
-        if method in allowed:
-            # The shape fits but a segment holds characters no id may contain.
-            return _error(400, "invalid_request", "a path segment is not a valid id")
-        if allowed:
-            return _error(
-                405,
-                "method_not_allowed",
-                f"{method} is not allowed here; use {', '.join(allowed)}",
-                {"Allow": ", ".join(allowed)},
-            )
-        return _error(404, "not_found", f"no route for {method} {path}")
-
-    @app.exception_handler(RequestError)
-    def request_error(exc: RequestError) -> Response[str]:
-        return _error(exc.status, exc.code, exc.message, exc.headers)
-
-    @app.exception_handler(EventNotFoundError)
-    def event_not_found(exc: EventNotFoundError) -> Response[str]:
-        return _error(404, "event_not_found", str(exc))
-
-    @app.exception_handler(CapacityBelowTakenError)
-    def capacity_below_taken(exc: CapacityBelowTakenError) -> Response[str]:
-        return _error(400, "capacity_below_taken", str(exc))
-
-    @app.exception_handler(EventExistsError)
-    def event_exists(exc: EventExistsError) -> Response[str]:
-        return _error(409, "event_exists", str(exc))
-
-    @app.exception_handler(SignupConflictError)
-    def signup_conflict(exc: SignupConflictError) -> Response[str]:
-        return _error(409, "signup_conflict", str(exc))
-
-    @app.exception_handler([StoreUnavailableError, BotoCoreError])
-    def unavailable(exc: Exception) -> Response[str]:
-        # Throttled past the store's retries, or DynamoDB unreachable: transient.
-        count("StoreUnavailable")
-        logger.warning("store unavailable", error=str(exc))
-        return _error(
-            503,
-            "unavailable",
-            "the store is busy or unreachable; retry later",
-            {"Retry-After": str(RETRY_AFTER_S)},
-        )
-
-    @app.exception_handler([ClientError, Exception])
-    def internal(exc: Exception) -> Response[str]:
-        logger.exception("request failed")
-        return _error(500, "internal_error", "the request failed on the server")
-
-    return app
-
-
-# -- the OpenAPI document -------------------------------------------------------------
+# -- OpenAPI building blocks (each route carries its own operation object) ---------
 
 _ID_SCHEMA = {"type": "string", "pattern": ID_PATTERN.pattern, "minLength": 1, "maxLength": 128}
 
@@ -543,97 +258,329 @@ _COMMON = {
 _EVENT_PARAM = {"$ref": "#/components/parameters/EventId"}
 _SIGNUP_PARAM = {"$ref": "#/components/parameters/SignupId"}
 
-_OPERATIONS: dict[str, dict[str, Any]] = {
-    "createEvent": {
-        "summary": "Create an OPEN event with a capacity in seats.",
-        "requestBody": _body("EventCreate"),
-        "responses": {
-            "201": _ok("Created.", "Event", _LOCATION),
-            "409": _error_response("An event with this id exists (error: event_exists)."),
-            **_COMMON,
-        },
-    },
-    "getEvent": {
-        "summary": "The event's capacity, seats taken and state (read consistently).",
-        "parameters": [_EVENT_PARAM],
-        "responses": {
-            "200": _ok("The event.", "Event"),
-            "404": _error_response("No such event (error: event_not_found)."),
-            **_COMMON,
-        },
-    },
-    "updateEvent": {
-        "summary": "Change an event's capacity: up at any time, down to the seats taken.",
-        "description": (
-            "Decisions already made stand; signups decided after the change are decided "
-            "against the new capacity (a decision in flight is decided again). Lowering "
-            "below the seats already taken answers 400 capacity_below_taken, and the "
-            "message says how many are taken."
-        ),
-        "parameters": [_EVENT_PARAM],
-        "requestBody": _body("EventUpdate"),
-        "responses": {
-            "200": _ok("The event after the change.", "Event"),
-            "404": _error_response("No such event (error: event_not_found)."),
-            **_COMMON,
-            "400": _error_response(
-                "Bad input (error: invalid_request), or a capacity below the seats already "
-                "taken (error: capacity_below_taken; the message names how many)."
-            ),
-        },
-    },
-    "closeEvent": {
-        "summary": "OPEN -> CLOSED. Later signups are rejected with event_closed.",
-        "description": (
-            "Idempotent: closing a CLOSED event answers 200 with closed_now false. No body is read."
-        ),
-        "parameters": [_EVENT_PARAM],
-        "responses": {
-            "200": _ok("The event after the call.", "EventClosed"),
-            "404": _error_response("No such event (error: event_not_found)."),
-            **_COMMON,
-        },
-    },
-    "submitSignup": {
-        "summary": "Submit a signup: recorded as PENDING, decided later in arrival order.",
-        "description": (
-            "signup_id is the idempotency key: the same body again answers 202 again, even "
-            "once decided; another body for the same signup_id answers 409. A CLOSED "
-            "event still takes submissions; they are rejected with event_closed."
-        ),
-        "parameters": [_EVENT_PARAM],
-        "requestBody": _body("SignupCreate"),
-        "responses": {
-            "202": _ok(
-                "Recorded; poll the Location for the decision.", "SignupAccepted", _LOCATION
-            ),
-            "404": _error_response("No such event (error: event_not_found)."),
-            "409": _error_response(
-                "This signup_id was submitted with another body (error: signup_conflict)."
-            ),
-            **_COMMON,
-        },
-    },
-    "getSignup": {
-        "summary": "A signup's status: PENDING, ACCEPTED or REJECTED (read consistently).",
-        "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
-        "responses": {
-            "200": _ok("The signup.", "Signup"),
-            "404": _error_response("No such signup (error: signup_not_found)."),
-            **_COMMON,
-        },
-    },
-    "getOpenApiDocument": {
-        "summary": "This document.",
-        "responses": {
-            "200": {
-                "description": "The OpenAPI document.",
-                "content": {JSON: {"schema": {"type": "object"}}},
+# -- the operations -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What a route's handler works with: the resolver (for the request), the store and
+    the metrics counter."""
+
+    app: APIGatewayHttpResolver
+    store: Callable[[], SignupStore]
+    count: Callable[[str], None]
+
+    @property
+    def raw_event(self) -> Mapping[str, Any]:
+        return self.app.current_event.raw_event
+
+
+def _served(route: Route, call: _Call) -> Callable[..., Response[str]]:
+    handler = route.handler
+    if handler is None:
+        raise RuntimeError(f"route {route.operation_id} has no handler")
+    return lambda **params: handler(call, **params)
+
+
+def _create_event(call: _Call) -> Response[str]:
+    body = _json_object(call.raw_event, frozenset({"event_id", "capacity"}))
+    creator = caller_identity(call.raw_event)
+    event = usecases.create_event(
+        call.store(), body.get("event_id"), body.get("capacity"), created_by=creator
+    )
+    call.count("EventCreated")
+    logger.info("event created", event_id=event["event_id"], capacity=event["capacity"])
+    location = f"/events/{quote(event['event_id'], safe=':@')}"
+    return _json(201, event, {"Location": location})
+
+
+def _get_event(call: _Call, event_id: str) -> Response[str]:
+    return _json(200, usecases.show_event(call.store(), unquote(event_id)))
+
+
+def _update_event(call: _Call, event_id: str) -> Response[str]:
+    event_id = unquote(event_id)
+    body = _json_object(call.raw_event, frozenset({"capacity"}))
+    if "capacity" not in body:
+        raise _invalid("capacity is required")
+    event = usecases.update_capacity(call.store(), event_id, body["capacity"])
+    call.count("EventUpdated")
+    logger.info("event capacity changed", event_id=event_id, capacity=event["capacity"])
+    return _json(200, event)
+
+
+def _close_event(call: _Call, event_id: str) -> Response[str]:
+    event = usecases.close_event(call.store(), unquote(event_id))
+    if event["closed_now"]:
+        call.count("EventClosed")
+        logger.info("event closed", event_id=event["event_id"])
+    return _json(200, event)
+
+
+def _submit_signup(call: _Call, event_id: str) -> Response[str]:
+    event_id = unquote(event_id)
+    body = _json_object(call.raw_event, frozenset({"signup_id", "seats", "attributes"}))
+    submitted = usecases.submit_signup(
+        call.store(),
+        event_id,
+        body.get("signup_id"),
+        body.get("seats", usecases.ABSENT),
+        body.get("attributes", usecases.ABSENT),
+        retention_days=intake_retention_days(),
+    )
+    call.count("SignupSubmitted" if submitted.created else "SignupResubmitted")
+    # Never the signup id itself, nor its attributes: both may be personal data.
+    signup_id = submitted.body["signup_id"]
+    logger.info(
+        "signup submitted",
+        event_id=event_id,
+        signup_ref=signup_ref(event_id, signup_id),
+        new=submitted.created,
+    )
+    location = _signup_location(event_id, signup_id)
+    return _json(202, submitted.body, {"Location": location})
+
+
+def _get_signup(call: _Call, event_id: str, signup_id: str) -> Response[str]:
+    return _json(200, usecases.signup_status(call.store(), unquote(event_id), unquote(signup_id)))
+
+
+def _openapi_document(call: _Call) -> Response[str]:
+    return _json(200, OPENAPI)
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "POST",
+        "/events",
+        "createEvent",
+        handler=_create_event,
+        spec={
+            "summary": "Create an OPEN event with a capacity in seats.",
+            "requestBody": _body("EventCreate"),
+            "responses": {
+                "201": _ok("Created.", "Event", _LOCATION),
+                "409": _error_response("An event with this id exists (error: event_exists)."),
+                **_COMMON,
             },
-            "413": _COMMON["413"],
         },
-    },
-}
+    ),
+    Route(
+        "GET",
+        "/events/{event_id}",
+        "getEvent",
+        handler=_get_event,
+        spec={
+            "summary": "The event's capacity, seats taken and state (read consistently).",
+            "parameters": [_EVENT_PARAM],
+            "responses": {
+                "200": _ok("The event.", "Event"),
+                "404": _error_response("No such event (error: event_not_found)."),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "PATCH",
+        "/events/{event_id}",
+        "updateEvent",
+        handler=_update_event,
+        spec={
+            "summary": "Change an event's capacity: up at any time, down to the seats taken.",
+            "description": (
+                "Decisions already made stand; signups decided after the change are decided "
+                "against the new capacity (a decision in flight is decided again). Lowering "
+                "below the seats already taken answers 400 capacity_below_taken, and the "
+                "message says how many are taken."
+            ),
+            "parameters": [_EVENT_PARAM],
+            "requestBody": _body("EventUpdate"),
+            "responses": {
+                "200": _ok("The event after the change.", "Event"),
+                "404": _error_response("No such event (error: event_not_found)."),
+                **_COMMON,
+                "400": _error_response(
+                    "Bad input (error: invalid_request), or a capacity below the seats already "
+                    "taken (error: capacity_below_taken; the message names how many)."
+                ),
+            },
+        },
+    ),
+    Route(
+        "POST",
+        "/events/{event_id}/close",
+        "closeEvent",
+        handler=_close_event,
+        spec={
+            "summary": "OPEN -> CLOSED. Later signups are rejected with event_closed.",
+            "description": (
+                "Idempotent: closing a CLOSED event answers 200 with closed_now false. "
+                "No body is read."
+            ),
+            "parameters": [_EVENT_PARAM],
+            "responses": {
+                "200": _ok("The event after the call.", "EventClosed"),
+                "404": _error_response("No such event (error: event_not_found)."),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "POST",
+        "/events/{event_id}/signups",
+        "submitSignup",
+        handler=_submit_signup,
+        spec={
+            "summary": "Submit a signup: recorded as PENDING, decided later in arrival order.",
+            "description": (
+                "signup_id is the idempotency key: the same body again answers 202 again, even "
+                "once decided; another body for the same signup_id answers 409. A CLOSED "
+                "event still takes submissions; they are rejected with event_closed."
+            ),
+            "parameters": [_EVENT_PARAM],
+            "requestBody": _body("SignupCreate"),
+            "responses": {
+                "202": _ok(
+                    "Recorded; poll the Location for the decision.", "SignupAccepted", _LOCATION
+                ),
+                "404": _error_response("No such event (error: event_not_found)."),
+                "409": _error_response(
+                    "This signup_id was submitted with another body (error: signup_conflict)."
+                ),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/events/{event_id}/signups/{signup_id}",
+        "getSignup",
+        handler=_get_signup,
+        spec={
+            "summary": "A signup's status: PENDING, ACCEPTED or REJECTED (read consistently).",
+            "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
+            "responses": {
+                "200": _ok("The signup.", "Signup"),
+                "404": _error_response("No such signup (error: signup_not_found)."),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/openapi.json",
+        "getOpenApiDocument",
+        handler=_openapi_document,
+        spec={
+            "summary": "This document.",
+            "responses": {
+                "200": {
+                    "description": "The OpenAPI document.",
+                    "content": {JSON: {"schema": {"type": "object"}}},
+                },
+                "413": _COMMON["413"],
+            },
+        },
+    ),
+)
+
+
+# -- the application ------------------------------------------------------------------
+
+
+def create_app(
+    store: Callable[[], SignupStore],
+    metrics: Metrics | None = None,
+) -> APIGatewayHttpResolver:
+    """Build the resolver with every route of ``ROUTES``.
+
+    ``store`` is called on each request that needs DynamoDB (so the Lambda entry can
+    build its ``SignupStore`` lazily); ``metrics``, when given, receives PascalCase
+    past-tense counts such as ``SignupSubmitted``.
+    """
+    app = APIGatewayHttpResolver(serializer=_dumps)
+
+    def count(name: str) -> None:
+        if metrics is not None:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+
+    def limit_body(app: APIGatewayHttpResolver, next_middleware: Any) -> Any:
+        # Every route, and unknown ones too: the limit is the API's, not a route's.
+        _check_body_size(app.current_event.raw_event)
+        return next_middleware(app)
+
+    app.use(middlewares=[limit_body])
+    call = _Call(app, store, count)
+
+    for route in ROUTES:
+        app.route(route.powertools_rule, method=route.method)(_served(route, call))
+
+    @app.not_found
+    def no_route(_: Exception) -> Response[str]:
+        method = app.current_event.http_method.upper()
+        path = app.current_event.path
+        allowed = sorted({r.method for r in ROUTES if r.matcher.match(path)})
+        if method in allowed:
+            # The shape fits but a segment holds characters no id may contain.
+            return _error(400, "invalid_request", "a path segment is not a valid id")
+        if allowed:
+            return _error(
+                405,
+                "method_not_allowed",
+                f"{method} is not allowed here; use {', '.join(allowed)}",
+                {"Allow": ", ".join(allowed)},
+            )
+        return _error(404, "not_found", f"no route for {method} {path}")
+
+    @app.exception_handler(RequestError)
+    def request_error(exc: RequestError) -> Response[str]:
+        return _error(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(InvalidRequestError)
+    def invalid_request(exc: InvalidRequestError) -> Response[str]:
+        return _error(400, "invalid_request", str(exc))
+
+    @app.exception_handler(EventNotFoundError)
+    def event_not_found(exc: EventNotFoundError) -> Response[str]:
+        return _error(404, "event_not_found", str(exc))
+
+    @app.exception_handler(SignupNotFoundError)
+    def signup_not_found(exc: SignupNotFoundError) -> Response[str]:
+        return _error(404, "signup_not_found", str(exc))
+
+    @app.exception_handler(CapacityBelowTakenError)
+    def capacity_below_taken(exc: CapacityBelowTakenError) -> Response[str]:
+        return _error(400, "capacity_below_taken", str(exc))
+
+    @app.exception_handler(EventExistsError)
+    def event_exists(exc: EventExistsError) -> Response[str]:
+        return _error(409, "event_exists", str(exc))
+
+    @app.exception_handler(SignupConflictError)
+    def signup_conflict(exc: SignupConflictError) -> Response[str]:
+        return _error(409, "signup_conflict", str(exc))
+
+    @app.exception_handler([StoreUnavailableError, BotoCoreError])
+    def unavailable(exc: Exception) -> Response[str]:
+        # Throttled past the store's retries, or DynamoDB unreachable: transient.
+        count("StoreUnavailable")
+        logger.warning("store unavailable", error=str(exc))
+        return _error(
+            503,
+            "unavailable",
+            "the store is busy or unreachable; retry later",
+            {"Retry-After": str(RETRY_AFTER_S)},
+        )
+
+    @app.exception_handler([ClientError, Exception])
+    def internal(exc: Exception) -> Response[str]:
+        logger.exception("request failed")
+        return _error(500, "internal_error", "the request failed on the server")
+
+    return app
+
+
+# -- the OpenAPI document -------------------------------------------------------------
 
 _SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -793,7 +740,7 @@ _SCHEMAS: dict[str, Any] = {
 def _build_openapi() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
-        operation = {"operationId": route.operation_id, **_OPERATIONS[route.operation_id]}
+        operation = {"operationId": route.operation_id, **route.spec}
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.0.3",

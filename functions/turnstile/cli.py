@@ -18,7 +18,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from turnstile.client import ApiError
-from turnstile.contract import ID_PATTERN, Attr, Status
+from turnstile.contract import Attr, Status
 from turnstile.errors import TurnstileError
 from turnstile.jsonable import plain
 
@@ -40,12 +40,6 @@ def _json_default(value: Any) -> Any:
 
 def _print_json(value: Any) -> None:
     print(json.dumps(plain(value), indent=2, default=_json_default))
-
-
-def _check_id(kind: str, value: str) -> str:
-    if not ID_PATTERN.fullmatch(value):
-        raise CliError(f"{kind} {value!r} does not match {ID_PATTERN.pattern}")
-    return value
 
 
 def _store() -> Any:
@@ -138,38 +132,32 @@ def cli_identity() -> str:
 
 
 def cmd_event_create(args: argparse.Namespace) -> int:
-    from turnstile.clock import utc_now
+    from turnstile import usecases
 
-    _check_id("event_id", args.event_id)
-    _check_capacity(args.capacity)
-    record = _store().create_event(
-        args.event_id, args.capacity, utc_now(), created_by=cli_identity()
+    _print_json(
+        usecases.create_event(_store(), args.event_id, args.capacity, created_by=cli_identity())
     )
-    _print_json(record.to_public())
     return 0
 
 
-def _check_capacity(capacity: int) -> None:
-    from turnstile.domain import capacity_problem
-
-    problem = capacity_problem(capacity)
-    if problem:
-        raise CliError(f"--{problem}")
-
-
 def cmd_event_update(args: argparse.Namespace) -> int:
-    _check_id("event_id", args.event_id)
-    _check_capacity(args.capacity)
-    record = _store().update_capacity(args.event_id, args.capacity)
-    _print_json(record.to_public())
+    from turnstile import usecases
+
+    _print_json(usecases.update_capacity(_store(), args.event_id, args.capacity))
+    return 0
+
+
+def cmd_event_close(args: argparse.Namespace) -> int:
+    from turnstile import usecases
+
+    _print_json(usecases.close_event(_store(), args.event_id))
     return 0
 
 
 def cmd_event_show(args: argparse.Namespace) -> int:
-    record = _store().get_event(args.event_id)
-    if record is None:
-        raise CliError(f"no event {args.event_id!r}")
-    _print_json(record.to_public())
+    from turnstile import usecases
+
+    _print_json(usecases.show_event(_store(), args.event_id))
     return 0
 
 
@@ -184,34 +172,35 @@ def _api_client(url: str) -> Any:
 
 
 def cmd_submit(args: argparse.Namespace) -> int:
-    from turnstile.clock import utc_now
-    from turnstile.domain import signup_problems
-    from turnstile.personal_data import intake_expires_at
+    from turnstile import usecases
 
-    attributes = None
-    if args.attributes:
+    attributes: Any = usecases.ABSENT
+    if args.attributes is not None:
         try:
             attributes = json.loads(args.attributes, parse_float=Decimal)
         except json.JSONDecodeError as exc:
             raise CliError(f"--attributes is not JSON: {exc}") from exc
-    # The one validator the API and the stream processor apply: what passes here is never
-    # rejected later as invalid_request.
-    problems = signup_problems(args.event_id, args.signup_id, args.seats, attributes)
-    if problems:
-        raise CliError("; ".join(problems))
+    seats = usecases.ABSENT if args.seats is None else args.seats
     url = _api_url(args)
     if url:
-        _print_json(_api_client(url).submit(args.event_id, args.signup_id, args.seats, attributes))
+        # The API applies the same use case; its answer is printed as it is.
+        body = _api_client(url).submit(
+            args.event_id,
+            args.signup_id,
+            1 if seats is usecases.ABSENT else seats,
+            None if attributes is usecases.ABSENT else attributes,
+        )
+        _print_json(body)
         return 0
-    item, created = _store().put_intake(
+    submitted = usecases.submit_signup(
+        _store(),
         args.event_id,
         args.signup_id,
-        args.seats,
+        seats,
         attributes,
-        utc_now(),
-        expires_at=intake_expires_at(_retention_days(args)),
+        retention_days=_retention_days(args),
     )
-    _print_json({**item, "status": Status.PENDING, "created": created})
+    _print_json(submitted.body)
     return 0
 
 
@@ -227,27 +216,6 @@ def _retention_days(args: argparse.Namespace) -> int:
         return intake_retention_days()
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-
-
-def signup_status(store: Any, event_id: str, signup_id: str) -> dict[str, Any] | None:
-    """The public status of a signup: its decision, else PENDING if submitted, else None."""
-    decision = store.get_decision(event_id, signup_id)
-    if decision is not None and Attr.STATUS in decision:
-        return decision
-    intake = store.get_intake(event_id, signup_id)
-    if intake is None:
-        return None
-    from turnstile.domain import parse_request
-
-    # As the processor will read it: nothing a producer wrote is copied unbounded.
-    request = parse_request(intake, "", {Attr.EVENT_ID: event_id, Attr.SIGNUP_ID: signup_id})
-    return {
-        Attr.EVENT_ID: event_id,
-        Attr.SIGNUP_ID: signup_id,
-        Attr.STATUS: Status.PENDING,
-        Attr.SEATS: request.seats or None,
-        Attr.SUBMITTED_AT: request.submitted_at,
-    }
 
 
 def _status_via_api(args: argparse.Namespace, url: str) -> int:
@@ -269,13 +237,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     url = _api_url(args)
     if url:
         return _status_via_api(args, url)
+    from turnstile import usecases
+
     store = _store()
     deadline = time.monotonic() + (args.wait or 0)
     delay = 0.1
     while True:
-        status = signup_status(store, args.event_id, args.signup_id)
-        if status is None:
-            raise CliError(f"no signup {args.signup_id!r} in event {args.event_id!r}")
+        status = usecases.signup_status(store, args.event_id, args.signup_id)
         if status[Attr.STATUS] != Status.PENDING or time.monotonic() >= deadline:
             break
         time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
@@ -397,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("event_id")
     p.add_argument("--capacity", type=int, required=True)
     p.set_defaults(func=cmd_event_update)
+    p = event.add_parser("close", help="close an event: later signups are rejected")
+    p.add_argument("event_id")
+    p.set_defaults(func=cmd_event_close)
     p = event.add_parser("show", help="show an event's counters")
     p.add_argument("event_id")
     p.set_defaults(func=cmd_event_show)
@@ -404,7 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="write a provisional signup into intake")
     p.add_argument("event_id")
     p.add_argument("signup_id")
-    p.add_argument("--seats", type=int, default=1)
+    p.add_argument("--seats", type=int, help="default 1")
     p.add_argument("--attributes", help="a JSON object carried to the decision")
     p.add_argument(
         "--retention-days",

@@ -143,7 +143,8 @@ class TurnstileClient:
         """Submit a signup (202, PENDING). Safe to repeat with the same arguments."""
         body: dict[str, Any] = {"signup_id": signup_id, "seats": seats}
         if attributes is not None:
-            body["attributes"] = dict(attributes)
+            # Not a map: sent as it is, for the API to refuse by its rules.
+            body["attributes"] = dict(attributes) if isinstance(attributes, Mapping) else attributes
         return self._call("POST", f"/events/{_segment(event_id)}/signups", body)
 
     def get(self, event_id: str, signup_id: str) -> dict[str, Any]:

@@ -5,12 +5,16 @@ from __future__ import annotations
 __all__ = [
     "CapacityBelowTakenError",
     "CommitConflictError",
+    "ConflictError",
     "DuplicateRunError",
     "EventExistsError",
     "EventNotFoundError",
+    "InvalidRequestError",
     "JournalTooLargeError",
     "LeaseLostError",
+    "NotFoundError",
     "SignupConflictError",
+    "SignupNotFoundError",
     "StoreUnavailableError",
     "TurnstileError",
 ]
@@ -28,12 +32,32 @@ class CommitConflictError(TurnstileError):
     """The event item changed under us (its version moved on): reload and decide again."""
 
 
-class EventExistsError(TurnstileError):
+class InvalidRequestError(TurnstileError):
+    """A request that breaks the contract; ``problems`` names every way it does."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+class NotFoundError(TurnstileError):
+    """What the request names does not exist."""
+
+
+class ConflictError(TurnstileError):
+    """The request contradicts what was already recorded under the same id."""
+
+
+class EventExistsError(ConflictError):
     """An event with this id already exists."""
 
 
-class EventNotFoundError(TurnstileError):
+class EventNotFoundError(NotFoundError):
     """No event item with this id."""
+
+
+class SignupNotFoundError(NotFoundError):
+    """No decision and no intake record for this signup."""
 
 
 class CapacityBelowTakenError(TurnstileError):
@@ -49,7 +73,7 @@ class CapacityBelowTakenError(TurnstileError):
         self.taken = taken
 
 
-class SignupConflictError(TurnstileError):
+class SignupConflictError(ConflictError):
     """The signup id was already submitted with a different body."""
 
 

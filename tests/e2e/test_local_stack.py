@@ -175,7 +175,7 @@ def test_many_producers_every_signup_decided_audit_clean_replay_harmless(local_s
 def test_status_of_an_unknown_signup_is_one_clear_line(local_stack):
     result = local_stack.turnstile("status", "e2e-nothing", "nobody")
     assert result.returncode == 2
-    assert result.stderr.strip() == "turnstile: no signup 'nobody' in event 'e2e-nothing'"
+    assert result.stderr.strip() == "turnstile: no signup 'nobody' for event 'e2e-nothing'"
 
 
 def test_cli_errors_are_one_line_without_a_traceback(local_stack):
