@@ -64,7 +64,11 @@ def cmd_local(args: argparse.Namespace) -> int:
         api_port=args.api_port,
         worker=not args.no_worker,
         state_dir=_state_dir(args),
+        in_memory=args.in_memory,
+        reset=args.reset,
     )
+    if args.in_memory and args.reset:
+        raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -78,6 +82,12 @@ def cmd_local(args: argparse.Namespace) -> int:
         f"turnstile local: worker       {'off' if args.no_worker else 'polling the intake stream'}",
         flush=True,
     )
+    if args.in_memory:
+        where = "in memory (lost when it stops)"
+    else:
+        restored = stack.aws.replayed if stack.aws else 0
+        where = f"{stack.state_dir.resolve()} ({restored} writes restored)"
+    print(f"turnstile local: state        {where}", flush=True)
     print(
         f"  export AWS_ENDPOINT_URL={endpoint} AWS_ACCESS_KEY_ID=test "
         "AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1",
@@ -337,7 +347,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=4566, help="AWS endpoint port")
     p.add_argument("--api-port", type=int, default=8080)
     p.add_argument("--no-worker", action="store_true", help="do not poll the stream")
-    p.add_argument("--state-dir", help="where checkpoints live (default .turnstile)")
+    p.add_argument(
+        "--state-dir",
+        help="where the tables, queue and checkpoints persist (default .turnstile)",
+    )
+    p.add_argument(
+        "--in-memory", action="store_true", help="keep no state: everything is lost on stop"
+    )
+    p.add_argument(
+        "--reset", action="store_true", help="delete the persisted state and start clean"
+    )
     p.set_defaults(func=cmd_local)
 
     p = sub.add_parser("worker", help="run only the stream worker against the configured endpoint")

@@ -91,8 +91,13 @@ class Drill:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self._stack = running_local_stack(tmp / "stack", "--no-worker")
+        self._start_stack()
+        self.workers: list[subprocess.Popen] = []
+
+    def _start_stack(self) -> None:
+        self._stack = running_local_stack(self.tmp / "stack", "--no-worker")
         running = self._stack.__enter__()
+        self.stack_process = running.process
         self.endpoint = running.endpoint
         self.env = running.env
         self.client = boto3.client(
@@ -103,7 +108,13 @@ class Drill:
             aws_secret_access_key="test",
             config=Config(retries={"mode": "standard", "max_attempts": 10}),
         )
-        self.workers: list[subprocess.Popen] = []
+
+    def kill_and_restart_stack(self) -> None:
+        """SIGKILL the whole ``turnstile local`` and start it again on its state (new ports)."""
+        self.stack_process.send_signal(signal.SIGKILL)
+        self.stack_process.wait(timeout=30)
+        self._stack.__exit__(None, None, None)
+        self._start_stack()
 
     def turnstile(self, *args: str, env: dict[str, str] | None = None, timeout: float = 300):
         return subprocess.run(
@@ -550,8 +561,15 @@ def test_drill_whole_stream_replayed_three_times(drill):
         )
         assert result.returncode == 0, result.stderr
         assert state() == before, f"replay {i + 1} changed a decision or an event item"
+    # The whole local stack killed and restarted: its state comes back from disk, the
+    # finisher resumes from its checkpoint (the stream ARN is the same), nothing changes.
+    drill.kill_and_restart_stack()
+    assert state() == before, "the restart lost or changed a decision or an event item"
+    summary = drill.finish()
+    assert summary["decided"] == 0, summary
+    assert state() == before
     drill.audit_clean()
-    report("replay-x3", drill.figures(written, replays=3))
+    report("replay-x3", drill.figures(written, replays=3, stack_restarts=1))
 
 
 def test_drill_worker_down_past_retention_then_the_sweeper_decides(drill):

@@ -9,8 +9,10 @@ which costs nothing measurable at moto's few hundred requests per second.
 from __future__ import annotations
 
 import copy
+import io
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from moto.moto_server.werkzeug_app import (
@@ -19,6 +21,8 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 from werkzeug.serving import BaseWSGIServer, make_server
+
+WAL_NAME = "aws.wal"
 
 __all__ = ["BackgroundServer", "EmbeddedAws", "SerializedApp", "patch_moto_transactions"]
 
@@ -83,16 +87,59 @@ def patch_moto_transactions() -> None:
 
 
 class SerializedApp:
-    """WSGI middleware that runs one request at a time, body included."""
+    """WSGI middleware that runs one request at a time, body included.
 
-    def __init__(self, app: Callable[..., Iterable[bytes]]) -> None:
+    Given a ``WriteAheadLog``, every successful request that changes state is appended to
+    it and fsynced before its response is returned (``turnstile.local.persist``).
+    """
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], wal: Any = None) -> None:
         self.app = app
         self.lock = threading.Lock()
+        self.wal = wal
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         with self.lock:
-            # Drain the response inside the lock: moto may build it lazily.
-            return [b"".join(self.app(environ, start_response))]
+            if self.wal is None:
+                # Drain the response inside the lock: moto may build it lazily.
+                return [b"".join(self.app(environ, start_response))]
+            return [self._logged(environ, start_response)]
+
+    def _logged(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> bytes:
+        from turnstile.local import persist
+
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        kind = persist.classify(environ, body)
+        if kind is None:
+            return b"".join(self.app(environ, start_response))
+        service, action = kind
+        record = persist.request_record(environ, body)
+        if service == "sqs" and action in ("DeleteMessage", "DeleteMessageBatch"):
+            record = persist.sqs_delete_record(body) or record
+        status: list[Any] = []
+
+        def capture(s: str, headers: Any, exc_info: Any = None) -> Any:
+            status[:] = [s, headers, exc_info]
+            return lambda data: None
+
+        response = b"".join(self.app(environ, capture))
+        if status and status[0].startswith("2"):
+            if service == "sqs" and action in ("SendMessage", "SendMessageBatch"):
+                record["sqs_sent"] = persist.sqs_sent_ids(action, response)
+            if service == "dynamodb" and action in ("CreateTable", "UpdateTable"):
+                record["table"] = persist.table_identity(response)
+            self.wal.append(record)  # fsynced: acknowledged means durable
+        start_response(*status)
+        return response
+
+    def replay(self) -> int:
+        """Rebuild the state from the log, before the server takes requests."""
+        from turnstile.local import persist
+
+        with self.lock:
+            return persist.replay(self.wal.records(), self.app)
 
 
 class BackgroundServer:
@@ -117,11 +164,20 @@ class BackgroundServer:
 class EmbeddedAws(BackgroundServer):
     """moto's server on ``host:port`` (port 0 picks a free one), in a background thread."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 4566) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 4566, state_dir: Path | None = None
+    ) -> None:
+        """``state_dir``: persist to its write-ahead log and replay it now (None: memory)."""
         patch_moto_transactions()
-        app = SerializedApp(DomainDispatcherApplication(create_backend_app))
+        wal = None
+        if state_dir is not None:
+            from turnstile.local.persist import WriteAheadLog
+
+            wal = WriteAheadLog(state_dir / WAL_NAME)
+        self.app = SerializedApp(DomainDispatcherApplication(create_backend_app), wal)
+        self.replayed = self.app.replay() if wal is not None else 0
         self._server: BaseWSGIServer = make_server(
-            host, port, app, threaded=True, request_handler=MotoRequestHandler
+            host, port, self.app, threaded=True, request_handler=MotoRequestHandler
         )
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="embedded-aws", daemon=True

@@ -25,7 +25,7 @@ from turnstile.errors import TurnstileError
 from turnstile.local.api_server import ApiServer
 from turnstile.local.faults import FaultInjectingClient
 from turnstile.local.poller import CheckpointStore, StreamPoller
-from turnstile.local.server import EmbeddedAws
+from turnstile.local.server import WAL_NAME, EmbeddedAws
 
 __all__ = [
     "LocalStack",
@@ -254,8 +254,11 @@ class LocalStack:
         api_port: int = 8080,
         worker: bool = True,
         state_dir: Path | None = None,
+        in_memory: bool = False,
+        reset: bool = False,
     ) -> None:
         self.host, self.port, self.api_port = host, port, api_port
+        self.in_memory, self.reset = in_memory, reset
         self.with_worker = worker
         self.state_dir = state_dir or Path(".turnstile")
         self.aws: EmbeddedAws | None = None
@@ -275,7 +278,14 @@ class LocalStack:
 
     def start(self) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
-        self.aws = EmbeddedAws(self.host, self.port)
+        if self.reset:
+            for name in (WAL_NAME, "checkpoints.json"):
+                (self.state_dir / name).unlink(missing_ok=True)
+        self.aws = EmbeddedAws(
+            self.host, self.port, state_dir=None if self.in_memory else self.state_dir
+        )
+        if self.aws.replayed:
+            log.info("restored %d logged writes from %s", self.aws.replayed, self.state_dir)
         self.aws.start()
         os.environ.update(local_aws_environment(self.aws.url))
         # The handlers run in this process: quiet Powertools' per-invocation EMF output.
@@ -289,8 +299,10 @@ class LocalStack:
         self.api = ApiServer(self.host, self.api_port, self.health, **extra)
         self.api.start()
         if self.with_worker:
-            # A new endpoint has new streams: stale checkpoints of old ones are ignored,
-            # since they are keyed by stream ARN.
+            # A new endpoint has new streams, a restored one too (replay makes a new stream
+            # ARN): checkpoints are keyed by stream ARN, so the old ones are ignored and the
+            # new stream is read from TRIM_HORIZON; decisions already made are kept
+            # (idempotent), undecided signups are decided.
             self.worker = Worker(self.state_dir)
             self.worker.start()
             self._sweeper_thread = threading.Thread(

@@ -1,0 +1,182 @@
+"""``turnstile local`` keeps its state across a restart (SIGINT or SIGKILL), real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.e2e.conftest import RunningStack, running_local_stack
+from turnstile.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, MAIN_TABLE
+
+
+def client(stack: RunningStack, service: str = "dynamodb") -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=stack.endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+
+
+def scan(stack: RunningStack, table: str) -> dict[tuple[str, str], dict[str, Any]]:
+    items: dict[tuple[str, str], dict[str, Any]] = {}
+    for page in client(stack).get_paginator("scan").paginate(TableName=table, ConsistentRead=True):
+        for item in page["Items"]:
+            key = ("pk", "sk") if "pk" in item else ("event_id", "signup_id")
+            items[(item[key[0]]["S"], item[key[1]]["S"])] = item
+    return items
+
+
+def put_signup(stack: RunningStack, event_id: str, signup_id: str) -> None:
+    """A producer's write straight into intake; returns once it is acknowledged (200)."""
+    client(stack).put_item(
+        TableName=INTAKE_TABLE.name,
+        Item={
+            "event_id": {"S": event_id},
+            "signup_id": {"S": signup_id},
+            "seats": {"N": "1"},
+            "undecided": {"S": signup_id[:1]},
+        },
+        ConditionExpression="attribute_not_exists(signup_id)",
+    )
+
+
+def api_signup(stack: RunningStack, event_id: str, signup_id: str) -> None:
+    request = urllib.request.Request(
+        f"{stack.api_url}/events/{event_id}/signups",
+        data=json.dumps({"signup_id": signup_id, "seats": 1}).encode(),
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 202
+
+
+def wait_all_decided(stack: RunningStack, timeout: float = 60) -> dict[Any, dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        intake, main = scan(stack, INTAKE_TABLE.name), scan(stack, MAIN_TABLE.name)
+        decisions = {k: v for k, v in main.items() if "status" in v}
+        if set(intake) <= set(decisions) or time.monotonic() > deadline:
+            return decisions
+        time.sleep(0.3)
+
+
+def stop(stack: RunningStack, how: signal.Signals) -> None:
+    stack.process.send_signal(how)
+    stack.process.wait(timeout=30)
+
+
+def stream_arn(stack: RunningStack) -> str:
+    return client(stack).describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
+
+
+def banner(state_dir: Path) -> str:
+    return (state_dir / "local.log").read_text()
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
+def test_state_survives_a_restart_and_nothing_is_decided_twice(tmp_path, how):
+    state = tmp_path / "state"
+    # 1. The worker decides a first lot; a burst acknowledged just before the kill follows.
+    with running_local_stack(state) as stack:
+        assert stack.turnstile("event", "create", "p", "--capacity", "7").returncode == 0
+        for i in range(6):
+            put_signup(stack, "p", f"a{i}")
+        before = wait_all_decided(stack)
+        assert len(before) == 6
+        arn = stream_arn(stack)
+        for i in range(3):
+            put_signup(stack, "p", f"b{i}")
+            api_signup(stack, "p", f"c{i}")
+        stop(stack, how)
+    # 2. Without a worker: everything acknowledged is there; more arrives, undecided.
+    with running_local_stack(state, "--no-worker") as stack:
+        assert "writes restored" in banner(state)
+        intake = scan(stack, INTAKE_TABLE.name)
+        assert {f"b{i}" for i in range(3)} | {f"c{i}" for i in range(3)} <= {k[1] for k in intake}
+        assert len(intake) == 12
+        assert stream_arn(stack) == arn
+        for i in range(3):
+            put_signup(stack, "p", f"d{i}")
+        stop(stack, how)
+    # 3. The worker resumes: the rest decided, the first lot untouched, audit clean.
+    with running_local_stack(state) as stack:
+        after = wait_all_decided(stack)
+        intake = scan(stack, INTAKE_TABLE.name)
+        assert len(intake) == 15
+        assert set(after) == set(intake)  # every intake record has exactly one decision
+        for key, decision in before.items():
+            assert after[key] == decision  # decided before the restarts, never again
+        assert sum(d["status"]["S"] == "ACCEPTED" for d in after.values()) == 7
+        audit = stack.turnstile("audit")
+        assert audit.returncode == 0, audit.stdout + audit.stderr
+        assert "audit OK: 1 events, 7 accepted, 8 rejected, 0 pending, 0 violations" in audit.stdout
+        assert stream_arn(stack) == arn
+        checkpoints = json.loads((state / "checkpoints.json").read_text())
+        assert list(checkpoints) == [arn]  # one stream, one checkpoint: never re-read
+
+
+def test_the_failure_queue_survives_a_sigkill(tmp_path):
+    """Sent messages come back with their ids, deleted ones stay deleted."""
+    state = tmp_path / "state"
+    with running_local_stack(state, "--no-worker") as stack:
+        sqs = client(stack, "sqs")
+        url = sqs.get_queue_url(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
+        ids = [sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")["MessageId"] for i in range(3)]
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        deleted = next(m for m in got if m["MessageId"] == ids[1])
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=deleted["ReceiptHandle"])
+        stop(stack, signal.SIGKILL)
+    with running_local_stack(state, "--no-worker") as stack:
+        sqs = client(stack, "sqs")
+        url = sqs.get_queue_url(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        assert sorted((m["MessageId"], m["Body"]) for m in got) == sorted(
+            [(ids[0], "m0"), (ids[2], "m2")]
+        )
+        # A message received after the restart is deleted by its new receipt handle.
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+        deleted_after = got[0]["MessageId"]
+        stop(stack, signal.SIGKILL)
+    with running_local_stack(state, "--no-worker") as stack:
+        sqs = client(stack, "sqs")
+        url = sqs.get_queue_url(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+        left = {ids[0], ids[2]} - {deleted_after}
+        assert [m["MessageId"] for m in got] == list(left)
+
+
+def test_in_memory_keeps_nothing_and_reset_starts_clean(tmp_path):
+    state = tmp_path / "state"
+    with running_local_stack(state, "--in-memory", "--no-worker") as stack:
+        assert "state        in memory" in banner(state)
+        put_signup(stack, "m", "x")
+    assert not (state / "aws.wal").exists()
+    with running_local_stack(state, "--in-memory", "--no-worker") as stack:
+        assert scan(stack, INTAKE_TABLE.name) == {}
+    with running_local_stack(state, "--no-worker") as stack:
+        assert f"state        {state.resolve()} (0 writes restored)" in banner(state)
+        put_signup(stack, "m", "x")
+    with running_local_stack(state, "--no-worker") as stack:
+        assert list(scan(stack, INTAKE_TABLE.name)) == [("m", "x")]
+    with running_local_stack(state, "--reset", "--no-worker") as stack:
+        assert "(0 writes restored)" in banner(state)
+        assert scan(stack, INTAKE_TABLE.name) == {}
+    with running_local_stack(state, "--no-worker") as stack:
+        assert scan(stack, INTAKE_TABLE.name) == {}  # the reset is itself persistent
+
+
+def test_reset_with_in_memory_is_a_usage_error(tmp_path):
+    stack = RunningStack("", "", dict(os.environ), tmp_path, None)  # type: ignore[arg-type]
+    result = stack.turnstile("local", "--in-memory", "--reset", "--state-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "--reset" in result.stderr
