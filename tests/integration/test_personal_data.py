@@ -148,7 +148,11 @@ def test_logs_carry_no_signup_id_and_no_attributes(client, store, stream, logs_a
     assert call("GET", f"/events/gala/signups/{SIGNUP_ID}") == 200
     # ... one written straight into intake, invalid, and one for an event that fails
     put_raw_intake(
-        client, "gala", f"{SIGNUP_ID}.2", seats={"N": "0"}, attributes={"M": {"x": {"S": "+44 20 7946 0958"}}}
+        client,
+        "gala",
+        f"{SIGNUP_ID}.2",
+        seats={"N": "0"},
+        attributes={"M": {"x": {"S": "+44 20 7946 0958"}}},
     )
     store.create_event("flaky", 1, NOW)
     put_raw_intake(client, "flaky", SIGNUP_ID, attributes={"M": {"n": {"S": "Lovelace"}}})
