@@ -110,7 +110,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
             [p["cost_per_million_usd"] for p in points],
             marker="o",
             color=COLORS["turnstile"],
-            label="turnstile $/M signups (intake + processor)",
+            label="turnstile $/M signups (intake + index entry + processor)",
         )
         scale.plot(
             sizes,
