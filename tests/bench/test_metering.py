@@ -16,12 +16,13 @@ from turnstile.bench.metering import (
     Meter,
     MeteredClient,
     attribute_value_size,
+    index_entry,
     item_size,
     read_units,
     write_units,
 )
 from turnstile.bench.prices import ON_DEMAND_US_EAST_1
-from turnstile.contract import MAIN_TABLE
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, UNDECIDED_INDEX, Attr
 
 # -- sizes ------------------------------------------------------------------------------
 
@@ -238,3 +239,216 @@ def test_other_calls_pass_through_and_are_counted(aws):
     assert TABLE in client.list_tables()["TableNames"]
     assert meter.snapshot().requests == {"list_tables": 1}
     assert meter.snapshot().total_write_units == 0
+
+
+# -- global secondary index writes: intake's sparse ``undecided`` index -----------------------
+#
+# The DynamoDB Developer Guide (global secondary indexes, write capacity units): a write that
+# puts an entry into the index costs one write on it, changing the index key's value two (a
+# delete and a put), removing the key one, changing only projected attributes one, and an
+# item in the index neither before nor after nothing; a write unit per 1 KB of the entry.
+
+INTAKE = INTAKE_TABLE.name
+INDEX = UNDECIDED_INDEX.name
+
+
+def intake(signup_id: str, size: int, marker: str | None = "a", **extra: str) -> dict[str, Any]:
+    """An intake item of exactly ``size`` bytes, marked ``undecided`` unless ``marker`` is
+    None; ``extra`` string attributes count in the size."""
+    item = sized_item(signup_id, size)
+    taken = sum(len(k) + len(v) for k, v in extra.items())
+    if marker is not None:
+        taken += len(Attr.UNDECIDED) + len(marker)
+    item["pad"] = {"S": "x" * (len(item["pad"]["S"]) - taken)}
+    item.update({k: {"S": v} for k, v in extra.items()})
+    if marker is not None:
+        item[Attr.UNDECIDED] = {"S": marker}
+    assert item_size(item) == size
+    return item
+
+
+def entry_size(item: dict[str, Any]) -> int:
+    entry = index_entry(item, UNDECIDED_INDEX, (Attr.EVENT_ID, Attr.SIGNUP_ID))
+    assert entry is not None
+    return item_size(entry)
+
+
+def units(meter: Meter) -> tuple[dict[str, float], dict[str, float]]:
+    snapshot = meter.snapshot()
+    return snapshot.write_units, snapshot.index_write_units
+
+
+def test_index_entry_is_the_keys_the_marker_and_the_included_attributes():
+    item = intake("a", 900, submitted_at="2026-01-01T00:00:00.000000Z")
+    entry = index_entry(item, UNDECIDED_INDEX, (Attr.EVENT_ID, Attr.SIGNUP_ID))
+    # the 900-byte item's padding is not projected (INCLUDE names submitted_at and the
+    # sweeper's two attributes only)
+    assert entry == {
+        Attr.EVENT_ID: {"S": "e1"},
+        Attr.SIGNUP_ID: {"S": "a"},
+        Attr.UNDECIDED: {"S": "a"},
+        Attr.SUBMITTED_AT: {"S": "2026-01-01T00:00:00.000000Z"},
+    }
+    unmarked = intake("b", 900, marker=None)
+    assert index_entry(unmarked, UNDECIDED_INDEX, (Attr.EVENT_ID, Attr.SIGNUP_ID)) is None
+
+
+def test_put_with_the_marker_writes_the_index_entry_too(metered):
+    client, meter = metered
+    # GIVEN a 900-byte intake item carrying the marker: its index entry is ~60 bytes
+    item = intake("a", 900)
+    assert entry_size(item) < 100
+    client.put_item(TableName=INTAKE, Item=item)
+    # THEN one unit on the table and one on the index (the entry, not the item, sized)
+    assert units(meter) == ({"put_item": 1}, {INDEX: 1})
+    assert meter.snapshot().total_write_units == 2
+
+
+def test_put_without_the_marker_costs_nothing_on_the_index(metered):
+    client, meter = metered
+    client.put_item(TableName=INTAKE, Item=intake("a", 900, marker=None))
+    assert units(meter) == ({"put_item": 1}, {})
+
+
+def test_index_units_are_per_kilobyte_of_the_projected_entry(metered):
+    client, meter = metered
+    # GIVEN a projected attribute of 1,500 bytes, in a 3,000-byte item
+    item = intake("a", 3000, submitted_at="t" * 1500)
+    assert 1024 < entry_size(item) <= 2048
+    client.put_item(TableName=INTAKE, Item=item)
+    # THEN the table is charged on 3,000 bytes, the index on the ~1.5 KB entry
+    assert units(meter) == ({"put_item": 3}, {INDEX: 2})
+
+
+def test_failed_conditional_put_writes_nothing_to_the_index(metered):
+    client, meter = metered
+    client.put_item(TableName=INTAKE, Item=intake("a", 900))
+    with pytest.raises(ClientError):
+        client.put_item(
+            TableName=INTAKE,
+            Item=intake("a", 900, marker="b"),
+            ConditionExpression="attribute_not_exists(signup_id)",
+        )
+    assert units(meter) == ({"put_item": 2}, {INDEX: 1})
+
+
+def update(client: Any, signup_id: str, expression: str, values: dict[str, str] | None = None):
+    kwargs: dict[str, Any] = {
+        "TableName": INTAKE,
+        "Key": key(signup_id),
+        "UpdateExpression": expression,
+    }
+    if values:
+        kwargs["ExpressionAttributeValues"] = {k: {"S": v} for k, v in values.items()}
+    client.update_item(**kwargs)
+
+
+def test_update_setting_the_marker_puts_an_entry(metered):
+    client, meter = metered
+    client.put_item(TableName=INTAKE, Item=intake("a", 900, marker=None))
+    update(client, "a", "SET undecided = :m", {":m": "a"})
+    assert units(meter) == ({"put_item": 1, "update_item": 1}, {INDEX: 1})
+
+
+def test_update_changing_the_markers_value_deletes_and_puts(metered):
+    client, meter = metered
+    client.put_item(TableName=INTAKE, Item=intake("a", 900, marker="a"))
+    update(client, "a", "SET undecided = :m", {":m": "b"})
+    # 1 for the put, then 2 for the move (the old entry deleted, the new one put)
+    assert units(meter) == ({"put_item": 1, "update_item": 1}, {INDEX: 1 + 2})
+
+
+def test_update_removing_the_marker_deletes_the_entry(metered):
+    client, meter = metered
+    client.put_item(TableName=INTAKE, Item=intake("a", 900))
+    update(client, "a", "REMOVE undecided")
+    assert units(meter) == ({"put_item": 1, "update_item": 1}, {INDEX: 1 + 1})
+    # and once it is out, a further update leaves the index alone
+    update(client, "a", "SET note = :n", {":n": "decided"})
+    assert units(meter) == ({"put_item": 1, "update_item": 2}, {INDEX: 2})
+
+
+def test_update_of_projected_attributes_only_writes_the_entry_once(metered):
+    client, meter = metered
+    client.put_item(TableName=INTAKE, Item=intake("a", 900))
+    # WHEN an attribute the index does not project changes: the entry does not
+    update(client, "a", "SET note = :n", {":n": "x"})
+    assert units(meter)[1] == {INDEX: 1}
+    # WHEN a projected one does (a re-emission's redriven_at), with the marker set again
+    # to the value it has: one write, the entry updated in place
+    update(client, "a", "SET redriven_at = :t, undecided = :m", {":t": "now", ":m": "a"})
+    assert units(meter) == ({"put_item": 1, "update_item": 2}, {INDEX: 1 + 1})
+
+
+def test_delete_of_an_indexed_item_deletes_its_entry(metered):
+    client, meter = metered
+    client.put_item(TableName=INTAKE, Item=intake("a", 900))
+    client.put_item(TableName=INTAKE, Item=intake("b", 900, marker=None))
+    client.delete_item(TableName=INTAKE, Key=key("a"))
+    client.delete_item(TableName=INTAKE, Key=key("b"))
+    # 1 for a's entry put, 1 for its deletion; b never was in the index
+    assert units(meter) == ({"put_item": 2, "delete_item": 2}, {INDEX: 1 + 1})
+
+
+def test_batch_write_charges_each_items_entry(metered):
+    client, meter = metered
+    client.batch_write_item(
+        RequestItems={
+            INTAKE: [
+                {"PutRequest": {"Item": intake("a", 900)}},
+                {"PutRequest": {"Item": intake("b", 900)}},
+                {"PutRequest": {"Item": intake("c", 900, marker=None)}},
+            ]
+        }
+    )
+    client.batch_write_item(RequestItems={INTAKE: [{"DeleteRequest": {"Key": key("a")}}]})
+    assert units(meter) == ({"batch_write_item": 3 + 1}, {INDEX: 2 + 1})
+
+
+def test_a_transaction_doubles_its_items_but_not_the_index_writes(metered):
+    client, meter = metered
+    client.put_item(TableName=INTAKE, Item=intake("old", 900))
+    # WHEN one transaction puts a marked record and removes another's marker
+    client.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": INTAKE, "Item": intake("new", 900)}},
+            {
+                "Update": {
+                    "TableName": INTAKE,
+                    "Key": key("old"),
+                    "UpdateExpression": "REMOVE undecided",
+                }
+            },
+            {
+                "ConditionCheck": {
+                    "TableName": TABLE,
+                    "Key": key("#EVENT"),
+                    "ConditionExpression": "attribute_not_exists(signup_id)",
+                }
+            },
+        ]
+    )
+    # THEN 2 x 1 per item of the transaction (three), and one index write for the entry
+    # put plus one for the entry deleted, once each (the index changes after the commit)
+    assert units(meter) == (
+        {"put_item": 1, "transact_write_items": 2 * 3},
+        {INDEX: 1 + 1 + 1},
+    )
+
+
+def test_a_cancelled_transaction_writes_nothing_to_the_index(metered):
+    client, meter = metered
+    with pytest.raises(ClientError):
+        client.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": INTAKE, "Item": intake("new", 900)}},
+                {
+                    "ConditionCheck": {
+                        "TableName": TABLE,
+                        "Key": key("#EVENT"),
+                        "ConditionExpression": "attribute_exists(signup_id)",
+                    }
+                },
+            ]
+        )
+    assert units(meter) == ({"transact_write_items": 2 * 2}, {})

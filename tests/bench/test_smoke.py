@@ -18,6 +18,9 @@ from turnstile.bench.prices import ON_DEMAND_US_EAST_1
 from turnstile.bench.progress import Progress
 from turnstile.bench.report import render_table
 from turnstile.bench.scale import run_direct, scale_summary
+from turnstile.bench.workload import Workload, generate, intake_item
+from turnstile.contract import INTAKE_TABLE
+from turnstile.store import SignupStore
 
 REQUIRED = (
     "decisions_per_s",
@@ -119,13 +122,17 @@ def test_numbers_are_sane(bench, name):
 
 def test_turnstile_units_split_into_intake_and_processor(bench):
     t = bench["strategies"]["turnstile"]
-    # GIVEN intake items of at most 1 KB: one write unit each
+    # GIVEN intake items of at most 1 KB: one write unit each, and one more for each
+    # one's entry in the undecided index (put_intake writes the marker)
     assert t["intake_item_bytes"]["max"] <= 1024
     assert t["intake_write_units_per_decision"] == 1.0
+    assert t["intake_index_write_units_per_decision"] == 1.0
     # THEN the processor's decision items plus commits, and the total adds up
     assert 1.0 < t["processor_write_units_per_decision"] < 2.0
     assert t["write_units_per_decision"] == pytest.approx(
-        t["processor_write_units_per_decision"] + t["intake_write_units_per_decision"],
+        t["processor_write_units_per_decision"]
+        + t["intake_write_units_per_decision"]
+        + t["intake_index_write_units_per_decision"],
         abs=1e-3,
     )
 
@@ -145,6 +152,9 @@ def test_processor_driven_directly_meters_one_write_per_small_decision():
     assert point["oversold_seats"] == 0
     assert 1.0 < point["processor_write_units_per_decision"] <= 1.1
     assert point["size_mismatches"] == 0
+    # and each intake write, not made here, counted with its undecided index entry
+    assert point["intake_write_units_per_decision"] == 1.0
+    assert point["intake_index_write_units_per_decision"] == 1.0
     summary = scale_summary([run, run], ON_DEMAND_US_EAST_1)
     assert summary["flat"]
 
@@ -162,3 +172,18 @@ def test_cpu_profile_measures_engine_and_handler():
 def test_unknown_strategy_is_refused(capsys):
     assert run_cli("--quick", "--strategies", "pessimistic") == 2
     assert "pessimistic" in capsys.readouterr().err
+
+
+def test_the_workloads_intake_item_is_what_put_intake_writes(aws):
+    # GIVEN a signup of the workload, submitted as the turnstile way's producers do
+    client = aws.client("dynamodb")
+    signup = generate(Workload(events=1, signups=1))[0]
+    at = "2026-01-01T00:00:00.000000Z"
+    SignupStore(client).put_intake(
+        signup.event_id, signup.signup_id, signup.seats, signup.attributes, at
+    )
+    key = {"event_id": {"S": signup.event_id}, "signup_id": {"S": signup.signup_id}}
+    stored = client.get_item(TableName=INTAKE_TABLE.name, Key=key)["Item"]
+    # THEN the scale run's and the sweeper bench's items are the same, marker included
+    expected = intake_item(signup.event_id, signup.signup_id, signup.seats, signup.attributes, at)
+    assert stored == expected

@@ -12,7 +12,17 @@ Units follow DynamoDB's published on-demand rules, computed from the items thems
   costs a minimum read (AWS: "a read operation on an item that does not exist consumes
   one read capacity unit", half when eventually consistent);
 * Query and Scan are charged on the total size of the items read, before any filter or
-  projection, rounded up to 4 KB per page.
+  projection, rounded up to 4 KB per page;
+* a write also costs write units on each global secondary index it changes (the DynamoDB
+  Developer Guide, "Provisioned throughput considerations for Global Secondary Indexes",
+  write capacity units): putting an entry into the index (a new item with the index key, or
+  an update that sets it) one write, changing the key's value two (a delete and a put),
+  removing the key attribute (or deleting the item) one, changing only projected attributes
+  one, and nothing when the item is in the index neither before nor after. Each is a write
+  unit per 1 KB of the index entry (the table's key, the index key and the projected
+  attributes), at least one. Indexes change after a transaction completes, so an index write
+  made by a transaction is counted once, not doubled like the transaction's own items.
+  Index definitions come from ``turnstile.contract`` (the intake table's ``undecided``).
 
 moto's ``ConsumedCapacity`` is deliberately not used: it does not follow these rules.
 
@@ -34,7 +44,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import Attr, ControlKey
+from turnstile.contract import ALL_TABLES, Attr, ControlKey, IndexSpec
 from turnstile.itemsize import typed_item_size, typed_value_size
 
 __all__ = [
@@ -46,6 +56,9 @@ __all__ = [
     "MeteredClient",
     "attribute_value_size",
     "combine",
+    "contract_indexes",
+    "index_entry",
+    "index_write_units",
     "item_size",
     "read_units",
     "write_units",
@@ -79,6 +92,46 @@ def read_units(size: int, consistent: bool = True, transactional: bool = False) 
     return units * 2 if transactional else units
 
 
+Item = Mapping[str, Mapping[str, Any]]
+
+
+def index_entry(item: Item | None, index: IndexSpec, table_keys: tuple[str, str]) -> Item | None:
+    """An item's entry in a global secondary index: the table's key, the index key and the
+    projected attributes; None when the item is absent or lacks the index key (sparse)."""
+    if item is None or index.partition_key not in item:
+        return None
+    if index.projection_type == "ALL":
+        return dict(item)
+    kept = {*table_keys, index.partition_key}
+    if index.projection_type == "INCLUDE":
+        kept |= set(index.non_key_attributes)
+    return {k: v for k, v in item.items() if k in kept}
+
+
+def index_write_units(index: IndexSpec, before: Item | None, after: Item | None) -> int:
+    """Write units one index consumes for a table write that turns its entry ``before``
+    into ``after`` (None: the item is not in the index), by the rules above."""
+    if before is None and after is None:
+        return 0
+    if before is None:
+        assert after is not None
+        return write_units(item_size(after))  # put into the index
+    if after is None:
+        return write_units(item_size(before))  # deleted from the index
+    if before[index.partition_key] != after[index.partition_key]:
+        # The key moved: the old entry deleted, the new one put.
+        return write_units(item_size(before)) + write_units(item_size(after))
+    if before == after:
+        return 0  # the index does not change
+    return write_units(max(item_size(before), item_size(after)))  # projected values updated
+
+
+def contract_indexes() -> dict[str, tuple[IndexSpec, ...]]:
+    """The contract's global secondary indexes by the table names in force now (the
+    environment's, as the benchmark's endpoint sets them)."""
+    return {spec.name: spec.indexes for spec in ALL_TABLES if spec.indexes}
+
+
 # -- the size index ---------------------------------------------------------------------
 
 ItemKey = tuple[str, str, str]
@@ -89,6 +142,9 @@ class ItemSizes:
 
     ``authoritative`` means every writer of these tables is metered, so an unknown key is
     an absent item; otherwise a metered client asks the endpoint (unmetered) instead.
+    ``indexes``: the global secondary indexes by table name (default: the contract's, by
+    the table names in force when it is built); for their tables the index entries of every
+    item are kept too, so a write's index units need no read either.
     """
 
     def __init__(
@@ -96,10 +152,14 @@ class ItemSizes:
         authoritative: bool = True,
         partition_key: str = Attr.EVENT_ID,
         sort_key: str = Attr.SIGNUP_ID,
+        indexes: Mapping[str, Iterable[IndexSpec]] | None = None,
     ) -> None:
         self.authoritative = authoritative
         self.partition_key = partition_key
         self.sort_key = sort_key
+        chosen = contract_indexes() if indexes is None else indexes
+        self.indexes: dict[str, tuple[IndexSpec, ...]] = {t: tuple(i) for t, i in chosen.items()}
+        self._entries: dict[ItemKey, dict[str, Item]] = {}
         self._sizes: dict[ItemKey, int] = {}
         self._largest: dict[ItemKey, int] = {}
         self._partitions: dict[tuple[str, str], list[int]] = {}  # [items, bytes]
@@ -124,8 +184,31 @@ class ItemSizes:
         with self._lock:
             return self._sizes.get(key)
 
-    def set(self, key: ItemKey, size: int | None) -> None:
-        """Record an item's size after a write (None: the item is gone)."""
+    def entries(self, key: ItemKey) -> dict[str, Item]:
+        """The item's entries in its table's indexes, by index name (absent: not in it)."""
+        with self._lock:
+            return dict(self._entries.get(key, {}))
+
+    def entries_of(self, table: str, item: Item | None) -> dict[str, Item]:
+        """What ``item`` would put into ``table``'s indexes, by index name."""
+        names = self.key_names(table)
+        out: dict[str, Item] = {}
+        for index in self.indexes.get(table, ()):
+            entry = index_entry(item, index, names)
+            if entry is not None:
+                out[index.name] = entry
+        return out
+
+    def set(self, key: ItemKey, size: int | None, item: Item | None = None) -> None:
+        """Record an item's size after a write (None: the item is gone), and ``item``'s
+        index entries (the whole item after the write) if its table has indexes."""
+        if key[0] in self.indexes:
+            entries = self.entries_of(key[0], item if size is not None else None)
+            with self._lock:
+                if entries:
+                    self._entries[key] = entries
+                else:
+                    self._entries.pop(key, None)
         with self._lock:
             old = self._sizes.pop(key, None)
             part = self._partitions.setdefault((key[0], key[1]), [0, 0])
@@ -166,11 +249,16 @@ class ItemSizes:
 
 @dataclass(frozen=True)
 class MeterSnapshot:
-    """What a meter counted: requests and units by operation, plus bookkeeping."""
+    """What a meter counted: requests and units by operation, plus bookkeeping.
+
+    ``write_units`` are the tables' own, by operation; ``index_write_units`` the global
+    secondary indexes', by index name. ``total_write_units`` is both: what is billed.
+    """
 
     requests: dict[str, int] = field(default_factory=dict)
     read_units: dict[str, float] = field(default_factory=dict)
     write_units: dict[str, float] = field(default_factory=dict)
+    index_write_units: dict[str, float] = field(default_factory=dict)
     failed_conditional_writes: int = 0
     retry_attempts: int = 0
     unmetered_requests: int = 0
@@ -185,14 +273,23 @@ class MeterSnapshot:
         return sum(self.read_units.values())
 
     @property
-    def total_write_units(self) -> float:
+    def table_write_units(self) -> float:
         return sum(self.write_units.values())
+
+    @property
+    def total_index_write_units(self) -> float:
+        return sum(self.index_write_units.values())
+
+    @property
+    def total_write_units(self) -> float:
+        return self.table_write_units + self.total_index_write_units
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "requests": dict(sorted(self.requests.items())),
             "read_units": dict(sorted(self.read_units.items())),
             "write_units": dict(sorted(self.write_units.items())),
+            "index_write_units": dict(sorted(self.index_write_units.items())),
             "failed_conditional_writes": self.failed_conditional_writes,
             "retry_attempts": self.retry_attempts,
             "unmetered_requests": self.unmetered_requests,
@@ -209,6 +306,7 @@ class Meter:
         self._requests: Counter[str] = Counter()
         self._read: Counter[str] = Counter()
         self._write: Counter[str] = Counter()
+        self._index_write: Counter[str] = Counter()
         self._failed_conditional = 0
         self._retries = 0
         self._unmetered = 0
@@ -221,6 +319,7 @@ class Meter:
         write: float = 0.0,
         failed_conditional: bool = False,
         retries: int = 0,
+        index_write: Mapping[str, float] | None = None,
     ) -> None:
         with self._lock:
             self._requests[operation] += 1 + retries
@@ -228,6 +327,9 @@ class Meter:
                 self._read[operation] += read
             if write:
                 self._write[operation] += write
+            for index, units in (index_write or {}).items():
+                if units:
+                    self._index_write[index] += units
             self._failed_conditional += int(failed_conditional)
             self._retries += retries
 
@@ -245,6 +347,7 @@ class Meter:
                 requests=dict(self._requests),
                 read_units=dict(self._read),
                 write_units=dict(self._write),
+                index_write_units=dict(self._index_write),
                 failed_conditional_writes=self._failed_conditional,
                 retry_attempts=self._retries,
                 unmetered_requests=self._unmetered,
@@ -315,12 +418,31 @@ class MeteredClient:
 
     def _size_before(self, table: str, key: Mapping[str, Any]) -> int:
         """An item's size now (0 when absent), from the index or an unmetered read."""
-        known = self._index.get(self._index.key(table, key))
+        item_key = self._index.key(table, key)
+        known = self._index.get(item_key)
         if known is not None or self._index.authoritative:
             return known or 0
         self.meter.note_unmetered()
         response = self._client.get_item(TableName=table, Key=dict(key), ConsistentRead=True)
-        return item_size(response["Item"]) if "Item" in response else 0
+        if "Item" not in response:
+            return 0
+        # Known from now on, with its index entries (a write about to change it needs them).
+        self._index.set(item_key, item_size(response["Item"]), response["Item"])
+        return item_size(response["Item"])
+
+    def _index_units(
+        self, key: ItemKey, before: Mapping[str, Item], after: Item | None
+    ) -> dict[str, float]:
+        """Write units on each index of ``key``'s table for a write that leaves the item as
+        ``after`` (None: deleted), its entries before the write being ``before``."""
+        indexes = self._index.indexes.get(key[0], ())
+        if not indexes:
+            return {}
+        now = self._index.entries_of(key[0], after)
+        return {
+            i.name: float(index_write_units(i, before.get(i.name), now.get(i.name)))
+            for i in indexes
+        }
 
     # -- single-item operations -----------------------------------------------------------
 
@@ -342,21 +464,27 @@ class MeteredClient:
         table, item = kwargs["TableName"], kwargs["Item"]
         key = self._index.key(table, item)
         before = self._size_before(table, item)
+        entries = self._index.entries(key)
         after = item_size(item)
         try:
             response = self._client.put_item(**kwargs)
         except ClientError as exc:
             self._failed_write("put_item", exc, before)
             raise
-        self._index.set(key, after)
+        self._index.set(key, after, item)
         self.meter.record(
-            "put_item", write=write_units(max(before, after)), retries=_retries(response)
+            "put_item",
+            write=write_units(max(before, after)),
+            retries=_retries(response),
+            index_write=self._index_units(key, entries, item),
         )
         return response
 
     def _m_update_item(self, **kwargs: Any) -> Any:
         table, key = kwargs["TableName"], kwargs["Key"]
         before = self._size_before(table, key)
+        item_key = self._index.key(table, key)
+        entries = self._index.entries(item_key)
         asked = kwargs.get("ReturnValues", "NONE")
         call = dict(kwargs)
         if asked == "NONE":
@@ -368,14 +496,18 @@ class MeteredClient:
             self._failed_write("update_item", exc, before)
             raise
         if call.get("ReturnValues") == "ALL_NEW":
-            after = item_size(response.get("Attributes") or {})
+            new_item = response.get("Attributes") or {}
         else:
             self.meter.note_unmetered()
             got = self._client.get_item(TableName=table, Key=key, ConsistentRead=True)
-            after = item_size(got["Item"]) if "Item" in got else 0
-        self._index.set(self._index.key(table, key), after)
+            new_item = got.get("Item") or {}
+        after = item_size(new_item)
+        self._index.set(item_key, after, new_item)
         self.meter.record(
-            "update_item", write=write_units(max(before, after)), retries=_retries(response)
+            "update_item",
+            write=write_units(max(before, after)),
+            retries=_retries(response),
+            index_write=self._index_units(item_key, entries, new_item),
         )
         if asked == "NONE":
             response = {k: v for k, v in response.items() if k != "Attributes"}
@@ -384,13 +516,20 @@ class MeteredClient:
     def _m_delete_item(self, **kwargs: Any) -> Any:
         table, key = kwargs["TableName"], kwargs["Key"]
         before = self._size_before(table, key)
+        item_key = self._index.key(table, key)
+        entries = self._index.entries(item_key)
         try:
             response = self._client.delete_item(**kwargs)
         except ClientError as exc:
             self._failed_write("delete_item", exc, before)
             raise
-        self._index.set(self._index.key(table, key), None)
-        self.meter.record("delete_item", write=write_units(before), retries=_retries(response))
+        self._index.set(item_key, None)
+        self.meter.record(
+            "delete_item",
+            write=write_units(before),
+            retries=_retries(response),
+            index_write=self._index_units(item_key, entries, None),
+        )
         return response
 
     def _failed_write(self, operation: str, exc: ClientError, before: int) -> None:
@@ -410,6 +549,7 @@ class MeteredClient:
         response = self._client.batch_write_item(**kwargs)
         unprocessed = response.get("UnprocessedItems") or {}
         units = 0.0
+        index_units: Counter[str] = Counter()
         for table, requests in kwargs["RequestItems"].items():
             skipped = [self._request_key(table, r) for r in unprocessed.get(table, [])]
             for request in requests:
@@ -417,14 +557,23 @@ class MeteredClient:
                 if key in skipped:
                     continue  # not written, not charged: the caller sends it again
                 before = self._size_before(table, self._key_dict(key))
+                entries = self._index.entries(key)
                 if "PutRequest" in request:
-                    after = item_size(request["PutRequest"]["Item"])
+                    item = request["PutRequest"]["Item"]
+                    after = item_size(item)
                     units += write_units(max(before, after))
-                    self._index.set(key, after)
+                    self._index.set(key, after, item)
                 else:
+                    item = None
                     units += write_units(before)
                     self._index.set(key, None)
-        self.meter.record("batch_write_item", write=units, retries=_retries(response))
+                index_units.update(self._index_units(key, entries, item))
+        self.meter.record(
+            "batch_write_item",
+            write=units,
+            retries=_retries(response),
+            index_write=index_units,
+        )
         return response
 
     def _request_key(self, table: str, request: Mapping[str, Any]) -> ItemKey:
@@ -523,14 +672,16 @@ class MeteredClient:
 
     def _m_transact_write_items(self, **kwargs: Any) -> Any:
         actions = kwargs["TransactItems"]
-        plans: list[tuple[str, ItemKey, int, int | None]] = []  # kind, key, before, after
+        # kind, key, size before, the item after (a Put's), its index entries before
+        plans: list[tuple[str, ItemKey, int, Item | None, dict[str, Item]]] = []
         for action in actions:
             (kind, spec), *_ = action.items()
             table = spec["TableName"]
             target = spec["Item"] if kind == "Put" else spec["Key"]
             before = self._size_before(table, target)
-            after = item_size(spec["Item"]) if kind == "Put" else None
-            plans.append((kind, self._index.key(table, target), before, after))
+            key = self._index.key(table, target)
+            after_item = spec["Item"] if kind == "Put" else None
+            plans.append((kind, key, before, after_item, self._index.entries(key)))
         error: ClientError | None = None
         try:
             response: Any = self._client.transact_write_items(**kwargs)
@@ -538,25 +689,32 @@ class MeteredClient:
             # A cancelled transaction is still charged for what it touched.
             error, response = exc, exc.response
         units = 0.0
-        for kind, key, before, after in plans:
+        index_units: Counter[str] = Counter()
+        for kind, key, before, after_item, entries in plans:
             if kind == "Update" and error is None:
                 # Transactions return no values: read the item back to size it.
                 self.meter.note_unmetered()
                 got = self._client.get_item(
                     TableName=key[0], Key=self._key_dict(key), ConsistentRead=True
                 )
-                after = item_size(got["Item"]) if "Item" in got else 0
+                after_item = got.get("Item") or {}
+            after = item_size(after_item) if after_item is not None else 0
             # ConditionCheck and Delete are sized on the item as it stands.
-            units += write_units(max(before, after or 0), transactional=True)
-            if error is None and kind in ("Put", "Update"):
-                self._index.set(key, after)
-            elif error is None and kind == "Delete":
+            units += write_units(max(before, after), transactional=True)
+            if error is not None or kind == "ConditionCheck":
+                continue  # nothing written: no index changes
+            if kind in ("Put", "Update"):
+                self._index.set(key, after, after_item)
+                index_units.update(self._index_units(key, entries, after_item))
+            elif kind == "Delete":
                 self._index.set(key, None)
+                index_units.update(self._index_units(key, entries, None))
         self.meter.record(
             "transact_write_items",
             write=units,
             failed_conditional=error is not None,
             retries=_retries(response),
+            index_write=index_units,
         )
         if error is not None:
             raise error
@@ -581,11 +739,13 @@ def combine(snapshots: Iterable[MeterSnapshot]) -> MeterSnapshot:
     requests: Counter[str] = Counter()
     reads: Counter[str] = Counter()
     writes: Counter[str] = Counter()
+    index_writes: Counter[str] = Counter()
     failed = retries = unmetered = estimated = 0
     for s in snapshots:
         requests.update(s.requests)
         reads.update(s.read_units)
         writes.update(s.write_units)
+        index_writes.update(s.index_write_units)
         failed += s.failed_conditional_writes
         retries += s.retry_attempts
         unmetered += s.unmetered_requests
@@ -594,6 +754,7 @@ def combine(snapshots: Iterable[MeterSnapshot]) -> MeterSnapshot:
         requests=dict(requests),
         read_units=dict(reads),
         write_units=dict(writes),
+        index_write_units=dict(index_writes),
         failed_conditional_writes=failed,
         retry_attempts=retries,
         unmetered_requests=unmetered,

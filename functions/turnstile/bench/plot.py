@@ -63,9 +63,13 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
     units.bar([p - 0.2 for p in positions], writes, width=0.4, label="write units", color="#555")
     units.bar([p + 0.2 for p in positions], reads, width=0.4, label="read units", color="#aaa")
     if "turnstile" in strategies:
-        # The producer's intake write, inside turnstile's write bar.
+        # The producer's intake write and its undecided index entry, inside turnstile's
+        # write bar.
         p = names.index("turnstile")
-        intake = strategies["turnstile"]["intake_write_units_per_decision"]
+        t = strategies["turnstile"]
+        intake = t["intake_write_units_per_decision"] + t.get(
+            "intake_index_write_units_per_decision", 0.0
+        )
         units.bar(
             p - 0.2,
             intake,
@@ -73,7 +77,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
             color="none",
             edgecolor="white",
             hatch="//",
-            label="of which intake write",
+            label="of which intake write + index entry",
         )
     for p, name in zip(positions, names, strict=True):
         s = strategies[name]
@@ -106,7 +110,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
             [p["cost_per_million_usd"] for p in points],
             marker="o",
             color=COLORS["turnstile"],
-            label="turnstile $/M signups (intake + processor)",
+            label="turnstile $/M signups (intake + index entry + processor)",
         )
         scale.plot(
             sizes,

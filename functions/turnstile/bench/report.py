@@ -72,6 +72,7 @@ def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
         "decision_item_bytes": _sizes(census.decision_sizes),
         "requests_by_operation": dict(sorted(cost.requests.items())),
         "write_units_by_operation": dict(sorted(cost.write_units.items())),
+        "index_write_units_by_index": dict(sorted(cost.index_write_units.items())),
         "read_units_by_operation": dict(sorted(cost.read_units.items())),
         "metering": {
             "sampled_size_mismatches": census.size_mismatches,
@@ -89,7 +90,11 @@ def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
                 "processor_write_units_per_decision": round(processor.total_write_units / n, 4),
                 "processor_read_units_per_decision": round(processor.total_read_units / n, 4),
                 "processor_requests_per_decision": round(processor.total_requests / n, 4),
-                "intake_write_units_per_decision": round(producers.total_write_units / n, 4),
+                "intake_write_units_per_decision": round(producers.table_write_units / n, 4),
+                # The intake item's entry in the sparse ``undecided`` index (its marker).
+                "intake_index_write_units_per_decision": round(
+                    producers.total_index_write_units / n, 4
+                ),
                 "intake_item_bytes": _sizes(census.intake_sizes),
                 "status_reads": {
                     "note": (
@@ -189,11 +194,13 @@ def render_table(doc: Mapping[str, Any]) -> str:
         if t:
             processor_w = _f(t["processor_write_units_per_decision"], 3)
             intake_w = _f(t["intake_write_units_per_decision"], 3)
+            index_w = _f(t["intake_index_write_units_per_decision"], 3)
             processor_r = _f(t["processor_read_units_per_decision"], 3)
             audit_ok = "OK" if t.get("audit", {}).get("ok") else "BROKEN"
             lines.append(
                 f"turnstile write units/decision: processor {processor_w} (decisions +"
-                f" counters) + intake {intake_w}; processor reads {processor_r} RU/decision;"
+                f" counters) + intake {intake_w} + its undecided index entry {index_w};"
+                f" processor reads {processor_r} RU/decision;"
                 f" mean batch {t.get('mean_batch_records')} records; audit {audit_ok}"
             )
             d, i = t["decision_item_bytes"], t["intake_item_bytes"]

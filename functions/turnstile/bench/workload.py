@@ -2,8 +2,9 @@
 
 Signups look like a real event sign-up form (name, contact, ticket tier, where the user
 came from, consents, a free-text answer) and are sized on purpose: each intake item, as
-``SignupStore.put_intake`` writes it, lands in the configured byte range (at most 1 KB by
-default, so it costs one write unit).
+``SignupStore.put_intake`` writes it (with its ``undecided`` marker), lands in the configured
+byte range (at most 1 KB by default, so it costs one write unit, and one more for its entry
+in the marker's index).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeSerializer
 
 from turnstile.bench.metering import item_size
-from turnstile.contract import Attr
+from turnstile.contract import Attr, undecided_shard
 
 __all__ = [
     "SUBMITTED_AT_EXAMPLE",
@@ -102,15 +103,22 @@ def dynamodb_values(value: Any) -> Any:
 
 
 def intake_item(
-    event_id: str, signup_id: str, seats: int, attributes: Mapping[str, Any], submitted_at: str
+    event_id: str,
+    signup_id: str,
+    seats: int,
+    attributes: Mapping[str, Any],
+    submitted_at: str,
+    marked: bool = True,
 ) -> dict[str, Any]:
-    """The typed intake item exactly as ``SignupStore.put_intake`` writes it."""
+    """The typed intake item exactly as ``SignupStore.put_intake`` writes it (no TTL),
+    ``undecided`` marker included; ``marked=False``: as it is once the sweeper removed it."""
     values = {
         Attr.EVENT_ID: event_id,
         Attr.SIGNUP_ID: signup_id,
         Attr.SEATS: seats,
         Attr.SUBMITTED_AT: submitted_at,
         Attr.ATTRIBUTES: dynamodb_values(dict(attributes)) if attributes else None,
+        Attr.UNDECIDED: undecided_shard(event_id, signup_id) if marked else None,
     }
     return {
         k: _serializer.serialize(dynamodb_values(v)) for k, v in values.items() if v is not None
