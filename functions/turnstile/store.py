@@ -1233,47 +1233,34 @@ class SignupStore:
 
     def release_lease(self, owner: str, token: int) -> None:
         """Give the lease up early (only if it is still ours, with the same token)."""
-        try:
-            self._call(
-                "update_item",
-                TableName=self.control_table,
-                Key=self._control_key(ControlKey.SWEEPER_LEASE),
-                UpdateExpression="SET #until = :zero",
-                ConditionExpression="#owner = :owner AND #fence = :token",
-                ExpressionAttributeNames={
-                    "#owner": "owner",
-                    "#fence": "fence",
-                    "#until": "lease_until",
-                },
-                ExpressionAttributeValues={
-                    ":owner": {"S": owner},
-                    ":token": {"N": str(token)},
-                    ":zero": {"N": "0"},
-                },
-            )
-        except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
-                raise
+        self._set_on_own_lease(owner, token, "lease_until", {"N": "0"})
 
     def note_full_scan(self, owner: str, token: int, at: float) -> bool:
         """Record on the lease item (while it is ours) that a full scan of intake finished
         at ``at``; False if the lease moved on. ``get_lease()["full_scan_at"]`` reads it."""
+        return self._set_on_own_lease(owner, token, "full_scan_at", {"N": repr(at)})
+
+    def _set_on_own_lease(
+        self, owner: str, token: int, attribute: str, value: dict[str, str]
+    ) -> bool:
+        """Set one attribute of the lease item only while ``owner`` holds it with ``token``;
+        False if the lease moved on."""
         try:
             self._call(
                 "update_item",
                 TableName=self.control_table,
                 Key=self._control_key(ControlKey.SWEEPER_LEASE),
-                UpdateExpression="SET #scanned = :at",
+                UpdateExpression="SET #attribute = :value",
                 ConditionExpression="#owner = :owner AND #fence = :token",
                 ExpressionAttributeNames={
                     "#owner": "owner",
                     "#fence": "fence",
-                    "#scanned": "full_scan_at",
+                    "#attribute": attribute,
                 },
                 ExpressionAttributeValues={
                     ":owner": {"S": owner},
                     ":token": {"N": str(token)},
-                    ":at": {"N": repr(at)},
+                    ":value": value,
                 },
             )
         except ClientError as exc:
