@@ -20,13 +20,16 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from turnstile.api import CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS, CORS_MAX_AGE_S
 from turnstile.api import ROUTES as API_ROUTES
 
 from .functions import FunctionCommons, TurnstileFunction
 from .permissions import API_GRANTS, CONTROL, INTAKE, MAIN
 
 __all__ = [
+    "API_TIMEOUT_S",
     "CATCH_ALL",
+    "CORS_CATCH_ALL_METHODS",
     "OPEN_ROUTES",
     "ROUTES",
     "ROUTE_ROLES",
@@ -50,6 +53,20 @@ ROUTES: tuple[tuple[apigwv2.HttpMethod, str], ...] = tuple(
 #: Anything else reaches the function too, so a wrong path or method gets the API's own
 #: JSON 404/405 (as locally) rather than API Gateway's bare {"message": "Not Found"}.
 CATCH_ALL = (apigwv2.HttpMethod.ANY, "/{proxy+}")
+#: With CORS on, the catch-all takes every method but OPTIONS: an OPTIONS request that
+#: matches no route is a preflight API Gateway answers itself. Caught by the authorized
+#: ANY route instead, a browser's (unsigned, token-less) preflight would be refused.
+CORS_CATCH_ALL_METHODS = (
+    apigwv2.HttpMethod.GET,
+    apigwv2.HttpMethod.POST,
+    apigwv2.HttpMethod.PUT,
+    apigwv2.HttpMethod.PATCH,
+    apigwv2.HttpMethod.DELETE,
+    apigwv2.HttpMethod.HEAD,
+)
+#: The API function's timeout: a status read may wait up to ``turnstile.api.MAX_WAIT_S``
+#: (stopping ``WAIT_MARGIN_S`` before the invocation's deadline), under API Gateway's 30 s.
+API_TIMEOUT_S = 25
 
 #: JWT scopes are ``turnstile/<role>``.
 SCOPE_PREFIX = "turnstile"
@@ -82,9 +99,14 @@ ROUTE_ROLES: Mapping[str, CallerRole] = {
     "POST /events/{event_id}/signups": CallerRole.PRODUCER,
     "GET /events/{event_id}": CallerRole.READER,
     "GET /events/{event_id}/signups/{signup_id}": CallerRole.READER,
+    # The lists are reads like the others. An organizer-only signup list could not be
+    # held to organizers in IAM mode anyway: a reader's GET/events/* (the event route's
+    # ARN, '*' matching '/') reaches GET/events/x/signups too.
+    "GET /events": CallerRole.READER,
+    "GET /events/{event_id}/signups": CallerRole.READER,
 }
 #: Routes any authenticated caller may call: no JWT scope; in every role's policy.
-OPEN_ROUTES: frozenset[str] = frozenset({"GET /openapi.json"})
+OPEN_ROUTES: frozenset[str] = frozenset({"GET /", "GET /openapi.json"})
 #: A role's routes are open to these roles as well: the organizer reads everything.
 _ALSO_ALLOWED: Mapping[CallerRole, frozenset[CallerRole]] = {
     CallerRole.READER: frozenset({CallerRole.ORGANIZER}),
@@ -206,6 +228,7 @@ class TurnstileApi(Construct):
         table_names: dict[str, str],
         auth: ApiAuth,
         throttling: ApiThrottling,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         super().__init__(scope, construct_id)
         route_keys = [route_key(method.value, path) for method, path in ROUTES]
@@ -217,8 +240,8 @@ class TurnstileApi(Construct):
             handler="turnstile.handlers.api.handler",
             description="turnstile HTTP API: create/close events, submit signups, read status",
             table_names=table_names,
-            # Under API Gateway's 30 s integration limit; each request is a few point reads.
-            timeout=Duration.seconds(10),
+            # Above the longest ?wait= of a status read, under API Gateway's 30 s.
+            timeout=Duration.seconds(API_TIMEOUT_S),
             memory_size=256,
             # Responses carry signups' attributes (personal data): keep them out of traces.
             environment={"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"},
@@ -236,6 +259,8 @@ class TurnstileApi(Construct):
             default_authorizer=auth.authorizer(),
             # Our own $default stage below carries throttling and access logs.
             create_default_stage=False,
+            # Off unless origins are given: no CORS headers, no preflight answers.
+            cors_preflight=_cors(cors_origins) if cors_origins else None,
         )
         integration = integrations.HttpLambdaIntegration("ApiIntegration", self.function)
         throttled_routes: dict[str, apigwv2.HttpRoute] = {}
@@ -252,7 +277,8 @@ class TurnstileApi(Construct):
         # No scopes: any valid token gets the API's own 404/405. With IAM no caller policy
         # covers it (its ARN would be every route's): unknown paths answer 403 to callers.
         method, path = CATCH_ALL
-        self.http_api.add_routes(path=path, methods=[method], integration=integration)
+        methods = list(CORS_CATCH_ALL_METHODS) if cors_origins else [method]
+        self.http_api.add_routes(path=path, methods=methods, integration=integration)
 
         self.access_logs = logs.LogGroup(
             self,
@@ -341,6 +367,19 @@ class TurnstileApi(Construct):
     def url(self) -> str:
         """Base URL of the ``$default`` stage, without a trailing slash."""
         return self.http_api.api_endpoint
+
+
+def _cors(origins: Sequence[str]) -> apigwv2.CorsPreflightOptions:
+    """API Gateway's CORS configuration: it answers preflights itself and adds the headers
+    to the function's responses (the function sets none)."""
+    methods = sorted({route.method for route in API_ROUTES})
+    return apigwv2.CorsPreflightOptions(
+        allow_origins=list(origins),
+        allow_methods=[apigwv2.CorsHttpMethod[method] for method in methods],
+        allow_headers=list(CORS_ALLOW_HEADERS),
+        expose_headers=list(CORS_EXPOSE_HEADERS),
+        max_age=Duration.seconds(CORS_MAX_AGE_S),
+    )
 
 
 def _nag_spelling(value: Any) -> str:

@@ -16,6 +16,10 @@ docs/design.md (§5) holds in IAM, not only in the code:
   empty hold. Neither gets ``PutItem`` there (a put replaces every attribute).
 - The main table's decisions are written by the stream processor alone; the others only
   read them.
+- ``dynamodb:Select`` (``SPECIFIC_ATTRIBUTES``) with ``dynamodb:Attributes`` keeps a Scan
+  to the attributes it projects: the API lists events by scanning the control table (each
+  event is a partition of its own, so no Query can), but may read nothing there beyond
+  ``contract.EVENT_LIST_ATTRIBUTES``: no journal, no parked record's attributes.
 
 IAM has no TransactWriteItems/TransactGetItems actions: a transaction is authorized per item
 by the action it performs (PutItem, UpdateItem, DeleteItem, ConditionCheckItem), with that
@@ -30,6 +34,7 @@ from typing import Any
 
 from turnstile.contract import (
     EVENT_CONFIG_ATTRIBUTES,
+    EVENT_LIST_ATTRIBUTES,
     UNDECIDED_INDEX,
     Attr,
     ControlKey,
@@ -69,6 +74,9 @@ class TableGrant:
     attributes: tuple[str, ...] = ()
     #: An index of the table: the grant is on that index only (its ARN), not the table.
     index: str = ""
+    #: ``dynamodb:Select`` a read must state (``SPECIFIC_ATTRIBUTES``: it projects only
+    #: ``attributes``; without it a read names no attributes and ``ForAllValues`` holds).
+    select: str = ""
     #: Why the role needs it (which call sites).
     why: str = ""
 
@@ -87,9 +95,12 @@ class TableGrant:
             conditions["ForAllValues:StringEquals"] = {
                 "dynamodb:Attributes": list(self.attributes)
             }
-            conditions["StringEqualsIfExists"] = {
-                "dynamodb:ReturnValues": list(NARROW_RETURN_VALUES)
-            }
+            if self.select:
+                conditions["StringEquals"] = {"dynamodb:Select": self.select}
+            else:
+                conditions["StringEqualsIfExists"] = {
+                    "dynamodb:ReturnValues": list(NARROW_RETURN_VALUES)
+                }
         return conditions
 
 
@@ -132,16 +143,30 @@ PROCESSOR_GRANTS = (
 API_GRANTS = (
     TableGrant(
         INTAKE,
-        ("dynamodb:GetItem", "dynamodb:PutItem"),
-        why="submits signups (put_intake, conditional PutItem) and reads one back for "
-        "status and the 409 check (get_intake)",
+        ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"),
+        why="submits signups (put_intake, conditional PutItem), reads one back for "
+        "status and the 409 check (get_intake), and lists an event's pending signups "
+        "(Query of the event's partition, listing.signup_rows)",
     ),
-    TableGrant(MAIN, ("dynamodb:GetItem",), why="reads a decision (get_decision)"),
+    TableGrant(
+        MAIN,
+        ("dynamodb:GetItem", "dynamodb:Query"),
+        why="reads a decision (get_decision, also while a status read waits) and lists an "
+        "event's decisions (Query of the event's partition, listing.signup_rows)",
+    ),
     TableGrant(
         CONTROL,
         ("dynamodb:GetItem",),
         leading_keys=(_EVENT_ITEMS,),
         why="reads event items (get_event)",
+    ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:Scan",),
+        attributes=EVENT_LIST_ATTRIBUTES,
+        select="SPECIFIC_ATTRIBUTES",
+        why="lists events (listing.event_items): a Scan, as every event is a partition of "
+        "its own, projecting an event's public fields only",
     ),
     TableGrant(
         CONTROL,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -41,9 +42,14 @@ class ContextKey:
     #: Reserved concurrency of the stream processor and the sweeper; 0 or "none": off.
     PROCESSOR_RESERVED_CONCURRENCY = "turnstile:processorReservedConcurrency"
     SWEEPER_RESERVED_CONCURRENCY = "turnstile:sweeperReservedConcurrency"
+    #: Origins whose browsers may call the HTTP API (CORS), comma-separated or a list;
+    #: ``*`` for any. Unset: none (no CORS configuration at all).
+    API_CORS_ORIGINS = "turnstile:apiCorsOrigins"
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: An origin as a browser sends it: scheme, host, optional port; no path, no slash.
+_ORIGIN = re.compile(r"^https?://[A-Za-z0-9.-]+(?::\d{1,5})?$")
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,8 @@ class TurnstileSettings:
     #: One sweep at a time (its lease enforces it too); a second overlapping invocation
     #: is throttled and retried by Lambda instead of waiting for the lease.
     sweeper_reserved_concurrency: int | None = 1
+    #: Browsers on these origins may call the API; none by default (no CORS at all).
+    api_cors_origins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if bool(self.jwt_issuer) != bool(self.jwt_audience):
@@ -117,6 +125,12 @@ class TurnstileSettings:
                 raise ValueError(f'{key} must be a positive integer, or 0 / "none" for no limit')
         if self.powertools_layer_version is not None and self.powertools_layer_version < 1:
             raise ValueError(f"{ContextKey.POWERTOOLS_LAYER_VERSION} must be a positive integer")
+        for origin in self.api_cors_origins:
+            if origin != "*" and not _ORIGIN.match(origin):
+                raise ValueError(
+                    f"{ContextKey.API_CORS_ORIGINS}: {origin!r} is not an origin "
+                    "(scheme://host[:port], no path) or *"
+                )
 
     @property
     def uses_jwt(self) -> bool:
@@ -183,6 +197,7 @@ class TurnstileSettings:
             sweeper_reserved_concurrency=limit(
                 ContextKey.SWEEPER_RESERVED_CONCURRENCY, default.sweeper_reserved_concurrency
             ),
+            api_cors_origins=_words(get(ContextKey.API_CORS_ORIGINS)),
         )
 
 

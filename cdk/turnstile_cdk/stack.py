@@ -70,6 +70,7 @@ class TurnstileStack(Stack):
             control=self.tables.control,
             table_names=table_names,
             auth=ApiAuth(jwt_issuer=settings.jwt_issuer, jwt_audience=settings.jwt_audience),
+            cors_origins=settings.api_cors_origins,
             throttling=ApiThrottling(
                 default=apigwv2.ThrottleSettings(
                     rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit

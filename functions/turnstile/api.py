@@ -9,6 +9,7 @@ document are all built from, so the document cannot drift from what is served.
 
 Errors are always JSON ``{"error": CODE, "message": TEXT}``; nothing a client sends
 yields a 5xx (a 503 means DynamoDB is throttling or down: retry after ``Retry-After``).
+Every JSON body ends with a newline.
 """
 
 from __future__ import annotations
@@ -49,10 +50,14 @@ from turnstile.personal_data import intake_retention_days, signup_ref
 from turnstile.store import SignupStore
 
 __all__ = [
+    "CORS_ALLOW_HEADERS",
+    "CORS_EXPOSE_HEADERS",
+    "CORS_MAX_AGE_S",
     "MAX_ATTRIBUTES_BYTES",
     "MAX_ATTRIBUTES_DEPTH",
     "MAX_BODY_BYTES",
     "MAX_CAPACITY",
+    "MAX_WAIT_S",
     "OPENAPI",
     "ROUTES",
     "SERVICE",
@@ -68,6 +73,26 @@ SERVICE = "turnstile-api"
 MAX_BODY_BYTES = 16 * 1024
 #: Seconds a client should wait after a 503 before trying again.
 RETRY_AFTER_S = 1
+#: The longest ``?wait=`` of a status read: well inside API Gateway's 30 s integration
+#: timeout (the function's timeout is above it, cdk/turnstile_cdk/api.py).
+MAX_WAIT_S = 20
+#: A wait ends this long before the invocation's own deadline, to answer in time.
+WAIT_MARGIN_S = 2.0
+#: JSON numbers with more digits than this are parsed as Decimal: Python refuses to turn
+#: text of over 4,300 digits into an int, and every rule refuses such a number anyway.
+_MAX_INT_DIGITS = 4000
+
+#: Cross-origin requests, when a stack (``turnstile:apiCorsOrigins``) or ``turnstile local
+#: --cors-origin`` allows some origins: what a browser may send, and may read back.
+CORS_ALLOW_HEADERS = (
+    "authorization",
+    "content-type",
+    "x-amz-content-sha256",
+    "x-amz-date",
+    "x-amz-security-token",
+)
+CORS_EXPOSE_HEADERS = ("location", "retry-after")
+CORS_MAX_AGE_S = 600
 
 JSON = "application/json"
 
@@ -129,7 +154,10 @@ def _dumps(value: Any) -> str:
 
 
 def _json(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Response[str]:
-    return Response(status_code=status, content_type=JSON, body=_dumps(body), headers=headers)
+    # The trailing newline: `curl` output ends its line, and JSON parsers do not mind.
+    return Response(
+        status_code=status, content_type=JSON, body=_dumps(body) + "\n", headers=headers
+    )
 
 
 def _error(
@@ -191,6 +219,27 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _integer(text: str) -> int | Decimal:
+    return Decimal(text) if len(text) > _MAX_INT_DIGITS else int(text)
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refusing a key given twice: which of the two would count is a guess
+    (Python's json takes the last, other parsers the first), so neither is taken."""
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise _DuplicateKeyError(key)
+        value[key] = item
+    return value
+
+
 def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str, Any]:
     """The body as a JSON object with only ``allowed`` keys; fractions parse as Decimal."""
     raw = _raw_body(event)
@@ -198,11 +247,21 @@ def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str,
         raise _invalid("body must be a JSON object")
     try:
         # Decimal, not float: DynamoDB takes no floats, and 2.0 must stay distinguishable
-        # from 2 so that seats and capacity can insist on integers.
-        value = json.loads(raw, parse_float=Decimal, parse_constant=_reject_constant)
+        # from 2 so that seats and capacity can insist on integers. 1e200 parses too (as
+        # Decimal), and the rules refuse it by name.
+        value = json.loads(
+            raw,
+            parse_float=Decimal,
+            parse_int=_integer,
+            parse_constant=_reject_constant,
+            object_pairs_hook=_unique_keys,
+        )
+    except _DuplicateKeyError as exc:
+        shown = json.dumps(exc.key[:64], ensure_ascii=False)
+        raise _invalid(f"body has the key {shown} more than once") from exc
     except RecursionError as exc:
         raise _invalid("body is nested too deeply") from exc
-    except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN, ints over 4300 digits
+    except ValueError as exc:  # JSONDecodeError, bad UTF-8, NaN, Infinity
         raise _invalid(f"body is not valid JSON: {exc}") from exc
     if not isinstance(value, dict):
         raise _invalid("body must be a JSON object")
@@ -211,6 +270,35 @@ def _json_object(event: Mapping[str, Any], allowed: frozenset[str]) -> dict[str,
         # Refused, not ignored: a misspelt "seats" would otherwise silently mean 1 seat.
         raise _invalid(f"unknown field(s): {', '.join(unknown)}")
     return value
+
+
+_WAIT = re.compile(r"^(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
+_DIGITS = re.compile(r"^\d{1,9}$")
+
+
+def _query(event: Mapping[str, Any]) -> Mapping[str, str]:
+    """The query string's parameters (a repeated one arrives joined with commas)."""
+    query = event.get("queryStringParameters")
+    return query if isinstance(query, Mapping) else {}
+
+
+def _limit(query: Mapping[str, str]) -> int | None:
+    text = query.get("limit")
+    if text is None:
+        return None
+    if not _DIGITS.match(text):
+        raise _invalid(f"limit must be an integer from 1 to {usecases.MAX_PAGE_SIZE}")
+    return int(text)
+
+
+def _wait(query: Mapping[str, str]) -> float | None:
+    text = query.get("wait")
+    if text is None:
+        return None
+    seconds = float(text) if _WAIT.match(text) else -1.0
+    if not 0 < seconds <= MAX_WAIT_S:
+        raise _invalid(f"wait must be a number of seconds above 0 and at most {MAX_WAIT_S}")
+    return seconds
 
 
 # -- OpenAPI building blocks (each route carries its own operation object) ---------
@@ -257,6 +345,10 @@ _COMMON = {
 }
 _EVENT_PARAM = {"$ref": "#/components/parameters/EventId"}
 _SIGNUP_PARAM = {"$ref": "#/components/parameters/SignupId"}
+_LIMIT_PARAM = {"$ref": "#/components/parameters/Limit"}
+_NEXT_PARAM = {"$ref": "#/components/parameters/Next"}
+_STATUS_PARAM = {"$ref": "#/components/parameters/Status"}
+_WAIT_PARAM = {"$ref": "#/components/parameters/Wait"}
 
 # -- the operations -------------------------------------------------------------------
 
@@ -274,6 +366,15 @@ class _Call:
     def raw_event(self) -> Mapping[str, Any]:
         return self.app.current_event.raw_event
 
+    @property
+    def query(self) -> Mapping[str, str]:
+        return _query(self.raw_event)
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the invocation's deadline, if the context knows it."""
+        remaining = getattr(self.app.lambda_context, "get_remaining_time_in_millis", None)
+        return remaining() / 1000 if callable(remaining) else None
+
 
 def _served(route: Route, call: _Call) -> Callable[..., Response[str]]:
     handler = route.handler
@@ -282,16 +383,42 @@ def _served(route: Route, call: _Call) -> Callable[..., Response[str]]:
     return lambda **params: handler(call, **params)
 
 
+def _index(call: _Call) -> Response[str]:
+    return _json(200, INDEX)
+
+
 def _create_event(call: _Call) -> Response[str]:
     body = _json_object(call.raw_event, frozenset({"event_id", "capacity"}))
     creator = caller_identity(call.raw_event)
-    event = usecases.create_event(
+    result = usecases.create_event(
         call.store(), body.get("event_id"), body.get("capacity"), created_by=creator
     )
+    event = result.body
+    location = f"/events/{quote(event['event_id'], safe=':@')}"
+    if not result.created:
+        # The same body again (a retry): the event as it is, nothing created.
+        return _json(200, event, {"Location": location})
     call.count("EventCreated")
     logger.info("event created", event_id=event["event_id"], capacity=event["capacity"])
-    location = f"/events/{quote(event['event_id'], safe=':@')}"
     return _json(201, event, {"Location": location})
+
+
+def _list_events(call: _Call) -> Response[str]:
+    query = call.query
+    page = usecases.list_events(call.store(), _limit(query), query.get("next") or None)
+    return _json(200, page)
+
+
+def _list_signups(call: _Call, event_id: str) -> Response[str]:
+    query = call.query
+    page = usecases.list_signups(
+        call.store(),
+        unquote(event_id),
+        query.get("status"),
+        _limit(query),
+        query.get("next") or None,
+    )
+    return _json(200, page)
 
 
 def _get_event(call: _Call, event_id: str) -> Response[str]:
@@ -342,7 +469,14 @@ def _submit_signup(call: _Call, event_id: str) -> Response[str]:
 
 
 def _get_signup(call: _Call, event_id: str, signup_id: str) -> Response[str]:
-    return _json(200, usecases.signup_status(call.store(), unquote(event_id), unquote(signup_id)))
+    wait = _wait(call.query)
+    event_id, signup_id = unquote(event_id), unquote(signup_id)
+    if wait is None:
+        return _json(200, usecases.signup_status(call.store(), event_id, signup_id))
+    left = call.seconds_left()
+    if left is not None:
+        wait = max(0.0, min(wait, left - WAIT_MARGIN_S))
+    return _json(200, usecases.await_decision(call.store(), event_id, signup_id, wait))
 
 
 def _openapi_document(call: _Call) -> Response[str]:
@@ -351,16 +485,61 @@ def _openapi_document(call: _Call) -> Response[str]:
 
 ROUTES: tuple[Route, ...] = (
     Route(
+        "GET",
+        "/",
+        "getIndex",
+        handler=_index,
+        spec={
+            "summary": "Where the OpenAPI document is, and the routes.",
+            "responses": {
+                "200": _ok("A pointer to /openapi.json and the route list.", "Index"),
+                "413": _COMMON["413"],
+            },
+        },
+    ),
+    Route(
         "POST",
         "/events",
         "createEvent",
         handler=_create_event,
         spec={
             "summary": "Create an OPEN event with a capacity in seats.",
+            "description": (
+                "Idempotent: the same body again (same event_id and capacity) answers 200 "
+                "with the event as it is now, nothing created; the same event_id with "
+                "another capacity answers 409 event_exists, naming the capacity it has."
+            ),
             "requestBody": _body("EventCreate"),
             "responses": {
                 "201": _ok("Created.", "Event", _LOCATION),
-                "409": _error_response("An event with this id exists (error: event_exists)."),
+                "200": _ok(
+                    "It existed already with this capacity (a retry): the event now.",
+                    "Event",
+                    _LOCATION,
+                ),
+                "409": _error_response(
+                    "An event with this id exists with another capacity (error: event_exists)."
+                ),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/events",
+        "listEvents",
+        handler=_list_events,
+        spec={
+            "summary": "A page of events, in no particular order.",
+            "description": (
+                "Pass the answer's `next` back as `?next=` for the following page; `next` "
+                "is null on the last one. A page may hold fewer than `limit` events (even "
+                "none) and still have a `next`. This reads the control table whole, "
+                "page by page (each event is a partition of its own)."
+            ),
+            "parameters": [_LIMIT_PARAM, _NEXT_PARAM],
+            "responses": {
+                "200": _ok("A page of events.", "EventList"),
                 **_COMMON,
             },
         },
@@ -453,12 +632,39 @@ ROUTES: tuple[Route, ...] = (
     ),
     Route(
         "GET",
+        "/events/{event_id}/signups",
+        "listSignups",
+        handler=_list_signups,
+        spec={
+            "summary": "A page of an event's signups in signup_id order, optionally by status.",
+            "description": (
+                "PENDING: recorded, not decided yet. Pass the answer's `next` back as "
+                "`?next=` (with the same status) for the following page; `next` is null "
+                "on the last one. A page may hold fewer than `limit` signups (even none) "
+                "and still have a `next`. Reads the event's partition of the main table "
+                "(ACCEPTED, REJECTED) or of both main and intake (PENDING, no status)."
+            ),
+            "parameters": [_EVENT_PARAM, _STATUS_PARAM, _LIMIT_PARAM, _NEXT_PARAM],
+            "responses": {
+                "200": _ok("A page of signups.", "SignupList"),
+                "404": _error_response("No such event (error: event_not_found)."),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "GET",
         "/events/{event_id}/signups/{signup_id}",
         "getSignup",
         handler=_get_signup,
         spec={
             "summary": "A signup's status: PENDING, ACCEPTED or REJECTED (read consistently).",
-            "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
+            "description": (
+                "With `?wait=S` (0 < S <= 20 seconds) a PENDING signup is answered as soon "
+                "as it is decided, or after S seconds as it is then (PENDING): one request "
+                "instead of many polls."
+            ),
+            "parameters": [_EVENT_PARAM, _SIGNUP_PARAM, _WAIT_PARAM],
             "responses": {
                 "200": _ok("The signup.", "Signup"),
                 "404": _error_response("No such signup (error: signup_not_found)."),
@@ -483,6 +689,14 @@ ROUTES: tuple[Route, ...] = (
         },
     ),
 )
+
+
+#: What ``GET /`` answers: where the document is, and every route.
+INDEX: dict[str, Any] = {
+    "service": "turnstile",
+    "openapi": "/openapi.json",
+    "routes": [f"{route.method} {route.path}" for route in ROUTES],
+}
 
 
 # -- the application ------------------------------------------------------------------
@@ -583,6 +797,19 @@ def create_app(
 # -- the OpenAPI document -------------------------------------------------------------
 
 _SCHEMAS: dict[str, Any] = {
+    "Index": {
+        "type": "object",
+        "required": ["service", "openapi", "routes"],
+        "properties": {
+            "service": {"type": "string"},
+            "openapi": {"type": "string", "description": "The OpenAPI document's path."},
+            "routes": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Every route, as METHOD PATH.",
+            },
+        },
+    },
     "Error": {
         "type": "object",
         "required": ["error", "message"],
@@ -645,6 +872,18 @@ _SCHEMAS: dict[str, Any] = {
                     "(as in the access log), `cli:<user>` for `turnstile event create`; "
                     "null when the request carried no identity (the local stack)."
                 ),
+            },
+        },
+    },
+    "EventList": {
+        "type": "object",
+        "required": ["events", "next"],
+        "properties": {
+            "events": {"type": "array", "items": _ref("Event")},
+            "next": {
+                "type": "string",
+                "nullable": True,
+                "description": "The token of the next page; null on the last.",
             },
         },
     },
@@ -737,6 +976,16 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 
+_SCHEMAS["SignupList"] = {
+    "type": "object",
+    "required": ["signups", "next"],
+    "properties": {
+        "signups": {"type": "array", "items": _ref("Signup")},
+        "next": _SCHEMAS["EventList"]["properties"]["next"],
+    },
+}
+
+
 def _build_openapi() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for route in ROUTES:
@@ -768,6 +1017,50 @@ def _build_openapi() -> dict[str, Any]:
                     "required": True,
                     "schema": _ID_SCHEMA,
                     "example": "user-42",
+                },
+                "Limit": {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": "Most items on the page.",
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": usecases.MAX_PAGE_SIZE,
+                        "default": usecases.DEFAULT_PAGE_SIZE,
+                    },
+                },
+                "Next": {
+                    "name": "next",
+                    "in": "query",
+                    "required": False,
+                    "description": (
+                        "The `next` of the previous page, as it was given (opaque; a "
+                        "changed one, or one of another listing, answers 400)."
+                    ),
+                    "schema": {"type": "string"},
+                },
+                "Status": {
+                    "name": "status",
+                    "in": "query",
+                    "required": False,
+                    "description": "Only signups in this status (default: all).",
+                    "schema": {"type": "string", "enum": list(usecases.LISTED_STATUSES)},
+                },
+                "Wait": {
+                    "name": "wait",
+                    "in": "query",
+                    "required": False,
+                    "description": (
+                        "Seconds to wait for a decision before answering PENDING "
+                        f"(above 0, at most {MAX_WAIT_S})."
+                    ),
+                    "schema": {
+                        "type": "number",
+                        "minimum": 0,
+                        "exclusiveMinimum": True,
+                        "maximum": MAX_WAIT_S,
+                    },
                 },
             },
             "schemas": _SCHEMAS,

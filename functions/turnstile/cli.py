@@ -9,7 +9,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
@@ -66,6 +65,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         state_dir=_state_dir(args),
         in_memory=args.in_memory,
         reset=args.reset,
+        cors_origins=tuple(args.cors_origin or ()),
     )
     if args.in_memory and args.reset:
         raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
@@ -144,9 +144,11 @@ def cli_identity() -> str:
 def cmd_event_create(args: argparse.Namespace) -> int:
     from turnstile import usecases
 
-    _print_json(
-        usecases.create_event(_store(), args.event_id, args.capacity, created_by=cli_identity())
+    # The same capacity again prints the event as it is (idempotent, as POST /events).
+    created = usecases.create_event(
+        _store(), args.event_id, args.capacity, created_by=cli_identity()
     )
+    _print_json(created.body)
     return 0
 
 
@@ -168,6 +170,20 @@ def cmd_event_show(args: argparse.Namespace) -> int:
     from turnstile import usecases
 
     _print_json(usecases.show_event(_store(), args.event_id))
+    return 0
+
+
+def cmd_event_list(args: argparse.Namespace) -> int:
+    from turnstile import usecases
+
+    _print_json(usecases.list_events(_store(), args.limit, args.next))
+    return 0
+
+
+def cmd_signups_list(args: argparse.Namespace) -> int:
+    from turnstile import usecases
+
+    _print_json(usecases.list_signups(_store(), args.event_id, args.status, args.limit, args.next))
     return 0
 
 
@@ -249,15 +265,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _status_via_api(args, url)
     from turnstile import usecases
 
-    store = _store()
-    deadline = time.monotonic() + (args.wait or 0)
-    delay = 0.1
-    while True:
-        status = usecases.signup_status(store, args.event_id, args.signup_id)
-        if status[Attr.STATUS] != Status.PENDING or time.monotonic() >= deadline:
-            break
-        time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-        delay = min(delay * 2, 2.0)
+    # What GET .../signups/{id}?wait= runs, without its 20 s bound.
+    status = usecases.await_decision(
+        _store(), args.event_id, args.signup_id, args.wait or 0, max_delay_s=2.0
+    )
     _print_json(status)
     return EXIT_STILL_PENDING if status[Attr.STATUS] == Status.PENDING and args.wait else 0
 
@@ -330,6 +341,18 @@ def cmd_redrive(args: argparse.Namespace) -> int:
 
 # -- wiring ---------------------------------------------------------------------------
 
+#: Mirrors usecases.LISTED_STATUSES (kept here so the parser imports nothing heavy).
+LISTED_STATUSES = (Status.PENDING, Status.ACCEPTED, Status.REJECTED)
+
+
+def _page_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--limit", type=int, metavar="N", help="most items on the page (1 to 100, default 50)"
+    )
+    parser.add_argument(
+        "--next", metavar="TOKEN", help='the page after the one whose "next" this is'
+    )
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -357,6 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--reset", action="store_true", help="delete the persisted state and start clean"
     )
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="let browsers on ORIGIN (e.g. http://localhost:3000, or *) call the HTTP API; "
+        "repeat for more (default: none)",
+    )
     p.set_defaults(func=cmd_local)
 
     p = sub.add_parser("worker", help="run only the stream worker against the configured endpoint")
@@ -370,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_worker)
 
-    event = sub.add_parser("event", help="create, update or show an event").add_subparsers(
+    event = sub.add_parser("event", help="create, update, show or list events").add_subparsers(
         dest="event_command", required=True
     )
     p = event.add_parser("create", help="create an OPEN event")
@@ -390,6 +420,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = event.add_parser("show", help="show an event's counters")
     p.add_argument("event_id")
     p.set_defaults(func=cmd_event_show)
+    p = event.add_parser("list", help="a page of events, as GET /events answers it")
+    _page_arguments(p)
+    p.set_defaults(func=cmd_event_list)
+
+    signups = sub.add_parser("signups", help="list an event's signups").add_subparsers(
+        dest="signups_command", required=True
+    )
+    p = signups.add_parser(
+        "list", help="a page of an event's signups, as GET /events/{id}/signups answers it"
+    )
+    p.add_argument("event_id")
+    p.add_argument("--status", choices=LISTED_STATUSES, help="only signups in this status")
+    _page_arguments(p)
+    p.set_defaults(func=cmd_signups_list)
 
     p = sub.add_parser("submit", help="write a provisional signup into intake")
     p.add_argument("event_id")

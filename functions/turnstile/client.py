@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import boto3
 from botocore.auth import SigV4Auth
@@ -34,6 +34,11 @@ _EXECUTE_API_HOST = re.compile(
 )
 #: Statuses worth polling through: the store or the network is having a moment.
 _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+#: The API's longest ``?wait=`` (``turnstile.api.MAX_WAIT_S``; not imported: the client
+#: needs no Powertools).
+MAX_WAIT_S = 20.0
+#: Below this, a wait is not worth asking the server for: a plain read.
+_MIN_WAIT_S = 0.05
 
 
 class ApiError(Exception):
@@ -147,9 +152,32 @@ class TurnstileClient:
             body["attributes"] = dict(attributes) if isinstance(attributes, Mapping) else attributes
         return self._call("POST", f"/events/{_segment(event_id)}/signups", body)
 
-    def get(self, event_id: str, signup_id: str) -> dict[str, Any]:
-        """The signup's status document: PENDING, ACCEPTED or REJECTED."""
-        return self._call("GET", f"/events/{_segment(event_id)}/signups/{_segment(signup_id)}")
+    def get(self, event_id: str, signup_id: str, wait_s: float | None = None) -> dict[str, Any]:
+        """The signup's status document: PENDING, ACCEPTED or REJECTED. With ``wait_s``
+        (above 0, at most 20) the API holds the request until the signup is decided or
+        that many seconds have passed."""
+        path = f"/events/{_segment(event_id)}/signups/{_segment(signup_id)}"
+        if wait_s is None:
+            return self._call("GET", path)
+        query = urlencode({"wait": f"{wait_s:.3f}"})
+        return self._call("GET", f"{path}?{query}", timeout_s=self.timeout_s + wait_s)
+
+    def list_events(self, limit: int | None = None, next: str | None = None) -> dict[str, Any]:
+        """A page of events: ``{"events": [...], "next": token or None}``; pass ``next``
+        back for the following page."""
+        return self._call("GET", "/events" + _query(limit=limit, next=next))
+
+    def list_signups(
+        self,
+        event_id: str,
+        status: str | None = None,
+        limit: int | None = None,
+        next: str | None = None,
+    ) -> dict[str, Any]:
+        """A page of an event's signups (``status``: PENDING, ACCEPTED or REJECTED, else
+        all): ``{"signups": [...], "next": token or None}``."""
+        query = _query(status=status, limit=limit, next=next)
+        return self._call("GET", f"/events/{_segment(event_id)}/signups{query}")
 
     def wait(
         self,
@@ -159,21 +187,26 @@ class TurnstileClient:
         initial_delay_s: float = 0.05,
         max_delay_s: float = 2.0,
     ) -> dict[str, Any]:
-        """Poll until the signup is decided; return the ACCEPTED or REJECTED document.
+        """Wait until the signup is decided; return the ACCEPTED or REJECTED document.
 
-        Polls with exponential backoff and full jitter (each pause is uniform in
-        [0, delay], delay doubling up to ``max_delay_s``), honours Retry-After, and polls
-        through transient failures (429, 5xx, connection errors). Raises
-        ``WaitTimeoutError`` once ``timeout_s`` has passed with no decision, and
-        ``ApiError`` at once for a permanent error such as 404.
+        Each request asks the API to wait (``?wait=``, up to 20 s and never past the
+        deadline), so a signup decided within 20 s costs one request. Between requests
+        that fail transiently (429, 5xx, connection errors) it pauses with exponential
+        backoff and full jitter (uniform in [0, delay], delay doubling up to
+        ``max_delay_s``) and honours Retry-After. Raises ``WaitTimeoutError`` once
+        ``timeout_s`` has passed with no decision, and ``ApiError`` at once for a
+        permanent error such as 404.
         """
         deadline = self._clock() + timeout_s
         delay = initial_delay_s
         last: Any = None
         while True:
             pause_at_least = 0.0
+            left = deadline - self._clock()
+            wait_s = min(MAX_WAIT_S, left) if left >= _MIN_WAIT_S else None
+            asked_at = self._clock()
             try:
-                last = self.get(event_id, signup_id)
+                last = self.get(event_id, signup_id, wait_s)
                 if last.get("status") != Status.PENDING:
                     return last
             except ApiError as exc:
@@ -186,14 +219,20 @@ class TurnstileClient:
             remaining = deadline - self._clock()
             if remaining <= 0:
                 raise WaitTimeoutError(event_id, signup_id, timeout_s, last)
+            waited = wait_s is not None and self._clock() - asked_at >= 0.9 * wait_s
+            if isinstance(last, dict) and waited:
+                continue  # the server held the request as asked: ask again at once
+            # An error, or an answer sooner than asked (a server that does not wait):
+            # pause first, never past the deadline (the last request happens at it).
             pause = max(random.uniform(0, delay), pause_at_least)
-            # Never sleep past the deadline: the last poll happens at it.
             self._sleep(min(pause, remaining))
             delay = min(max_delay_s, delay * 2)
 
     # -- plumbing ---------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+    def _call(
+        self, method: str, path: str, body: Any = None, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         url = self.api_url + path
         data = None if body is None else json.dumps(body).encode("utf-8")
         headers = {"Accept": "application/json"}
@@ -203,7 +242,8 @@ class TurnstileClient:
             headers = self._signed_headers(method, url, data, headers)
         request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            timeout = self.timeout_s if timeout_s is None else timeout_s
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return _document(response.read())
         except urllib.error.HTTPError as exc:
             raise _api_error(exc) from None
@@ -227,6 +267,12 @@ class TurnstileClient:
         if self._session is None:
             self._session = boto3.Session()
         return self._session
+
+
+def _query(**parameters: Any) -> str:
+    """``?a=1&b=2`` of the parameters that are set, or nothing."""
+    given = {k: str(v) for k, v in parameters.items() if v is not None}
+    return "?" + urlencode(given) if given else ""
 
 
 def _document(raw: bytes) -> dict[str, Any]:

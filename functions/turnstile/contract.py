@@ -19,6 +19,7 @@ __all__ = [
     "CONTROL_TABLE",
     "DECISION_RETENTION_ENV",
     "EVENT_CONFIG_ATTRIBUTES",
+    "EVENT_LIST_ATTRIBUTES",
     "FAILURE_QUEUE_NAME",
     "ID_PATTERN",
     "INTAKE_RETENTION_DAYS",
@@ -155,6 +156,23 @@ EVENT_CONFIG_ATTRIBUTES = (
     Attr.CREATED_AT,
     Attr.CREATED_BY,
     Attr.CAPACITY_FLOOR,
+)
+
+#: What a listing of events reads of each control-table item (``GET /events``, ``turnstile
+#: event list``): an event's public fields and the keys, never its journal. A Scan reads
+#: every item of the table, and the API's IAM policy lets its Scan name these and nothing
+#: else, so it cannot read a held event's parked records or the sweeper's items either.
+EVENT_LIST_ATTRIBUTES = (
+    ControlKey.PK,
+    ControlKey.SK,
+    Attr.EVENT_ID,
+    Attr.CAPACITY,
+    Attr.MIN_CAPACITY,
+    Attr.TAKEN,
+    Attr.ACCEPTED,
+    Attr.STATE,
+    Attr.CREATED_AT,
+    Attr.CREATED_BY,
 )
 
 #: Days an intake record is kept (its ``expires_at``), unless INTAKE_RETENTION_ENV says.

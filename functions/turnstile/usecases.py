@@ -5,6 +5,8 @@ validates them with the one set of rules (``domain``, which the stream processor
 too), calls ``SignupStore`` and returns the public JSON shape of the answer: the shapes
 the OpenAPI document calls ``Event``, ``EventClosed``, ``SignupAccepted`` and ``Signup``.
 Both adapters print or send that value as it is, so the API and the CLI cannot disagree.
+Lists come a page at a time (``EventList``, ``SignupList``: ``next`` is the token of the
+next page); ``listing`` reads them.
 
 Refusals are typed (``errors``): ``InvalidRequestError`` (its ``problems`` named),
 ``EventNotFoundError`` / ``SignupNotFoundError``, ``EventExistsError`` /
@@ -14,11 +16,13 @@ the adapters' (the CLI's stdout is its JSON).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
+from turnstile import listing
 from turnstile.clock import utc_now
 from turnstile.contract import Attr, Status
 from turnstile.domain import (
@@ -29,21 +33,39 @@ from turnstile.domain import (
     parse_request,
     signup_problems,
 )
-from turnstile.errors import EventNotFoundError, InvalidRequestError, SignupNotFoundError
+from turnstile.errors import (
+    EventExistsError,
+    EventNotFoundError,
+    InvalidRequestError,
+    SignupNotFoundError,
+)
 from turnstile.jsonable import plain
 from turnstile.personal_data import intake_expires_at
 from turnstile.store import EventRecord, SignupStore
 
 __all__ = [
     "ABSENT",
+    "DEFAULT_PAGE_SIZE",
+    "LISTED_STATUSES",
+    "MAX_PAGE_SIZE",
+    "Created",
     "Submitted",
+    "await_decision",
     "close_event",
     "create_event",
+    "list_events",
+    "list_signups",
     "show_event",
     "signup_status",
     "submit_signup",
     "update_capacity",
 ]
+
+#: Page sizes of the lists (``limit``).
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+#: What ``list_signups`` may filter on.
+LISTED_STATUSES = (Status.PENDING, Status.ACCEPTED, Status.REJECTED)
 
 
 class _Absent:
@@ -142,18 +164,42 @@ def signup_view(
 # -- events ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Created:
+    """An event after ``create_event``: ``body`` is the ``Event`` shape; ``created`` is
+    False when it existed already with this capacity (a retry)."""
+
+    body: dict[str, Any]
+    created: bool
+
+
 def create_event(
     store: SignupStore,
     event_id: Any,
     capacity: Any,
     created_by: str | None,
     now: str | None = None,
-) -> dict[str, Any]:
-    """Create an OPEN event; ``EventExistsError`` if the id is taken (whatever the body)."""
+) -> Created:
+    """Create an OPEN event, idempotently: an event with this id and this capacity is
+    answered as it is now (``created`` False); with another capacity,
+    ``EventExistsError`` naming it. The capacity compared is the current one: a create
+    retried after the capacity was changed is a conflict. ``created_by`` stays the first
+    creator's."""
     event_id = _id(event_id, "event_id")
     capacity = _capacity(capacity)
-    record = store.create_event(event_id, capacity, now=now or utc_now(), created_by=created_by)
-    return event_view(record)
+    try:
+        record = store.create_event(event_id, capacity, now=now or utc_now(), created_by=created_by)
+        return Created(body=event_view(record), created=True)
+    except EventExistsError:
+        existing = store.get_event(event_id)
+        if existing is None:  # deleted by hand in between: nothing to be idempotent with
+            raise
+        if existing.snapshot.capacity != capacity:
+            raise EventExistsError(
+                f"event {event_id!r} already exists with capacity "
+                f"{existing.snapshot.capacity}, not {capacity}"
+            ) from None
+        return Created(body=event_view(existing), created=False)
 
 
 def show_event(store: SignupStore, event_id: Any) -> dict[str, Any]:
@@ -254,3 +300,96 @@ def signup_status(store: SignupStore, event_id: Any, signup_id: Any) -> dict[str
     if decision is None and intake is None:
         raise SignupNotFoundError(f"no signup {signup_id!r} for event {event_id!r}")
     return signup_view(event_id, signup_id, decision, intake)
+
+
+def await_decision(
+    store: SignupStore,
+    event_id: Any,
+    signup_id: Any,
+    wait_s: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    first_delay_s: float = 0.05,
+    max_delay_s: float = 0.5,
+) -> dict[str, Any]:
+    """``signup_status``, waiting up to ``wait_s`` seconds for a decision: the decision as
+    soon as it is read, else the PENDING status at the deadline. After the first read
+    (which 404s an unknown signup at once) it polls only the decision item, a strongly
+    consistent point read every ``first_delay_s`` doubling to ``max_delay_s``."""
+    deadline = clock() + max(0.0, wait_s)
+    status = signup_status(store, event_id, signup_id)
+    delay = first_delay_s
+    while status[Attr.STATUS] == Status.PENDING:
+        remaining = deadline - clock()
+        if remaining <= 0:
+            break
+        sleep(min(delay, remaining))
+        delay = min(delay * 2, max_delay_s)
+        decision = store.get_decision(status["event_id"], status["signup_id"])
+        if decision is not None:
+            return signup_view(status["event_id"], status["signup_id"], decision, None)
+    return status
+
+
+# -- lists ----------------------------------------------------------------------------
+
+
+def _page_size(limit: Any) -> int:
+    if limit is None:
+        return DEFAULT_PAGE_SIZE
+    problem = _integer_problem(limit, "limit", 1, MAX_PAGE_SIZE)
+    if problem:
+        raise InvalidRequestError([problem])
+    return int(limit)
+
+
+def list_events(
+    store: SignupStore, limit: Any = None, next_token: str | None = None
+) -> dict[str, Any]:
+    """A page of events (the ``EventList`` shape): ``{"events": [Event, ...], "next"}``,
+    in the control table's order (no particular one); ``next`` is None on the last page."""
+    size = _page_size(limit)
+    after: tuple[str, str] | None = None
+    if next_token:
+        payload = listing.decode_token(next_token, "events")
+        if not listing.valid_control_key(payload.get("a")):
+            raise InvalidRequestError([listing.TOKEN_REFUSED])
+        after = (payload["a"][0], payload["a"][1])
+    items, last, more = listing.event_items(store, size, after)
+    events = [event_view(EventRecord.from_values(item)) for item in items]
+    token = listing.encode_token({"k": "events", "a": list(last)}) if more and last else None
+    return {"events": events, "next": token}
+
+
+def list_signups(
+    store: SignupStore,
+    event_id: Any,
+    status: Any = None,
+    limit: Any = None,
+    next_token: str | None = None,
+) -> dict[str, Any]:
+    """A page of an event's signups (the ``SignupList`` shape): ``{"signups": [Signup,
+    ...], "next"}`` in ``signup_id`` order, only those with ``status`` if given (PENDING:
+    recorded, not decided yet). ``EventNotFoundError`` for an unknown event (checked on
+    the first page only: a token shows the listing began)."""
+    event_id = _id(event_id, "event_id")
+    if status is not None and status not in LISTED_STATUSES:
+        raise InvalidRequestError([f"status must be one of {', '.join(LISTED_STATUSES)}"])
+    size = _page_size(limit)
+    after: str | None = None
+    if next_token:
+        payload = listing.decode_token(next_token, "signups")
+        if payload.get("e") != event_id or payload.get("s") != status:
+            raise InvalidRequestError([listing.TOKEN_REFUSED])
+        if not listing.valid_signup_cursor(payload.get("a")):
+            raise InvalidRequestError([listing.TOKEN_REFUSED])
+        after = payload["a"]
+    elif store.get_event(event_id) is None:
+        raise EventNotFoundError(f"no event {event_id!r}")
+    rows, last, more = listing.signup_rows(store, event_id, status, size, after)
+    signups = [signup_view(event_id, sid, decision, intake) for sid, decision, intake in rows]
+    token = None
+    if more and last is not None:
+        token = listing.encode_token({"k": "signups", "e": event_id, "s": status, "a": last})
+    return {"signups": signups, "next": token}

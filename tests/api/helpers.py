@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 from turnstile.domain import Decision, decide, parse_request
 from turnstile.store import SignupStore
@@ -51,6 +52,12 @@ def v2_event(
         },
         "isBase64Encoded": False,
     }
+    parameters: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        # API Gateway joins a repeated parameter's values with commas.
+        parameters[key] = f"{parameters[key]},{value}" if key in parameters else value
+    if parameters:
+        event["queryStringParameters"] = parameters
     if authorizer is not None:
         event["requestContext"]["authorizer"] = authorizer
     if body is not None:

@@ -55,6 +55,7 @@ VARIANT_SETTINGS = TurnstileSettings(
     decision_retention_days=400,
     processor_reserved_concurrency=None,
     sweeper_reserved_concurrency=3,
+    api_cors_origins=("https://app.example.com", "http://localhost:3000"),
 )
 
 

@@ -7,7 +7,8 @@ access control": a request is one authorization per table (per item in a transac
 the action that item performs: ``Put`` is PutItem, ``ConditionCheck`` ConditionCheckItem);
 ``dynamodb:LeadingKeys`` are the partition key values it touches; ``dynamodb:Attributes``
 every attribute it names (keys, the item's own for a put, those in any expression, read
-or written); a read without a projection names every attribute. Only the condition
+or written); a read without a projection names every attribute; ``dynamodb:Select`` is
+the Query's or Scan's ``Select`` (absent when it states none). Only the condition
 operators turnstile uses are modelled: anything else fails loudly rather than allow.
 """
 
@@ -61,6 +62,7 @@ class Request:
     return_values: str | None = None
     #: A Query or Scan of an index is authorized on the index's ARN, not the table's.
     index: str | None = None
+    select: str | None = None
 
     @property
     def resource(self) -> str:
@@ -95,6 +97,13 @@ def _single(action: str, table: str, spec: Mapping[str, Any], item_key: str) -> 
         attributes=frozenset({ALL_ATTRIBUTES} if read_all else names),
         return_values=spec.get("ReturnValues", "NONE") if action != "dynamodb:GetItem" else None,
     )
+
+
+def _read_attributes(spec: Mapping[str, Any]) -> frozenset[str]:
+    """What a Query or Scan names: every attribute without a projection."""
+    if not spec.get("ProjectionExpression"):
+        return frozenset({ALL_ATTRIBUTES})
+    return frozenset(_expression_names(spec))
 
 
 def requests_of(operation: str, kwargs: Mapping[str, Any]) -> list[Request]:
@@ -155,8 +164,9 @@ def requests_of(operation: str, kwargs: Mapping[str, Any]) -> list[Request]:
                 "dynamodb:Query",
                 table,
                 frozenset({str(leading)}),
-                frozenset({ALL_ATTRIBUTES}),
+                _read_attributes(kwargs),
                 index=kwargs.get("IndexName"),
+                select=kwargs.get("Select"),
             )
         ]
     if operation == "scan":
@@ -165,8 +175,9 @@ def requests_of(operation: str, kwargs: Mapping[str, Any]) -> list[Request]:
                 "dynamodb:Scan",
                 kwargs["TableName"],
                 frozenset(),
-                frozenset({ALL_ATTRIBUTES}),
+                _read_attributes(kwargs),
                 index=kwargs.get("IndexName"),
+                select=kwargs.get("Select"),
             )
         ]
     raise AssertionError(f"the IAM model does not know {operation}")
@@ -179,6 +190,8 @@ def _values(request: Request, key: str) -> set[str] | str | None:
         return set(request.attributes)
     if key == "dynamodb:ReturnValues":
         return request.return_values
+    if key == "dynamodb:Select":
+        return request.select
     raise AssertionError(f"the IAM model does not know the condition key {key}")
 
 
@@ -196,6 +209,9 @@ def _holds(operator: str, tests: Mapping[str, Any], request: Request) -> bool:
                 return False
         elif operator == "StringEqualsIfExists":
             if value is not None and value not in wanted:
+                return False
+        elif operator == "StringEquals":
+            if value is None or value not in wanted:
                 return False
         elif operator == "Null":
             present = bool(value)

@@ -20,15 +20,21 @@ from turnstile_cdk.api import (
 from .conftest import VARIANT_SETTINGS, function_by_handler, only, render
 
 ROUTE_KEYS = {
+    "GET /",
     "POST /events",
+    "GET /events",
     "GET /events/{event_id}",
     "PATCH /events/{event_id}",
     "POST /events/{event_id}/close",
     "POST /events/{event_id}/signups",
+    "GET /events/{event_id}/signups",
     "GET /events/{event_id}/signups/{signup_id}",
     "GET /openapi.json",
     "ANY /{proxy+}",  # the API's own JSON 404/405 for anything else
 }
+#: With CORS (the variant stack) the catch-all leaves OPTIONS to API Gateway's preflights.
+CORS_CATCH_ALL = {f"{m} /{{proxy+}}" for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")}
+VARIANT_ROUTE_KEYS = ROUTE_KEYS - {"ANY /{proxy+}"} | CORS_CATCH_ALL
 
 
 def test_the_interface_is_the_api_resolvers_route_list() -> None:
@@ -137,7 +143,7 @@ def test_jwt_authorizer_replaces_iam_when_configured(variant_template: Template)
         )
     )
     routes = variant_template.find_resources("AWS::ApiGatewayV2::Route")
-    assert {r["Properties"]["RouteKey"] for r in routes.values()} == ROUTE_KEYS
+    assert {r["Properties"]["RouteKey"] for r in routes.values()} == VARIANT_ROUTE_KEYS
     for route in routes.values():
         assert route["Properties"]["AuthorizationType"] == "JWT"
         assert route["Properties"]["AuthorizerId"] == {"Ref": authorizer_id}
@@ -166,14 +172,14 @@ ARN_PREFIX = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}
 def test_every_business_route_has_exactly_one_role() -> None:
     for key in SERVED:
         assert (key in ROUTE_ROLES) != (key in OPEN_ROUTES), f"{key}: no role, or two"
-    assert {"GET /openapi.json"} == OPEN_ROUTES  # the document: any caller
+    assert {"GET /", "GET /openapi.json"} == OPEN_ROUTES  # the document: any caller
     check_route_roles(SERVED)
     assert set(ROUTE_ROLES) - set(SERVED) <= ANNOUNCED, "a role for a route nobody serves"
 
 
 def test_a_route_without_a_role_fails_the_synthesis() -> None:
     """A route added to turnstile.api.ROUTES without a role cannot slip through."""
-    unmapped = "GET /events/{event_id}/signups"
+    unmapped = "DELETE /events/{event_id}"
     with pytest.raises(ValueError, match=re.escape(f"{unmapped} have no caller role")):
         check_route_roles([*SERVED, unmapped])
 
@@ -181,12 +187,22 @@ def test_a_route_without_a_role_fails_the_synthesis() -> None:
 def test_roles_in_words() -> None:
     """Organizers manage events and read everything; producers only submit; readers only read."""
     reach = {role: {k for k in SERVED if role in allowed_roles(k)} for role in CallerRole}
-    assert reach[CallerRole.PRODUCER] == {"POST /events/{event_id}/signups", "GET /openapi.json"}
+    assert reach[CallerRole.PRODUCER] == {
+        "POST /events/{event_id}/signups",
+        "GET /openapi.json",
+        "GET /",
+    }
     assert all(key.startswith("GET ") for key in reach[CallerRole.READER])
     assert reach[CallerRole.READER] < reach[CallerRole.ORGANIZER]
     assert {"POST /events", "POST /events/{event_id}/close"} <= reach[CallerRole.ORGANIZER]
     assert "POST /events/{event_id}/signups" not in reach[CallerRole.ORGANIZER]
     assert allowed_roles("PATCH /events/{event_id}") == {CallerRole.ORGANIZER}
+    # The lists are reads: readers and organizers.
+    assert allowed_roles("GET /events") == {CallerRole.READER, CallerRole.ORGANIZER}
+    assert allowed_roles("GET /events/{event_id}/signups") == {
+        CallerRole.READER,
+        CallerRole.ORGANIZER,
+    }
 
 
 def _policy_arns(template: Template) -> dict[CallerRole, set[str]]:
@@ -218,6 +234,7 @@ def test_each_role_may_invoke_exactly_its_routes(template: Template) -> None:
     assert expected[CallerRole.PRODUCER] == {
         stage + "POST/events/*/signups",
         stage + "GET/openapi.json",
+        stage + "GET/",
     }
 
 
@@ -260,15 +277,17 @@ def test_jwt_routes_require_their_roles_scopes(variant_template: Template) -> No
     }
     assert scopes == {
         "POST /events": ["turnstile/organizer"],
+        "GET /events": ["turnstile/organizer", "turnstile/reader"],
+        "GET /events/{event_id}/signups": ["turnstile/organizer", "turnstile/reader"],
         "POST /events/{event_id}/close": ["turnstile/organizer"],
         "PATCH /events/{event_id}": ["turnstile/organizer"],
         "POST /events/{event_id}/signups": ["turnstile/producer"],
         "GET /events/{event_id}": ["turnstile/organizer", "turnstile/reader"],
         "GET /events/{event_id}/signups/{signup_id}": ["turnstile/organizer", "turnstile/reader"],
-        # Any valid token: the API's document, and its own 404/405 for unknown paths.
+        # Any valid token: the API's document and index, its own 404/405 for unknown paths.
+        "GET /": None,
         "GET /openapi.json": None,
-        "ANY /{proxy+}": None,
-    } | {
+    } | dict.fromkeys(CORS_CATCH_ALL) | {
         key: sorted(role.scope for role in allowed_roles(key))
         for key in set(SERVED) - set(ROUTE_KEYS)  # routes added since, mapped as they say
     }
@@ -292,7 +311,9 @@ def test_signups_and_reads_are_throttled_apart(template: Template) -> None:
     reads = {"ThrottlingRateLimit": 1000, "ThrottlingBurstLimit": 2000}
     assert _route_settings(template) == {
         "POST /events/{event_id}/signups": signups,
+        "GET /events": reads,
         "GET /events/{event_id}": reads,
+        "GET /events/{event_id}/signups": reads,
         "GET /events/{event_id}/signups/{signup_id}": reads,
     } | {
         key: reads
@@ -332,3 +353,50 @@ def test_api_keeps_responses_out_of_traces(template: Template) -> None:
     _, function = function_by_handler(template, "turnstile.handlers.api.handler")
     variables = function["Properties"]["Environment"]["Variables"]
     assert variables["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"
+
+
+# --- waiting status reads -------------------------------------------------------------------
+
+
+def test_the_function_outlasts_the_longest_wait(template: Template) -> None:
+    """A status read may wait MAX_WAIT_S and stops WAIT_MARGIN_S before the invocation's
+    deadline; API Gateway gives up on the integration at 30 s."""
+    from turnstile.api import MAX_WAIT_S, WAIT_MARGIN_S
+
+    _, function = function_by_handler(template, "turnstile.handlers.api.handler")
+    assert MAX_WAIT_S + WAIT_MARGIN_S < function["Properties"]["Timeout"] < 30
+    for integration in template.find_resources("AWS::ApiGatewayV2::Integration").values():
+        # Unset means API Gateway's default and maximum: 30 s.
+        assert integration["Properties"].get("TimeoutInMillis", 30_000) == 30_000
+
+
+# --- CORS -----------------------------------------------------------------------------------
+
+
+def test_cors_is_off_by_default(template: Template) -> None:
+    _, api = only(template.find_resources("AWS::ApiGatewayV2::Api"))
+    assert "CorsConfiguration" not in api["Properties"]
+    routes = template.find_resources("AWS::ApiGatewayV2::Route")
+    assert "ANY /{proxy+}" in {r["Properties"]["RouteKey"] for r in routes.values()}
+
+
+def test_cors_allows_the_configured_origins(variant_template: Template) -> None:
+    _, api = only(variant_template.find_resources("AWS::ApiGatewayV2::Api"))
+    assert api["Properties"]["CorsConfiguration"] == {
+        "AllowOrigins": list(VARIANT_SETTINGS.api_cors_origins),
+        "AllowMethods": ["GET", "PATCH", "POST"],
+        "AllowHeaders": [
+            "authorization",
+            "content-type",
+            "x-amz-content-sha256",
+            "x-amz-date",
+            "x-amz-security-token",
+        ],
+        "ExposeHeaders": ["location", "retry-after"],
+        "MaxAge": 600,
+    }
+    # No route takes OPTIONS: a preflight is API Gateway's to answer, never refused by
+    # the authorizer of a catch-all route.
+    routes = variant_template.find_resources("AWS::ApiGatewayV2::Route")
+    keys = {r["Properties"]["RouteKey"] for r in routes.values()}
+    assert not any(key.split(" ")[0] in ("OPTIONS", "ANY") for key in keys)

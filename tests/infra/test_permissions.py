@@ -120,11 +120,28 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
     )
 
 
+#: What a listing of events may read of each control-table item it scans.
+EVENT_LIST = (
+    "pk", "sk", "event_id", "capacity", "min_capacity", "taken", "accepted", "state",
+    "created_at", "created_by",
+)  # fmt: skip
+
+
 def test_api_writes_intake_and_only_the_configuration_of_event_items(template: Template):
     assert _role_statements(template, API) == (
-        _on(INTAKE, "GetItem", "PutItem")
-        | _on(MAIN, "GetItem")
+        # Query: an event's signups, pending (intake) and decided (main); one partition.
+        _on(INTAKE, "GetItem", "PutItem", "Query")
+        | _on(MAIN, "GetItem", "Query")
         | _on(CONTROL, "GetItem", conditions=_keys("EVENT#*"))
+        # Listing events scans control, projecting an event's public fields only.
+        | _on(
+            CONTROL,
+            "Scan",
+            conditions={
+                "ForAllValues:StringEquals": {"dynamodb:Attributes": list(EVENT_LIST)},
+                "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+            },
+        )
         | _on(
             CONTROL,
             "UpdateItem",
@@ -132,6 +149,7 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
         )
     )
     assert not PROCESSOR_OWNED & set(EVENT_CONFIG)
+    assert "journal" not in EVENT_LIST
 
 
 def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Template):

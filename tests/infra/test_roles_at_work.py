@@ -71,20 +71,30 @@ def test_the_api_role_runs_every_route(as_role, stream):
     processor_store, processor_client = as_role(PROCESSOR)
     app = create_app(store=lambda: api_store)
 
-    def call(method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        response = app.resolve(v2_event(method, path, body), LocalLambdaContext())
+    def call(method: str, path: str, body: Any = None, query: str = "") -> tuple[int, Any]:
+        response = app.resolve(v2_event(method, path, body, query=query), LocalLambdaContext())
         return response["statusCode"], json.loads(response["body"])
 
     assert call("POST", "/events", {"event_id": "gala", "capacity": 2})[0] == 201
-    assert call("POST", "/events", {"event_id": "gala", "capacity": 2})[0] == 409
+    assert call("POST", "/events", {"event_id": "gala", "capacity": 2})[0] == 200
+    assert call("POST", "/events", {"event_id": "gala", "capacity": 3})[0] == 409
     assert call("PATCH", "/events/gala", {"capacity": 3})[1]["capacity"] == 3
     for signup in ("ada", "bob"):
         assert call("POST", "/events/gala/signups", {"signup_id": signup, "seats": 1})[0] == 202
     assert call("POST", "/events/gala/signups", {"signup_id": "ada", "seats": 1})[0] == 202
     assert call("POST", "/events/gala/signups", {"signup_id": "ada", "seats": 2})[0] == 409
     assert call("GET", "/events/gala/signups/ada")[1]["status"] == "PENDING"
+    assert call("GET", "/events/gala/signups/ada", query="wait=0.2")[1]["status"] == "PENDING"
+    pending = call("GET", "/events/gala/signups", query="status=PENDING&limit=1")[1]
+    assert [s["signup_id"] for s in pending["signups"]] == ["ada"]
+    rest = call("GET", "/events/gala/signups", query=f"status=PENDING&next={pending['next']}")
+    assert [s["signup_id"] for s in rest[1]["signups"]] == ["bob"]
     assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
     assert call("GET", "/events/gala/signups/bob")[1]["status"] == "ACCEPTED"
+    accepted = call("GET", "/events/gala/signups", query="status=ACCEPTED")[1]["signups"]
+    assert [s["signup_id"] for s in accepted] == ["ada", "bob"]
+    listed = call("GET", "/events", query="limit=5")[1]
+    assert [e["event_id"] for e in listed["events"]] == ["gala"]
     status, body = call("PATCH", "/events/gala", {"capacity": 1})
     assert (status, body["error"]) == (400, "capacity_below_taken")
     assert call("PATCH", "/events/gala", {"capacity": 2})[1]["capacity"] == 2
@@ -96,7 +106,26 @@ def test_the_api_role_runs_every_route(as_role, stream):
     assert api_client.denied == [] and processor_client.denied == []
     # It wrote event items only through the attribute-restricted UpdateItem.
     control_writes = {r.action for r in api_client.allowed if r.table == "turnstile-control"}
-    assert control_writes == {"dynamodb:GetItem", "dynamodb:UpdateItem"}
+    assert control_writes == {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}
+    # Its Scan of control projects an event's public fields only, never the journal.
+    (scan,) = {r for r in api_client.allowed if r.action == "dynamodb:Scan"}
+    assert scan.select == "SPECIFIC_ATTRIBUTES" and "journal" not in scan.attributes
+
+
+def test_the_api_role_may_not_scan_control_whole(aws, as_role):
+    """Without the projection (or without Select) the API's Scan of control is refused:
+    it could otherwise read journals, parked records' attributes, the sweeper's items."""
+    api_store, api_client = as_role(API)
+    for extra in ({}, {"Select": "ALL_ATTRIBUTES"}):
+        with pytest.raises(ClientError, match="AccessDenied"):
+            api_client.scan(TableName=api_store.control_table, **extra)
+    with pytest.raises(ClientError, match="AccessDenied"):
+        api_client.scan(
+            TableName=api_store.control_table,
+            ProjectionExpression="#pk, #journal",
+            ExpressionAttributeNames={"#pk": "pk", "#journal": "journal"},
+            Select="SPECIFIC_ATTRIBUTES",
+        )
 
 
 class FailsFirstCommits(SignupStore):

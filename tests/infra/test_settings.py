@@ -27,6 +27,7 @@ def test_defaults_are_production_defaults() -> None:
     assert settings.processor_reserved_concurrency == 10
     assert settings.sweeper_reserved_concurrency == 1
     assert settings.retention_environment == {"TURNSTILE_INTAKE_RETENTION_DAYS": "30"}
+    assert settings.api_cors_origins == ()  # no CORS unless asked for
 
 
 def test_cli_strings_are_parsed() -> None:
@@ -49,6 +50,7 @@ def test_cli_strings_are_parsed() -> None:
             ContextKey.DECISION_RETENTION_DAYS: "365",
             ContextKey.PROCESSOR_RESERVED_CONCURRENCY: "none",
             ContextKey.SWEEPER_RESERVED_CONCURRENCY: "0",
+            ContextKey.API_CORS_ORIGINS: "https://app.example.com, http://localhost:3000",
         }
     )
     assert settings == TurnstileSettings(
@@ -69,6 +71,7 @@ def test_cli_strings_are_parsed() -> None:
         decision_retention_days=365,
         processor_reserved_concurrency=None,
         sweeper_reserved_concurrency=None,
+        api_cors_origins=("https://app.example.com", "http://localhost:3000"),
     )
     assert settings.uses_jwt
     assert settings.retention_environment == {
@@ -83,10 +86,12 @@ def test_cdk_json_values_are_accepted() -> None:
             ContextKey.RETAIN_TABLES: True,
             ContextKey.JWT_AUDIENCE: ["a"],
             ContextKey.JWT_ISSUER: "https://issuer.example.com",
+            ContextKey.API_CORS_ORIGINS: ["*"],
         }
     )
     assert settings.retain_tables is True
     assert settings.jwt_audience == ("a",)
+    assert settings.api_cors_origins == ("*",)
 
 
 def test_cdk_json_numbers_and_none_are_accepted() -> None:
@@ -120,6 +125,9 @@ def test_cdk_json_numbers_and_none_are_accepted() -> None:
         {ContextKey.DECISION_RETENTION_DAYS: "0"},  # not "keep": it would read as "delete"
         {ContextKey.PROCESSOR_RESERVED_CONCURRENCY: "-1"},
         {ContextKey.SWEEPER_RESERVED_CONCURRENCY: "one"},
+        {ContextKey.API_CORS_ORIGINS: "https://app.example.com/"},  # a path, not an origin
+        {ContextKey.API_CORS_ORIGINS: "app.example.com"},  # no scheme
+        {ContextKey.API_CORS_ORIGINS: "https://*.example.com"},
     ],
 )
 def test_bad_options_fail_the_synth_with_a_reason(context: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
@@ -17,7 +18,7 @@ from turnstile.api import SERVICE, create_app
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 from turnstile.store import SignupStore
 
-__all__ = ["app", "get_store", "handler"]
+__all__ = ["app", "get_store", "handler", "new_instance"]
 
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
@@ -41,12 +42,23 @@ def get_store() -> SignupStore:
     )
 
 
+def _entry(resolver: Any) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+    @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
+    @tracer.capture_lambda_handler
+    @metrics.log_metrics
+    def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        """Answer one API Gateway HTTP API (v2) event with a v2 response dict."""
+        return resolver.resolve(event, context)
+
+    return handler
+
+
 app = create_app(store=get_store, metrics=metrics)
+handler = _entry(app)
 
 
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
-@tracer.capture_lambda_handler
-@metrics.log_metrics
-def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Answer one API Gateway HTTP API (v2) event with a v2 response dict."""
-    return app.resolve(event, context)
+def new_instance() -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+    """Another handler with a resolver of its own: what a second Lambda instance would be.
+    The local API server serves concurrent requests with several (a resolver holds the
+    request it answers, so one serves one request at a time); they share the store."""
+    return _entry(create_app(store=get_store, metrics=metrics))

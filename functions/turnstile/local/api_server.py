@@ -3,6 +3,8 @@
 ``ApiServer`` plays API Gateway's part for the local stack: every request other than
 ``GET /health`` becomes an API Gateway HTTP API (payload format 2.0) event, the same
 Lambda handler that runs on AWS answers it, and its v2 response becomes the HTTP reply.
+Given origins, it also answers CORS preflights and marks replies to those origins, as
+API Gateway does for a stack with ``turnstile:apiCorsOrigins``.
 """
 
 from __future__ import annotations
@@ -13,13 +15,19 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from turnstile.api import MAX_BODY_BYTES
+from turnstile.api import (
+    CORS_ALLOW_HEADERS,
+    CORS_EXPOSE_HEADERS,
+    CORS_MAX_AGE_S,
+    MAX_BODY_BYTES,
+    ROUTES,
+)
 from turnstile.local.server import BackgroundServer
 
 __all__ = ["MAX_DRAIN_BYTES", "ApiServer", "LocalLambdaContext"]
@@ -42,6 +50,46 @@ _TEXT_TYPES = (
 _OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
 
 AppHandler = Callable[[dict[str, Any], Any], Any]
+
+#: At most this many invocations at once, when the server may start instances.
+DEFAULT_MAX_INSTANCES = 8
+#: What a preflight may ask for: the API's methods.
+_CORS_METHODS = ", ".join(sorted({route.method for route in ROUTES}))
+
+
+class _Instances:
+    """Handlers, each serving one request at a time, as Lambda instances do: an idle one
+    is reused, a new one started (``new``) while fewer than ``most`` exist, else the
+    request waits for one to be free. Without ``new``, the one handler there is."""
+
+    def __init__(self, first: AppHandler | None, new: Callable[[], AppHandler] | None, most: int):
+        self._new = new
+        self._most = most if new is not None else 1
+        self._idle: list[AppHandler] = [first] if first is not None else []
+        self._count = len(self._idle)
+        self._free = threading.Condition()
+
+    def acquire(self) -> AppHandler:
+        with self._free:
+            while True:
+                if self._idle:
+                    return self._idle.pop()
+                if self._new is not None and self._count < self._most:
+                    self._count += 1
+                    break
+                self._free.wait()
+        try:
+            return self._new()  # type: ignore[misc]
+        except BaseException:
+            with self._free:
+                self._count -= 1
+                self._free.notify()
+            raise
+
+    def release(self, handler: AppHandler) -> None:
+        with self._free:
+            self._idle.append(handler)
+            self._free.notify()
 
 
 @dataclass
@@ -88,8 +136,12 @@ class ApiServer(BackgroundServer):
     ``health`` returns a dict of checks; ``GET /health`` answers 200 when every value is
     true, else 503. With ``app_handler`` (a Lambda handler for API Gateway HTTP API v2
     events) every other request is served by it; without, they answer 404.
-    Invocations run one at a time, as on one Lambda instance: Powertools' resolver keeps
-    the current request on itself, so two at once would mix them up.
+    A handler serves one request at a time, as a Lambda instance does: Powertools'
+    resolver keeps the current request on itself, so two at once would mix them up. With
+    ``new_instance`` (a factory of such handlers) requests run side by side, each on an
+    instance of its own, up to ``max_instances``; a long ``?wait=`` then holds one
+    instance, not the whole API. ``cors_origins``: origins whose browsers may call the API
+    (``*`` any), as the stack's ``turnstile:apiCorsOrigins``; none by default.
     """
 
     def __init__(
@@ -99,11 +151,15 @@ class ApiServer(BackgroundServer):
         health: Callable[[], dict[str, bool]],
         app_handler: AppHandler | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
+        new_instance: Callable[[], AppHandler] | None = None,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         self._health = health
-        self._app_handler = app_handler
+        self._serves = app_handler is not None or new_instance is not None
+        self._instances = _Instances(app_handler, new_instance, max_instances)
         self._max_body_bytes = max_body_bytes
-        self._invoke_lock = threading.Lock()
+        self._cors_origins = tuple(cors_origins)
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -118,6 +174,10 @@ class ApiServer(BackgroundServer):
                     checks = outer._health()
                     outer._send(self, 200 if all(checks.values()) else 503, checks)
                 else:
+                    outer._dispatch(self)
+
+            def do_OPTIONS(self) -> None:
+                if not outer._preflight(self):
                     outer._dispatch(self)
 
             def __getattr__(self, name: str) -> Any:
@@ -150,23 +210,23 @@ class ApiServer(BackgroundServer):
 
     # -- replies ----------------------------------------------------------------------
 
-    @staticmethod
-    def _send(handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
-        data = json.dumps(body).encode()
+    def _send(self, handler: BaseHTTPRequestHandler, status: int, body: Any) -> None:
+        data = json.dumps(body).encode() + b"\n"
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
+        self._cors_headers(handler)
         handler.end_headers()
         handler.wfile.write(data)
 
-    @staticmethod
     def _send_error(
-        handler: BaseHTTPRequestHandler, status: int, code: str, message: str, close: bool
+        self, handler: BaseHTTPRequestHandler, status: int, code: str, message: str, close: bool
     ) -> None:
-        data = json.dumps({"error": code, "message": message}).encode()
+        data = json.dumps({"error": code, "message": message}).encode() + b"\n"
         handler.send_response(status)
         handler.send_header("Content-Type", "application/json")
         handler.send_header("Content-Length", str(len(data)))
+        self._cors_headers(handler)
         if close:
             handler.send_header("Connection", "close")
             handler.close_connection = True
@@ -177,10 +237,52 @@ class ApiServer(BackgroundServer):
     def _too_large(self) -> str:
         return f"request body is over {self._max_body_bytes} bytes"
 
+    # -- CORS -------------------------------------------------------------------------
+
+    def _allowed_origin(self, handler: BaseHTTPRequestHandler) -> str | None:
+        """What Access-Control-Allow-Origin says to this request; None: no CORS headers."""
+        origin = handler.headers.get("Origin")
+        if not origin or not self._cors_origins:
+            return None
+        if "*" in self._cors_origins:
+            return "*"
+        return origin if origin in self._cors_origins else None
+
+    def _cors_headers(self, handler: BaseHTTPRequestHandler) -> None:
+        origin = self._allowed_origin(handler)
+        if origin is None:
+            return
+        handler.send_header("Access-Control-Allow-Origin", origin)
+        handler.send_header("Access-Control-Expose-Headers", ", ".join(CORS_EXPOSE_HEADERS))
+        if origin != "*":
+            handler.send_header("Vary", "Origin")
+
+    def _preflight(self, handler: BaseHTTPRequestHandler) -> bool:
+        """Answer a CORS preflight (OPTIONS with Origin and Access-Control-Request-Method)
+        itself, as API Gateway does when CORS is configured; False when it is not one."""
+        if not self._cors_origins or not handler.headers.get("Access-Control-Request-Method"):
+            return False
+        try:
+            self._read_body(handler)
+        except _BodyError:
+            handler.close_connection = True
+        handler.send_response(204)
+        origin = self._allowed_origin(handler)
+        if origin is not None:
+            handler.send_header("Access-Control-Allow-Origin", origin)
+            handler.send_header("Access-Control-Allow-Methods", _CORS_METHODS)
+            handler.send_header("Access-Control-Allow-Headers", ", ".join(CORS_ALLOW_HEADERS))
+            handler.send_header("Access-Control-Max-Age", str(CORS_MAX_AGE_S))
+            if origin != "*":
+                handler.send_header("Vary", "Origin")
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+        return True
+
     # -- requests ---------------------------------------------------------------------
 
     def _dispatch(self, handler: BaseHTTPRequestHandler) -> None:
-        if self._app_handler is None:
+        if not self._serves:
             self._send(handler, 404, {"error": "not_found", "message": handler.path})
             return
         try:
@@ -190,8 +292,11 @@ class ApiServer(BackgroundServer):
             return
         event = self.to_event(handler, body)
         try:
-            with self._invoke_lock:
-                result = self._app_handler(event, LocalLambdaContext())
+            instance = self._instances.acquire()
+            try:
+                result = instance(event, LocalLambdaContext())
+            finally:
+                self._instances.release(instance)
         except Exception:
             # What API Gateway answers when the function itself fails.
             log.exception("API handler failed")
@@ -334,6 +439,7 @@ class ApiServer(BackgroundServer):
                     handler.send_header(name, str(value))
         for cookie in result.get("cookies") or []:
             handler.send_header("Set-Cookie", cookie)
+        self._cors_headers(handler)
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         if handler.command != "HEAD":

@@ -256,8 +256,10 @@ class LocalStack:
         state_dir: Path | None = None,
         in_memory: bool = False,
         reset: bool = False,
+        cors_origins: tuple[str, ...] = (),
     ) -> None:
         self.host, self.port, self.api_port = host, port, api_port
+        self.cors_origins = cors_origins
         self.in_memory, self.reset = in_memory, reset
         self.with_worker = worker
         self.state_dir = state_dir or Path(".turnstile")
@@ -294,9 +296,11 @@ class LocalStack:
         resources = ensure_resources()
         os.environ["TURNSTILE_FAILURE_QUEUE_URL"] = resources["failure_queue_url"]
         self._ready.set()
-        app_handler = _api_handler()
-        extra = {"app_handler": app_handler} if app_handler else {}
-        self.api = ApiServer(self.host, self.api_port, self.health, **extra)
+        new_instance = _api_instances()
+        extra = {"new_instance": new_instance} if new_instance else {}
+        self.api = ApiServer(
+            self.host, self.api_port, self.health, cors_origins=self.cors_origins, **extra
+        )
         self.api.start()
         if self.with_worker:
             # A new endpoint has new streams, a restored one too (replay makes a new stream
@@ -342,10 +346,11 @@ class LocalStack:
             self.aws.stop()
 
 
-def _api_handler() -> Any:
-    """The HTTP API's Lambda handler, served over real HTTP by ``ApiServer``."""
+def _api_instances() -> Any:
+    """A factory of the HTTP API's Lambda handler (one per concurrent request, as Lambda
+    instances), served over real HTTP by ``ApiServer``."""
     try:
-        from turnstile.handlers.api import handler
+        from turnstile.handlers.api import new_instance
     except ImportError:  # the API is optional for the stream worker
         return None
-    return handler
+    return new_instance
