@@ -1,7 +1,8 @@
 """Fixtures of the HTTP API tests: v2 events for the handler, and a live local API.
 
-The live API is an ``ApiServer`` serving ``handlers.api.handler`` over real HTTP, backed by
-a moto server on its own port (``AWS_ENDPOINT_URL`` points the handler's boto3 at it).
+The live API is an ``ApiServer`` serving ``handlers.api`` handlers (``new_instance``, as the
+local stack does) over real HTTP, recording each request, backed by a moto server on its own
+port (``AWS_ENDPOINT_URL`` points the handler's boto3 at it).
 It is module-scoped: a module that uses it must not also use the in-process ``aws``
 fixture, whose ``mock_aws`` resets the moto backends the server shares.
 """
@@ -62,11 +63,27 @@ def live_api() -> Iterator[LiveApi]:
             client = default_client()
             for spec in ALL_TABLES:
                 client.create_table(**spec.create_table_kwargs())
-            server = ApiServer(
-                "127.0.0.1", 0, lambda: {"ok": True}, app_handler=api_handler.handler
-            )
+            requests: list[dict[str, Any]] = []
+
+            def new_instance() -> Any:
+                # As the local stack serves it (an instance per concurrent request),
+                # each invocation recorded.
+                handler = api_handler.new_instance()
+
+                def recorded(event: dict[str, Any], context: Any) -> Any:
+                    requests.append(event)
+                    return handler(event, context)
+
+                return recorded
+
+            server = ApiServer("127.0.0.1", 0, lambda: {"ok": True}, new_instance=new_instance)
             server.start()
-            yield LiveApi(url=server.url, moto_url=moto_url, store=SignupStore(client=client))
+            yield LiveApi(
+                url=server.url,
+                moto_url=moto_url,
+                store=SignupStore(client=client),
+                requests=requests,
+            )
         finally:
             if server is not None:
                 server.stop()

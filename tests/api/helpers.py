@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -86,6 +86,11 @@ class LiveApi:
     url: str
     moto_url: str
     store: SignupStore
+    #: Every event the API's handlers were invoked with, in order.
+    requests: list[dict[str, Any]] = field(default_factory=list)
+
+    def requests_to(self, path: str) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["rawPath"] == path]
 
 
 def decide_pending(

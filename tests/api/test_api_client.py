@@ -14,7 +14,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from turnstile.client import ApiError, TurnstileClient, region_of_execute_api
+from turnstile.client import ApiError, TurnstileClient, WaitTimeoutError, region_of_execute_api
 from turnstile.local.api_server import ApiServer
 
 AUTHORIZATION = re.compile(
@@ -191,3 +191,47 @@ def test_wait_stops_polling_at_a_permanent_error(server, scripted):
     with pytest.raises(ApiError):
         TurnstileClient(server.url, sleep=pauses.append).wait("e1", "u1", timeout_s=30)
     assert pauses == []
+
+
+def test_wait_asks_the_server_to_wait_never_past_the_deadline(server, scripted):
+    # GIVEN a server that answers PENDING at once (it does not hold requests), and a clock
+    # that only the client's pauses move
+    now = [1000.0]
+    pauses: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        now[0] += seconds
+
+    client = TurnstileClient(server.url, sleep=sleep, clock=lambda: now[0])
+    # WHEN the client waits 5 s
+    with pytest.raises(WaitTimeoutError) as timeout:
+        client.wait("e1", "u1", timeout_s=5, initial_delay_s=0.1, max_delay_s=0.8)
+    # THEN each request asked the server to wait what was left of the deadline (at most
+    # 20 s); answered sooner, it paused with backoff, and gave up at the deadline, not past
+    assert timeout.value.last["status"] == "PENDING"
+    assert now[0] == pytest.approx(1005.0)
+    assert all(p <= 0.8 for p in pauses) and len(pauses) > 5
+    waits = [e.get("queryStringParameters", {}).get("wait") for e in scripted.events]
+    assert waits[0] == "5.000"
+    assert all(w is None or 0 < float(w) <= 5 for w in waits)
+
+
+def test_wait_asks_for_at_most_20_seconds_at_a_time(server, scripted):
+    scripted.results = [reply(200, {"status": "ACCEPTED"})]
+    TurnstileClient(server.url).wait("e1", "u1", timeout_s=300)
+    assert scripted.events[0]["queryStringParameters"] == {"wait": "20.000"}
+
+
+def test_lists_send_only_the_parameters_given(server, scripted):
+    scripted.results = [reply(200, {"signups": [], "next": None})]
+    client = TurnstileClient(server.url)
+    client.list_signups("e 1", status="PENDING", limit=5, next="tok")
+    client.list_signups("e1")
+    client.list_events(limit=3)
+    sent = [(e["rawPath"], e.get("queryStringParameters")) for e in scripted.events]
+    assert sent == [
+        ("/events/e%201/signups", {"status": "PENDING", "limit": "5", "next": "tok"}),
+        ("/events/e1/signups", None),
+        ("/events", {"limit": "3"}),
+    ]

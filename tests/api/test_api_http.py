@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -91,43 +93,81 @@ def test_errors_are_api_errors_with_status_and_code(
     assert error.value.message
 
 
-def test_wait_returns_the_decision_once_made(client: TurnstileClient, live_api: LiveApi, festival):
-    # GIVEN a pending signup, and a processor that decides during the poller's first pause
+def _decide_later(live_api: LiveApi, event_id: str, after_s: float) -> threading.Timer:
+    timer = threading.Timer(after_s, decide_pending, args=(live_api.store, event_id))
+    timer.start()
+    return timer
+
+
+def test_wait_returns_the_decision_in_one_request(
+    client: TurnstileClient, live_api: LiveApi, festival
+):
+    # GIVEN a pending signup that the processor decides in 1.5 s
     client.submit(festival, "patient")
-    pauses: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        pauses.append(seconds)
-        if len(pauses) == 1:
-            decide_pending(live_api.store, festival)
-
-    poller = TurnstileClient(live_api.url, sleep=sleep)
-    # WHEN
-    decision = poller.wait(festival, "patient", timeout_s=60, initial_delay_s=0.25)
-    # THEN one pause, within the first backoff step (full jitter: uniform in [0, delay])
+    path = f"/events/{festival}/signups/patient"
+    before = len(live_api.requests_to(path))
+    started = time.monotonic()
+    decider = _decide_later(live_api, festival, 1.5)
+    try:
+        # WHEN a client waits for it
+        decision = client.wait(festival, "patient", timeout_s=60)
+    finally:
+        decider.join()
+    # THEN one request, held by the API until the decision, instead of a poll every
+    # 50 ms .. 2 s (about 8 requests in those 1.5 s)
     assert decision["status"] == "ACCEPTED"
-    assert len(pauses) == 1
-    assert 0 <= pauses[0] <= 0.25
+    asked = live_api.requests_to(path)[before:]
+    assert len(asked) == 1
+    assert asked[0]["queryStringParameters"] == {"wait": "20.000"}
+    assert 1.5 <= time.monotonic() - started < 4
 
 
-def test_wait_raises_at_its_deadline(live_api: LiveApi, festival: str):
-    # GIVEN a signup nobody decides, and a clock that the pauses move forward
-    TurnstileClient(live_api.url).submit(festival, "forgotten")
-    now = [1000.0]
-    pauses: list[float] = []
-
-    def sleep(seconds: float) -> None:
-        pauses.append(seconds)
-        now[0] += seconds
-
-    poller = TurnstileClient(live_api.url, sleep=sleep, clock=lambda: now[0])
-    # WHEN / THEN
+def test_wait_gives_up_at_its_deadline_after_one_request(live_api: LiveApi, festival: str):
+    # GIVEN a signup nobody decides
+    client = TurnstileClient(live_api.url)
+    client.submit(festival, "forgotten")
+    path = f"/events/{festival}/signups/forgotten"
+    before = len(live_api.requests_to(path))
+    started = time.monotonic()
+    # WHEN a client waits 1.5 s THEN it gives up at the deadline, with the PENDING status
     with pytest.raises(WaitTimeoutError) as timeout:
-        poller.wait(festival, "forgotten", timeout_s=5, initial_delay_s=0.1, max_delay_s=0.8)
+        client.wait(festival, "forgotten", timeout_s=1.5)
     assert timeout.value.last["status"] == "PENDING"
-    assert now[0] == pytest.approx(1005.0)  # it polled right up to the deadline, not past it
-    assert all(p <= 0.8 for p in pauses)
-    assert len(pauses) > 5
+    assert 1.5 <= time.monotonic() - started < 3
+    # one request held 1.5 s (a last, short one may follow it at the deadline)
+    asked = live_api.requests_to(path)[before:]
+    assert 1 <= len(asked) <= 2
+    assert asked[0]["queryStringParameters"] == {"wait": "1.500"}
+
+
+def test_a_waiting_request_holds_no_other_request_up(
+    client: TurnstileClient, live_api: LiveApi, festival: str
+):
+    # GIVEN a client waiting 3 s for a signup nobody decides
+    client.submit(festival, "held")
+    waiting = threading.Thread(target=client.get, args=(festival, "held", 3.0))
+    waiting.start()
+    try:
+        time.sleep(0.3)
+        # WHEN another client reads meanwhile THEN it is answered at once
+        started = time.monotonic()
+        assert client.get_event(festival)["event_id"] == festival
+        assert time.monotonic() - started < 1.5
+    finally:
+        waiting.join()
+
+
+def test_wait_over_http_answers_when_decided(client: TurnstileClient, live_api: LiveApi):
+    client.create_event("raw-wait", capacity=1)
+    client.submit("raw-wait", "raw-waiter")
+    decider = _decide_later(live_api, "raw-wait", 0.5)
+    try:
+        status, _, body = raw(live_api, "GET", "/events/raw-wait/signups/raw-waiter?wait=10")
+    finally:
+        decider.join()
+    assert (status, body["status"]) == (200, "ACCEPTED")
+    status, _, body = raw(live_api, "GET", "/events/raw-wait/signups/raw-waiter?wait=25")
+    assert (status, body["error"]) == (400, "invalid_request")
 
 
 def test_wait_with_a_real_clock_gives_up(live_api: LiveApi, festival: str):
@@ -172,3 +212,63 @@ def test_openapi_document_is_served_over_http(live_api: LiveApi):
     assert status == 200
     assert headers["Content-Type"] == "application/json"
     assert document["openapi"].startswith("3.")
+
+
+def test_json_replies_end_with_a_newline(live_api: LiveApi):
+    for path in ("/", "/events/nope", "/nope", "/health"):
+        try:
+            with urllib.request.urlopen(live_api.url + path, timeout=10) as response:
+                data = response.read()
+        except urllib.error.HTTPError as exc:
+            data = exc.read()
+        assert data.endswith(b"}\n"), path
+
+
+def test_the_root_points_at_the_document(live_api: LiveApi):
+    status, _, index = raw(live_api, "GET", "/")
+    assert (status, index["openapi"]) == (200, "/openapi.json")
+    assert "GET /events" in index["routes"]
+
+
+def test_create_twice_over_http(client: TurnstileClient):
+    first = client.create_event("twice", capacity=4)
+    assert client.create_event("twice", capacity=4) == first
+    with pytest.raises(ApiError) as conflict:
+        client.create_event("twice", capacity=5)
+    assert (conflict.value.status, conflict.value.code) == (409, "event_exists")
+    assert "already exists with capacity 4, not 5" in conflict.value.message
+
+
+def test_lists_page_over_http(client: TurnstileClient, live_api: LiveApi):
+    # GIVEN an event with 2 seats and 5 signups, 2 accepted and 3 rejected, 1 more pending
+    client.create_event("listed", capacity=2)
+    for n in range(5):
+        client.submit("listed", f"s{n}")
+        time.sleep(0.002)
+    decide_pending(live_api.store, "listed")
+    client.submit("listed", "s5")
+    # WHEN the client lists them a page at a time
+    seen, token = [], None
+    while True:
+        page = client.list_signups("listed", limit=2, next=token)
+        seen += [s["signup_id"] for s in page["signups"]]
+        token = page["next"]
+        if token is None:
+            break
+    # THEN every signup, in order, and by status
+    assert seen == [f"s{n}" for n in range(6)]
+    rejected = client.list_signups("listed", status="REJECTED")
+    assert [s["signup_id"] for s in rejected["signups"]] == ["s2", "s3", "s4"]
+    assert [s["signup_id"] for s in client.list_signups("listed", "PENDING")["signups"]] == ["s5"]
+    # and the events, "listed" among them
+    events, token = [], None
+    while True:
+        page = client.list_events(limit=1, next=token)
+        events += [e["event_id"] for e in page["events"]]
+        token = page["next"]
+        if token is None:
+            break
+    assert "listed" in events and len(events) == len(set(events))
+    with pytest.raises(ApiError) as refused:
+        client.list_signups("listed", next=rejected["next"] or "bm9wZQ")
+    assert (refused.value.status, refused.value.code) == (400, "invalid_request")

@@ -254,6 +254,105 @@ def test_invocations_run_one_at_a_time(recorder):
     assert most == 1
 
 
+def test_instances_serve_requests_side_by_side_each_one_at_a_time():
+    # GIVEN a factory of handlers (Lambda instances), each slow, and 6 requests at once
+    guard = threading.Lock()
+    busy: set[int] = set()
+    overlaps: list[int] = []
+    most = 0
+    started: list[int] = []
+
+    def new_instance() -> Any:
+        number = len(started)
+        started.append(number)
+
+        def slow(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            nonlocal most
+            with guard:
+                if number in busy:
+                    overlaps.append(number)  # this instance already serves a request
+                busy.add(number)
+                most = max(most, len(busy))
+            time.sleep(0.2)
+            with guard:
+                busy.discard(number)
+            return {"statusCode": 200, "body": ""}
+
+        return slow
+
+    api = ApiServer("127.0.0.1", 0, lambda: {}, new_instance=new_instance, max_instances=4)
+    api.start()
+    try:
+        threads = [threading.Thread(target=request, args=(api, "GET", "/x")) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        # a later request reuses an idle instance
+        assert request(api, "GET", "/x")[0] == 200
+    finally:
+        api.stop()
+    # THEN up to 4 at once, never two on one instance, and no more than 4 instances
+    assert most > 1
+    assert most <= 4 and len(started) <= 4
+    assert overlaps == []
+
+
+def test_health_and_errors_end_with_a_newline(server, recorder):
+    assert request(server, "GET", "/health")[2].endswith(b"}\n")
+    assert request(server, "POST", "/events", b"x" * (LIMIT + 1))[2].endswith(b"}\n")
+
+
+# -- CORS -----------------------------------------------------------------------------
+
+ORIGIN = "http://localhost:3000"
+
+
+@pytest.fixture
+def cors_server(recorder: Recorder) -> Iterator[ApiServer]:
+    api = ApiServer("127.0.0.1", 0, lambda: {}, recorder, cors_origins=(ORIGIN,))
+    api.start()
+    yield api
+    api.stop()
+
+
+def test_no_cors_headers_unless_origins_are_given(server, recorder):
+    status, headers, _ = request(server, "GET", "/events", headers={"Origin": ORIGIN})
+    assert status == 200
+    assert "Access-Control-Allow-Origin" not in headers
+    # an OPTIONS request is the handler's (its 405), not a preflight answered here
+    preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
+    request(server, "OPTIONS", "/events", headers=preflight)
+    assert recorder.events[-1]["requestContext"]["http"]["method"] == "OPTIONS"
+
+
+def test_a_preflight_from_an_allowed_origin_is_answered(cors_server, recorder):
+    preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "POST"}
+    status, headers, body = request(cors_server, "OPTIONS", "/events", headers=preflight)
+    assert (status, body) == (204, b"")
+    assert headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert headers["Access-Control-Allow-Methods"] == "GET, PATCH, POST"
+    assert "content-type" in headers["Access-Control-Allow-Headers"]
+    assert recorder.events == []  # API Gateway answers preflights itself, so does this
+
+
+def test_replies_to_an_allowed_origin_say_so(cors_server, recorder):
+    status, headers, _ = request(cors_server, "GET", "/events", headers={"Origin": ORIGIN})
+    assert status == 200
+    assert headers["Access-Control-Allow-Origin"] == ORIGIN
+    assert headers["Access-Control-Expose-Headers"] == "location, retry-after"
+    assert headers["Vary"] == "Origin"
+
+
+def test_another_origin_gets_no_cors_headers(cors_server, recorder):
+    other = {"Origin": "https://evil.example.com"}
+    _, headers, _ = request(cors_server, "GET", "/events", headers=other)
+    assert "Access-Control-Allow-Origin" not in headers
+    preflight = {**other, "Access-Control-Request-Method": "POST"}
+    _, headers, _ = request(cors_server, "OPTIONS", "/events", headers=preflight)
+    assert "Access-Control-Allow-Origin" not in headers
+
+
 # -- body limits ----------------------------------------------------------------------
 
 

@@ -101,11 +101,37 @@ def test_a_submitted_signup_expires_after_the_intake_retention(
     assert before + days * 86_400 <= expires_at <= after + days * 86_400
 
 
-def test_create_existing_event_answers_409(invoke: Invoke, concert: str):
+def test_create_existing_event_with_another_capacity_answers_409(invoke: Invoke, concert: str):
     answer = invoke("POST", "/events", {"event_id": concert, "capacity": 9})
     assert answer.status == 409
-    assert answer.body["error"] == "event_exists"
+    assert answer.body == {
+        "error": "event_exists",
+        "message": "event 'concert' already exists with capacity 3, not 9",
+    }
     assert invoke("GET", f"/events/{concert}").body["capacity"] == 3
+
+
+def test_create_again_with_the_same_body_answers_200_with_the_event(
+    invoke: Invoke, concert: str, store: SignupStore
+):
+    # GIVEN the event has moved on since it was created (a decision, then closed)
+    assert invoke("POST", f"/events/{concert}/signups", {"signup_id": "ada"}).status == 202
+    decide_pending(store, concert)
+    assert invoke("POST", f"/events/{concert}/close").status == 200
+    # WHEN its creation is retried with the same body
+    answer = invoke("POST", "/events", {"event_id": concert, "capacity": 3})
+    # THEN 200 (nothing created) with the event as it is now, and where it is
+    assert answer.status == 200
+    assert answer.headers["location"] == f"/events/{concert}"
+    assert answer.body == invoke("GET", f"/events/{concert}").body
+    assert (answer.body["taken"], answer.body["state"]) == (1, "CLOSED")
+
+
+def test_create_retried_after_a_capacity_change_is_a_conflict(invoke: Invoke, concert: str):
+    assert invoke("PATCH", f"/events/{concert}", {"capacity": 5}).status == 200
+    answer = invoke("POST", "/events", {"event_id": concert, "capacity": 3})
+    assert (answer.status, answer.body["error"]) == (409, "event_exists")
+    assert "with capacity 5, not 3" in answer.body["message"]
 
 
 @pytest.mark.parametrize(
@@ -159,6 +185,73 @@ def test_malformed_or_inexact_json_answers_400(invoke: Invoke, raw: str | bytes)
     answer = invoke("POST", "/events", raw, base64_body=isinstance(raw, bytes))
     assert answer.status == 400
     assert answer.body["error"] == "invalid_request"
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        ('{"event_id": "e1", "capacity": 1, "capacity": 2}', "capacity"),
+        ('{"event_id": "e1", "event_id": "e2", "capacity": 1}', "event_id"),
+    ],
+)
+def test_a_key_given_twice_answers_400_naming_it(invoke: Invoke, raw: str, key: str):
+    answer = invoke("POST", "/events", raw)
+    assert answer.status == 400
+    assert answer.body == {
+        "error": "invalid_request",
+        "message": f'body has the key "{key}" more than once',
+    }
+    assert invoke("GET", "/events/e1").status == 404  # neither value was taken
+
+
+def test_a_key_given_twice_inside_attributes_answers_400(invoke: Invoke, concert: str):
+    raw = '{"signup_id": "u1", "attributes": {"tier": "vip", "tier": "basic"}}'
+    answer = invoke("POST", f"/events/{concert}/signups", raw)
+    assert answer.status == 400
+    assert answer.body["message"] == 'body has the key "tier" more than once'
+
+
+DYNAMODB_NUMBERS = "attributes hold a number DynamoDB cannot store (38 digits, 1e-130 to 1e125)"
+
+
+@pytest.mark.parametrize(
+    ("number", "message"),
+    [
+        ("1e200", DYNAMODB_NUMBERS),
+        ("-1e200", DYNAMODB_NUMBERS),
+        ("1e-200", DYNAMODB_NUMBERS),
+        ("1e999999999999", DYNAMODB_NUMBERS),
+        ("9" * 39, DYNAMODB_NUMBERS),
+        ("9" * 5000, DYNAMODB_NUMBERS),  # past Python's 4,300-digit int conversion
+        ("NaN", "body is not valid JSON: NaN is not a JSON number"),
+        ("Infinity", "body is not valid JSON: Infinity is not a JSON number"),
+        ("-Infinity", "body is not valid JSON: -Infinity is not a JSON number"),
+    ],
+    ids=["1e200", "-1e200", "1e-200", "1e999999999999", "39 digits", "5000 digits", "NaN",
+         "Infinity", "-Infinity"],
+)  # fmt: skip
+def test_numbers_dynamodb_cannot_hold_answer_a_clear_400(
+    invoke: Invoke, concert: str, number: str, message: str
+):
+    raw = '{"signup_id": "u1", "attributes": {"n": ' + number + "}}"
+    answer = invoke("POST", f"/events/{concert}/signups", raw)
+    assert answer.status == 400
+    assert answer.body == {"error": "invalid_request", "message": message}
+
+
+@pytest.mark.parametrize("number", ["1e200", "9" * 5000, "1e-200"])
+def test_seats_and_capacity_that_are_huge_numbers_answer_a_clear_400(
+    invoke: Invoke, concert: str, number: str
+):
+    raw = '{"signup_id": "u1", "seats": ' + number + "}"
+    answer = invoke("POST", f"/events/{concert}/signups", raw)
+    assert answer.body == {
+        "error": "invalid_request",
+        "message": "seats must be an integer from 1 to 1000000",
+    }
+    answer = invoke("POST", "/events", '{"event_id": "e9", "capacity": ' + number + "}")
+    assert answer.status == 400
+    assert answer.body["message"].startswith("capacity must be an integer from 0 to")
 
 
 def test_base64_body_is_decoded(invoke: Invoke):
@@ -483,7 +576,9 @@ def test_unknown_signup_answers_404(invoke: Invoke, concert: str):
 # -- routing, limits and failures ------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/", "/nope", "/events/e1/extra/x", "/events/e1/signups/u1/x"])
+@pytest.mark.parametrize(
+    "path", ["/nope", "/events/e1/extra/x", "/events/e1/signups/u1/x", "//", "/index.html"]
+)
 def test_unknown_route_answers_404(invoke: Invoke, path: str):
     answer = invoke("GET", path)
     assert answer.status == 404
@@ -494,10 +589,11 @@ def test_unknown_route_answers_404(invoke: Invoke, path: str):
     ("method", "path", "allow"),
     [
         ("DELETE", "/events/e1", "GET, PATCH"),
-        ("PATCH", "/events", "POST"),
+        ("PATCH", "/events", "GET, POST"),
         ("PUT", "/events/e1/signups/u1", "GET"),
         ("GET", "/events/e1/close", "POST"),
-        ("GET", "/events/e1/signups", "POST"),
+        ("DELETE", "/events/e1/signups", "GET, POST"),
+        ("POST", "/", "GET"),
         ("HEAD", "/events/e1", "GET, PATCH"),
         ("POST", "/openapi.json", "GET"),
     ],
@@ -513,6 +609,21 @@ def test_body_over_the_limit_answers_413(invoke: Invoke, concert: str):
     assert invoke("POST", f"/events/{concert}/signups", big).status == 413
     assert invoke("POST", f"/events/{concert}/signups", big, base64_body=True).status == 413
     assert invoke("POST", "/nope", big).status == 413
+
+
+def test_the_root_points_at_the_document_and_the_routes(invoke: Invoke):
+    answer = invoke("GET", "/")
+    assert answer.status == 200
+    assert answer.body["openapi"] == "/openapi.json"
+    assert answer.body["routes"] == [f"{r.method} {r.path}" for r in api.ROUTES]
+    assert "GET /events/{event_id}/signups" in answer.body["routes"]
+
+
+def test_json_bodies_end_with_a_newline(store: SignupStore):
+    for method, path in (("GET", "/"), ("GET", "/events/nope"), ("GET", "/nope")):
+        response = api_handler.handler(v2_event(method, path), LocalLambdaContext())
+        assert response["body"].endswith("}\n"), (method, path)
+        assert response["body"].count("\n") == 1
 
 
 def test_openapi_document_is_served(invoke: Invoke):

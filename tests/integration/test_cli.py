@@ -93,6 +93,11 @@ def test_submit_sets_expires_at_on_the_intake_record(
         (["submit", "gig", "u1", "--attributes", '{"": 1}'], "attribute names must be non-empty"),
         (["submit", "gig", "u 1"], "signup_id must match"),
         (["status", "gig", "ghost"], "no signup 'ghost' for event 'gig'"),
+        (["signups", "list", "nope"], "no event 'nope'"),
+        (["signups", "list", "gig", "--status", "accepted"], "status must be one of PENDING"),
+        (["signups", "list", "gig", "--limit", "0"], "limit must be an integer from 1 to 100"),
+        (["event", "list", "--limit", "101"], "limit must be an integer from 1 to 100"),
+        (["event", "list", "--next", "bm9wZQ"], "next is not a token this listing gave out"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(aws, capsys, argv, message):
@@ -132,6 +137,57 @@ def test_event_update_changes_capacity_down_to_taken(aws, capsys):
     # WHEN lowered to taken, THEN it is full
     code, out, _ = run(capsys, "event", "update", "gig", "--capacity", "2")
     assert code == 0 and json.loads(out)["remaining"] == 0
+
+
+def test_event_create_again_is_idempotent_for_the_same_capacity(aws, capsys):
+    code, first, _ = run(capsys, "event", "create", "gig", "--capacity", "2")
+    assert code == 0
+    # the same again: the event as it is, exit 0
+    code, again, err = run(capsys, "event", "create", "gig", "--capacity", "2")
+    assert (code, err) == (0, "")
+    assert json.loads(again) == json.loads(first)
+    # another capacity: one line naming the one it has, exit 2
+    code, out, err = run(capsys, "event", "create", "gig", "--capacity", "3")
+    assert (code, out) == (cli.EXIT_ERROR, "")
+    assert err == "turnstile: event 'gig' already exists with capacity 2, not 3\n"
+
+
+def test_lists_print_what_the_api_answers(aws, capsys):
+    from tests.api.helpers import decide_pending
+    from turnstile.store import SignupStore
+
+    assert run(capsys, "event", "create", "gig", "--capacity", "1")[0] == 0
+    assert run(capsys, "event", "create", "fest", "--capacity", "1")[0] == 0
+    for signup in ("u1", "u2", "u3"):
+        assert run(capsys, "submit", "gig", signup)[0] == 0
+    decide_pending(SignupStore(client=aws.client("dynamodb")), "gig")
+    assert run(capsys, "submit", "gig", "u0")[0] == 0
+    # events, a page at a time
+    code, out, _ = run(capsys, "event", "list", "--limit", "1")
+    first = json.loads(out)
+    assert code == 0 and set(first) == {"events", "next"} and len(first["events"]) == 1
+    code, out, _ = run(capsys, "event", "list", "--next", first["next"])
+    rest = json.loads(out)
+    assert {e["event_id"] for e in first["events"] + rest["events"]} == {"gig", "fest"}
+    # signups, by status, a page at a time
+    code, out, _ = run(capsys, "signups", "list", "gig", "--status", "REJECTED", "--limit", "1")
+    page = json.loads(out)
+    assert code == 0 and [s["signup_id"] for s in page["signups"]] == ["u2"]
+    code, out, _ = run(
+        capsys, "signups", "list", "gig", "--status", "REJECTED", "--next", page["next"]
+    )
+    assert [s["signup_id"] for s in json.loads(out)["signups"]] == ["u3"]
+    code, out, _ = run(capsys, "signups", "list", "gig", "--status", "PENDING")
+    assert json.loads(out) == {
+        "signups": [json.loads(run(capsys, "status", "gig", "u0")[1])],
+        "next": None,
+    }
+    code, out, _ = run(capsys, "signups", "list", "gig")
+    assert [s["signup_id"] for s in json.loads(out)["signups"]] == ["u0", "u1", "u2", "u3"]
+    # a token of another listing: one line, exit 2
+    code, _, err = run(capsys, "signups", "list", "gig", "--next", page["next"])
+    assert code == cli.EXIT_ERROR
+    assert err.startswith("turnstile: next is not a token") and err.count("\n") == 1
 
 
 def test_conflicting_resubmission_is_an_error(aws, capsys):

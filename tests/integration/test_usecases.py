@@ -36,7 +36,9 @@ def submit(store: SignupStore, *args, **kwargs) -> usecases.Submitted:
 
 
 def test_create_show_update_close_answer_the_event_shape(store):
-    created = usecases.create_event(store, "gig", 2, created_by="cli:ada", now=NOW)
+    result = usecases.create_event(store, "gig", 2, created_by="cli:ada", now=NOW)
+    assert result.created is True
+    created = result.body
     assert created == {
         "event_id": "gig",
         "capacity": 2,
@@ -60,12 +62,23 @@ def test_create_show_update_close_answer_the_event_shape(store):
     assert usecases.close_event(store, "gig")["closed_now"] is False
 
 
-def test_create_twice_is_a_conflict_whatever_the_body(store):
+def test_create_again_with_the_same_capacity_answers_the_event_as_it_is(store):
+    first = usecases.create_event(store, "gig", 2, created_by="cli:ada", now=NOW)
+    submit(store, "gig", "u1", 1)
+    decide_pending(store, "gig")
+    again = usecases.create_event(store, "gig", 2, created_by="cli:bob")
+    # nothing created; the event now (a seat taken), still the first creator's
+    assert again == usecases.Created(body=usecases.show_event(store, "gig"), created=False)
+    assert (again.body["taken"], again.body["created_by"]) == (1, "cli:ada")
+    assert again.body["created_at"] == first.body["created_at"]
+
+
+def test_create_again_with_another_capacity_is_a_conflict_naming_it(store):
     usecases.create_event(store, "gig", 2, created_by=None)
-    for capacity in (2, 3):
-        with pytest.raises(EventExistsError) as info:
-            usecases.create_event(store, "gig", capacity, created_by=None)
-        assert isinstance(info.value, ConflictError)
+    with pytest.raises(EventExistsError) as info:
+        usecases.create_event(store, "gig", 3, created_by=None)
+    assert isinstance(info.value, ConflictError)
+    assert str(info.value) == "event 'gig' already exists with capacity 2, not 3"
 
 
 @pytest.mark.parametrize(
@@ -91,9 +104,8 @@ def test_create_refuses_what_breaks_the_rules_and_writes_nothing(
 
 
 def test_the_largest_capacity_is_taken(store):
-    assert usecases.create_event(store, "gig", MAX_CAPACITY, created_by=None)["capacity"] == (
-        MAX_CAPACITY
-    )
+    created = usecases.create_event(store, "gig", MAX_CAPACITY, created_by=None)
+    assert created.body["capacity"] == MAX_CAPACITY
 
 
 def test_unknown_events_are_not_found(store):
@@ -221,3 +233,116 @@ def test_status_of_an_unknown_signup_is_not_found(store):
     assert isinstance(info.value, NotFoundError)
     with pytest.raises(InvalidRequestError, match="signup_id must match"):
         usecases.signup_status(store, "gig", "bad id")
+
+
+# -- waiting for a decision --------------------------------------------------------------
+
+
+class Clock:
+    """A clock that only the sleeps move; ``on_sleep`` runs at each one."""
+
+    def __init__(self, on_sleep=None) -> None:
+        self.now = 100.0
+        self.sleeps: list[float] = []
+        self.on_sleep = on_sleep
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+        if self.on_sleep:
+            self.on_sleep(len(self.sleeps))
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CountingStore(SignupStore):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.reads: list[str] = []
+
+    def get_decision(self, *args, **kwargs):
+        self.reads.append("decision")
+        return super().get_decision(*args, **kwargs)
+
+    def get_intake(self, *args, **kwargs):
+        self.reads.append("intake")
+        return super().get_intake(*args, **kwargs)
+
+
+@pytest.fixture
+def counting(aws: boto3.Session) -> CountingStore:
+    return CountingStore(client=aws.client("dynamodb"))
+
+
+def test_await_decision_answers_once_the_decision_is_read(counting):
+    usecases.create_event(counting, "gig", 1, created_by=None)
+    submit(counting, "gig", "u1")
+    # GIVEN the processor decides during the third pause
+    clock = Clock(on_sleep=lambda n: n == 3 and decide_pending(counting, "gig"))
+    counting.reads.clear()
+    # WHEN
+    status = usecases.await_decision(
+        counting, "gig", "u1", 10, sleep=clock.sleep, clock=clock, first_delay_s=0.05
+    )
+    # THEN the decision, read right after that pause; after the first full status read
+    # (decision, intake) only the decision item was polled, with growing pauses
+    assert status == usecases.signup_status(counting, "gig", "u1")
+    assert status["status"] == "ACCEPTED"
+    assert clock.sleeps == [0.05, 0.1, 0.2]
+    assert counting.reads[:5] == ["decision", "intake", "decision", "decision", "decision"]
+
+
+def test_await_decision_answers_pending_at_the_deadline(counting):
+    usecases.create_event(counting, "gig", 1, created_by=None)
+    submit(counting, "gig", "u1")
+    clock = Clock()
+    status = usecases.await_decision(counting, "gig", "u1", 2.0, sleep=clock.sleep, clock=clock)
+    assert status["status"] == "PENDING"
+    assert clock.now == pytest.approx(102.0)  # not a moment past it
+    assert max(clock.sleeps) == 0.5  # pauses double up to max_delay_s
+    assert counting.reads.count("intake") == 1
+
+
+def test_await_decision_of_an_unknown_signup_is_not_found_at_once(store):
+    clock = Clock()
+    with pytest.raises(SignupNotFoundError):
+        usecases.await_decision(store, "gig", "ghost", 10, sleep=clock.sleep, clock=clock)
+    assert clock.sleeps == []
+
+
+# -- lists -------------------------------------------------------------------------------
+
+
+def test_lists_page_through_events_and_signups(store):
+    for n in range(3):
+        usecases.create_event(store, f"e{n}", 1, created_by=None)
+    for n in range(4):
+        submit(store, "e0", f"u{n}")
+    decide_pending(store, "e0")
+    first = usecases.list_events(store, limit=2)
+    rest = usecases.list_events(store, limit=2, next_token=first["next"])
+    listed = [e["event_id"] for e in first["events"] + rest["events"]]
+    assert sorted(listed) == ["e0", "e1", "e2"] and rest["next"] is None
+    page = usecases.list_signups(store, "e0", "REJECTED", limit=2)
+    assert [s["signup_id"] for s in page["signups"]] == ["u1", "u2"]
+    page = usecases.list_signups(store, "e0", "REJECTED", limit=2, next_token=page["next"])
+    assert ([s["signup_id"] for s in page["signups"]], page["next"]) == (["u3"], None)
+
+
+@pytest.mark.parametrize(
+    ("call", "problem"),
+    [
+        (lambda s: usecases.list_signups(s, "e0", "accepted"), "status must be one of"),
+        (lambda s: usecases.list_signups(s, "e0", limit=0), "limit must be an integer from 1"),
+        (lambda s: usecases.list_events(s, limit=101), "limit must be an integer from 1 to 100"),
+        (lambda s: usecases.list_events(s, limit=True), "limit must be an integer"),
+        (lambda s: usecases.list_events(s, next_token="x"), "next is not a token"),
+        (lambda s: usecases.list_signups(s, "bad id"), "event_id must match"),
+    ],
+)
+def test_lists_refuse_bad_parameters(store, call, problem):
+    usecases.create_event(store, "e0", 1, created_by=None)
+    with pytest.raises(InvalidRequestError) as info:
+        call(store)
+    assert str(info.value).startswith(problem)
