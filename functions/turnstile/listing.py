@@ -262,12 +262,16 @@ def event_items(
 
 
 def valid_signup_cursor(value: Any) -> bool:
+    """A signup id, as every key of intake and main is (a cursor names the last one read)."""
     return isinstance(value, str) and ID_PATTERN.match(value) is not None
 
 
 def valid_control_key(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) == 2
-        and all(isinstance(part, str) and 0 < len(part) <= 1024 for part in value)
-    )
+    """A key DynamoDB takes as ExclusiveStartKey: two strings of 1 to 1,024 UTF-8 bytes."""
+    if not isinstance(value, list) or len(value) != 2:
+        return False
+    try:
+        sizes = [len(part.encode("utf-8")) for part in value if isinstance(part, str)]
+    except UnicodeEncodeError:  # a lone surrogate, from a "\udXXX" escape
+        return False
+    return len(sizes) == 2 and all(0 < size <= 1024 for size in sizes)

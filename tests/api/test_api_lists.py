@@ -328,3 +328,33 @@ def test_a_wait_ends_before_the_invocation_would_time_out(gig: str):
     assert response["statusCode"] == 200
     assert json.loads(response["body"])["status"] == "PENDING"
     assert 0.5 <= elapsed < 2.0
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        ["EVENT#e1", "\U0001f600" * 300],  # 1,200 bytes: longer than a sort key may be
+        ["", "EVENT"],
+        ["EVENT#e1"],
+        ["EVENT#e1", 7],
+        ["EVENT#e1", "\ud800"],
+        "EVENT#e1",
+    ],
+    ids=["too long", "empty", "one part", "a number", "lone surrogate", "a string"],
+)
+def test_a_made_up_events_token_is_refused_not_a_500(invoke: Invoke, key: Any):
+    # A token with a right check value (the code is public): what it names is checked too,
+    # or DynamoDB would refuse the start key and the API answer 500.
+    token = listing.encode_token({"k": "events", "a": key})
+    answer = invoke("GET", "/events", query=f"next={token}")
+    assert (answer.status, answer.body["error"]) == (400, "invalid_request")
+
+
+def test_a_made_up_token_reaches_nothing_a_listing_would_not(invoke: Invoke, store: SignupStore):
+    # GIVEN a token naming a key of the sweeper's: the page goes on from there, and still
+    # shows events only
+    assert invoke("POST", "/events", {"event_id": "e1", "capacity": 1}).status == 201
+    token = listing.encode_token({"k": "events", "a": ["SWEEPER", "LEASE"]})
+    answer = invoke("GET", "/events", query=f"next={token}")
+    assert answer.status == 200
+    assert all(set(e) >= {"event_id", "capacity", "state"} for e in answer.body["events"])

@@ -63,4 +63,10 @@ def test_readme_sessions_work_verbatim(tmp_path):
     assert "HTTP/1.1 202" in http.stdout or "HTTP/1.0 202" in http.stdout
     assert "Location: /events/gala/signups/dana" in http.stdout
     assert "ACCEPTED\ncapacity_full\n" in http.stdout
-    assert json.loads(http.stdout.strip().splitlines()[-1])["reason"] == "capacity_full"
+    # then eve's status read (with ?wait=), the rejected signups and the events, a JSON
+    # line each (every body ends with a newline)
+    status, rejected, events = (json.loads(line) for line in http.stdout.splitlines()[-3:])
+    assert status["reason"] == "capacity_full"
+    assert [s["signup_id"] for s in rejected["signups"]] == ["eve"]
+    assert rejected["next"] is None
+    assert sorted(e["event_id"] for e in events["events"]) == ["concert", "gala"]
