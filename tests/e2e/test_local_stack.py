@@ -208,3 +208,43 @@ def test_submit_and_status_through_the_http_api(local_stack):
     # A different body for the same signup is a conflict, reported in one line
     clash = stack.turnstile("submit", "e2e-api", "first", "--seats", "2", *env_api)
     assert clash.returncode == 2 and clash.stderr.startswith("turnstile: API error 409")
+
+
+def test_local_api_with_cors_lists_and_waits(tmp_path):
+    """`turnstile local --cors-origin`: a browser's preflight is answered and replies name
+    the origin; a client waiting for a decision gets it from the running worker, while
+    another request is answered meanwhile; the lists show what happened."""
+    import urllib.request
+
+    from tests.e2e.conftest import running_local_stack
+    from turnstile.client import TurnstileClient
+
+    origin = "http://localhost:3000"
+    with running_local_stack(tmp_path, "--cors-origin", origin) as stack:
+        preflight = urllib.request.Request(
+            f"{stack.api_url}/events",
+            method="OPTIONS",
+            headers={"Origin": origin, "Access-Control-Request-Method": "POST"},
+        )
+        with urllib.request.urlopen(preflight, timeout=10) as response:
+            assert response.status == 204
+            assert response.headers["Access-Control-Allow-Origin"] == origin
+        read = urllib.request.Request(f"{stack.api_url}/", headers={"Origin": origin})
+        with urllib.request.urlopen(read, timeout=10) as response:
+            assert response.headers["Access-Control-Allow-Origin"] == origin
+            assert json.loads(response.read())["openapi"] == "/openapi.json"
+
+        client = TurnstileClient(stack.api_url)
+        client.create_event("cors-gig", capacity=1)
+        client.submit("cors-gig", "first")
+        decided: dict[str, Any] = {}
+        waiter = threading.Thread(
+            target=lambda: decided.update(client.wait("cors-gig", "first", timeout_s=60))
+        )
+        waiter.start()
+        assert client.get_event("cors-gig")["event_id"] == "cors-gig"  # not held up
+        waiter.join(timeout=90)
+        assert decided["status"] == "ACCEPTED"
+        accepted = client.list_signups("cors-gig", status="ACCEPTED")
+        assert [s["signup_id"] for s in accepted["signups"]] == ["first"]
+        assert "cors-gig" in [e["event_id"] for e in client.list_events()["events"]]
