@@ -11,10 +11,11 @@ from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.errors import (
     CommitConflictError,
     EventExistsError,
+    JournalTooLargeError,
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.store import EventRecord, Journal, SignupStore
+from turnstile.store import MAX_DECISION_ITEM_BYTES, EventRecord, Journal, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -260,3 +261,50 @@ def test_an_event_item_reads_missing_counters_as_a_fresh_open_event():
     )
     assert full.snapshot == EventSnapshot("gig", 9, taken=4, accepted=3, state="CLOSED", version=7)
     assert full.created_at == NOW
+
+
+def test_a_commit_bounds_each_decision_item_by_its_own_event_id_to_the_byte(aws):
+    # GIVEN an event with a long id, and a request whose decision item would be one byte over
+    from tests.unit.test_journal import LONG_EVENT, _item_at
+
+    store = SignupStore(aws.client("dynamodb"))
+    store.create_event(LONG_EVENT, 3, NOW)
+    record = store.get_event(LONG_EVENT)
+    assert record is not None
+    before = record.snapshot
+    outcome = Outcome(
+        (Decision("u1", "100", "ACCEPTED", 1, position=1),),
+        EventSnapshot(LONG_EVENT, 3, taken=1, accepted=1, version=0),
+    )
+    over = _item_at(MAX_DECISION_ITEM_BYTES + 1)
+    # WHEN it is committed and materialized
+    journal = store.commit(before, outcome, NOW, {"u1": over})
+    store.materialize(LONG_EVENT, journal)
+    # THEN the copies were dropped (counted with this event's id), in the journal and the item
+    assert journal.copies == ({},)
+    item = store.get_decision(LONG_EVENT, "u1")
+    assert item is not None and "attributes" not in item and "submitted_at" not in item
+    assert "item over 65536 bytes" in item["detail"]
+
+
+def test_a_journal_of_exactly_the_bound_commits_and_one_byte_more_does_not(gig, monkeypatch):
+    import turnstile.store as store_module
+
+    store, snapshot = gig
+    before = snapshot()
+    outcome = accept(before, 1, 1)
+    blob = Journal.build("gig", 1, NOW, outcome.decisions, {}).encode()
+    one = Journal.build("gig", 1, NOW, outcome.decisions[:1], {}).encode()
+    # WHEN the bound is one byte under the journal THEN nothing is written, and it says why
+    monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", len(blob) - 1)
+    with pytest.raises(JournalTooLargeError) as too_big:
+        store.commit(before, outcome, NOW, {})
+    assert str(too_big.value) == (
+        f"event 'gig': a journal of 2 decisions is {len(blob)} bytes; 1 fit in {len(blob) - 1}"
+    )
+    assert too_big.value.fits == 1 and len(one) <= len(blob) - 1
+    assert snapshot() == before
+    # WHEN the bound is exactly its size THEN it commits
+    monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", len(blob))
+    store.commit(before, outcome, NOW, {})
+    assert snapshot().version == 1
