@@ -35,10 +35,12 @@ drills: setup
 	TURNSTILE_DRILL_SCALE=$${TURNSTILE_DRILL_SCALE:-5} $(PY) -m pytest tests/drills -s -q
 
 # Mutation testing of the safety-critical modules (mutmut), not part of `make test`:
-# `make mutants`, or some of them: `make mutants MODULES="domain audit"`. Results in
-# results/mutants.md; fails while a survivor is neither killed nor explained.
+# `make mutants`, or some of them: `make mutants MODULES="domain audit"`; after adding
+# tests, `make mutants MODULES=store MUTANTS_FLAGS=--survivors` reruns only the last
+# survivors. Results in results/mutants.md; fails while a survivor is neither killed nor
+# explained.
 mutants: setup
-	$(PY) tests/mutation/run.py $(MODULES)
+	$(PY) tests/mutation/run.py $(MUTANTS_FLAGS) $(MODULES)
 
 synth: setup node_modules/.installed
 	npx --no-install cdk synth --quiet
