@@ -308,3 +308,33 @@ def test_a_journal_of_exactly_the_bound_commits_and_one_byte_more_does_not(gig, 
     monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", len(blob))
     store.commit(before, outcome, NOW, {})
     assert snapshot().version == 1
+
+
+def test_expires_at_is_fixed_by_the_commit_and_carried_to_every_item(gig):
+    # GIVEN decisions committed with a TTL time (the retention of decision items)
+    store, snapshot = gig
+    before = snapshot()
+    expires = 1_900_000_000
+    journal = store.commit(before, accept(before, 1, 1), NOW, {}, expires)
+    # THEN the stored journal keeps it (read back, decoded) ...
+    record = store.get_event("gig")
+    assert record is not None and record.journal is not None
+    assert record.journal.expires_at == expires == journal.expires_at
+    # ... and every item written from it carries it, as DynamoDB's TTL reads it: a number
+    store.materialize("gig", record.journal)
+    for signup_id in ("s0", "s1"):
+        item = store.get_decision("gig", signup_id)
+        assert item is not None and item["expires_at"] == expires
+    # a journal without one writes items without one
+    later = snapshot()
+    bare = store.commit(later, accept(later, 1), NOW, {})
+    assert bare.expires_at is None
+    assert "expires_at" not in store.journal_items("gig", bare)[0]
+
+
+def test_rejections_of_an_unknown_event_carry_their_expiry(aws):
+    store = SignupStore(aws.client("dynamodb"))
+    rejected = Decision("u1", "100", "REJECTED", 1, "unknown_event")
+    store.reject_without_event("nope", [rejected], {}, NOW, 1_900_000_000)
+    item = store.get_decision("nope", "u1")
+    assert item is not None and item["expires_at"] == 1_900_000_000

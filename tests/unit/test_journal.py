@@ -306,3 +306,10 @@ def test_batches_are_the_longest_runs_within_count_and_bytes(sizes, count, limit
     runs = [list(run) for run in _chunks_within(items, count, limit)]
     assert [len(run) for run in runs] == expected
     assert [item for run in runs for item in run] == items
+
+
+def test_a_journal_keeps_its_expiry_through_encode_and_decode():
+    journal = Journal.build("gig", 1, NOW, [accepted()], {}, expires_at=EXPIRES)
+    decoded = Journal.decode(journal.encode())
+    assert decoded.expires_at == EXPIRES and decoded == journal
+    assert Journal.decode(Journal.build("gig", 1, NOW, [accepted()], {}).encode()).expires_at is None
