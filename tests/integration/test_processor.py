@@ -186,3 +186,21 @@ def test_a_journal_another_processor_left_unwritten_is_written_before_deciding(s
     warm.process([insert("B", "y", 3)])
     assert store.get_decision("B", "x") is not None
     assert store.get_decision("B", "y") is not None
+
+
+@pytest.mark.parametrize("days", [None, 30])
+def test_every_decision_item_expires_after_the_retention_from_its_decision_time(store, days):
+    # GIVEN a processor keeping decisions ``days`` days (None: for ever), an event and a
+    # stream with one signup of it and one of an event that does not exist
+    store.create_event("gig", 1, NOW)
+    result = processor(store, decision_retention_days=days).process(
+        [insert("gig", "a", 1), insert("nope", "b", 2)]
+    )
+    assert len(result.decided) == 2
+    # THEN both items (the commit's and the unknown event's rejection) expire exactly
+    # ``days`` after NOW, or carry no expiry at all
+    expected = None if days is None else 1_767_225_600 + days * 86_400
+    for event_id, signup_id in (("gig", "a"), ("nope", "b")):
+        item = store.get_decision(event_id, signup_id)
+        assert item is not None
+        assert item.get("expires_at") == expected
