@@ -31,6 +31,7 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("turnstile: "), lines[0]
+    assert "unexpected error" not in lines[0], lines[0]  # foreseen: said in its own words
     return lines[0]
 
 
@@ -176,6 +177,10 @@ def test_local_with_the_endpoint_port_taken_names_the_port_and_the_option():
         line = one_line_error(local("--port", str(port), "--api-port", str(free_port())))
     assert f"port {port} (the AWS endpoint) is in use" in line
     assert "--port" in line and "--api-port" not in line
+    # the very line the README shows
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    shown = next(x for x in readme.splitlines() if x.startswith("turnstile: port 4566"))
+    assert line == shown.replace("4566", str(port))
 
 
 def test_local_with_the_api_port_taken_names_the_port_and_the_option():
