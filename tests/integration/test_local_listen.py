@@ -68,3 +68,14 @@ def test_the_endpoint_serves_on_the_port_asked_for():
             assert reply.status == 200
     finally:
         server.stop()
+
+
+def test_a_server_never_started_stops_at_once():
+    # (a start that fails half-way stops what it built; shutdown() alone would wait forever)
+    import threading
+
+    server = EmbeddedAws("127.0.0.1", 0)
+    stopping = threading.Thread(target=server.stop, daemon=True)
+    stopping.start()
+    stopping.join(timeout=5)
+    assert not stopping.is_alive()
