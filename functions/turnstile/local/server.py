@@ -194,7 +194,8 @@ class BackgroundServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self._server.shutdown()
         self._server.server_close()
 
 
