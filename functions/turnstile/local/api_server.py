@@ -20,7 +20,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from turnstile.api import MAX_BODY_BYTES
-from turnstile.local.server import BackgroundServer
+from turnstile.local.server import BackgroundServer, ListenError
 
 __all__ = ["MAX_DRAIN_BYTES", "ApiServer", "LocalLambdaContext"]
 
@@ -141,7 +141,10 @@ class ApiServer(BackgroundServer):
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:  # the port taken, an address not of this machine, ...
+            raise ListenError("api", host, port, exc) from exc
         self._server.daemon_threads = True
         # A short poll interval so stop() returns promptly (shutdown waits for one poll).
         self._thread = threading.Thread(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterable
@@ -25,9 +26,10 @@ from turnstile.errors import TurnstileError
 from turnstile.local.api_server import ApiServer
 from turnstile.local.faults import FaultInjectingClient
 from turnstile.local.poller import CheckpointStore, StreamPoller
-from turnstile.local.server import WAL_NAME, EmbeddedAws
+from turnstile.local.server import WAL_NAME, EmbeddedAws, ListenError
 
 __all__ = [
+    "ListenError",
     "LocalStack",
     "Worker",
     "ensure_resources",
@@ -244,6 +246,19 @@ class Worker:
         return self._thread is not None and self._thread.is_alive()
 
 
+def _check_port(server: str, host: str, port: int) -> None:
+    """Raise ``ListenError`` now if ``host:port`` cannot be listened on, before slow work."""
+    if port == 0:
+        return
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise ListenError(server, host, port, exc) from exc
+
+
 class LocalStack:
     """``turnstile local``: everything on 127.0.0.1, no AWS account, no Docker."""
 
@@ -278,6 +293,9 @@ class LocalStack:
 
     def start(self) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
+        # Both ports first: replaying the saved state can take a while.
+        _check_port("aws", self.host, self.port)
+        _check_port("api", self.host, self.api_port)
         if self.reset:
             for name in (WAL_NAME, "checkpoints.json"):
                 (self.state_dir / name).unlink(missing_ok=True)
