@@ -56,8 +56,11 @@ def _state_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
+    from turnstile.local.console import Console, configure_logging
     from turnstile.local.stack import LocalStack
 
+    configure_logging(args.log_format, args.log_level)
+    console = Console(args.log_format)
     stack = LocalStack(
         host=args.host,
         port=args.port,
@@ -66,11 +69,17 @@ def cmd_local(args: argparse.Namespace) -> int:
         state_dir=_state_dir(args),
         in_memory=args.in_memory,
         reset=args.reset,
+        on_decided=console.decided,
     )
     if args.in_memory and args.reset:
         raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C stops it as SIGTERM does (unless started with SIGINT ignored, as a
+    # background job of a script is).
+    interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    if interruptible:
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
     try:
         stack.start()
     except OSError as exc:
@@ -96,10 +105,14 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         while not stop.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass
     finally:
-        stack.stop()
+        if interruptible:  # a second Ctrl-C ends it at once (acknowledged writes are on disk)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        console.say("stopping")
+        counts = stack.stop(count_budget_s=3.0)
+    console.summary(
+        counts, in_memory=args.in_memory, state_dir=stack.state_dir, worker=not args.no_worker
+    )
     return 0
 
 
@@ -356,6 +369,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--reset", action="store_true", help="delete the persisted state and start clean"
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default): a line per decision, warnings and errors as short lines; "
+        "json: the functions' JSON logs as Lambda writes them",
+    )
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the level of turnstile's logs (default WARNING; INFO with --log-format json); "
+        "INFO shows every HTTP request",
     )
     p.set_defaults(func=cmd_local)
 
