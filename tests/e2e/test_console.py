@@ -77,8 +77,11 @@ def test_a_line_per_decision_no_logs_and_a_summary_on_ctrl_c(tmp_path):
     assert found["dave"]["wait"] == "no submitted_at"
     # ... the failed request as one short line, the ones that succeeded not at all
     (failed,) = [line for line in lines if " 404 " in line]
-    assert re.fullmatch(r"\d\d:\d\d:\d\d WARNING GET /events/show/signups/nobody 404 "
-                        r"signup_not_found \d+ ms", failed)
+    assert re.fullmatch(
+        r"\d\d:\d\d:\d\d WARNING GET /events/show/signups/nobody 404 "
+        r"signup_not_found \d+ ms",
+        failed,
+    )
     assert not [line for line in lines if re.search(r" (201|202|200) \d+ ms$", line)]
     # ... no JSON log line, no warning, no traceback
     text = "\n".join(lines)
@@ -111,7 +114,9 @@ def test_json_logs_with_log_format_json_and_the_pending_count_without_a_worker(t
     # ... the functions' own records, as Lambda writes them, and one per request (INFO)
     submitted = [r for r in records if r["message"] == "signup submitted"]
     assert [(r["service"], r["event_id"]) for r in submitted] == [("turnstile-api", "gala")]
-    requests = {r["message"].rsplit(" ", 2)[0]: r["level"] for r in records if " ms" in r["message"]}
+    requests = {
+        r["message"].rsplit(" ", 2)[0]: r["level"] for r in records if " ms" in r["message"]
+    }
     assert requests == {
         "POST /events 201": "INFO",
         "POST /events/gala/signups 202": "INFO",

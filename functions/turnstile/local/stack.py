@@ -95,7 +95,6 @@ class DecisionStats:
     """What the worker's processor did, for the worker's closing summary (drills read it)."""
 
     decided: int = 0
-    accepted: int = 0
     failed_groups: int = 0
     conflicts: int = 0
     #: Wall-clock time of the first and the last batch handed to the processor.
@@ -112,7 +111,6 @@ def counting_processor(
     committed, in the order it decided them: the decisions it made, never one it found
     made already.
     """
-    from turnstile.contract import Status
     from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 
     lock = threading.Lock()  # lanes (a parallelization factor) count at once
@@ -125,7 +123,6 @@ def counting_processor(
             with lock:
                 stats.last_batch_at = time.time()
                 stats.decided += len(result.decided)
-                stats.accepted += sum(d.decision.status == Status.ACCEPTED for d in result.decided)
                 stats.failed_groups += len(result.failures)
                 stats.conflicts += result.conflicts
             if on_decided is not None:
