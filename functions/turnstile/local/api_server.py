@@ -118,9 +118,9 @@ class ApiServer(BackgroundServer):
                     started = time.monotonic()
                     checks = outer._health()
                     status = 200 if all(checks.values()) else 503
-                    outer._send(self, status, checks)
                     # Health checks poll: only with --log-level DEBUG.
                     _log_request(self, status, started, level=logging.DEBUG)
+                    outer._send(self, status, checks)
                 else:
                     outer._dispatch(self)
 
@@ -136,10 +136,10 @@ class ApiServer(BackgroundServer):
                 if length.strip().isdigit() and int(length) > outer._max_body_bytes:
                     # Refused before the client sends the body at all.
                     self.close_connection = True
+                    _log_request(self, 413, time.monotonic(), "payload_too_large")
                     outer._send_error(
                         self, 413, "payload_too_large", outer._too_large(), close=True
                     )
-                    _log_request(self, 413, time.monotonic(), "payload_too_large")
                     return False
                 return super().handle_expect_100()
 
@@ -187,14 +187,14 @@ class ApiServer(BackgroundServer):
     def _dispatch(self, handler: BaseHTTPRequestHandler) -> None:
         started = time.monotonic()
         if self._app_handler is None:
-            self._send(handler, 404, {"error": "not_found", "message": handler.path})
             _log_request(handler, 404, started, "not_found")
+            self._send(handler, 404, {"error": "not_found", "message": handler.path})
             return
         try:
             body = self._read_body(handler)
         except _BodyError as exc:
-            self._send_error(handler, exc.status, exc.code, exc.message, exc.close)
             _log_request(handler, exc.status, started, exc.code)
+            self._send_error(handler, exc.status, exc.code, exc.message, exc.close)
             return
         event = self.to_event(handler, body)
         try:
@@ -203,11 +203,10 @@ class ApiServer(BackgroundServer):
         except Exception:
             # What API Gateway answers when the function itself fails.
             log.exception("API handler failed")
-            self._send(handler, 500, {"message": "Internal Server Error"})
             _log_request(handler, 500, started)
+            self._send(handler, 500, {"message": "Internal Server Error"})
             return
-        status = self._write_result(handler, result)
-        _log_request(handler, status, started, _error_code(result) if status >= 400 else None)
+        self._write_result(handler, result, started)
 
     def _read_body(self, handler: BaseHTTPRequestHandler) -> bytes:
         """The body, never more than the limit read into memory."""
@@ -320,9 +319,12 @@ class ApiServer(BackgroundServer):
                 event["body"] = text
         return event
 
-    def _write_result(self, handler: BaseHTTPRequestHandler, result: Any) -> int:
+    def _write_result(
+        self, handler: BaseHTTPRequestHandler, result: Any, started: float | None = None
+    ) -> None:
         """Write a v2 response; like API Gateway, a result without statusCode is a 200 JSON.
-        Returns the status written."""
+        With ``started``, the request's line is logged first: before the client has its
+        answer, so nothing it does next is printed before it."""
         if not isinstance(result, dict) or "statusCode" not in result:
             body = result if isinstance(result, str) else json.dumps(result)
             result = {
@@ -336,6 +338,8 @@ class ApiServer(BackgroundServer):
         else:
             data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
         status = int(result["statusCode"])
+        if started is not None:
+            _log_request(handler, status, started, _error_code(result) if status >= 400 else None)
         handler.send_response(status)
         for name, value in (result.get("headers") or {}).items():
             if name.lower() not in _OWN_HEADERS:
@@ -350,7 +354,6 @@ class ApiServer(BackgroundServer):
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(data)
-        return status
 
 
 def _error_code(result: Any) -> str | None:
@@ -370,7 +373,8 @@ def _log_request(
     error: str | None = None,
     level: int | None = None,
 ) -> None:
-    """One line per request answered: ``POST /events/gala/signups 202 4 ms``; at INFO when
+    """One line per request, logged just before its answer is sent (the time is the
+    handler's): ``POST /events/gala/signups 202 4 ms``; at INFO when
     it succeeded, WARNING for a 4xx, ERROR for a 5xx (``turnstile local`` shows warnings
     and errors by default)."""
     if level is None:
