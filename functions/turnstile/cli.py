@@ -75,11 +75,17 @@ def cmd_local(args: argparse.Namespace) -> int:
         raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    # Ctrl-C stops it as SIGTERM does (unless started with SIGINT ignored, as a
-    # background job of a script is).
+    # Ctrl-C stops it as SIGTERM does (unless started with SIGINT ignored, as a background
+    # job of a script is), and a second one at once, as a kill does (which loses nothing
+    # acknowledged: README, "What survives a restart").
     interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+    def interrupted(*_: Any) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     if interruptible:
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, interrupted)
     try:
         stack.start()
     except OSError as exc:
@@ -106,7 +112,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         while not stop.wait(0.5):
             pass
     finally:
-        if interruptible:  # a second Ctrl-C ends it at once (acknowledged writes are on disk)
+        if interruptible:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
         console.say("stopping")
         counts = stack.stop(count_budget_s=3.0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import time
 import urllib.error
 import urllib.request
 from datetime import datetime
@@ -131,3 +132,17 @@ def test_json_logs_with_log_format_json_and_the_pending_count_without_a_worker(t
         "turnstile local: the tables hold 1 event, 0 signups decided, 2 pending",
         f"turnstile local: state kept in {state.resolve()}: start again to carry on",
     ]
+
+
+def test_a_second_ctrl_c_stops_it_at_once(tmp_path):
+    with running_local_stack(tmp_path / "state", "--in-memory") as stack:
+        # The first asks for a clean stop (it takes the worker's last poll, about a second);
+        # the second ends the process at once, as a kill does, with no traceback.
+        stack.process.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        stack.process.send_signal(signal.SIGINT)
+        code, lines = stack.process.wait(timeout=30), (tmp_path / "state" / "local.log")
+    assert code == -signal.SIGINT
+    text = lines.read_text()
+    assert "turnstile local: stopping" in text
+    assert "this session decided" not in text and "Traceback" not in text
