@@ -94,10 +94,13 @@ def _port_setting(server: str, given: int | None) -> int:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
+    from turnstile.local.console import Console, configure_logging
     from turnstile.local.stack import LocalStack
 
     if args.in_memory and args.reset:
         raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
+    configure_logging(args.log_format, args.log_level)
+    console = Console(args.log_format)
     stack = LocalStack(
         host=args.host,
         port=_port_setting("aws", args.port),
@@ -106,9 +109,21 @@ def cmd_local(args: argparse.Namespace) -> int:
         state_dir=_state_dir(args),
         in_memory=args.in_memory,
         reset=args.reset,
+        on_decided=console.decided,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C stops it as SIGTERM does (unless started with SIGINT ignored, as a background
+    # job of a script is), and a second one at once, as a kill does (which loses nothing
+    # acknowledged: README, "What survives a restart").
+    interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+    def interrupted(*_: Any) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    if interruptible:
+        signal.signal(signal.SIGINT, interrupted)
     try:
         stack.start()
     except BaseException as exc:
@@ -139,10 +154,14 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         while not stop.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass
     finally:
-        stack.stop()
+        if interruptible:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        console.say("stopping")
+        counts = stack.stop(count_budget_s=3.0)
+    console.summary(
+        counts, in_memory=args.in_memory, state_dir=stack.state_dir, worker=not args.no_worker
+    )
     return 0
 
 
@@ -482,6 +501,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--reset", action="store_true", help="delete the persisted state and start clean"
+    )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default): a line per decision, warnings and errors as short lines; "
+        "json: the functions' JSON logs as Lambda writes them",
+    )
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the level of turnstile's logs (default WARNING; INFO with --log-format json); "
+        "INFO shows every HTTP request",
     )
     p.set_defaults(func=cmd_local)
 

@@ -27,6 +27,22 @@ def first_session() -> str:
     return readme_block("first-session")
 
 
+def console_shape(text: str) -> list[str]:
+    """Decision and summary lines with what changes from run to run taken out: the clock,
+    the waits, the state directory, the counts (the test's stack runs both sessions)."""
+    lines = []
+    for line in text.replace("^C", "").splitlines():
+        line = re.sub(r"^\d\d:\d\d:\d\d ", "HH:MM:SS ", line)
+        line = re.sub(r"waited -?\d+\.\d\d s", "waited S s", line)
+        line = re.sub(r"kept in /\S+:", "kept in DIR:", line)
+        banner = ("AWS ", "HTTP ", "worker ", "state  ")
+        if line.startswith("turnstile local: ") and not line[17:].startswith(banner):
+            lines.append(re.sub(r"\d+ (\w+?)s?\b", r"N \1", line))
+        elif line.startswith("HH:MM:SS concert "):
+            lines.append(line)
+    return lines
+
+
 def test_readme_sessions_work_verbatim(tmp_path):
     with running_local_stack(tmp_path) as stack:
         port = stack.endpoint.rsplit(":", 1)[1]
@@ -50,6 +66,14 @@ def test_readme_sessions_work_verbatim(tmp_path):
             timeout=180,
         )
     assert result.returncode == 0, result.stdout + result.stderr
+    # The console printed what the README shows: the first session's decisions, a summary.
+    console = re.search(
+        r"<!-- local-console -->\n```\n(.*?)```\n<!-- /local-console -->",
+        (ROOT / "README.md").read_text(),
+        re.S,
+    )
+    assert console, "README.md lost its local-console block"
+    assert console_shape((tmp_path / "local.log").read_text()) == console_shape(console.group(1))
     out = result.stdout
     statuses = [json.loads(m) for m in re.findall(r"^\{\n.*?^\}", out, re.S | re.M)]
     by_signup = {s.get("signup_id"): s for s in statuses if "status" in s}
