@@ -18,7 +18,7 @@ from tests.e2e.conftest import BIN, RunningStack, free_port, user_environment, w
 pytestmark = pytest.mark.e2e
 
 
-def turnstile(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+def turnstile(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(BIN / "turnstile"), *args], env=env, capture_output=True, text=True, timeout=timeout
     )
