@@ -42,7 +42,7 @@ def store_calls() -> set[str]:
 
 
 def test_the_protocol_is_exactly_the_methods_the_processor_calls():
-    assert MEMBERS == sorted(store_calls())
+    assert sorted(store_calls()) == MEMBERS
     assert len(MEMBERS) == 11
 
 
