@@ -9,7 +9,8 @@ Only the conditions and the key lookups are its own.
 
 For failure paths it injects faults: ``fail_next("commit", times=3,
 error=CommitConflictError)`` makes the next three commits raise before writing anything
-(``after=True``: after writing, a response lost on the way back), ``before_next`` runs
+(``after=True``: after writing, a response lost on the way back; ``skip=1``: the one after
+next), ``before_next`` runs
 something just before a call (another writer getting in first). Every call is logged in
 ``calls`` as ``(method, event_id)``.
 """
@@ -58,6 +59,8 @@ class Fault:
     times: int | None = 1
     after: bool = False
     event_id: str | None = None
+    #: Matching calls to let through first.
+    skip: int = 0
 
     def exception(self) -> BaseException:
         if isinstance(self.error, BaseException):
@@ -118,13 +121,15 @@ class FakeStore:
         *,
         after: bool = False,
         event_id: str | None = None,
+        skip: int = 0,
     ) -> Fault:
         """Make the next ``times`` calls of ``method`` (of ``event_id``'s, if given) raise
         ``error`` (a class, or an instance raised as is); ``times=None``: until removed with
-        ``clear_faults``. ``after``: the call does its writes, then raises."""
+        ``clear_faults``. ``after``: the call does its writes, then raises. ``skip``: let
+        that many matching calls through first."""
         if not callable(getattr(self, method, None)):
             raise AttributeError(f"FakeStore has no method {method!r}")
-        fault = Fault(method, error, times, after, event_id)
+        fault = Fault(method, error, times, after, event_id, skip)
         self.faults.append(fault)
         return fault
 
@@ -151,6 +156,9 @@ class FakeStore:
                 break
         for fault in self.faults:
             if fault.method != method or fault.event_id not in (None, event_id):
+                continue
+            if fault.skip:
+                fault.skip -= 1
                 continue
             if fault.times is not None:
                 fault.times -= 1
@@ -313,15 +321,15 @@ class FakeStore:
             and _is_or_absent_as(item, Attr.CAPACITY, expected.capacity, 0)
             and _is_or_absent_as(item, Attr.STATE, expected.state, EventState.OPEN)
         )
-        if holds and outcome.state.taken > expected.taken:
-            capacity = _number(item, Attr.CAPACITY)  # type: ignore[arg-type]
+        if item is not None and holds and outcome.state.taken > expected.taken:
+            # only a commit that takes seats needs room for them
+            capacity = _number(item, Attr.CAPACITY)
             holds = capacity is not None and capacity >= outcome.state.taken
-        if not holds:
+        if item is None or not holds:
             raise CommitConflictError(
                 f"event {expected.event_id!r} moved past version {expected.version} "
                 "(or its capacity or state changed)"
             )
-        assert item is not None
         item.update(
             {
                 Attr.TAKEN: {"N": str(outcome.state.taken)},

@@ -21,7 +21,14 @@ from botocore.exceptions import ClientError
 import turnstile.store as store_module
 from tests.fakes import FakeStore
 from turnstile.contract import MAIN_TABLE, Reason, Status
-from turnstile.domain import Decision, EventSnapshot, SignupRequest, decide, parse_request
+from turnstile.domain import (
+    Decision,
+    EventSnapshot,
+    SignupRequest,
+    decide,
+    id_problem,
+    parse_request,
+)
 from turnstile.errors import CommitConflictError, JournalTooLargeError, StoreUnavailableError
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 from turnstile.store import Journal
@@ -126,12 +133,14 @@ def test_removals_are_skipped_and_a_record_without_an_image_is_rejected_by_its_k
         [
             IntakeRecord("1", "REMOVE", {"event_id": "gig", "signup_id": "old"}),
             IntakeRecord("2", "MODIFY", {"event_id": "gig", "signup_id": "a"}, None),
-            insert("gig", "b", 3),
+            IntakeRecord("3", "MODIFY", {"event_id": "gig", "signup_id": "-x"}, None),
+            insert("gig", "b", 4),
         ]
     )
     assert result.ignored == 1
     assert [(d.signup_id, d.reason, d.detail) for d in decided(result)] == [
         ("a", Reason.INVALID_REQUEST, "record has no new image"),
+        ("-x", Reason.INVALID_REQUEST, f"{id_problem('-x', 'signup_id')}; record has no new image"),
         ("b", None, None),
     ]
     assert "old" not in stored(fake, "gig")
@@ -223,9 +232,11 @@ def _bulky(signup_id: str) -> dict[str, str]:
 def test_a_journal_too_large_commits_the_prefix_that_fits_and_then_the_rest(fake, monkeypatch):
     # GIVEN a bound on journals that two of these decisions fit, and not three
     fake.create_event("gig", 4, NOW)
-    ids = ["a", "b", "a", "c", "d", "e"]  # a repeated: the prefix is counted in decisions
+    ids = ["a", "a", "b", "c", "d", "e"]  # a repeated: the prefix is counted in decisions
     records = [insert("gig", s, i, attributes=_bulky(s)) for i, s in enumerate(ids, 1)]
-    requests = {r.signup_id: r for r in requests_of(records, "gig")}
+    requests: dict[str, SignupRequest] = {}
+    for r in requests_of(records, "gig"):
+        requests.setdefault(r.signup_id, r)
     first_two = decide(EventSnapshot("gig", 4), list(requests.values())[:2]).decisions
     bound = len(Journal.build("gig", 1, NOW, first_two, requests).encode())
     monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", bound)
@@ -300,6 +311,19 @@ def test_a_failure_in_a_later_chunk_parks_from_there_and_keeps_what_was_committe
     assert parked_ids(fake, "gig") == ["c", "d", "e"]
     assert fake.get_hold("gig")["first_sequence_number"] == "3"
     assert result.held == [("gig", "StoreUnavailableError")] and result.parked == 3
+
+
+def test_a_later_chunk_that_can_be_neither_decided_nor_parked_fails_from_that_chunk(fake):
+    fake.create_event("gig", 5, NOW)
+    records = [insert("gig", s, i) for i, s in enumerate("abcde", 1)]
+    fake.before_next(
+        "get_event", lambda: fake.fail_next("commit", times=None, error=StoreUnavailableError)
+    )
+    fake.fail_next("park", times=None, error=StoreUnavailableError)
+    result = processor(fake, chunk_size=2).process(records)
+    # the event source redelivers from c: a and b are decided
+    assert result.failures == ["3"]
+    assert [d.signup_id for d in decided(result)] == ["a", "b"]
 
 
 def test_a_failure_dynamodb_refuses_as_invalid_is_not_held_but_failed(fake):
@@ -381,6 +405,22 @@ def test_a_failed_release_leaves_the_rest_parked_and_says_so(fake):
     assert [stored(fake, "gig")[f"s{i}"]["position"] for i in range(1, 5)] == [1, 2, 3, 4]
 
 
+def test_a_release_that_meets_a_journal_too_large_unparks_and_counts_what_it_decided(
+    fake, monkeypatch
+):
+    fake.create_event("gig", 9, NOW)
+    fake.park("gig", [SignupRequest("gig", f"s{i}", str(i)) for i in range(1, 4)], NOW, None)
+    fake.fail_next("commit", error=JournalTooLargeError("too big", fits=1))
+    unparked: list[list[str]] = []
+    unpark = fake.unpark
+    monkeypatch.setattr(fake, "unpark", lambda e, s: unparked.append(list(s)) or unpark(e, s))
+    result = BatchResult()
+    assert processor(fake).release("gig", result) is True
+    assert unparked == [["1"], ["2", "3"]]
+    assert result.released == 3
+    assert [d.signup_id for d in decided(result)] == ["s1", "s2", "s3"]
+
+
 def test_a_release_of_an_event_not_held_does_nothing(fake):
     assert processor(fake).release("gig") is True
     assert fake.count("parked_requests") == 0
@@ -448,6 +488,39 @@ def test_a_journal_left_unwritten_is_written_before_anything_new_is_decided(fake
     assert methods.index("materialize") < methods.index("get_decisions")
     assert fake.count("commit") == 0 and fake.get_event("gig").snapshot.version == 1
     assert stored(fake, "gig")["a"]["position"] == 1 and fake.get_hold("gig") is None
+
+
+def test_a_journal_another_processor_left_unwritten_is_written_by_a_warm_one(fake):
+    # GIVEN a warm processor that wrote out journal 1 of gig
+    fake.create_event("gig", 5, NOW)
+    warm = processor(fake)
+    warm.process([insert("gig", "a", 1)])
+    # and journal 2, committed by another processor that failed to write it out (its
+    # first write was journal 1 again: it had not written that one itself)
+    fake.fail_next("materialize", error=StoreUnavailableError, skip=1)
+    processor(fake).process([insert("gig", "x", 2)])
+    assert "x" not in stored(fake, "gig") and fake.get_event("gig").snapshot.version == 2
+    # WHEN the warm processor decides the next record of gig
+    warm.process([insert("gig", "y", 3)])
+    # THEN journal 2 was written out too: nothing decided is left without its item
+    assert {s: i["position"] for s, i in stored(fake, "gig").items()} == {"a": 1, "x": 2, "y": 3}
+
+
+def test_a_release_never_uses_an_event_read_by_a_group_that_failed(fake):
+    # GIVEN a held event whose group could not be parked (its event was read with the hold)
+    fake.create_event("gig", 5, NOW)
+    fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
+    p = processor(fake)
+    fake.fail_next("park", error=StoreUnavailableError)
+    assert p.process([insert("gig", "b", 5)]).failures == ["5"]
+    # and a commit of another processor since
+    fake.lift_hold("gig", 1)
+    processor(fake).process([insert("gig", "c", 6)])
+    fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
+    # WHEN the first one releases the event THEN it reads it afresh: no conflict
+    result = BatchResult()
+    assert p.release("gig", result) is True
+    assert (result.conflicts, [d.position for d in decided(result)]) == (0, [2])
 
 
 def test_a_warm_processor_writes_each_journal_out_once(fake):
