@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import BIN, running_local_stack
+from tests.e2e.conftest import running_local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,11 +43,17 @@ def console_shape(text: str) -> list[str]:
     return lines
 
 
+#: A fresh shell's PATH: no virtual environment active, nothing of .venv on it (the first
+#: session activates .venv itself; the HTTP session needs only curl and .venv/bin/python).
+FRESH_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
 def test_readme_sessions_work_verbatim(tmp_path):
     with running_local_stack(tmp_path) as stack:
         port = stack.endpoint.rsplit(":", 1)[1]
         api_port = stack.api_url.rsplit(":", 1)[1]
-        env = stack.env
+        env = {k: v for k, v in stack.env.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        env["PATH"] = FRESH_PATH
         script = first_session().replace("127.0.0.1:4566", f"127.0.0.1:{port}")
         result = subprocess.run(
             ["bash", "-e", "-c", script],
@@ -60,7 +66,7 @@ def test_readme_sessions_work_verbatim(tmp_path):
         http = subprocess.run(
             ["bash", "-e", "-c", readme_block("http-session").replace("8080", str(api_port))],
             cwd=ROOT,
-            env={**env, "PATH": f"{BIN}:{env['PATH']}"},
+            env=env,
             capture_output=True,
             text=True,
             timeout=180,
