@@ -91,8 +91,11 @@ def test_a_commit_on_a_stale_version_is_refused_and_changes_nothing(gig):
     store.commit(before, accept(before, 1), NOW, {})
     after_first = store.get_event("gig")
     # WHEN the second commits on the version it read THEN it conflicts, and nothing moved
-    with pytest.raises(CommitConflictError, match="'gig' moved past version 0"):
+    with pytest.raises(CommitConflictError) as conflict:
         store.commit(before, accept(before, 2), "later", {})
+    assert str(conflict.value) == (
+        "event 'gig' moved past version 0 (or its capacity or state changed)"
+    )
     assert store.get_event("gig") == after_first
 
 
@@ -338,3 +341,42 @@ def test_rejections_of_an_unknown_event_carry_their_expiry(aws):
     store.reject_without_event("nope", [rejected], {}, NOW, 1_900_000_000)
     item = store.get_decision("nope", "u1")
     assert item is not None and item["expires_at"] == 1_900_000_000
+
+
+@pytest.mark.parametrize(
+    ("written", "seats"),
+    [
+        ({}, ()),  # no capacity (reads as 0), no state: only rejections to commit
+        ({"capacity": {"N": "2"}}, (1,)),  # a capacity, no state (reads as OPEN)
+    ],
+)
+def test_a_commit_on_an_event_item_written_by_hand_without_capacity_or_state(
+    aws, written, seats
+):
+    # GIVEN an event item written by other means than turnstile: no version, and no
+    # capacity or no state, which read as 0 and OPEN
+    client = aws.client("dynamodb")
+    store = SignupStore(client)
+    client.put_item(
+        TableName=store.control_table,
+        Item={**store._event_key("hand"), "event_id": {"S": "hand"}, **written},
+    )
+    record = store.get_event("hand")
+    assert record is not None
+    before = record.snapshot
+    assert before.state == "OPEN" and before.version == 0
+    # WHEN a group is committed on what was read THEN the absent attributes match what
+    # they read as, and it commits
+    rejected = Decision("r1", "100", "REJECTED", 1, "capacity_full")
+    outcome = accept(before, *seats) if seats else Outcome((rejected,), before)
+    store.commit(before, outcome, NOW, {})
+    after = store.get_event("hand")
+    assert after is not None and after.snapshot.version == 1
+    assert after.snapshot.taken == sum(seats)
+
+
+def test_an_event_record_reads_who_created_it_only_as_text():
+    base = {"event_id": "gig", "capacity": 5}
+    assert EventRecord.from_values({**base, "created_by": "cli:ana"}).created_by == "cli:ana"
+    assert EventRecord.from_values({**base, "created_by": 7}).created_by is None
+    assert EventRecord.from_values(base).created_by is None

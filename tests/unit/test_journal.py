@@ -297,6 +297,7 @@ def _items(*sizes: int) -> list[dict]:
         ((200,), 25, 100, [1]),  # one item over the limit alone: a run of its own
         ((200, 10, 10), 25, 100, [1, 2]),
         ((50, 50, 1), 25, 100, [2, 1]),
+        ((30, 10, 10, 10), 25, 30, [1, 3]),  # a later run filling the bytes exactly
     ],
 )
 def test_batches_are_the_longest_runs_within_count_and_bytes(sizes, count, limit, expected):
