@@ -20,8 +20,14 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch node_modules/.installed
 
+# `make run PORT=4567 API_PORT=8081`: other ports for the AWS endpoint and the HTTP API. Only
+# from make's command line: a PORT in the environment is most likely another program's
+# (`turnstile local` reads TURNSTILE_PORT and TURNSTILE_API_PORT from the environment itself).
+from_command_line = $(if $(filter command line,$(origin $(1))),$(2) $($(1)))
+RUN_OPTIONS = $(strip $(call from_command_line,PORT,--port) $(call from_command_line,API_PORT,--api-port))
+
 run: setup
-	$(VENV)/bin/turnstile local
+	$(VENV)/bin/turnstile local$(if $(RUN_OPTIONS), $(RUN_OPTIONS))
 
 test: setup node_modules/.installed
 	$(VENV)/bin/ruff check functions cdk tests
@@ -35,10 +41,12 @@ drills: setup
 	TURNSTILE_DRILL_SCALE=$${TURNSTILE_DRILL_SCALE:-5} $(PY) -m pytest tests/drills -s -q
 
 # Mutation testing of the safety-critical modules (mutmut), not part of `make test`:
-# `make mutants`, or some of them: `make mutants MODULES="domain audit"`. Results in
-# results/mutants.md; fails while a survivor is neither killed nor explained.
+# `make mutants`, or some of them: `make mutants MODULES="domain audit"`; after adding
+# tests, `make mutants MODULES=store MUTANTS_FLAGS=--survivors` reruns only the last
+# survivors. Results in results/mutants.md; fails while a survivor is neither killed nor
+# explained.
 mutants: setup
-	$(PY) tests/mutation/run.py $(MODULES)
+	$(PY) tests/mutation/run.py $(MUTANTS_FLAGS) $(MODULES)
 
 synth: setup node_modules/.installed
 	npx --no-install cdk synth --quiet

@@ -1,4 +1,8 @@
-"""The ``turnstile`` command. Errors are one line on stderr and a non-zero exit."""
+"""The ``turnstile`` command. Errors are one line on stderr and a non-zero exit.
+
+``main`` is the one place where errors become that line (``error_line``); an error it does
+not know is still one line, and ``--debug`` (or ``TURNSTILE_DEBUG=1``) adds the traceback.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +13,24 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
+from http.client import HTTPException
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+from urllib.error import URLError
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+)
 
-from turnstile.client import ApiError
+from turnstile.client import ApiError, NotTurnstileApiError
 from turnstile.contract import Attr, Status
 from turnstile.errors import TurnstileError
 from turnstile.jsonable import plain
@@ -26,6 +40,14 @@ EXIT_AUDIT_FAILED = 1
 EXIT_STILL_PENDING = 3
 #: The audit could not read some event still enough to check it (and found nothing broken).
 EXIT_AUDIT_INCONCLUSIVE = 4
+#: Ctrl-C, as shells report a command ended by SIGINT.
+EXIT_INTERRUPTED = 130
+
+#: ``turnstile local``'s ports: the option, its environment variable and its default.
+PORT_SETTINGS = {
+    "aws": ("--port", "TURNSTILE_PORT", 4566),
+    "api": ("--api-port", "TURNSTILE_API_PORT", 8080),
+}
 
 
 class CliError(Exception):
@@ -54,30 +76,66 @@ def _state_dir(args: argparse.Namespace) -> Path:
 # -- commands -------------------------------------------------------------------------
 
 
+def _port_setting(server: str, given: int | None) -> int:
+    """The option's port, else its environment variable's, else the default."""
+    option, env_var, default = PORT_SETTINGS[server]
+    if given is not None:
+        return given
+    raw = os.environ.get(env_var, "").strip()
+    if not raw:
+        return default
+    try:
+        return _port(raw)
+    except argparse.ArgumentTypeError:
+        raise CliError(
+            f"{env_var} must be a port number from 0 to 65535, not {raw!r} (or use {option})"
+        ) from None
+
+
 def cmd_local(args: argparse.Namespace) -> int:
+    from turnstile.local.console import Console, configure_logging
     from turnstile.local.stack import LocalStack
 
+    if args.in_memory and args.reset:
+        raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
+    configure_logging(args.log_format, args.log_level)
+    console = Console(args.log_format)
     stack = LocalStack(
         host=args.host,
-        port=args.port,
-        api_port=args.api_port,
+        port=_port_setting("aws", args.port),
+        api_port=_port_setting("api", args.api_port),
         worker=not args.no_worker,
         state_dir=_state_dir(args),
         in_memory=args.in_memory,
         reset=args.reset,
+        on_decided=console.decided,
         cors_origins=tuple(args.cors_origin or ()),
     )
-    if args.in_memory and args.reset:
-        raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C stops it as SIGTERM does (unless started with SIGINT ignored, as a background
+    # job of a script is), and a second one at once, as a kill does (which loses nothing
+    # acknowledged: README, "What survives a restart").
+    interruptible = signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+    def interrupted(*_: Any) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    if interruptible:
+        signal.signal(signal.SIGINT, interrupted)
     try:
         stack.start()
-    except OSError as exc:
-        raise CliError(f"cannot start the local stack: {exc}") from exc
-    endpoint = f"http://{args.host}:{args.port}"
+    except BaseException as exc:
+        stack.stop()  # what did start (the endpoint, when the API port is taken)
+        if isinstance(exc, OSError):  # the state directory unreadable, ...
+            raise CliError(f"cannot start the local stack: {exc}") from exc
+        raise
+    assert stack.aws is not None and stack.api is not None
+    # The ports bound: port 0 picks a free one.
+    endpoint = f"http://{args.host}:{stack.aws.port}"
     print(f"turnstile local: AWS endpoint {endpoint}", flush=True)
-    print(f"turnstile local: HTTP API     http://{args.host}:{args.api_port}", flush=True)
+    print(f"turnstile local: HTTP API     http://{args.host}:{stack.api.port}", flush=True)
     print(
         f"turnstile local: worker       {'off' if args.no_worker else 'polling the intake stream'}",
         flush=True,
@@ -96,10 +154,14 @@ def cmd_local(args: argparse.Namespace) -> int:
     try:
         while not stop.wait(0.5):
             pass
-    except KeyboardInterrupt:
-        pass
     finally:
-        stack.stop()
+        if interruptible:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        console.say("stopping")
+        counts = stack.stop(count_budget_s=3.0)
+    console.summary(
+        counts, in_memory=args.in_memory, state_dir=stack.state_dir, worker=not args.no_worker
+    )
     return 0
 
 
@@ -188,7 +250,26 @@ def cmd_signups_list(args: argparse.Namespace) -> int:
 
 
 def _api_url(args: argparse.Namespace) -> str | None:
-    return getattr(args, "api_url", None) or os.environ.get("TURNSTILE_API_URL") or None
+    """``--api-url``, else TURNSTILE_API_URL, else None; ``CliError`` if it is no URL."""
+    from urllib.parse import urlsplit
+
+    url, source = getattr(args, "api_url", None), "--api-url"
+    if not url:
+        url, source = os.environ.get("TURNSTILE_API_URL"), "TURNSTILE_API_URL"
+    if not url:
+        return None
+    try:
+        split = urlsplit(url)
+        valid = split.scheme in ("http", "https") and bool(split.hostname)
+        split.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError:
+        valid = False
+    if not valid:
+        raise CliError(
+            f"{source} {url!r} is not an http:// or https:// URL "
+            "(the local stack's API is http://127.0.0.1:8080)"
+        )
+    return url
 
 
 def _api_client(url: str) -> Any:
@@ -317,9 +398,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         max_run_s=args.max_run,
         full_scan_every_s=0.0 if args.full_scan else args.full_scan_every,
     )
-    results = sweeper.replay_failed() if args.replay_failed else [sweeper.sweep(args.run_id)]
+    if args.replay_failed:
+        results = sweeper.replay_failed()
+    else:
+        # Not the scheduled sweeper's run id (its five-minute slot): that run has most
+        # likely happened already, and this one would only answer already_ran.
+        run_id = args.run_id or manual_run_id()
+        results = [sweeper.sweep(run_id)]
     _print_json([r.to_dict() for r in results])
     return EXIT_ERROR if any(r.status == "failed" for r in results) else 0
+
+
+def manual_run_id(now: datetime | None = None) -> str:
+    """The run id of a ``turnstile sweep`` without ``--run-id``: its own, to the microsecond."""
+    return f"manual-{(now or datetime.now(UTC)):%Y-%m-%dT%H:%M:%S.%fZ}"
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:
@@ -342,6 +434,32 @@ def cmd_redrive(args: argparse.Namespace) -> int:
 # -- wiring ---------------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line like every other error (and exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"turnstile: {message} (see: {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number from 0 to 65535: {text!r}")
+    return port
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("turnstile")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def _page_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit", type=int, metavar="N", help="most items on the page (1 to 100, default 50)"
@@ -352,20 +470,47 @@ def _page_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="turnstile",
         description="Decide who gets a limited resource, exactly once, in arrival order.",
     )
     parser.add_argument(
+        "--version", action="version", version=f"turnstile {_version()}", help="print the version"
+    )
+    parser.add_argument(
         "--stack",
+        metavar="NAME",
         help="find a deployed CloudFormation stack's tables from its outputs",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="print the traceback of an error too (or set TURNSTILE_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("local", help="run the whole system on this machine")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=4566, help="AWS endpoint port")
-    p.add_argument("--api-port", type=int, default=8080)
+    p = sub.add_parser(
+        "local",
+        help="run the whole system on this machine",
+        description="Run the AWS endpoint (tables, streams, queue), the stream worker, the "
+        "sweeper and the HTTP API in the foreground. Ports: --port and --api-port, else "
+        "$TURNSTILE_PORT and $TURNSTILE_API_PORT, else 4566 and 8080 (0 picks a free one).",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address both servers listen on (default %(default)s)",
+    )
+    p.add_argument(
+        "--port",
+        type=_port,
+        help="the AWS endpoint's port (default $TURNSTILE_PORT, else 4566)",
+    )
+    p.add_argument(
+        "--api-port",
+        type=_port,
+        help="the HTTP API's port (default $TURNSTILE_API_PORT, else 8080)",
+    )
     p.add_argument("--no-worker", action="store_true", help="do not poll the stream")
     p.add_argument(
         "--state-dir",
@@ -384,6 +529,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="let browsers on ORIGIN (e.g. http://localhost:3000, or *) call the HTTP API; "
         "repeat for more (default: none)",
     )
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text (default): a line per decision, warnings and errors as short lines; "
+        "json: the functions' JSON logs as Lambda writes them",
+    )
+    p.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="the level of turnstile's logs (default WARNING; INFO with --log-format json); "
+        "INFO shows every HTTP request",
+    )
     p.set_defaults(func=cmd_local)
 
     p = sub.add_parser("worker", help="run only the stream worker against the configured endpoint")
@@ -401,21 +560,21 @@ def build_parser() -> argparse.ArgumentParser:
         dest="event_command", required=True
     )
     p = event.add_parser("create", help="create an OPEN event")
-    p.add_argument("event_id")
-    p.add_argument("--capacity", type=int, required=True)
+    p.add_argument("event_id", help="the new event's id")
+    p.add_argument("--capacity", type=int, required=True, help="seats (or units) to give out")
     p.set_defaults(func=cmd_event_create)
     p = event.add_parser(
         "update",
         help="change an event's capacity: up at any time, down to the seats taken",
     )
-    p.add_argument("event_id")
-    p.add_argument("--capacity", type=int, required=True)
+    p.add_argument("event_id", help="the event's id")
+    p.add_argument("--capacity", type=int, required=True, help="the new capacity")
     p.set_defaults(func=cmd_event_update)
     p = event.add_parser("close", help="close an event: later signups are rejected")
-    p.add_argument("event_id")
+    p.add_argument("event_id", help="the event's id")
     p.set_defaults(func=cmd_event_close)
     p = event.add_parser("show", help="show an event's counters")
-    p.add_argument("event_id")
+    p.add_argument("event_id", help="the event's id")
     p.set_defaults(func=cmd_event_show)
     p = event.add_parser("list", help="a page of events, as GET /events answers it")
     _page_arguments(p)
@@ -427,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = signups.add_parser(
         "list", help="a page of an event's signups, as GET /events/{id}/signups answers it"
     )
-    p.add_argument("event_id")
+    p.add_argument("event_id", help="the event's id")
     # Checked by the use case (one line, the API's message), not by argparse's choices.
     p.add_argument(
         "--status",
@@ -438,9 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_signups_list)
 
     p = sub.add_parser("submit", help="write a provisional signup into intake")
-    p.add_argument("event_id")
-    p.add_argument("signup_id")
-    p.add_argument("--seats", type=int, help="default 1")
+    p.add_argument("event_id", help="the event's id")
+    p.add_argument("signup_id", help="the signup's id, unique in the event (resubmitting is safe)")
+    p.add_argument("--seats", type=int, help="seats the signup asks for (default 1)")
     p.add_argument("--attributes", help="a JSON object carried to the decision")
     p.add_argument(
         "--retention-days",
@@ -456,8 +615,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_submit)
 
     p = sub.add_parser("status", help="a signup's status as JSON")
-    p.add_argument("event_id")
-    p.add_argument("signup_id")
+    p.add_argument("event_id", help="the event's id")
+    p.add_argument("signup_id", help="the signup's id")
     p.add_argument(
         "--wait", type=float, default=0, metavar="SECONDS", help="wait up to SECONDS for a decision"
     )
@@ -477,8 +636,8 @@ def build_parser() -> argparse.ArgumentParser:
             "read and could not be checked (inconclusive): run it again."
         ),
     )
-    p.add_argument("event_id", nargs="?")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("event_id", nargs="?", help="only this event (default every event)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument(
         "--pending-grace",
         type=float,
@@ -489,8 +648,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("sweep", help="re-emit undecided intake records into the stream")
-    p.add_argument("--min-age", type=float, default=300.0, metavar="SECONDS")
-    p.add_argument("--lease", type=float, default=120.0, metavar="SECONDS")
+    p.add_argument(
+        "--min-age",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="re-emit only records undecided for longer than this (default 300)",
+    )
+    p.add_argument(
+        "--lease",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="the sweeper's lease: another sweeper may take over a run silent this long "
+        "(default 120)",
+    )
     p.add_argument(
         "--max-run",
         type=float,
@@ -507,13 +679,23 @@ def build_parser() -> argparse.ArgumentParser:
         "last full scan is older than this (default a day)",
     )
     p.add_argument("--full-scan", action="store_true", help="read the whole intake table now")
-    p.add_argument("--run-id", help="default: the current five-minute slot")
+    p.add_argument(
+        "--run-id",
+        help="the run's id in the run history (default manual-<UTC time>, a run of its own); "
+        "a run id that has run already is not run again (already_ran)",
+    )
     p.add_argument("--replay-failed", action="store_true", help="rerun only the runs that failed")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("redrive", help="get the batches in the on-failure queue decided")
     p.add_argument("--queue-url", help="default: the stack's or the local queue")
-    p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS")
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the re-emitted records to be decided (default 60)",
+    )
     p.set_defaults(func=cmd_redrive)
 
     from turnstile.bench import register as register_bench
@@ -528,30 +710,174 @@ def _apply_stack(stack_name: str) -> None:
     os.environ.update(environment_for_stack(find_stack_outputs(stack_name)))
 
 
+def _debug(args: argparse.Namespace | None) -> bool:
+    return bool(args is not None and args.debug) or os.environ.get("TURNSTILE_DEBUG", "") not in (
+        "",
+        "0",
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     argv = list(sys.argv[1:] if argv is None else argv)
-    # --stack NAME is accepted anywhere (`turnstile redrive --stack Turnstile` reads well).
+    # --stack NAME and --debug are accepted anywhere (`turnstile redrive --stack Turnstile`).
     if "--stack" in argv[1:]:
         at = argv.index("--stack")
         argv = ["--stack", *argv[at + 1 : at + 2], *argv[:at], *argv[at + 2 :]]
+    if "--debug" in argv[1:]:
+        argv = ["--debug", *(arg for arg in argv if arg != "--debug")]
     args = build_parser().parse_args(argv)
     try:
         if args.stack:
             _apply_stack(args.stack)
         return int(args.func(args) or 0)
-    except (CliError, TurnstileError) as exc:
-        print(f"turnstile: {exc}", file=sys.stderr)
-    except ApiError as exc:
-        print(f"turnstile: API error {exc}", file=sys.stderr)
-    except OSError as exc:  # the API unreachable, a state file unwritable
-        print(f"turnstile: {exc}", file=sys.stderr)
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        print(f"turnstile: AWS error {error.get('Code')}: {error.get('Message')}", file=sys.stderr)
-    except BotoCoreError as exc:
-        print(f"turnstile: {exc}", file=sys.stderr)
-    return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("turnstile: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        debug = _debug(args)
+        if debug:
+            traceback.print_exc()
+        line = error_line(exc, args)
+        if line is None:
+            hint = "" if debug else " (--debug or TURNSTILE_DEBUG=1 shows the traceback)"
+            line = f"unexpected error: {type(exc).__name__}: {exc}{hint}"
+        print("turnstile: " + " ".join(line.split()), file=sys.stderr)  # one line, always
+        return EXIT_ERROR
+
+
+def error_line(exc: Exception, args: argparse.Namespace) -> str | None:
+    """The line that tells the user what went wrong, or None for an error not foreseen."""
+    from turnstile.local.server import ListenError
+    from turnstile.stack_outputs import StackNotFoundError
+
+    if isinstance(exc, ListenError):
+        return _listen_error_line(exc)
+    if isinstance(exc, CliError | TurnstileError | StackNotFoundError):
+        return str(exc)
+    api_url = _api_url_or_none(args)
+    if isinstance(exc, NotTurnstileApiError):
+        return (
+            f"{api_url or exc.url} is not a turnstile API: it answered HTTP {exc.status} "
+            f"with {exc.content_type or 'no Content-Type'}, not the API's JSON "
+            "(check --api-url or TURNSTILE_API_URL)"
+        )
+    if isinstance(exc, ApiError):
+        return f"API error {exc}"
+    if api_url and isinstance(exc, HTTPException):  # not even HTTP came back
+        return f"{api_url} is not a turnstile API: {type(exc).__name__}: {exc}"
+    if api_url and isinstance(exc, URLError | TimeoutError | ConnectionError):
+        reason = getattr(exc, "reason", None) or exc
+        reason = getattr(reason, "strerror", None) or reason
+        return f"cannot reach the turnstile API at {api_url}: {reason}"
+    if isinstance(exc, ClientError):
+        return _aws_error_line(exc)
+    if isinstance(exc, EndpointConnectionError):
+        return f"cannot reach the AWS endpoint {exc.kwargs.get('endpoint_url')}: " + (
+            "is `turnstile local` running, and is AWS_ENDPOINT_URL its endpoint?"
+            if os.environ.get("AWS_ENDPOINT_URL")
+            else "check the region and the network"
+        )
+    if isinstance(exc, NoRegionError):
+        return "no AWS region: set AWS_DEFAULT_REGION (or AWS_REGION), or run `aws configure`"
+    if isinstance(exc, NoCredentialsError):
+        return (
+            "no AWS credentials: configure some (`aws configure`, AWS_PROFILE), or for the "
+            "local stack set AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test"
+        )
+    if isinstance(exc, BotoCoreError):
+        return str(exc)
+    if isinstance(exc, ValueError):
+        return _invalid_endpoint_line()  # botocore's "Invalid endpoint", else not foreseen
+    if isinstance(exc, OSError):  # a state file unwritable, ...
+        return str(exc)
+    return None
+
+
+def _api_url_or_none(args: argparse.Namespace) -> str | None:
+    try:
+        return _api_url(args)
+    except CliError:
+        return None
+
+
+def _listen_error_line(exc: Any) -> str:
+    option, env_var, _ = PORT_SETTINGS[exc.server]
+    what = exc.NAMES[exc.server]
+    if exc.in_use:
+        return (
+            f"port {exc.port} ({what}) is in use by another program: stop it, or choose "
+            f"another port with {option} (or {env_var})"
+        )
+    return (
+        f"{what} cannot listen on {exc.host}:{exc.port}: {exc.reason} (check --host and {option})"
+    )
+
+
+def _aws_region() -> str | None:
+    import boto3
+
+    return boto3.session.Session().region_name
+
+
+def _aws_error_line(exc: ClientError) -> str:
+    error = exc.response.get("Error", {})
+    code, message = error.get("Code"), error.get("Message")
+    if code == "ResourceNotFoundException":
+        missing = _missing_tables()
+        if missing:
+            endpoint = os.environ.get("AWS_ENDPOINT_URL")
+            where = f"region {_aws_region()}" + (f" at {endpoint}" if endpoint else "")
+            noun = "table" if len(missing) == 1 else "tables"
+            return (
+                f"{noun} {', '.join(missing)} not found in {where}: is the stack deployed "
+                "in this region? Set AWS_DEFAULT_REGION (or AWS_REGION) to its region, or "
+                "use --stack NAME"
+            )
+        return f"AWS error {code} in {exc.operation_name} (region {_aws_region()}): {message}"
+    if str(code).isdigit():  # a bare HTTP status: what answered does not speak AWS
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the AWS endpoint"
+        said = f" ({message})" if message and len(message) <= 120 and "<" not in message else ""
+        return (
+            f"{endpoint} is not an AWS endpoint: it answered HTTP {code}{said}; "
+            "`turnstile local` prints its AWS endpoint (not the HTTP API's port)"
+        )
+    return f"AWS error {code}: {message}"
+
+
+def _missing_tables() -> list[str]:
+    """The configured tables DynamoDB does not know (in this region), for the error line."""
+    import boto3
+
+    from turnstile.contract import ALL_TABLES
+
+    missing = []
+    try:
+        client = boto3.client("dynamodb")
+        for spec in ALL_TABLES:
+            try:
+                client.describe_table(TableName=spec.name)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                    missing.append(spec.name)
+    except (BotoCoreError, ClientError, ValueError):
+        return []
+    return missing
+
+
+def _invalid_endpoint_line() -> str | None:
+    """Which AWS_ENDPOINT_URL* variable botocore cannot use as an endpoint, if any."""
+    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+    for name, value in sorted(os.environ.items()):
+        if name != "AWS_ENDPOINT_URL" and not name.startswith("AWS_ENDPOINT_URL_"):
+            continue
+        if value and not (is_valid_endpoint_url(value) or is_valid_ipv6_endpoint_url(value)):
+            return (
+                f"{name}={value!r} is not an endpoint URL "
+                "(the local stack's is http://127.0.0.1:4566)"
+            )
+    return None
 
 
 if __name__ == "__main__":

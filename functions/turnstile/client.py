@@ -26,7 +26,13 @@ from botocore.awsrequest import AWSRequest
 
 from turnstile.contract import Status
 
-__all__ = ["ApiError", "TurnstileClient", "WaitTimeoutError", "region_of_execute_api"]
+__all__ = [
+    "ApiError",
+    "NotTurnstileApiError",
+    "TurnstileClient",
+    "WaitTimeoutError",
+    "region_of_execute_api",
+]
 
 #: API Gateway's own hosts: {api-id}.execute-api.{region}.amazonaws.com (and VPC endpoints).
 _EXECUTE_API_HOST = re.compile(
@@ -67,6 +73,33 @@ class ApiError(Exception):
     def transient(self) -> bool:
         """True where the same request may well succeed later (429 and 5xx)."""
         return self.status in _TRANSIENT_STATUSES
+
+
+class NotTurnstileApiError(ApiError):
+    """What answered is not a turnstile API: the body is not JSON (an HTML page, an S3 or
+    moto XML error, ...), so the URL or its port is most likely wrong.
+
+    ``url`` is the request's URL, ``content_type`` the answer's Content-Type header.
+    A subclass of ``ApiError``, so ``transient`` still holds for a proxy's 502/503 page.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        status: int,
+        content_type: str,
+        text: str,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(
+            status,
+            "not_turnstile_api",
+            f"{url} answered HTTP {status} with {content_type or 'no Content-Type'}, not JSON",
+            retry_after=retry_after,
+            body={"message": text},
+        )
+        self.url = url
+        self.content_type = content_type
 
 
 class WaitTimeoutError(TimeoutError):
@@ -244,9 +277,13 @@ class TurnstileClient:
         try:
             timeout = self.timeout_s if timeout_s is None else timeout_s
             with urllib.request.urlopen(request, timeout=timeout) as response:
-                return _document(response.read())
+                raw = response.read()
+                try:
+                    return _document(raw)
+                except ValueError:
+                    raise _not_turnstile(url, response.status, response.headers, raw) from None
         except urllib.error.HTTPError as exc:
-            raise _api_error(exc) from None
+            raise _api_error(url, exc) from None
 
     def _signed_headers(
         self, method: str, url: str, data: bytes | None, headers: dict[str, str]
@@ -280,25 +317,35 @@ def _document(raw: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {"value": value}
 
 
-def _api_error(exc: urllib.error.HTTPError) -> ApiError:
+def _retry_after(headers: Any) -> float | None:
+    header = headers.get("Retry-After") if headers else None
+    if header:
+        try:
+            return float(header)
+        except ValueError:
+            return None
+    return None
+
+
+def _not_turnstile(url: str, status: int, headers: Any, raw: bytes) -> NotTurnstileApiError:
+    content_type = (headers.get("Content-Type") if headers else None) or ""
+    return NotTurnstileApiError(
+        url, status, content_type, raw.decode("utf-8", "replace"), _retry_after(headers)
+    )
+
+
+def _api_error(url: str, exc: urllib.error.HTTPError) -> ApiError:
     raw = exc.read()
     try:
         body = json.loads(raw) if raw else {}
-    except ValueError:
-        body = {"message": raw.decode("utf-8", "replace")}
+    except ValueError:  # the API's errors are JSON: whatever answered is not the API
+        return _not_turnstile(url, exc.code, exc.headers, raw)
     if not isinstance(body, dict):
         body = {"message": str(body)}
-    retry_after: float | None = None
-    header = exc.headers.get("Retry-After") if exc.headers else None
-    if header:
-        try:
-            retry_after = float(header)
-        except ValueError:
-            retry_after = None
     return ApiError(
         status=exc.code,
         code=str(body.get("error") or body.get("code") or "http_error"),
         message=str(body.get("message") or exc.reason),
-        retry_after=retry_after,
+        retry_after=_retry_after(exc.headers),
         body=body,
     )

@@ -17,7 +17,8 @@ from turnstile.contract import ID_PATTERN
 from turnstile.domain import Decision, SignupRequest, decide, parse_request
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.personal_data import decision_expires_at
-from turnstile.store import EventRecord, SignupStore, refused_as_invalid
+from turnstile.ports import ProcessorStore
+from turnstile.store import EventRecord, refused_as_invalid
 
 __all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
 
@@ -67,7 +68,7 @@ class StreamProcessor:
 
     def __init__(
         self,
-        store: SignupStore,
+        store: ProcessorStore,
         clock: Callable[[], str] = utc_now,
         chunk_size: int = 100,
         max_conflicts: int = 20,

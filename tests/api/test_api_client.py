@@ -14,7 +14,13 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from turnstile.client import ApiError, TurnstileClient, WaitTimeoutError, region_of_execute_api
+from turnstile.client import (
+    ApiError,
+    NotTurnstileApiError,
+    TurnstileClient,
+    WaitTimeoutError,
+    region_of_execute_api,
+)
 from turnstile.local.api_server import ApiServer
 
 AUTHORIZATION = re.compile(
@@ -235,3 +241,36 @@ def test_lists_send_only_the_parameters_given(server, scripted):
         ("/events/e1/signups", None),
         ("/events", {"limit": "3"}),
     ]
+
+
+def html(status: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """What a proxy or some other web server answers: a page, not the API's JSON."""
+    return {
+        "statusCode": status,
+        "headers": {"Content-Type": "text/html", **(headers or {})},
+        "body": "<html><body>Service Unavailable</body></html>",
+    }
+
+
+@pytest.mark.parametrize("status", [200, 404])
+def test_an_answer_that_is_not_json_is_not_a_turnstile_api(server, scripted, status):
+    scripted.results = [html(status)]
+    with pytest.raises(NotTurnstileApiError) as error:
+        TurnstileClient(server.url).get("e1", "u1")
+    assert (error.value.status, error.value.content_type) == (status, "text/html")
+    assert error.value.url == f"{server.url}/events/e1/signups/u1"
+    assert "Service Unavailable" in error.value.body["message"]
+
+
+def test_wait_polls_through_a_proxys_503_page(server, scripted):
+    # GIVEN a load balancer's HTML 503 (with Retry-After), then the API's decision
+    scripted.results = [
+        html(503, {"Retry-After": "1"}),
+        reply(200, {"status": "ACCEPTED"}),
+    ]
+    pauses: list[float] = []
+    decision = TurnstileClient(server.url, sleep=pauses.append).wait(
+        "e1", "u1", timeout_s=30, initial_delay_s=0.01
+    )
+    # THEN the page counts as a transient error, like the API's own 503
+    assert decision["status"] == "ACCEPTED" and pauses == [1.0]

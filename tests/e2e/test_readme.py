@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import BIN, running_local_stack
+from tests.e2e.conftest import running_local_stack
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,11 +27,33 @@ def first_session() -> str:
     return readme_block("first-session")
 
 
+def console_shape(text: str) -> list[str]:
+    """Decision and summary lines with what changes from run to run taken out: the clock,
+    the waits, the state directory, the counts (the test's stack runs both sessions)."""
+    lines = []
+    for line in text.replace("^C", "").splitlines():
+        line = re.sub(r"^\d\d:\d\d:\d\d ", "HH:MM:SS ", line)
+        line = re.sub(r"waited -?\d+\.\d\d s", "waited S s", line)
+        line = re.sub(r"kept in /\S+:", "kept in DIR:", line)
+        banner = ("AWS ", "HTTP ", "worker ", "state  ")
+        if line.startswith("turnstile local: ") and not line[17:].startswith(banner):
+            lines.append(re.sub(r"\d+ (\w+?)s?\b", r"N \1", line))
+        elif line.startswith("HH:MM:SS concert "):
+            lines.append(line)
+    return lines
+
+
+#: A fresh shell's PATH: no virtual environment active, nothing of .venv on it (the first
+#: session activates .venv itself; the HTTP session needs only curl and .venv/bin/python).
+FRESH_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
 def test_readme_sessions_work_verbatim(tmp_path):
     with running_local_stack(tmp_path) as stack:
         port = stack.endpoint.rsplit(":", 1)[1]
         api_port = stack.api_url.rsplit(":", 1)[1]
-        env = stack.env
+        env = {k: v for k, v in stack.env.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+        env["PATH"] = FRESH_PATH
         script = first_session().replace("127.0.0.1:4566", f"127.0.0.1:{port}")
         result = subprocess.run(
             ["bash", "-e", "-c", script],
@@ -44,12 +66,20 @@ def test_readme_sessions_work_verbatim(tmp_path):
         http = subprocess.run(
             ["bash", "-e", "-c", readme_block("http-session").replace("8080", str(api_port))],
             cwd=ROOT,
-            env={**env, "PATH": f"{BIN}:{env['PATH']}"},
+            env=env,
             capture_output=True,
             text=True,
             timeout=180,
         )
     assert result.returncode == 0, result.stdout + result.stderr
+    # The console printed what the README shows: the first session's decisions, a summary.
+    console = re.search(
+        r"<!-- local-console -->\n```\n(.*?)```\n<!-- /local-console -->",
+        (ROOT / "README.md").read_text(),
+        re.S,
+    )
+    assert console, "README.md lost its local-console block"
+    assert console_shape((tmp_path / "local.log").read_text()) == console_shape(console.group(1))
     out = result.stdout
     statuses = [json.loads(m) for m in re.findall(r"^\{\n.*?^\}", out, re.S | re.M)]
     by_signup = {s.get("signup_id"): s for s in statuses if "status" in s}

@@ -797,3 +797,25 @@ def test_a_sweep_re_emits_one_record_per_held_event_and_none_of_the_parked(clien
     assert (result.undecided, result.re_emitted) == (3, 3)
     emitted = sorted(r["dynamodb"]["Keys"]["signup_id"]["S"] for r in stream.read_new())
     assert emitted == ["a0", "b0", "c0", "c1", "c2"]
+
+
+def test_a_release_that_did_not_use_the_event_read_with_the_hold_never_uses_it_later(
+    client, store
+):
+    # GIVEN hot held with one record parked, and a processor whose releases take nothing
+    # (max_release 0): its group's event item, read with the hold marker, goes unused
+    store.create_event("hot", 5, NOW)
+    store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
+    processor = processor_for(client, max_release=0)
+    first = processor.process([intake("hot", "h1", 11)])
+    assert (first.parked, first.released) == (1, 0)
+    # WHEN another processor releases hot (the event item moves on) and a record is parked
+    # again, then the first processor releases hot directly (as the sweeper asks it to)
+    assert processor_for(client).release("hot") is True
+    store.park("hot", [SignupRequest("hot", "h2", sequence_number="12")], NOW, None)
+    processor.max_release = 5_000
+    result = BatchResult()
+    assert processor.release("hot", result) is True
+    # THEN it read the event afresh: no commit on the stale read it had, so no conflict
+    assert (result.conflicts, result.released) == (0, 1)
+    assert {k[1] for k in decisions(client)} == {"h0", "h1", "h2"}

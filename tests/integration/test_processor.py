@@ -14,7 +14,7 @@ import pytest
 
 from tests.helpers import CallRecorder
 from turnstile.contract import Reason, Status
-from turnstile.errors import CommitConflictError
+from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.processor import IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore
 
@@ -186,3 +186,39 @@ def test_a_journal_another_processor_left_unwritten_is_written_before_deciding(s
     warm.process([insert("B", "y", 3)])
     assert store.get_decision("B", "x") is not None
     assert store.get_decision("B", "y") is not None
+
+
+class SplittingStore(SignupStore):
+    """A store whose first commit of more than one decision is too large for one journal."""
+
+    split = False
+
+    def commit(self, expected, outcome, decided_at, requests, expires_at=None):
+        if not self.split and len(outcome.decisions) > 1:
+            self.split = True
+            raise JournalTooLargeError("too large", fits=1)
+        return super().commit(expected, outcome, decided_at, requests, expires_at)
+
+
+@pytest.mark.parametrize("split", [False, True])
+@pytest.mark.parametrize("days", [None, 30])
+def test_every_decision_item_expires_after_the_retention_from_its_decision_time(
+    recorder, days, split
+):
+    # GIVEN a processor keeping decisions ``days`` days (None: for ever), an event and a
+    # stream with two signups of it and one of an event that does not exist (and, split,
+    # a first journal too large: the prefix that fits is committed on its own)
+    store = (SplittingStore if split else SignupStore)(recorder, sleep=lambda _: None)
+    store.create_event("gig", 1, NOW)
+    result = processor(store, decision_retention_days=days).process(
+        [insert("gig", "a", 1), insert("gig", "c", 2), insert("nope", "b", 3)]
+    )
+    assert len(result.decided) == 3
+    assert getattr(store, "split", split) is split
+    # THEN every item (the commits' and the unknown event's rejection) expires exactly
+    # ``days`` after NOW, or carries no expiry at all
+    expected = None if days is None else 1_767_225_600 + days * 86_400
+    for event_id, signup_id in (("gig", "a"), ("gig", "c"), ("nope", "b")):
+        item = store.get_decision(event_id, signup_id)
+        assert item is not None
+        assert item.get("expires_at") == expected

@@ -11,10 +11,11 @@ from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.errors import (
     CommitConflictError,
     EventExistsError,
+    JournalTooLargeError,
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.store import EventRecord, Journal, SignupStore
+from turnstile.store import MAX_DECISION_ITEM_BYTES, EventRecord, Journal, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -90,8 +91,11 @@ def test_a_commit_on_a_stale_version_is_refused_and_changes_nothing(gig):
     store.commit(before, accept(before, 1), NOW, {})
     after_first = store.get_event("gig")
     # WHEN the second commits on the version it read THEN it conflicts, and nothing moved
-    with pytest.raises(CommitConflictError, match="'gig' moved past version 0"):
+    with pytest.raises(CommitConflictError) as conflict:
         store.commit(before, accept(before, 2), "later", {})
+    assert str(conflict.value) == (
+        "event 'gig' moved past version 0 (or its capacity or state changed)"
+    )
     assert store.get_event("gig") == after_first
 
 
@@ -260,3 +264,119 @@ def test_an_event_item_reads_missing_counters_as_a_fresh_open_event():
     )
     assert full.snapshot == EventSnapshot("gig", 9, taken=4, accepted=3, state="CLOSED", version=7)
     assert full.created_at == NOW
+
+
+def test_a_commit_bounds_each_decision_item_by_its_own_event_id_to_the_byte(aws):
+    # GIVEN an event with a long id, and a request whose decision item would be one byte over
+    from tests.unit.test_journal import LONG_EVENT, _item_at
+
+    store = SignupStore(aws.client("dynamodb"))
+    store.create_event(LONG_EVENT, 3, NOW)
+    record = store.get_event(LONG_EVENT)
+    assert record is not None
+    before = record.snapshot
+    outcome = Outcome(
+        (Decision("u1", "100", "ACCEPTED", 1, position=1),),
+        EventSnapshot(LONG_EVENT, 3, taken=1, accepted=1, version=0),
+    )
+    over = _item_at(MAX_DECISION_ITEM_BYTES + 1)
+    # WHEN it is committed and materialized
+    journal = store.commit(before, outcome, NOW, {"u1": over})
+    store.materialize(LONG_EVENT, journal)
+    # THEN the copies were dropped (counted with this event's id), in the journal and the item
+    assert journal.copies == ({},)
+    item = store.get_decision(LONG_EVENT, "u1")
+    assert item is not None and "attributes" not in item and "submitted_at" not in item
+    assert "item over 65536 bytes" in item["detail"]
+
+
+def test_a_journal_of_exactly_the_bound_commits_and_one_byte_more_does_not(gig, monkeypatch):
+    import turnstile.store as store_module
+
+    store, snapshot = gig
+    before = snapshot()
+    outcome = accept(before, 1, 1)
+    blob = Journal.build("gig", 1, NOW, outcome.decisions, {}).encode()
+    one = Journal.build("gig", 1, NOW, outcome.decisions[:1], {}).encode()
+    # WHEN the bound is one byte under the journal THEN nothing is written, and it says why
+    monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", len(blob) - 1)
+    with pytest.raises(JournalTooLargeError) as too_big:
+        store.commit(before, outcome, NOW, {})
+    assert str(too_big.value) == (
+        f"event 'gig': a journal of 2 decisions is {len(blob)} bytes; 1 fit in {len(blob) - 1}"
+    )
+    assert too_big.value.fits == 1 and len(one) <= len(blob) - 1
+    assert snapshot() == before
+    # WHEN the bound is exactly its size THEN it commits
+    monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", len(blob))
+    store.commit(before, outcome, NOW, {})
+    assert snapshot().version == 1
+
+
+def test_expires_at_is_fixed_by_the_commit_and_carried_to_every_item(gig):
+    # GIVEN decisions committed with a TTL time (the retention of decision items)
+    store, snapshot = gig
+    before = snapshot()
+    expires = 1_900_000_000
+    journal = store.commit(before, accept(before, 1, 1), NOW, {}, expires)
+    # THEN the stored journal keeps it (read back, decoded) ...
+    record = store.get_event("gig")
+    assert record is not None and record.journal is not None
+    assert record.journal.expires_at == expires == journal.expires_at
+    # ... and every item written from it carries it, as DynamoDB's TTL reads it: a number
+    store.materialize("gig", record.journal)
+    for signup_id in ("s0", "s1"):
+        item = store.get_decision("gig", signup_id)
+        assert item is not None and item["expires_at"] == expires
+    # a journal without one writes items without one
+    later = snapshot()
+    bare = store.commit(later, accept(later, 1), NOW, {})
+    assert bare.expires_at is None
+    assert "expires_at" not in store.journal_items("gig", bare)[0]
+
+
+def test_rejections_of_an_unknown_event_carry_their_expiry(aws):
+    store = SignupStore(aws.client("dynamodb"))
+    rejected = Decision("u1", "100", "REJECTED", 1, "unknown_event")
+    store.reject_without_event("nope", [rejected], {}, NOW, 1_900_000_000)
+    item = store.get_decision("nope", "u1")
+    assert item is not None and item["expires_at"] == 1_900_000_000
+
+
+@pytest.mark.parametrize(
+    ("written", "seats"),
+    [
+        ({}, ()),  # no capacity (reads as 0), no state: only rejections to commit
+        ({"capacity": {"N": "2"}}, (1,)),  # a capacity, no state (reads as OPEN)
+    ],
+)
+def test_a_commit_on_an_event_item_written_by_hand_without_capacity_or_state(
+    aws, written, seats
+):
+    # GIVEN an event item written by other means than turnstile: no version, and no
+    # capacity or no state, which read as 0 and OPEN
+    client = aws.client("dynamodb")
+    store = SignupStore(client)
+    client.put_item(
+        TableName=store.control_table,
+        Item={**store._event_key("hand"), "event_id": {"S": "hand"}, **written},
+    )
+    record = store.get_event("hand")
+    assert record is not None
+    before = record.snapshot
+    assert before.state == "OPEN" and before.version == 0
+    # WHEN a group is committed on what was read THEN the absent attributes match what
+    # they read as, and it commits
+    rejected = Decision("r1", "100", "REJECTED", 1, "capacity_full")
+    outcome = accept(before, *seats) if seats else Outcome((rejected,), before)
+    store.commit(before, outcome, NOW, {})
+    after = store.get_event("hand")
+    assert after is not None and after.snapshot.version == 1
+    assert after.snapshot.taken == sum(seats)
+
+
+def test_an_event_record_reads_who_created_it_only_as_text():
+    base = {"event_id": "gig", "capacity": 5}
+    assert EventRecord.from_values({**base, "created_by": "cli:ana"}).created_by == "cli:ana"
+    assert EventRecord.from_values({**base, "created_by": 7}).created_by is None
+    assert EventRecord.from_values(base).created_by is None

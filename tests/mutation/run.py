@@ -7,7 +7,13 @@ ignored) with only the tests that cover it. The outcome of every mutant in scope
 diff and the reason it is an equivalent mutant (``equivalent.toml``). A survivor without a
 reason fails the run.
 
-    python tests/mutation/run.py [--max-children N] [--collect] [MODULE ...]
+    python tests/mutation/run.py [--max-children N] [--collect | --survivors] [MODULE ...]
+
+``--survivors`` reruns only the module's last survivors, in the workspace of its last run,
+with today's tests: quick after tests were added. The other mutants keep their verdicts,
+which is sound only while the module's source and its tests' selection are unchanged since
+that run; if either changed, mutmut resets the verdicts it can no longer trust and those
+mutants show as "not checked" survivors, which fail the run. A full run is the verdict.
 """
 
 from __future__ import annotations
@@ -51,13 +57,15 @@ def mutmut(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def prepare(name: str, module: dict[str, Any]) -> tuple[Path, list[str]]:
-    """A fresh workspace: the code as ``src/`` (mutmut's layout), the tests, the config."""
+def prepare(name: str, module: dict[str, Any], keep: bool = False) -> tuple[Path, list[str]]:
+    """A fresh workspace (or, with ``keep``, the last one): the code as ``src/`` (mutmut's
+    layout), the tests, the config."""
     workspace = WORK / name
-    shutil.rmtree(workspace, ignore_errors=True)
-    workspace.mkdir(parents=True)
-    (workspace / "src").symlink_to(ROOT / "functions")
-    (workspace / "tests").symlink_to(ROOT / "tests")
+    if not keep:
+        shutil.rmtree(workspace, ignore_errors=True)
+        workspace.mkdir(parents=True)
+        (workspace / "src").symlink_to(ROOT / "functions")
+        (workspace / "tests").symlink_to(ROOT / "tests")
     tests = [t for t in module["tests"] if (ROOT / t).exists()]
     for missing in sorted(set(module["tests"]) - set(tests)):
         print(f"mutants: {name}: {missing} does not exist, left out", flush=True)
@@ -76,10 +84,19 @@ def prepare(name: str, module: dict[str, Any]) -> tuple[Path, list[str]]:
     return workspace, globs
 
 
-def run_module(name: str, module: dict[str, Any], max_children: int) -> dict[str, Any]:
-    workspace, globs = prepare(name, module)
+def run_module(
+    name: str, module: dict[str, Any], max_children: int, survivors: list[str] | None = None
+) -> dict[str, Any]:
+    """Run the module's mutants (all of them, or only ``survivors`` in the last workspace)."""
+    workspace, globs = prepare(name, module, keep=survivors is not None)
     started = time.monotonic()
-    print(f"mutants: {name}: mutating {module['source']} ...", flush=True)
+    if survivors is not None:
+        print(f"mutants: {name}: rerunning {len(survivors)} survivor(s) ...", flush=True)
+        if not survivors:
+            return collect(name, module, 0)
+        globs = survivors
+    else:
+        print(f"mutants: {name}: mutating {module['source']} ...", flush=True)
     done = mutmut(workspace, "run", "--max-children", str(max_children), *globs)
     (workspace / "mutmut-run.log").write_text(done.stdout + done.stderr)
     if done.returncode != 0:
@@ -172,8 +189,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="modules of config.toml (default: all)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--collect", action="store_true", help="only read the modules' last runs again"
+    )
+    mode.add_argument(
+        "--survivors",
+        action="store_true",
+        help="rerun only the last run's survivors, in its workspace, with today's tests",
     )
     args = parser.parse_args(argv)
     modules: dict[str, dict[str, Any]] = tomllib.loads(CONFIG.read_text())["modules"]
@@ -184,9 +207,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     results: dict[str, dict[str, Any]] = {}
     for name in wanted:
+        previous = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
         if args.collect:
-            previous = json.loads(RESULTS_JSON.read_text()) if RESULTS_JSON.exists() else {}
             result = collect(name, modules[name], previous.get(name, {}).get("seconds", 0))
+        elif args.survivors:
+            if not (WORK / name / "mutants").exists() or name not in previous:
+                print(f"mutants: {name}: no earlier run to take survivors from; run it whole")
+                return 2
+            last = [s["mutant"] for s in previous[name]["survivors"]]
+            result = run_module(name, modules[name], args.max_children, survivors=last)
+            result["seconds"] += previous[name].get("seconds", 0)
         else:
             result = run_module(name, modules[name], args.max_children)
         # Read again before writing: runs of other modules may have finished meanwhile.

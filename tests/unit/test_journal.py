@@ -129,3 +129,189 @@ def test_the_longest_prefix_of_a_big_journal_fits_and_one_more_does_not():
     # THEN that many fit and one more does not
     assert 1 <= fits < 100
     assert len(journal.encode(fits)) <= MAX_JOURNAL_BYTES < len(journal.encode(fits + 1))
+
+
+# --- The bounds to the byte, the journal's own round trips, and batching (mutation tests) ---
+
+LONG_EVENT = "concert-hall-2026-spring-tour"
+EXPIRES = 1_900_000_000
+
+
+def _item_at(size: int, event_id: str = LONG_EVENT, expires_at: int | None = None):
+    """A request whose decision item (base + copied fields) is exactly ``size`` bytes."""
+    from turnstile.store import _base_item, _item_size, to_item
+
+    def total(pad: int) -> int:
+        req = request(attributes={"pad": "x" * pad}, submitted_at=NOW)
+        copies = to_item({"submitted_at": req.submitted_at, "attributes": req.attributes})
+        return _item_size(_base_item(event_id, accepted(), NOW, expires_at)) + _item_size(copies)
+
+    pad = size - total(0)  # ASCII text: one byte per character
+    assert total(pad) == size
+    return request(attributes={"pad": "x" * pad}, submitted_at=NOW)
+
+
+@pytest.mark.parametrize("expires_at", [None, EXPIRES])
+def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_them(expires_at):
+    # The base item counts the event id, decided_at and expires_at as written: a bound that
+    # left any of them out (or counted "None") would keep copies one byte over the limit.
+    store = SignupStore(client=object())
+    from turnstile.store import _item_size
+
+    at_limit = _item_at(MAX_DECISION_ITEM_BYTES, expires_at=expires_at)
+    over = _item_at(MAX_DECISION_ITEM_BYTES + 1, expires_at=expires_at)
+    for req, kept in ((at_limit, True), (over, False)):
+        decision, copies = bounded_decision(LONG_EVENT, accepted(), NOW, req, expires_at)
+        assert bool(copies) is kept
+        assert (decision.detail is None) is kept
+        item = store.decision_item(LONG_EVENT, accepted(), NOW, req, expires_at)
+        assert ("attributes" in item) is kept
+        assert _item_size(item) <= MAX_DECISION_ITEM_BYTES
+        if kept:
+            assert _item_size(item) == MAX_DECISION_ITEM_BYTES
+        (journal_copies,) = Journal.build(
+            LONG_EVENT, 1, NOW, [accepted()], {"u1": req}, expires_at
+        ).copies
+        assert bool(journal_copies) is kept
+    assert "item over 65536 bytes" in (
+        bounded_decision(LONG_EVENT, accepted(), NOW, over, expires_at)[0].detail or ""
+    )
+
+
+def _row_of(json_bytes: int):
+    """A request whose copied fields are exactly ``json_bytes`` of journal JSON, while the
+    item stays far under its limit (two-byte binaries: seven bytes of JSON each)."""
+    from turnstile.store import _json, to_item
+
+    binaries = {i.to_bytes(2, "big") for i in range(18_000)}
+
+    def text(pad: int) -> str:
+        req = request(attributes={"keys": binaries, "pad": "y" * pad}, submitted_at=NOW)
+        return _json(to_item({"submitted_at": req.submitted_at, "attributes": req.attributes}))
+
+    pad = json_bytes - len(text(0).encode())
+    assert len(text(pad).encode()) == json_bytes
+    return request(attributes={"keys": binaries, "pad": "y" * pad}, submitted_at=NOW)
+
+
+def test_a_journal_row_of_exactly_its_bound_is_kept_and_one_byte_more_is_dropped():
+    from turnstile.store import MAX_JOURNAL_ROW_BYTES
+
+    bound = MAX_JOURNAL_ROW_BYTES - 1024  # room for the row's own fields
+    _, kept = bounded_decision("gig", accepted(), NOW, _row_of(bound))
+    decision, dropped = bounded_decision("gig", accepted(), NOW, _row_of(bound + 1))
+    assert kept and not dropped
+    assert decision.detail is not None
+    assert decision.detail.endswith(f"journal row over {MAX_JOURNAL_ROW_BYTES} bytes")
+
+
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"attributes": {"empty": set()}}, "not storable in DynamoDB (an empty set)"),
+        ({"attributes": {"l": [1, set()]}}, "not storable in DynamoDB (an empty set)"),
+        ({"attributes": {"m": {"deep": [set()]}}}, "not storable in DynamoDB (an empty set)"),
+        ({"attributes": {"blob": b"x" * MAX_DECISION_ITEM_BYTES}}, "item over 65536 bytes"),
+        ({"attributes": {"c": "\x01" * 30_000}}, "journal row over 131072 bytes"),
+    ],
+)
+def test_a_decision_whose_copies_were_dropped_round_trips_through_its_journal(fields, why):
+    # Every way of dropping the copies leaves a row the journal can read back: {} as copies.
+    journal = Journal.build("gig", 2, NOW, [accepted(), accepted("u2")], {"u1": request(**fields)})
+    decoded = Journal.decode(journal.encode())
+    assert decoded == journal
+    assert decoded.copies == ({}, {})
+    assert decoded.decisions[0].detail == f"attributes and submitted_at not stored: {why}"
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {"photo": b"\x00\x01"},  # a binary and no binary set
+        {"keys": {b"\x00", b"\x01"}},  # a binary set and no binary
+        {"nested": {"deep": [b"\xff"]}},
+    ],
+)
+def test_binary_alone_or_a_binary_set_alone_comes_back_as_bytes(attributes):
+    journal = Journal.build("gig", 1, NOW, [accepted()], {"u1": request(attributes=attributes)})
+    decoded = Journal.decode(journal.encode())
+    assert decoded.copies == journal.copies
+    text = str(decoded.copies)
+    assert "b'" in text  # bytes, not their base64 text
+
+
+def test_text_with_lone_surrogates_round_trips():
+    # Python text may hold a lone surrogate (JSON's "\ud800"); the journal keeps it whole.
+    odd = "a\ud800b"
+    journal = Journal.build(
+        "gig", 1, NOW, [accepted(odd)], {odd: request(odd, attributes={"k": odd})}
+    )
+    decoded = Journal.decode(journal.encode())
+    assert decoded == journal
+    assert decoded.decisions[0].signup_id == odd
+    assert decoded.copies[0]["attributes"]["M"]["k"] == {"S": odd}
+
+
+def test_a_journal_of_a_newer_format_is_refused_by_name():
+    import bz2
+
+    blob = bz2.compress(b'{"f":3,"v":1,"t":"x","d":[]}')
+    with pytest.raises(ValueError, match=r"^journal format 3 is newer than this code$"):
+        Journal.decode(blob)
+
+
+def test_the_longest_prefix_is_exactly_what_fits_at_every_limit():
+    rng = random.Random(11)
+    requests = {f"u{i}": request(f"u{i}", attributes={"b": rng.randbytes(300)}) for i in range(9)}
+    journal = Journal.build("gig", 1, NOW, [accepted(f"u{i}") for i in range(9)], requests)
+    sizes = [len(journal.encode(k)) for k in range(1, 10)]
+    assert sizes == sorted(sizes) and len(set(sizes)) == 9
+    # at every size a prefix can have, exactly, and one byte under it
+    for limit in sorted({s for s in sizes} | {s - 1 for s in sizes[1:]}):
+        expected = max(k for k in range(1, 10) if sizes[k - 1] <= limit)
+        assert journal.longest_prefix(limit) == expected, limit
+    assert journal.longest_prefix(0) == 1  # never less than one decision
+
+
+def test_an_event_record_reads_its_lowest_capacity():
+    from turnstile.store import EventRecord
+
+    base = {"event_id": "gig", "capacity": 5, "taken": 0, "accepted": 0, "version": 1}
+    assert EventRecord.from_values({**base, "min_capacity": Decimal(3)}).min_capacity == 3
+    assert EventRecord.from_values({**base, "min_capacity": 0}).min_capacity == 0
+    assert EventRecord.from_values(base).min_capacity is None
+
+
+def _items(*sizes: int) -> list[dict]:
+    return [{"k": {"S": "x" * (s - 1)}} for s in sizes]  # "k" is one byte of the size
+
+
+@pytest.mark.parametrize(
+    ("sizes", "count", "limit", "expected"),
+    [
+        ((), 25, 100, []),
+        ((10,) * 60, 25, 10_000, [25, 25, 10]),  # by count, three runs
+        ((10,) * 3, 25, 30, [3]),  # exactly the size limit: one run
+        ((10,) * 4, 25, 30, [3, 1]),
+        ((10, 21), 25, 30, [1, 1]),  # one byte over: cut
+        ((200,), 25, 100, [1]),  # one item over the limit alone: a run of its own
+        ((200, 10, 10), 25, 100, [1, 2]),
+        ((50, 50, 1), 25, 100, [2, 1]),
+        ((30, 10, 10, 10), 25, 30, [1, 3]),  # a later run filling the bytes exactly
+    ],
+)
+def test_batches_are_the_longest_runs_within_count_and_bytes(sizes, count, limit, expected):
+    from turnstile.store import _chunks_within
+
+    items = _items(*sizes)
+    runs = [list(run) for run in _chunks_within(items, count, limit)]
+    assert [len(run) for run in runs] == expected
+    assert [item for run in runs for item in run] == items
+
+
+def test_a_journal_keeps_its_expiry_through_encode_and_decode():
+    journal = Journal.build("gig", 1, NOW, [accepted()], {}, expires_at=EXPIRES)
+    decoded = Journal.decode(journal.encode())
+    assert decoded.expires_at == EXPIRES and decoded == journal
+    kept = Journal.build("gig", 1, NOW, [accepted()], {})
+    assert Journal.decode(kept.encode()).expires_at is None

@@ -83,16 +83,16 @@ def register(subparsers: Any) -> None:
         help="comma-separated ways to run (default all three)",
     )
     knobs = p.add_argument_group("workload knobs (defaults depend on --quick)")
-    knobs.add_argument("--events", type=int)
+    knobs.add_argument("--events", type=int, help="events signed up for")
     knobs.add_argument("--capacity", type=int, help="seats per event")
-    knobs.add_argument("--signups", type=int)
+    knobs.add_argument("--signups", type=int, help="signups in all")
     knobs.add_argument("--producers", type=int, help="concurrent producer threads")
     knobs.add_argument("--seats", type=_seats, help='seats per signup, weighted: "1:70,2:20,4:10"')
     knobs.add_argument("--hot-share", type=float, help="share of signups on the first event")
     knobs.add_argument(
         "--intake-bytes", type=_intake_range, help="intake item size range, e.g. 350-900"
     )
-    knobs.add_argument("--seed", type=int)
+    knobs.add_argument("--seed", type=int, help="seed of the random workload")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bench)
 

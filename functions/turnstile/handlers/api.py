@@ -13,12 +13,13 @@ from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from turnstile.api import SERVICE, create_app
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 from turnstile.store import SignupStore
 
-__all__ = ["app", "get_store", "handler", "new_instance"]
+__all__ = ["app", "get_store", "handler", "new_instance", "publish_metrics"]
 
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
@@ -42,23 +43,45 @@ def get_store() -> SignupStore:
     )
 
 
+app = create_app(store=get_store, metrics=metrics)
+
+
+def publish_metrics() -> None:
+    """Publish what this request counted (one EMF document), if it counted anything.
+
+    Not Powertools' ``log_metrics``: most requests (every read) count nothing, and it
+    would warn "No application metrics to publish" for each, to the function's log
+    (once per container on Lambda, on the console of ``turnstile local``). With metrics
+    disabled, what was counted is dropped: Powertools would keep it and pile it up.
+    """
+    if not metrics.metric_set:
+        return
+    if is_metrics_disabled():
+        metrics.clear_metrics()
+    else:
+        metrics.flush_metrics()
+
+
 def _entry(resolver: Any) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
     @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_HTTP)
     @tracer.capture_lambda_handler
-    @metrics.log_metrics
     def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         """Answer one API Gateway HTTP API (v2) event with a v2 response dict."""
-        return resolver.resolve(event, context)
+        try:
+            return resolver.resolve(event, context)
+        finally:
+            publish_metrics()
 
     return handler
 
 
-app = create_app(store=get_store, metrics=metrics)
 handler = _entry(app)
 
 
 def new_instance() -> Callable[[dict[str, Any], Any], dict[str, Any]]:
     """Another handler with a resolver of its own: what a second Lambda instance would be.
     The local API server serves concurrent requests with several (a resolver holds the
-    request it answers, so one serves one request at a time); they share the store."""
+    request it answers, so one serves one request at a time); they share the store, and
+    the module's logger and metrics (so, locally, one request's counts may be published
+    with another's)."""
     return _entry(create_app(store=get_store, metrics=metrics))

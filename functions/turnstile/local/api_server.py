@@ -28,7 +28,7 @@ from turnstile.api import (
     MAX_BODY_BYTES,
     ROUTES,
 )
-from turnstile.local.server import BackgroundServer
+from turnstile.local.server import BackgroundServer, ListenError
 
 __all__ = ["MAX_DRAIN_BYTES", "ApiServer", "LocalLambdaContext"]
 
@@ -171,8 +171,12 @@ class ApiServer(BackgroundServer):
 
             def do_GET(self) -> None:
                 if _target(self.path)[0] == "/health":
+                    started = time.monotonic()
                     checks = outer._health()
-                    outer._send(self, 200 if all(checks.values()) else 503, checks)
+                    status = 200 if all(checks.values()) else 503
+                    # Health checks poll: only with --log-level DEBUG.
+                    _log_request(self, status, started, level=logging.DEBUG)
+                    outer._send(self, status, checks)
                 else:
                     outer._dispatch(self)
 
@@ -192,6 +196,7 @@ class ApiServer(BackgroundServer):
                 if length.strip().isdigit() and int(length) > outer._max_body_bytes:
                     # Refused before the client sends the body at all.
                     self.close_connection = True
+                    _log_request(self, 413, time.monotonic(), "payload_too_large")
                     outer._send_error(
                         self, 413, "payload_too_large", outer._too_large(), close=True
                     )
@@ -201,7 +206,10 @@ class ApiServer(BackgroundServer):
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), Handler)
+        except OSError as exc:  # the port taken, an address not of this machine, ...
+            raise ListenError("api", host, port, exc) from exc
         self._server.daemon_threads = True
         # A short poll interval so stop() returns promptly (shutdown waits for one poll).
         self._thread = threading.Thread(
@@ -262,10 +270,12 @@ class ApiServer(BackgroundServer):
         itself, as API Gateway does when CORS is configured; False when it is not one."""
         if not self._cors_origins or not handler.headers.get("Access-Control-Request-Method"):
             return False
+        started = time.monotonic()
         try:
             self._read_body(handler)
         except _BodyError:
             handler.close_connection = True
+        _log_request(handler, 204, started, level=logging.DEBUG)
         handler.send_response(204)
         origin = self._allowed_origin(handler)
         if origin is not None:
@@ -282,12 +292,15 @@ class ApiServer(BackgroundServer):
     # -- requests ---------------------------------------------------------------------
 
     def _dispatch(self, handler: BaseHTTPRequestHandler) -> None:
+        started = time.monotonic()
         if not self._serves:
+            _log_request(handler, 404, started, "not_found")
             self._send(handler, 404, {"error": "not_found", "message": handler.path})
             return
         try:
             body = self._read_body(handler)
         except _BodyError as exc:
+            _log_request(handler, exc.status, started, exc.code)
             self._send_error(handler, exc.status, exc.code, exc.message, exc.close)
             return
         event = self.to_event(handler, body)
@@ -300,9 +313,10 @@ class ApiServer(BackgroundServer):
         except Exception:
             # What API Gateway answers when the function itself fails.
             log.exception("API handler failed")
+            _log_request(handler, 500, started)
             self._send(handler, 500, {"message": "Internal Server Error"})
             return
-        self._write_result(handler, result)
+        self._write_result(handler, result, started)
 
     def _read_body(self, handler: BaseHTTPRequestHandler) -> bytes:
         """The body, never more than the limit read into memory."""
@@ -415,8 +429,12 @@ class ApiServer(BackgroundServer):
                 event["body"] = text
         return event
 
-    def _write_result(self, handler: BaseHTTPRequestHandler, result: Any) -> None:
-        """Write a v2 response; like API Gateway, a result without statusCode is a 200 JSON."""
+    def _write_result(
+        self, handler: BaseHTTPRequestHandler, result: Any, started: float | None = None
+    ) -> None:
+        """Write a v2 response; like API Gateway, a result without statusCode is a 200 JSON.
+        With ``started``, the request's line is logged first: before the client has its
+        answer, so nothing it does next is printed before it."""
         if not isinstance(result, dict) or "statusCode" not in result:
             body = result if isinstance(result, str) else json.dumps(result)
             result = {
@@ -429,7 +447,10 @@ class ApiServer(BackgroundServer):
             data = base64.b64decode(raw)
         else:
             data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
-        handler.send_response(int(result["statusCode"]))
+        status = int(result["statusCode"])
+        if started is not None:
+            _log_request(handler, status, started, _error_code(result) if status >= 400 else None)
+        handler.send_response(status)
         for name, value in (result.get("headers") or {}).items():
             if name.lower() not in _OWN_HEADERS:
                 handler.send_header(name, str(value))
@@ -444,3 +465,38 @@ class ApiServer(BackgroundServer):
         handler.end_headers()
         if handler.command != "HEAD":
             handler.wfile.write(data)
+
+
+def _error_code(result: Any) -> str | None:
+    """The ``error`` of an API error body ({"error": code, "message": ...}), if it is one."""
+    try:
+        body = json.loads(result.get("body") or "")
+    except (AttributeError, TypeError, ValueError):
+        return None
+    code = body.get("error") if isinstance(body, dict) else None
+    return code if isinstance(code, str) and code.isidentifier() else None
+
+
+def _log_request(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    started: float,
+    error: str | None = None,
+    level: int | None = None,
+) -> None:
+    """One line per request, logged just before its answer is sent (the time is the
+    handler's): ``POST /events/gala/signups 202 4 ms``; at INFO when
+    it succeeded, WARNING for a 4xx, ERROR for a 5xx (``turnstile local`` shows warnings
+    and errors by default)."""
+    if level is None:
+        level = logging.INFO if status < 400 else logging.WARNING if status < 500 else logging.ERROR
+    if not log.isEnabledFor(level):
+        return
+    path = _target(handler.path)[0]
+    if not path.isprintable():  # a request line may carry terminal escapes
+        path = json.dumps(path)
+    if len(path) > 120:
+        path = path[:119] + "…"
+    method = handler.command if (handler.command or "").isalpha() else json.dumps(handler.command)
+    ms = (time.monotonic() - started) * 1000
+    log.log(level, "%s %s %d%s %.0f ms", method, path, status, f" {error}" if error else "", ms)

@@ -9,7 +9,9 @@ which costs nothing measurable at moto's few hundred requests per second.
 from __future__ import annotations
 
 import copy
+import errno
 import io
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -20,11 +22,41 @@ from moto.moto_server.werkzeug_app import (
     MotoRequestHandler,
     create_backend_app,
 )
-from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.serving import (
+    LISTEN_QUEUE,
+    BaseWSGIServer,
+    get_sockaddr,
+    make_server,
+    select_address_family,
+)
+
+from turnstile.errors import TurnstileError
 
 WAL_NAME = "aws.wal"
 
-__all__ = ["BackgroundServer", "EmbeddedAws", "SerializedApp", "patch_moto_transactions"]
+__all__ = [
+    "BackgroundServer",
+    "EmbeddedAws",
+    "ListenError",
+    "SerializedApp",
+    "patch_moto_transactions",
+]
+
+
+class ListenError(TurnstileError):
+    """One of the local stack's servers cannot listen on its address.
+
+    ``server`` is ``"aws"`` (the AWS endpoint) or ``"api"`` (the HTTP API); ``in_use`` says
+    whether another program has the port; ``reason`` is the system's word for it.
+    """
+
+    NAMES = {"aws": "the AWS endpoint", "api": "the HTTP API"}
+
+    def __init__(self, server: str, host: str, port: int, cause: OSError) -> None:
+        self.server, self.host, self.port = server, host, port
+        self.in_use = cause.errno == errno.EADDRINUSE
+        self.reason = cause.strerror or str(cause)
+        super().__init__(f"{self.NAMES[server]} cannot listen on {host}:{port}: {self.reason}")
 
 
 class _TransactionBackup:
@@ -149,6 +181,11 @@ class BackgroundServer:
     _thread: threading.Thread
 
     @property
+    def port(self) -> int:
+        """The port listened on (the one picked when asked for port 0)."""
+        return int(self._server.server_address[1])
+
+    @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
@@ -157,8 +194,23 @@ class BackgroundServer:
         self._thread.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever that never ran
+            self._server.shutdown()
         self._server.server_close()
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host:port``, as werkzeug would bind it, or ``ListenError``."""
+    family = select_address_family(host, port)
+    listening = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(get_sockaddr(host, int(port), family))
+        listening.listen(LISTEN_QUEUE)
+    except OSError as exc:
+        listening.close()
+        raise ListenError("aws", host, port, exc) from exc
+    return listening
 
 
 class EmbeddedAws(BackgroundServer):
@@ -176,9 +228,17 @@ class EmbeddedAws(BackgroundServer):
             wal = WriteAheadLog(state_dir / WAL_NAME)
         self.app = SerializedApp(DomainDispatcherApplication(create_backend_app), wal)
         self.replayed = self.app.replay() if wal is not None else 0
-        self._server: BaseWSGIServer = make_server(
-            host, port, self.app, threaded=True, request_handler=MotoRequestHandler
-        )
+        # The socket is bound here, not by werkzeug: werkzeug prints to stderr and exits
+        # when the port is taken; this raises the OSError for the caller to report.
+        with _listening_socket(host, port) as listening:
+            self._server: BaseWSGIServer = make_server(
+                host,
+                port,
+                self.app,
+                threaded=True,
+                request_handler=MotoRequestHandler,
+                fd=listening.fileno(),  # werkzeug serves a duplicate of it
+            )
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="embedded-aws", daemon=True
         )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from turnstile.contract import (
     FAILURE_QUEUE_NAME,
     INTAKE_TABLE,
     STREAM_SOURCE,
+    Attr,
     EventSourceSettings,
     TableSpec,
 )
@@ -25,11 +27,14 @@ from turnstile.errors import TurnstileError
 from turnstile.local.api_server import ApiServer
 from turnstile.local.faults import FaultInjectingClient
 from turnstile.local.poller import CheckpointStore, StreamPoller
-from turnstile.local.server import WAL_NAME, EmbeddedAws
+from turnstile.local.server import WAL_NAME, EmbeddedAws, ListenError
 
 __all__ = [
+    "ListenError",
     "LocalStack",
+    "TableCounts",
     "Worker",
+    "count_tables",
     "ensure_resources",
     "local_aws_environment",
     "local_event_source",
@@ -99,8 +104,16 @@ class DecisionStats:
     last_batch_at: float | None = None
 
 
-def counting_processor(store: Any, stats: DecisionStats) -> Any:
-    """The stream processor, counting decisions, failed groups and version conflicts."""
+def counting_processor(
+    store: Any, stats: DecisionStats, on_decided: Callable[[Any], None] | None = None
+) -> Any:
+    """The stream processor, counting decisions, failed groups and version conflicts.
+
+    ``on_decided`` is called with each decision (a ``DecidedSignup``) the processor has
+    committed, in the order it decided them: the decisions it made, never one it found
+    made already.
+    """
+    from turnstile.personal_data import decision_retention_days
     from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 
     lock = threading.Lock()  # lanes (a parallelization factor) count at once
@@ -115,9 +128,16 @@ def counting_processor(store: Any, stats: DecisionStats) -> Any:
                 stats.decided += len(result.decided)
                 stats.failed_groups += len(result.failures)
                 stats.conflicts += result.conflicts
+            if on_decided is not None:
+                for decided in result.decided:
+                    try:
+                        on_decided(decided)
+                    except Exception:  # committed already: a report must not fail the batch
+                        log.exception("reporting a decision failed")
             return result
 
-    return CountingProcessor(store)
+    # The same settings as the Lambda's processor (TURNSTILE_DECISION_RETENTION_DAYS).
+    return CountingProcessor(store, decision_retention_days=decision_retention_days())
 
 
 def _env_int(name: str, low: int, high: int) -> int | None:
@@ -163,7 +183,10 @@ class Worker:
         from_start: bool = False,
         session: boto3.Session | None = None,
         handler: Any = None,
+        on_decided: Callable[[Any], None] | None = None,
     ) -> None:
+        """``on_decided``: called with each decision the worker's processor commits
+        (see ``counting_processor``); not with a ``handler`` of the caller's own."""
         session = session or boto3.Session()
         dynamodb = session.client("dynamodb")
         streams = session.client("dynamodbstreams")
@@ -189,7 +212,7 @@ class Worker:
                 # Drills: a smaller retry budget, so faults reach failed groups and retries.
                 store_kwargs["max_attempts"] = int(os.environ["TURNSTILE_STORE_MAX_ATTEMPTS"])
             self.store = SignupStore(store_client, **store_kwargs)
-            stream_module._processor = counting_processor(self.store, self.decisions)
+            stream_module._processor = counting_processor(self.store, self.decisions, on_decided)
             handler = stream_module.handler
         settings = local_event_source()
         stream_arn = dynamodb.describe_table(TableName=INTAKE_TABLE.name)["Table"].get(
@@ -244,6 +267,19 @@ class Worker:
         return self._thread is not None and self._thread.is_alive()
 
 
+def _check_port(server: str, host: str, port: int) -> None:
+    """Raise ``ListenError`` now if ``host:port`` cannot be listened on, before slow work."""
+    if port == 0:
+        return
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise ListenError(server, host, port, exc) from exc
+
+
 class LocalStack:
     """``turnstile local``: everything on 127.0.0.1, no AWS account, no Docker."""
 
@@ -256,9 +292,12 @@ class LocalStack:
         state_dir: Path | None = None,
         in_memory: bool = False,
         reset: bool = False,
+        on_decided: Callable[[Any], None] | None = None,
         cors_origins: tuple[str, ...] = (),
     ) -> None:
+        """``on_decided``: called with each decision the worker commits (``Worker``)."""
         self.host, self.port, self.api_port = host, port, api_port
+        self.on_decided = on_decided
         self.cors_origins = cors_origins
         self.in_memory, self.reset = in_memory, reset
         self.with_worker = worker
@@ -280,6 +319,9 @@ class LocalStack:
 
     def start(self) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
+        # Both ports first: replaying the saved state can take a while.
+        _check_port("aws", self.host, self.port)
+        _check_port("api", self.host, self.api_port)
         if self.reset:
             for name in (WAL_NAME, "checkpoints.json"):
                 (self.state_dir / name).unlink(missing_ok=True)
@@ -291,8 +333,8 @@ class LocalStack:
         self.aws.start()
         os.environ.update(local_aws_environment(self.aws.url))
         # The handlers run in this process: quiet Powertools' per-invocation EMF output.
+        # (Their logs: turnstile.local.console.configure_logging.)
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
         resources = ensure_resources()
         os.environ["TURNSTILE_FAILURE_QUEUE_URL"] = resources["failure_queue_url"]
         self._ready.set()
@@ -307,7 +349,7 @@ class LocalStack:
             # ARN): checkpoints are keyed by stream ARN, so the old ones are ignored and the
             # new stream is read from TRIM_HORIZON; decisions already made are kept
             # (idempotent), undecided signups are decided.
-            self.worker = Worker(self.state_dir)
+            self.worker = Worker(self.state_dir, on_decided=self.on_decided)
             self.worker.start()
             self._sweeper_thread = threading.Thread(
                 target=self._sweep_forever, name="sweeper", daemon=True
@@ -336,14 +378,85 @@ class LocalStack:
             except Exception:
                 log.exception("sweep failed; the next one retries")
 
-    def stop(self) -> None:
+    def stop(self, count_budget_s: float = 0.0) -> TableCounts | None:
+        """Stop the worker and the API, then the endpoint.
+
+        With ``count_budget_s``, what the tables hold is counted in between (nothing
+        changes them any more) and returned; None if that took longer than the budget or
+        failed.
+        """
         self._stop.set()
         if self.worker:
             self.worker.stop()
         if self.api:
             self.api.stop()
+        counts = None
+        if self.aws and self._ready.is_set() and count_budget_s > 0:
+            try:
+                counts = count_tables(count_budget_s)
+            except Exception as exc:
+                log.warning("could not count what the tables hold: %s", exc)
         if self.aws:
             self.aws.stop()
+        return counts
+
+
+@dataclass(frozen=True)
+class TableCounts:
+    """What the tables hold: events, decided signups, intake records with no decision."""
+
+    events: int
+    decided: int
+    pending: int
+
+
+class _OverBudget(Exception):
+    pass
+
+
+def count_tables(budget_s: float, session: boto3.Session | None = None) -> TableCounts | None:
+    """Count events, decisions and undecided intake records, reading keys only; None when
+    it would take longer than ``budget_s`` seconds (a big table: ``turnstile audit``
+    counts per event, however long it takes).
+
+    Pending is exact: an intake record with neither a decision item nor a row in its
+    event's last journal (a commit not yet written out as items).
+    """
+    from turnstile.store import SignupStore
+
+    session = session or boto3.Session()
+    client = session.client("dynamodb")
+    store = SignupStore(client)
+    deadline = time.monotonic() + budget_s
+
+    def keys(table: str) -> set[tuple[str, str]]:
+        found: set[tuple[str, str]] = set()
+        kwargs: dict[str, Any] = {
+            "TableName": table,
+            "ConsistentRead": True,
+            "ProjectionExpression": "#e, #s",
+            "ExpressionAttributeNames": {"#e": Attr.EVENT_ID, "#s": Attr.SIGNUP_ID},
+        }
+        while True:
+            if time.monotonic() > deadline:
+                raise _OverBudget
+            page = client.scan(**kwargs)
+            for item in page.get("Items", []):
+                found.add((item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"]))
+            if "LastEvaluatedKey" not in page:
+                return found
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    try:
+        intake, decided = keys(store.intake_table), keys(store.main_table)
+        events = 0
+        for event in store.scan_events():
+            events += 1
+            if event.journal is not None:
+                decided |= {(event.snapshot.event_id, d.signup_id) for d in event.journal.decisions}
+    except _OverBudget:
+        return None
+    return TableCounts(events=events, decided=len(decided), pending=len(intake - decided))
 
 
 def _api_instances() -> Any:

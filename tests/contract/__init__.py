@@ -1,0 +1,1 @@
+"""Contract tests: the same cases against an in-memory fake and the real adapter."""

@@ -1,0 +1,482 @@
+"""The processor's store contract (``turnstile.ports.ProcessorStore``), run against both
+implementations: ``FakeStore`` (in memory) and ``SignupStore`` over moto.
+
+Every case runs on both, with the same expectations; what each store wrote is compared
+item by item (typed, to the byte), so the fake cannot drift from the real store without a
+case here failing. The unit tests of the processor (tests/unit/test_processor_fake.py) run
+on the fake and lean on this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+import turnstile.store as store_module
+from tests.fakes import FakeStore
+from tests.helpers import table_items
+from turnstile.contract import (
+    CONTROL_TABLE,
+    INTAKE_TABLE,
+    MAIN_TABLE,
+    Attr,
+    ControlKey,
+    EventState,
+    Reason,
+    Status,
+)
+from turnstile.domain import EventSnapshot, Outcome, SignupRequest, decide
+from turnstile.errors import (
+    CapacityBelowTakenError,
+    CommitConflictError,
+    EventExistsError,
+    JournalTooLargeError,
+)
+from turnstile.ports import ProcessorStore
+from turnstile.processor import IntakeRecord, StreamProcessor
+from turnstile.store import Journal, SignupStore, to_item
+
+NOW = "2026-01-01T00:00:00.000000Z"
+LATER = "2026-01-01T00:05:00.000000Z"
+TABLES = (INTAKE_TABLE.name, MAIN_TABLE.name, CONTROL_TABLE.name)
+
+
+@dataclass
+class Backend:
+    """One store under test, with what a test needs around it: every table's typed items,
+    and a way to write an event item's attributes by hand (as an operator could)."""
+
+    name: str
+    store: Any  # SignupStore | FakeStore: a ProcessorStore with create/close/update
+    items: Callable[[str], dict[tuple[str, str], dict[str, Any]]]
+    set_by_hand: Callable[[str, Mapping[str, Any]], None]
+
+    def state(self) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
+        return {table: self.items(table) for table in TABLES}
+
+    def snapshot(self, event_id: str) -> EventSnapshot:
+        record = self.store.get_event(event_id)
+        assert record is not None
+        return record.snapshot
+
+
+def fake_backend() -> Backend:
+    fake = FakeStore()
+
+    def set_by_hand(event_id: str, values: Mapping[str, Any]) -> None:
+        fake.control[ControlKey.event(event_id)].update(to_item(values))
+
+    return Backend("fake", fake, fake.items, set_by_hand)
+
+
+def moto_backend(session: Any) -> Backend:
+    client = session.client("dynamodb")
+    real = SignupStore(client, sleep=lambda _: None)
+
+    def set_by_hand(event_id: str, values: Mapping[str, Any]) -> None:
+        names = {f"#a{i}": name for i, name in enumerate(values)}
+        typed = to_item({f":v{i}": value for i, value in enumerate(values.values())})
+        client.update_item(
+            TableName=CONTROL_TABLE.name,
+            Key=real._event_key(event_id),
+            UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(values))),
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=typed,
+        )
+
+    return Backend("moto", real, lambda table: table_items(client, table), set_by_hand)
+
+
+@pytest.fixture(params=["fake", "moto"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "fake":
+        yield fake_backend()
+    else:
+        yield moto_backend(request.getfixturevalue("aws"))
+
+
+def req(signup_id: str, seq: str | int, seats: int = 1, **fields: Any) -> SignupRequest:
+    return SignupRequest("gig", signup_id, str(seq), seats=seats, **fields)
+
+
+def outcome_of(snapshot: EventSnapshot | None, *requests: SignupRequest) -> Outcome:
+    return decide(snapshot, requests)
+
+
+def by_id(*requests: SignupRequest) -> dict[str, SignupRequest]:
+    return {r.signup_id: r for r in requests}
+
+
+# -- both satisfy the protocol ---------------------------------------------------------------
+
+
+def test_each_store_is_a_processor_store(backend):
+    assert isinstance(backend.store, ProcessorStore)
+
+
+# -- commit ------------------------------------------------------------------------------
+
+
+def test_a_commit_stores_counters_version_floor_and_journal(backend):
+    backend.store.create_event("gig", 3, NOW)
+    before = backend.snapshot("gig")
+    a, b = req("a", 100, 2, attributes={"team": "A", "n": Decimal(2)}), req("b", 101)
+    outcome = outcome_of(before, a, b)
+    journal = backend.store.commit(before, outcome, NOW, by_id(a, b), expires_at=1_800_000_000)
+    assert (journal.version, journal.decided_at, journal.decisions) == (1, NOW, outcome.decisions)
+    assert journal.expires_at == 1_800_000_000
+    record = backend.store.get_event("gig")
+    assert record.snapshot == EventSnapshot("gig", 3, taken=3, accepted=2, version=1)
+    assert record.journal == journal
+    event_item = backend.items(CONTROL_TABLE.name)[ControlKey.event("gig")]
+    assert event_item[Attr.CAPACITY_FLOOR] == {"N": "3"}
+    assert bytes(event_item[Attr.JOURNAL]["B"]) == journal.encode()
+    # nothing is materialized by a commit
+    assert backend.items(MAIN_TABLE.name) == {}
+
+
+def test_a_commit_on_a_stale_version_conflicts_and_changes_nothing(backend):
+    backend.store.create_event("gig", 5, NOW)
+    stale = backend.snapshot("gig")
+    backend.store.commit(stale, outcome_of(stale, req("a", 100)), NOW, {})
+    state = backend.state()
+    with pytest.raises(CommitConflictError, match="'gig' moved past version 0"):
+        backend.store.commit(stale, outcome_of(stale, req("b", 101)), LATER, {})
+    assert backend.state() == state
+    # a version ahead of the item's conflicts too
+    ahead = replace(backend.snapshot("gig"), version=7)
+    with pytest.raises(CommitConflictError):
+        backend.store.commit(ahead, outcome_of(ahead, req("b", 101)), LATER, {})
+    assert backend.state() == state
+
+
+def test_a_commit_that_would_oversell_is_refused_and_exactly_full_passes(backend):
+    backend.store.create_event("gig", 3, NOW)
+    before = backend.snapshot("gig")
+    state = backend.state()
+    # an outcome the engine would never make: 4 seats of 3, on the right version
+    oversold = Outcome(
+        outcome_of(before, req("a", 100, 3)).decisions,
+        replace(before, taken=4, accepted=1),
+    )
+    with pytest.raises(CommitConflictError):
+        backend.store.commit(before, oversold, NOW, {})
+    assert backend.state() == state
+    backend.store.commit(before, outcome_of(before, req("a", 100, 3)), NOW, {})
+    assert (backend.snapshot("gig").taken, backend.snapshot("gig").version) == (3, 1)
+
+
+def test_a_commit_that_only_rejects_passes_with_capacity_below_taken(backend):
+    # GIVEN an event with 3 of 4 seats taken, whose capacity an operator set to 2 by hand
+    backend.store.create_event("gig", 4, NOW)
+    before = backend.snapshot("gig")
+    backend.store.commit(before, outcome_of(before, req("a", 100, 3)), NOW, {})
+    backend.set_by_hand("gig", {Attr.CAPACITY: 2})
+    low = backend.snapshot("gig")
+    assert (low.capacity, low.taken) == (2, 3)
+    # WHEN a commit takes a seat THEN it is refused
+    taking = Outcome(
+        (req_decision := decide(replace(low, capacity=9), [req("b", 101)]).decisions),
+        replace(low, taken=4, accepted=2),
+    )
+    assert req_decision[0].status == Status.ACCEPTED
+    with pytest.raises(CommitConflictError):
+        backend.store.commit(low, taking, LATER, {})
+    # WHEN a commit only rejects THEN it goes through, taking nothing
+    rejecting = outcome_of(low, req("c", 102))
+    assert [d.reason for d in rejecting.decisions] == [Reason.CAPACITY_FULL]
+    journal = backend.store.commit(low, rejecting, LATER, {})
+    assert journal.version == 2
+    assert backend.snapshot("gig") == replace(low, version=2)
+
+
+def test_a_commit_decided_before_a_close_conflicts_and_one_decided_after_passes(backend):
+    backend.store.create_event("gig", 5, NOW)
+    open_ = backend.snapshot("gig")
+    _, closed = backend.store.close_event("gig")
+    assert closed is True
+    state = backend.state()
+    with pytest.raises(CommitConflictError):
+        backend.store.commit(open_, outcome_of(open_, req("a", 100)), NOW, {})
+    assert backend.state() == state
+    after = backend.snapshot("gig")
+    assert after.state == EventState.CLOSED
+    outcome = outcome_of(after, req("a", 100))
+    assert [d.reason for d in outcome.decisions] == [Reason.EVENT_CLOSED]
+    assert backend.store.commit(after, outcome, NOW, {}).version == 1
+    # and closing again says it was not this call that closed it
+    assert backend.store.close_event("gig")[1] is False
+    assert backend.store.close_event("nobody") == (None, False)
+
+
+def test_a_commit_decided_before_a_capacity_change_conflicts(backend):
+    backend.store.create_event("gig", 5, NOW)
+    before = backend.snapshot("gig")
+    raised = backend.store.update_capacity("gig", 9)
+    assert (raised.snapshot.capacity, raised.min_capacity) == (9, 5)
+    with pytest.raises(CommitConflictError):
+        backend.store.commit(before, outcome_of(before, req("a", 100)), NOW, {})
+    now = backend.snapshot("gig")
+    backend.store.commit(now, outcome_of(now, req("a", 100, 4)), NOW, {})
+    # capacity goes down to the seats taken and no lower
+    with pytest.raises(CapacityBelowTakenError):
+        backend.store.update_capacity("gig", 3)
+    assert backend.store.update_capacity("gig", 4).min_capacity == 4
+
+
+def test_a_commit_on_an_event_item_that_does_not_exist_conflicts(backend):
+    ghost = EventSnapshot("gig", 5)
+    with pytest.raises(CommitConflictError):
+        backend.store.commit(ghost, outcome_of(ghost, req("a", 100)), NOW, {})
+    assert backend.state() == {table: {} for table in TABLES}
+
+
+def test_a_hand_written_event_item_without_version_or_state_commits_at_version_0(backend):
+    backend.store.create_event("gig", 5, NOW)
+    # ``create_event`` writes no counters or version: they read as 0
+    item = backend.items(CONTROL_TABLE.name)[ControlKey.event("gig")]
+    assert Attr.VERSION not in item and Attr.TAKEN not in item
+    before = backend.snapshot("gig")
+    assert before == EventSnapshot("gig", 5)
+    assert backend.store.commit(before, outcome_of(before, req("a", 100)), NOW, {}).version == 1
+
+
+def test_a_journal_too_large_writes_nothing_and_says_how_many_fit(backend, monkeypatch):
+    backend.store.create_event("gig", 5, NOW)
+    before = backend.snapshot("gig")
+    outcome = outcome_of(before, req("a", 100), req("b", 101), req("c", 102))
+    two = Journal.build("gig", 1, NOW, outcome.decisions[:2], {}).encode()
+    monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", len(two))
+    state = backend.state()
+    with pytest.raises(JournalTooLargeError) as too_big:
+        backend.store.commit(before, outcome, NOW, {})
+    assert too_big.value.fits == 2
+    assert backend.state() == state
+    # a journal one byte over the bound is refused; exactly at it, it commits
+    three = Journal.build("gig", 1, NOW, outcome.decisions, {}).encode()
+    monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", len(three) - 1)
+    with pytest.raises(JournalTooLargeError):
+        backend.store.commit(before, outcome, NOW, {})
+    assert backend.state() == state
+    monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", len(three))
+    assert backend.store.commit(before, outcome, NOW, {}).version == 1
+
+
+def test_creating_an_event_twice_is_refused(backend):
+    backend.store.create_event("gig", 5, NOW, created_by="x" * 600)
+    with pytest.raises(EventExistsError):
+        backend.store.create_event("gig", 9, LATER)
+    record = backend.store.get_event("gig")
+    assert (record.snapshot.capacity, record.created_at) == (5, NOW)
+    assert record.created_by == "x" * 512
+
+
+# -- materialize and the decisions it writes ------------------------------------------------
+
+
+def test_materialized_items_read_back_as_written_and_again_change_nothing(backend):
+    backend.store.create_event("gig", 2, NOW)
+    before = backend.snapshot("gig")
+    requests = (
+        req("a", 100, attributes={"team": "A", "raw": b"\x00\xff", "tags": {"x", "y"}}),
+        req("b", 101, submitted_at="2026-01-01T00:00:00Z"),
+        req("c", 102, 5),
+        req("d", 103, problem="seats must be at least 1", seats=0),
+    )
+    journal = backend.store.commit(
+        before, outcome_of(before, *requests), NOW, by_id(*requests), 1_800_000_000
+    )
+    backend.store.materialize("gig", journal, by_id(*requests))
+    items = backend.items(MAIN_TABLE.name)
+    # exactly the items the journal fixes, to the byte
+    expected = SignupStore(client=object()).journal_items("gig", journal)
+    assert items == {("gig", i[Attr.SIGNUP_ID]["S"]): i for i in expected}
+    got = backend.store.get_decisions("gig", ["a", "b", "c", "d", "nobody", "a"])
+    assert sorted(got) == ["a", "b", "c", "d"]
+    assert got["a"]["attributes"]["raw"] == b"\x00\xff"
+    assert got["a"]["attributes"]["tags"] == {"x", "y"}
+    assert (got["a"][Attr.STATUS], got["a"][Attr.POSITION]) == (Status.ACCEPTED, 1)
+    assert got["b"][Attr.SUBMITTED_AT] == "2026-01-01T00:00:00Z"
+    assert (got["c"][Attr.REASON], got["d"][Attr.REASON]) == (
+        Reason.CAPACITY_FULL,
+        Reason.INVALID_REQUEST,
+    )
+    assert {g[Attr.EXPIRES_AT] for g in got.values()} == {1_800_000_000}
+    assert backend.store.get_decisions("other", ["a"]) == {}
+    # WHEN materialized again (another processor, a retry) THEN the same items
+    backend.store.materialize("gig", journal)
+    assert backend.items(MAIN_TABLE.name) == items
+
+
+# -- reject_without_event -------------------------------------------------------------------
+
+
+def test_rejections_of_an_event_without_item_are_written_until_it_exists(backend):
+    a, b = req("a", 100, attributes={"team": "A"}), req("b", 101)
+    outcome = outcome_of(None, a, b)
+    assert [d.reason for d in outcome.decisions] == [Reason.UNKNOWN_EVENT] * 2
+    backend.store.reject_without_event("gig", outcome.decisions, by_id(a, b), NOW, 1_800_000_000)
+    items = backend.items(MAIN_TABLE.name)
+    helper = SignupStore(client=object())
+    assert items == {
+        ("gig", d.signup_id): helper.decision_item(
+            "gig", d, NOW, by_id(a, b)[d.signup_id], 1_800_000_000
+        )
+        for d in outcome.decisions
+    }
+    # WHEN a signup already decided is rejected again THEN refused, nothing written
+    c = req("c", 102)
+    with pytest.raises(CommitConflictError):
+        backend.store.reject_without_event(
+            "gig", outcome_of(None, a, c).decisions, by_id(a, c), LATER
+        )
+    assert backend.items(MAIN_TABLE.name) == items
+    # WHEN the event exists THEN refused, nothing written
+    backend.store.create_event("gig", 5, NOW)
+    with pytest.raises(CommitConflictError, match="appeared"):
+        backend.store.reject_without_event("gig", outcome_of(None, c).decisions, by_id(c), LATER)
+    assert backend.items(MAIN_TABLE.name) == items
+
+
+# -- held events -----------------------------------------------------------------------------
+
+
+def test_parked_records_come_back_whole_in_arrival_order_by_number(backend):
+    first = backend.store.park(
+        "gig",
+        [
+            req("late", 1000, 3, attributes={"team": "L", "n": 2}),
+            req("bad", 99, 0, problem="seats must be a whole number"),
+        ],
+        NOW,
+        "StoreUnavailableError",
+    )
+    second = backend.store.park(
+        "gig", [req("first", 98, submitted_at="2026-01-01T00:00:00Z")], LATER, None
+    )
+    backend.store.park("other", [SignupRequest("other", "x", "97")], NOW, None)
+    assert (first, second) == (1, 2)
+    assert backend.store.parked_requests("gig") == [
+        req("first", 98, submitted_at="2026-01-01T00:00:00Z"),
+        req("bad", 99, 0, problem="seats must be a whole number"),
+        req("late", 1000, 3, attributes={"team": "L", "n": 2}),
+    ]
+    assert backend.store.parked_requests("nobody") == []
+    hold = backend.store.get_hold("gig")
+    assert hold == {
+        "pk": "PARK#gig",
+        "sk": "HOLD",
+        "event_id": "gig",
+        "version": 2,
+        "held_since": NOW,
+        "first_sequence_number": "99",
+        "error": "StoreUnavailableError",
+    }
+    # parking the same record again writes the same item
+    state = backend.items(CONTROL_TABLE.name)
+    backend.store.park("gig", [req("first", 98, submitted_at="2026-01-01T00:00:00Z")], NOW, None)
+    after = backend.items(CONTROL_TABLE.name)
+    assert after.pop(ControlKey.hold("gig"))["version"] == {"N": "3"}
+    state.pop(ControlKey.hold("gig"))
+    assert after == state
+
+
+def test_parking_refuses_what_is_not_a_sequence_number_and_writes_nothing(backend):
+    with pytest.raises(ValueError, match="not a stream sequence number"):
+        backend.store.park("gig", [req("a", 100), req("b", "12x")], NOW, None)
+    with pytest.raises(ValueError):
+        backend.store.park("gig", [], NOW, None)
+    assert backend.state() == {table: {} for table in TABLES}
+
+
+def test_unparking_deletes_exactly_those_records_and_keeps_the_hold(backend):
+    backend.store.park("gig", [req(f"s{n}", n) for n in (98, 99, 1000, 1001)], NOW, None)
+    backend.store.unpark("gig", ["99", "1000", "99", "5"])
+    assert [r.sequence_number for r in backend.store.parked_requests("gig")] == ["98", "1001"]
+    assert backend.store.get_hold("gig") is not None
+    with pytest.raises(ValueError):
+        backend.store.unpark("gig", ["nine"])
+
+
+def test_a_hold_is_lifted_only_at_its_version_and_keeps_it(backend):
+    version = backend.store.park("gig", [req("a", 100)], NOW, "X" * 300)
+    assert backend.store.get_hold("gig")["error"] == "X" * 200
+    assert backend.store.lift_hold("gig", version + 1) is False
+    assert backend.store.lift_hold("gig", version - 1) is False
+    assert backend.store.get_hold("gig") is not None
+    assert backend.store.lift_hold("gig", version) is True
+    assert backend.store.get_hold("gig") is None
+    item = backend.items(CONTROL_TABLE.name)[ControlKey.hold("gig")]
+    assert item == {
+        "pk": {"S": "PARK#gig"},
+        "sk": {"S": "HOLD"},
+        "event_id": {"S": "gig"},
+        "version": {"N": str(version)},
+    }
+    # the parked record is not touched by lifting; held again, since then and from then
+    assert [r.signup_id for r in backend.store.parked_requests("gig")] == ["a"]
+    assert backend.store.park("gig", [req("b", 200)], LATER, None) == version + 1
+    hold = backend.store.get_hold("gig")
+    assert (hold["held_since"], hold["first_sequence_number"]) == (LATER, "200")
+    assert "error" not in hold
+    # no marker at all: nothing to lift
+    assert backend.store.lift_hold("nobody", 0) is False
+    assert backend.store.lift_hold("nobody", 1) is False
+
+
+def test_the_event_and_its_hold_are_read_together(backend):
+    assert backend.store.get_event_and_hold("gig") == (None, None)
+    backend.store.create_event("gig", 5, NOW)
+    assert backend.store.get_event_and_hold("gig") == (backend.store.get_event("gig"), None)
+    version = backend.store.park("gig", [req("a", 100)], NOW, None)
+    event, hold = backend.store.get_event_and_hold("gig")
+    assert event == backend.store.get_event("gig")
+    assert hold == backend.store.get_hold("gig") and hold["version"] == version
+    backend.store.lift_hold("gig", version)
+    assert backend.store.get_event_and_hold("gig") == (event, None)
+    # a hold without an event item
+    backend.store.park("solo", [SignupRequest("solo", "a", "1")], NOW, None)
+    solo = backend.store.get_event_and_hold("solo")
+    assert solo[0] is None and solo[1]["version"] == 1
+
+
+# -- the two stores side by side -------------------------------------------------------------
+
+
+def _scenario(store: Any) -> None:
+    """A bit of everything the processor does, through the processor."""
+
+    def insert(event_id: str, signup_id: str, seq: int, seats: int = 1, **image: Any):
+        keys = {"event_id": event_id, "signup_id": signup_id}
+        full = {**keys, "seats": Decimal(seats), "submitted_at": "2026-01-01T00:00:00Z", **image}
+        return IntakeRecord(str(seq), "INSERT", keys, full)
+
+    store.create_event("gig", 3, NOW)
+    store.create_event("shut", 3, NOW)
+    store.close_event("shut")
+    processor = StreamProcessor(store, clock=lambda: NOW, chunk_size=2)
+    processor.process(
+        [
+            insert("gig", "a", 100, 2, attributes={"team": "A", "blob": b"\x01"}),
+            insert("nope", "x", 101),
+            insert("gig", "b", 102, 2),
+            insert("gig", "c", 103, 1),
+            insert("shut", "s", 104),
+            insert("gig", "-bad", 105),
+            insert("gig", "a", 106, 2),
+        ]
+    )
+    store.park("gig", [SignupRequest("gig", "late", "1000", attributes={"k": "v"})], NOW, "E")
+    StreamProcessor(store, clock=lambda: LATER).release("gig")
+
+
+def test_the_fake_and_the_real_store_end_with_the_same_items(aws):
+    fake, moto = fake_backend(), moto_backend(aws)
+    _scenario(fake.store)
+    _scenario(moto.store)
+    assert fake.state() == moto.state()
+    assert len(fake.items(MAIN_TABLE.name)) == 7

@@ -1,0 +1,242 @@
+"""Errors a newcomer can provoke, through the ``turnstile`` command run as a real process:
+each is one line on stderr starting ``turnstile:``, exit 2, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import BIN, RunningStack, free_port, user_environment, wait_healthy
+
+pytestmark = pytest.mark.e2e
+
+
+def turnstile(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / "turnstile"), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    """The error line, after checking it is the only output on stderr and the exit is 2."""
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("turnstile: "), lines[0]
+    assert "unexpected error" not in lines[0], lines[0]  # foreseen: said in its own words
+    return lines[0]
+
+
+@contextmanager
+def busy_port() -> Iterator[int]:
+    """A port another program (this test) is listening on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield holder.getsockname()[1]
+
+
+@contextmanager
+def plain_http_server(body: bytes, content_type: str, status: int = 200) -> Iterator[str]:
+    """An HTTP server that is not turnstile's API: every request gets ``body``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def nothing_listening() -> str:
+    return f"http://127.0.0.1:{free_port()}"
+
+
+# -- the AWS side ----------------------------------------------------------------------
+
+
+def test_an_unknown_stack_is_one_line(local_stack: RunningStack):
+    line = one_line_error(turnstile("--stack", "Nope", "audit", env=local_stack.env))
+    assert "stack 'Nope' not found" in line
+
+
+def test_an_endpoint_that_is_not_a_url_is_one_line():
+    env = user_environment("notaurl")
+    line = one_line_error(turnstile("event", "show", "concert", env=env))
+    assert "AWS_ENDPOINT_URL='notaurl' is not an endpoint URL" in line
+
+
+def test_an_endpoint_with_nothing_listening_is_one_line():
+    endpoint = nothing_listening()
+    line = one_line_error(turnstile("event", "show", "concert", env=user_environment(endpoint)))
+    assert f"cannot reach the AWS endpoint {endpoint}" in line
+    assert "turnstile local" in line
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "status"),
+    [
+        (b"<html><body>Bad gateway</body></html>", "text/html", 502),
+        (b"Not found\n\nat all", "text/plain", 404),
+    ],
+)
+def test_an_endpoint_that_is_not_aws_is_one_line(body, content_type, status):
+    # (A non-AWS server answering 200 is not caught: botocore reads its body as empty.)
+    with plain_http_server(body, content_type, status) as url:
+        result = turnstile("event", "show", "concert", env=user_environment(url))
+    line = one_line_error(result)
+    assert f"{url} is not an AWS endpoint: it answered HTTP {status}" in line
+
+
+def test_the_api_port_given_as_the_aws_endpoint_is_one_line(local_stack: RunningStack):
+    result = turnstile("event", "show", "concert", env=user_environment(local_stack.api_url))
+    line = one_line_error(result)
+    assert f"{local_stack.api_url} is not an AWS endpoint" in line
+
+
+def test_a_region_without_the_tables_names_them_and_the_region(local_stack: RunningStack):
+    env = {**local_stack.env, "AWS_DEFAULT_REGION": "eu-west-3"}
+    env.pop("AWS_REGION", None)
+    for command in (["event", "show", "concert"], ["audit"], ["status", "concert", "alice"]):
+        line = one_line_error(turnstile(*command, env=env))
+        assert "turnstile-main" in line and "turnstile-intake" in line, line
+        assert "not found in region eu-west-3" in line, line
+
+
+# -- the HTTP API side -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["status", "concert", "alice"], ["submit", "concert", "a"]])
+def test_an_api_url_that_is_not_a_url_is_one_line(local_stack: RunningStack, command):
+    line = one_line_error(turnstile(*command, "--api-url", "notaurl", env=local_stack.env))
+    assert "--api-url 'notaurl' is not an http:// or https:// URL" in line
+    env = {**local_stack.env, "TURNSTILE_API_URL": "ftp://example.com"}
+    line = one_line_error(turnstile(*command, env=env))
+    assert "TURNSTILE_API_URL 'ftp://example.com' is not an http" in line
+
+
+@pytest.mark.parametrize("command", [["status", "concert", "alice"], ["submit", "concert", "a"]])
+def test_the_aws_endpoint_given_as_the_api_is_not_a_turnstile_api(
+    local_stack: RunningStack, command
+):
+    # moto answers XML (or an HTML error page) where the API would answer JSON.
+    result = turnstile(*command, "--api-url", local_stack.endpoint, env=local_stack.env)
+    line = one_line_error(result)
+    assert f"{local_stack.endpoint} is not a turnstile API" in line
+
+
+@pytest.mark.parametrize("status", [200, 404])
+def test_a_plain_http_server_is_not_a_turnstile_api(local_stack: RunningStack, status):
+    with plain_http_server(b"<h1>It works!</h1>\n", "text/html", status) as url:
+        result = turnstile("status", "concert", "alice", "--api-url", url, env=local_stack.env)
+    line = one_line_error(result)
+    assert f"{url} is not a turnstile API" in line and f"HTTP {status}" in line
+
+
+def test_an_api_with_nothing_listening_is_one_line(local_stack: RunningStack):
+    url = nothing_listening()
+    result = turnstile("status", "concert", "alice", "--api-url", url, env=local_stack.env)
+    line = one_line_error(result)
+    assert f"cannot reach the turnstile API at {url}" in line
+
+
+# -- turnstile local's ports -----------------------------------------------------------
+
+
+def local(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return turnstile(
+        "local", "--in-memory", *args, env=env or user_environment("http://unused"), timeout=120
+    )
+
+
+def test_local_with_the_endpoint_port_taken_names_the_port_and_the_option():
+    with busy_port() as port:
+        line = one_line_error(local("--port", str(port), "--api-port", str(free_port())))
+    assert f"port {port} (the AWS endpoint) is in use" in line
+    assert "--port" in line and "--api-port" not in line
+    # the very line the README shows
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    shown = next(x for x in readme.splitlines() if x.startswith("turnstile: port 4566"))
+    assert line == shown.replace("4566", str(port))
+
+
+def test_local_with_the_api_port_taken_names_the_port_and_the_option():
+    with busy_port() as api_port:
+        line = one_line_error(local("--port", str(free_port()), "--api-port", str(api_port)))
+    assert f"port {api_port} (the HTTP API) is in use" in line
+    assert "--api-port" in line
+
+
+def test_local_names_the_environment_variable_it_read_the_port_from():
+    with busy_port() as port:
+        env = {**user_environment("http://unused"), "TURNSTILE_PORT": str(port)}
+        line = one_line_error(local("--api-port", str(free_port()), env=env))
+    assert f"port {port} (the AWS endpoint) is in use" in line and "TURNSTILE_PORT" in line
+    env = {**user_environment("http://unused"), "TURNSTILE_API_PORT": "eighty"}
+    line = one_line_error(local(env=env))
+    assert "TURNSTILE_API_PORT must be a port number from 0 to 65535, not 'eighty'" in line
+
+
+def test_local_listens_on_the_ports_of_its_environment_variables(tmp_path: Path):
+    port, api_port = free_port(), free_port()
+    env = {
+        **user_environment(f"http://127.0.0.1:{port}"),
+        "TURNSTILE_PORT": str(port),
+        "TURNSTILE_API_PORT": str(api_port),
+    }
+    with open(tmp_path / "local.log", "w") as log:
+        process = subprocess.Popen(
+            [str(BIN / "turnstile"), "local", "--in-memory", "--no-worker"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_healthy(f"http://127.0.0.1:{api_port}", process)
+            shown = turnstile("event", "create", "ported", "--capacity", "1", env=env)
+            assert shown.returncode == 0, shown.stderr
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    banner = (tmp_path / "local.log").read_text()
+    assert f"AWS endpoint http://127.0.0.1:{port}" in banner
+    assert f"HTTP API     http://127.0.0.1:{api_port}" in banner
+
+
+# -- the command line itself -----------------------------------------------------------
+
+
+def test_a_usage_error_is_one_line():
+    line = one_line_error(turnstile("status", env=user_environment("http://unused")))
+    assert "required: event_id, signup_id" in line and "turnstile status --help" in line
+
+
+def test_version_is_the_package_version():
+    from importlib.metadata import version
+
+    result = turnstile("--version", env=user_environment("http://unused"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"turnstile {version('turnstile')}\n"

@@ -1,0 +1,487 @@
+"""``FakeStore``: the processor's store (``turnstile.ports.ProcessorStore``) in memory.
+
+Same semantics as ``SignupStore`` on every method the processor calls, held to it by
+``tests/contract/test_processor_store_contract.py``, which runs the same cases against both.
+It keeps DynamoDB's typed items in three dicts (one per table, keyed like the table) and
+builds them with the real store's pure code (``Journal``, ``SignupStore.journal_items`` and
+``decision_item``, ``to_item``): what it stores is, to the byte, what the real one writes.
+Only the conditions and the key lookups are its own.
+
+For failure paths it injects faults: ``fail_next("commit", times=3,
+error=CommitConflictError)`` makes the next three commits raise before writing anything
+(``after=True``: after writing, a response lost on the way back; ``skip=1``: the one after
+next), ``before_next`` runs
+something just before a call (another writer getting in first). Every call is logged in
+``calls`` as ``(method, event_id)``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from turnstile import store as real
+from turnstile.contract import (
+    CONTROL_TABLE,
+    INTAKE_TABLE,
+    MAIN_TABLE,
+    Attr,
+    ControlKey,
+    EventState,
+    HoldAttr,
+)
+from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.errors import (
+    CapacityBelowTakenError,
+    CommitConflictError,
+    EventExistsError,
+    EventNotFoundError,
+    JournalTooLargeError,
+    StoreUnavailableError,
+)
+from turnstile.store import EventRecord, Journal, SignupStore, from_item, to_item
+
+__all__ = ["FakeStore", "Fault"]
+
+Key = tuple[str, str]
+Item = dict[str, Any]
+
+
+@dataclass
+class Fault:
+    """An injected failure of the next ``times`` calls of ``method`` (None: every call)."""
+
+    method: str
+    error: BaseException | type[BaseException]
+    times: int | None = 1
+    after: bool = False
+    event_id: str | None = None
+    #: Matching calls to let through first.
+    skip: int = 0
+
+    def exception(self) -> BaseException:
+        if isinstance(self.error, BaseException):
+            return self.error
+        return self.error(f"injected: {self.method}")
+
+
+def _number(item: Mapping[str, Any], name: str) -> Decimal | None:
+    value = item.get(name)
+    return Decimal(value["N"]) if value is not None and "N" in value else None
+
+
+def _string(item: Mapping[str, Any], name: str) -> str | None:
+    value = item.get(name)
+    return value["S"] if value is not None and "S" in value else None
+
+
+def _is_or_absent_as(item: Mapping[str, Any], name: str, expected: Any, default: Any) -> bool:
+    """``#name = :expected``, also true of an absent attribute when ``expected`` is what
+    an absent one reads as (``store._is_or_absent_as``)."""
+    if name not in item:
+        return expected == default
+    value = item[name]
+    if "N" in value:
+        return isinstance(expected, int | Decimal) and Decimal(value["N"]) == expected
+    if "S" in value:
+        return value["S"] == expected
+    return False
+
+
+class FakeStore:
+    """An in-memory ``ProcessorStore`` (and the event set-up calls tests need)."""
+
+    def __init__(self) -> None:
+        self.intake_table = INTAKE_TABLE.name
+        self.main_table = MAIN_TABLE.name
+        self.control_table = CONTROL_TABLE.name
+        #: Typed items per table name, keyed by their key values, as DynamoDB keeps them.
+        self.tables: dict[str, dict[Key, Item]] = {
+            self.intake_table: {},
+            self.main_table: {},
+            self.control_table: {},
+        }
+        #: Every call, in order: (method, event_id).
+        self.calls: list[tuple[str, str]] = []
+        self.faults: list[Fault] = []
+        self._before: list[tuple[str, Callable[[], Any]]] = []
+        # The real store's pure item builders; its client is never called.
+        self._items = SignupStore(client=object())
+
+    # -- fault injection -------------------------------------------------------------
+
+    def fail_next(
+        self,
+        method: str,
+        times: int | None = 1,
+        error: BaseException | type[BaseException] = StoreUnavailableError,
+        *,
+        after: bool = False,
+        event_id: str | None = None,
+        skip: int = 0,
+    ) -> Fault:
+        """Make the next ``times`` calls of ``method`` (of ``event_id``'s, if given) raise
+        ``error`` (a class, or an instance raised as is); ``times=None``: until removed with
+        ``clear_faults``. ``after``: the call does its writes, then raises. ``skip``: let
+        that many matching calls through first."""
+        if not callable(getattr(self, method, None)):
+            raise AttributeError(f"FakeStore has no method {method!r}")
+        fault = Fault(method, error, times, after, event_id, skip)
+        self.faults.append(fault)
+        return fault
+
+    def before_next(self, method: str, action: Callable[[], Any]) -> None:
+        """Run ``action`` once, just before the next call of ``method``."""
+        self._before.append((method, action))
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+        self._before.clear()
+
+    def count(self, method: str, event_id: str | None = None) -> int:
+        """How many times ``method`` was called (for ``event_id``, if given)."""
+        return sum(1 for m, e in self.calls if m == method and event_id in (None, e))
+
+    def _enter(self, method: str, event_id: str) -> Fault | None:
+        """Log the call, run a pending ``before_next`` action, raise an injected fault
+        that strikes before the call; return one that strikes after it."""
+        self.calls.append((method, event_id))
+        for index, (name, action) in enumerate(self._before):
+            if name == method:
+                del self._before[index]
+                action()
+                break
+        for fault in self.faults:
+            if fault.method != method or fault.event_id not in (None, event_id):
+                continue
+            if fault.skip:
+                fault.skip -= 1
+                continue
+            if fault.times is not None:
+                fault.times -= 1
+                if fault.times == 0:
+                    self.faults.remove(fault)
+            if not fault.after:
+                raise fault.exception()
+            return fault
+        return None
+
+    @staticmethod
+    def _exit(fault: Fault | None) -> None:
+        if fault is not None:
+            raise fault.exception()
+
+    # -- tables ------------------------------------------------------------------------
+
+    @property
+    def control(self) -> dict[Key, Item]:
+        return self.tables[self.control_table]
+
+    @property
+    def main(self) -> dict[Key, Item]:
+        return self.tables[self.main_table]
+
+    def items(self, table: str) -> dict[Key, Item]:
+        """A copy of a table's typed items by key (what ``tests.helpers.table_items``
+        reads from DynamoDB)."""
+        return copy.deepcopy(self.tables[table])
+
+    @staticmethod
+    def _event_key(event_id: str) -> Key:
+        return ControlKey.event(event_id)
+
+    def _event_item(self, event_id: str) -> Item | None:
+        return self.control.get(self._event_key(event_id))
+
+    def _read_event(self, event_id: str) -> EventRecord | None:
+        item = self._event_item(event_id)
+        return EventRecord.from_values(from_item(item)) if item is not None else None
+
+    def _read_hold(self, event_id: str) -> dict[str, Any] | None:
+        item = self.control.get(ControlKey.hold(event_id))
+        return real._held(from_item(item)) if item is not None else None
+
+    def _put_decisions(self, items: Iterable[Item]) -> None:
+        for item in items:
+            key = (item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"])
+            self.main[key] = copy.deepcopy(item)
+
+    # -- events (set-up; not part of ProcessorStore) -----------------------------------
+
+    def create_event(
+        self, event_id: str, capacity: int, now: str, created_by: str | None = None
+    ) -> EventRecord:
+        fault = self._enter("create_event", event_id)
+        key = self._event_key(event_id)
+        if key in self.control:
+            raise EventExistsError(f"event {event_id!r} already exists")
+        item: Item = {
+            ControlKey.PK: {"S": key[0]},
+            ControlKey.SK: {"S": key[1]},
+            Attr.EVENT_ID: {"S": event_id},
+            Attr.CAPACITY: {"N": str(capacity)},
+            Attr.STATE: {"S": EventState.OPEN},
+            Attr.CREATED_AT: {"S": now},
+        }
+        if created_by:
+            created_by = created_by[: real.MAX_CREATED_BY_CHARS]
+            item[Attr.CREATED_BY] = {"S": created_by}
+        self.control[key] = item
+        self._exit(fault)
+        snapshot = EventSnapshot(event_id=event_id, capacity=capacity)
+        return EventRecord(snapshot=snapshot, created_at=now, created_by=created_by or None)
+
+    def close_event(self, event_id: str) -> tuple[EventRecord | None, bool]:
+        fault = self._enter("close_event", event_id)
+        item = self._event_item(event_id)
+        closed = item is not None and _is_or_absent_as(
+            item, Attr.STATE, EventState.OPEN, EventState.OPEN
+        )
+        if item is not None and closed:
+            item[Attr.STATE] = {"S": EventState.CLOSED}
+        self._exit(fault)
+        return self._read_event(event_id), closed
+
+    def update_capacity(self, event_id: str, capacity: int, attempts: int = 10) -> EventRecord:
+        fault = self._enter("update_capacity", event_id)
+        current = self._read_event(event_id)
+        if current is None:
+            raise EventNotFoundError(f"no event {event_id!r}")
+        snapshot = current.snapshot
+        if capacity < snapshot.taken:
+            raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
+        item = self._event_item(event_id)
+        assert item is not None
+        floor = _number(item, Attr.CAPACITY_FLOOR)
+        if floor is not None and floor > capacity:
+            # Only an item written by hand (every commit sets the floor to taken): the
+            # real store's condition fails on every attempt.
+            raise StoreUnavailableError(
+                f"event {event_id!r} kept changing under the capacity update; try again"
+            )
+        lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
+        item[Attr.CAPACITY] = {"N": str(capacity)}
+        item[Attr.MIN_CAPACITY] = {"N": str(min(lowest, capacity))}
+        self._exit(fault)
+        updated = self._read_event(event_id)
+        assert updated is not None
+        return updated
+
+    # -- ProcessorStore: the event item and its decisions --------------------------------
+
+    def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
+        fault = self._enter("get_event", event_id)
+        event = self._read_event(event_id)
+        self._exit(fault)
+        return event
+
+    def get_decisions(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        fault = self._enter("get_decisions", event_id)
+        found: dict[str, dict[str, Any]] = {}
+        for signup_id in dict.fromkeys(signup_ids):
+            item = self.main.get((event_id, signup_id))
+            if item is not None:
+                found[signup_id] = from_item(item)
+        self._exit(fault)
+        return found
+
+    def commit(
+        self,
+        expected: EventSnapshot,
+        outcome: Outcome,
+        decided_at: str,
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        expires_at: int | None = None,
+    ) -> Journal:
+        fault = self._enter("commit", expected.event_id)
+        assert outcome.state is not None
+        journal = Journal.build(
+            expected.event_id,
+            expected.version + 1,
+            decided_at,
+            outcome.decisions,
+            requests,
+            expires_at,
+        )
+        blob = journal.encode()
+        if len(blob) > real.MAX_JOURNAL_BYTES:
+            fits = journal.longest_prefix(real.MAX_JOURNAL_BYTES)
+            raise JournalTooLargeError(
+                f"event {expected.event_id!r}: a journal of {len(outcome.decisions)} decisions"
+                f" is {len(blob)} bytes; {fits} fit in {real.MAX_JOURNAL_BYTES}",
+                fits=fits,
+            )
+        item = self._event_item(expected.event_id)
+        holds = (
+            item is not None
+            and _is_or_absent_as(item, Attr.VERSION, expected.version, 0)
+            and _is_or_absent_as(item, Attr.CAPACITY, expected.capacity, 0)
+            and _is_or_absent_as(item, Attr.STATE, expected.state, EventState.OPEN)
+        )
+        if item is not None and holds and outcome.state.taken > expected.taken:
+            # only a commit that takes seats needs room for them
+            capacity = _number(item, Attr.CAPACITY)
+            holds = capacity is not None and capacity >= outcome.state.taken
+        if item is None or not holds:
+            raise CommitConflictError(
+                f"event {expected.event_id!r} moved past version {expected.version} "
+                "(or its capacity or state changed)"
+            )
+        item.update(
+            {
+                Attr.TAKEN: {"N": str(outcome.state.taken)},
+                Attr.ACCEPTED: {"N": str(outcome.state.accepted)},
+                Attr.VERSION: {"N": str(journal.version)},
+                Attr.JOURNAL: {"B": blob},
+                Attr.CAPACITY_FLOOR: {"N": str(outcome.state.taken)},
+            }
+        )
+        self._exit(fault)
+        return journal
+
+    def materialize(
+        self,
+        event_id: str,
+        journal: Journal,
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
+    ) -> None:
+        fault = self._enter("materialize", event_id)
+        if journal.copies is not None:
+            items = self._items.journal_items(event_id, journal)
+        else:  # format 1: copied fields from ``requests``, else from intake
+            sources: dict[str, Any] = dict(requests or {})
+            for d in journal.decisions:
+                intake = self.tables[self.intake_table].get((event_id, d.signup_id))
+                if d.signup_id not in sources and intake is not None:
+                    sources[d.signup_id] = from_item(intake)
+            items = [
+                self._items.decision_item(event_id, d, journal.decided_at, sources.get(d.signup_id))
+                for d in journal.decisions
+            ]
+        self._put_decisions(items)
+        self._exit(fault)
+
+    def reject_without_event(
+        self,
+        event_id: str,
+        decisions: Sequence[Decision],
+        requests: Mapping[str, SignupRequest],
+        decided_at: str,
+        expires_at: int | None = None,
+    ) -> None:
+        fault = self._enter("reject_without_event", event_id)
+        items = [
+            self._items.decision_item(
+                event_id, d, decided_at, requests.get(d.signup_id), expires_at
+            )
+            for d in decisions
+        ]
+        chunks = real._chunks_within(items, real.TRANSACTION_LIMIT - 1, real.TRANSACTION_BYTES)
+        for chunk in chunks:  # one transaction each: all of it or none of it
+            decided = any((event_id, item[Attr.SIGNUP_ID]["S"]) in self.main for item in chunk)
+            if self._event_item(event_id) is not None or decided:
+                raise CommitConflictError(
+                    f"event {event_id!r} appeared, or a signup was decided, meanwhile"
+                )
+            self._put_decisions(chunk)
+        self._exit(fault)
+
+    # -- ProcessorStore: held events -----------------------------------------------------
+
+    def get_event_and_hold(self, event_id: str) -> tuple[EventRecord | None, dict[str, Any] | None]:
+        fault = self._enter("get_event_and_hold", event_id)
+        both = self._read_event(event_id), self._read_hold(event_id)
+        self._exit(fault)
+        return both
+
+    def get_hold(self, event_id: str) -> dict[str, Any] | None:
+        fault = self._enter("get_hold", event_id)
+        hold = self._read_hold(event_id)
+        self._exit(fault)
+        return hold
+
+    def park(
+        self, event_id: str, requests: Sequence[SignupRequest], now: str, error: str | None
+    ) -> int:
+        fault = self._enter("park", event_id)
+        items: dict[Key, Item] = {}
+        for request in requests:
+            pk, sk = ControlKey.parked(event_id, request.sequence_number)
+            items.setdefault(
+                (pk, sk),
+                to_item(
+                    {
+                        ControlKey.PK: pk,
+                        ControlKey.SK: sk,
+                        Attr.EVENT_ID: event_id,
+                        Attr.SIGNUP_ID: request.signup_id,
+                        Attr.SEQUENCE_NUMBER: request.sequence_number,
+                        Attr.SEATS: request.seats,
+                        Attr.ATTRIBUTES: dict(request.attributes) or None,
+                        Attr.SUBMITTED_AT: request.submitted_at,
+                        HoldAttr.PROBLEM: request.problem,
+                    }
+                ),
+            )
+        for key, item in items.items():
+            self.control[key] = item
+        first = min(requests, key=lambda r: int(r.sequence_number)).sequence_number
+        key = ControlKey.hold(event_id)
+        hold = self.control.setdefault(
+            key, {ControlKey.PK: {"S": key[0]}, ControlKey.SK: {"S": key[1]}}
+        )
+        version = int(_number(hold, Attr.VERSION) or 0) + 1
+        hold[Attr.VERSION] = {"N": str(version)}
+        hold[Attr.EVENT_ID] = {"S": event_id}
+        hold.setdefault(HoldAttr.HELD_SINCE, {"S": now})
+        hold.setdefault(HoldAttr.FIRST_SEQUENCE_NUMBER, {"S": first})
+        if error:
+            hold[HoldAttr.ERROR] = {"S": error[:200]}
+        self._exit(fault)
+        return version
+
+    def parked_requests(self, event_id: str) -> list[SignupRequest]:
+        fault = self._enter("parked_requests", event_id)
+        pk, _ = ControlKey.hold(event_id)
+        keys = sorted(
+            (k for k in self.control if k[0] == pk and k[1].startswith(ControlKey.PARKED_PREFIX)),
+            key=lambda k: k[1].encode(),  # DynamoDB orders sort keys by their UTF-8 bytes
+        )
+        requests: list[SignupRequest] = []
+        for key in keys:
+            item = from_item(self.control[key])
+            attributes = item.get(Attr.ATTRIBUTES)
+            requests.append(
+                SignupRequest(
+                    event_id=event_id,
+                    signup_id=str(item[Attr.SIGNUP_ID]),
+                    sequence_number=str(item[Attr.SEQUENCE_NUMBER]),
+                    seats=int(item.get(Attr.SEATS, 0)),
+                    attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
+                    submitted_at=item.get(Attr.SUBMITTED_AT),
+                    problem=item.get(HoldAttr.PROBLEM),
+                )
+            )
+        self._exit(fault)
+        return requests
+
+    def unpark(self, event_id: str, sequence_numbers: Iterable[str]) -> None:
+        fault = self._enter("unpark", event_id)
+        keys = {ControlKey.parked(event_id, s) for s in sequence_numbers}
+        for key in keys:
+            self.control.pop(key, None)
+        self._exit(fault)
+
+    def lift_hold(self, event_id: str, version: int) -> bool:
+        fault = self._enter("lift_hold", event_id)
+        hold = self.control.get(ControlKey.hold(event_id))
+        if hold is None or _number(hold, Attr.VERSION) != version:
+            self._exit(fault)
+            return False
+        for name in (HoldAttr.HELD_SINCE, HoldAttr.FIRST_SEQUENCE_NUMBER, HoldAttr.ERROR):
+            hold.pop(name, None)
+        self._exit(fault)
+        return True

@@ -1,0 +1,567 @@
+"""The stream processor against ``FakeStore``: fast, no moto.
+
+The fake keeps the real store's semantics (tests/contract holds it to them), so these pin
+what the processor does with what the store says: grouping by event, stream order,
+conflicts, journals too large, held events parked and released in arrival order,
+redeliveries, the unknown-event path. Where it makes sense the result is compared with
+``domain.decide`` run serially over the same requests: the processor may split, retry and
+park, but the decisions must come out as if one loop had decided everything in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+import turnstile.store as store_module
+from tests.fakes import FakeStore
+from turnstile.contract import MAIN_TABLE, Reason, Status
+from turnstile.domain import (
+    Decision,
+    EventSnapshot,
+    SignupRequest,
+    decide,
+    id_problem,
+    parse_request,
+)
+from turnstile.errors import CommitConflictError, JournalTooLargeError, StoreUnavailableError
+from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.store import Journal
+
+NOW = "2026-01-01T00:00:00.000000Z"
+
+
+def insert(event_id: str, signup_id: str, seq: int, seats: int = 1, **image: Any) -> IntakeRecord:
+    keys = {"event_id": event_id, "signup_id": signup_id}
+    full = {**keys, "seats": Decimal(seats), "submitted_at": "2026-01-01T00:00:00Z", **image}
+    return IntakeRecord(str(seq), "INSERT", keys, full)
+
+
+def requests_of(records: Sequence[IntakeRecord], event_id: str) -> list[SignupRequest]:
+    return [
+        parse_request(r.new_image, r.sequence_number, r.keys)
+        for r in records
+        if r.event_id == event_id
+    ]
+
+
+def serial(capacity: int | None, records: Sequence[IntakeRecord], event_id: str) -> list[Decision]:
+    """What one loop over the event's requests, in stream order, decides."""
+    event = EventSnapshot(event_id, capacity) if capacity is not None else None
+    return list(decide(event, requests_of(records, event_id)).decisions)
+
+
+def decided(result: BatchResult, event_id: str | None = None) -> list[Decision]:
+    return [d.decision for d in result.decided if event_id in (None, d.event_id)]
+
+
+def stored(fake: FakeStore, event_id: str) -> dict[str, dict[str, Any]]:
+    """The decision items of an event, as plain values, by signup id."""
+    ids = [k[1] for k in fake.tables[MAIN_TABLE.name] if k[0] == event_id]
+    return fake.get_decisions(event_id, ids)
+
+
+def parked_ids(fake: FakeStore, event_id: str) -> list[str]:
+    return [r.signup_id for r in fake.parked_requests(event_id)]
+
+
+@pytest.fixture
+def fake() -> FakeStore:
+    return FakeStore()
+
+
+def processor(fake: FakeStore, **kwargs: Any) -> StreamProcessor:
+    return StreamProcessor(fake, clock=lambda: NOW, **kwargs)
+
+
+# -- grouping and order -----------------------------------------------------------------
+
+
+def test_each_event_is_decided_on_its_own_in_stream_order(fake):
+    # GIVEN two events and a batch that interleaves their records
+    fake.create_event("A", 3, NOW)
+    fake.create_event("B", 2, NOW)
+    records = [
+        insert("A", "a1", 1, 2),
+        insert("B", "b1", 2),
+        insert("A", "a2", 3, 2),
+        insert("B", "b2", 4),
+        insert("A", "a3", 5),
+        insert("B", "b3", 6),
+        insert("A", "a4", 7),
+    ]
+    # WHEN processed in one batch
+    result = processor(fake).process(records)
+    # THEN each event's decisions are what one loop over its records decides, in stream
+    # order, and the groups come out in the order their events first appeared
+    assert decided(result) == serial(3, records, "A") + serial(2, records, "B")
+    assert [(d.signup_id, d.status, d.position) for d in decided(result, "A")] == [
+        ("a1", Status.ACCEPTED, 1),
+        ("a2", Status.REJECTED, None),
+        ("a3", Status.ACCEPTED, 2),
+        ("a4", Status.REJECTED, None),
+    ]
+    # one commit per event, whose counters are the decisions'
+    assert (fake.count("commit", "A"), fake.count("commit", "B")) == (1, 1)
+    a, b = fake.get_event("A").snapshot, fake.get_event("B").snapshot
+    assert (a.taken, a.accepted, a.version) == (3, 2, 1)
+    assert (b.taken, b.accepted, b.version) == (2, 2, 1)
+    # and every decision is an item
+    assert {s: i["status"] for s, i in stored(fake, "A").items()} == {
+        d.signup_id: d.status for d in decided(result, "A")
+    }
+    assert (result.failures, result.held, result.conflicts, result.parked) == ([], [], 0, 0)
+
+
+def test_chunks_decide_what_one_loop_decides(fake):
+    fake.create_event("gig", 4, NOW)
+    records = [insert("gig", f"s{i}", i, seats=1 + i % 3) for i in range(1, 10)]
+    result = processor(fake, chunk_size=2).process(records)
+    assert decided(result) == serial(4, records, "gig")
+    assert fake.count("commit") == 5  # ceil(9 / 2)
+    assert fake.get_event("gig").snapshot.version == 5
+
+
+def test_removals_are_skipped_and_a_record_without_an_image_is_rejected_by_its_keys(fake):
+    fake.create_event("gig", 5, NOW)
+    result = processor(fake).process(
+        [
+            IntakeRecord("1", "REMOVE", {"event_id": "gig", "signup_id": "old"}),
+            IntakeRecord("2", "MODIFY", {"event_id": "gig", "signup_id": "a"}, None),
+            IntakeRecord("3", "MODIFY", {"event_id": "gig", "signup_id": "-x"}, None),
+            insert("gig", "b", 4),
+        ]
+    )
+    assert result.ignored == 1
+    assert [(d.signup_id, d.reason, d.detail) for d in decided(result)] == [
+        ("a", Reason.INVALID_REQUEST, "record has no new image"),
+        ("-x", Reason.INVALID_REQUEST, f"{id_problem('-x', 'signup_id')}; record has no new image"),
+        ("b", None, None),
+    ]
+    assert "old" not in stored(fake, "gig")
+
+
+def test_decisions_carry_the_retention_and_the_time_they_were_made(fake):
+    fake.create_event("gig", 5, NOW)
+    result = processor(fake, decision_retention_days=2).process([insert("gig", "a", 1)])
+    assert [(d.decided_at, d.submitted_at) for d in result.decided] == [
+        (NOW, "2026-01-01T00:00:00Z")
+    ]
+    item = stored(fake, "gig")["a"]
+    assert (item["decided_at"], item["expires_at"]) == (NOW, 1767225600 + 2 * 86400)
+
+
+# -- conflicts --------------------------------------------------------------------------------
+
+
+def test_a_commit_lost_to_another_processor_is_counted_and_decided_again(fake):
+    # GIVEN an event of 3 seats, and another processor that commits "o" (2 seats) just
+    # before this one commits
+    fake.create_event("gig", 3, NOW)
+    other = [insert("gig", "o", 50, 2)]
+    fake.before_next("commit", lambda: processor(fake).process(other))
+    records = [insert("gig", "a", 100), insert("gig", "b", 101)]
+    # WHEN this one decides a and b
+    result = processor(fake).process(records)
+    # THEN its first commit conflicted, and it decided again from the new state: as if
+    # o had come first
+    assert result.conflicts == 1
+    assert decided(result) == serial(3, other + records, "gig")[1:]
+    assert [(d.signup_id, d.status) for d in decided(result)] == [
+        ("a", Status.ACCEPTED),
+        ("b", Status.REJECTED),
+    ]
+    assert fake.get_event("gig").snapshot.taken == 3
+    assert sorted(stored(fake, "gig")) == ["a", "b", "o"]
+
+
+def test_a_commit_that_lands_after_a_close_is_decided_again_as_closed(fake):
+    fake.create_event("gig", 3, NOW)
+    fake.before_next("commit", lambda: fake.close_event("gig"))
+    result = processor(fake).process([insert("gig", "a", 1)])
+    assert result.conflicts == 1
+    assert [(d.status, d.reason) for d in decided(result)] == [
+        (Status.REJECTED, Reason.EVENT_CLOSED)
+    ]
+    assert fake.get_event("gig").snapshot.taken == 0
+
+
+@pytest.mark.parametrize("conflicts", [1, 4])
+def test_conflicts_short_of_the_limit_are_counted_and_the_group_decided(fake, conflicts):
+    fake.create_event("gig", 5, NOW)
+    fake.fail_next("commit", times=conflicts, error=CommitConflictError)
+    result = processor(fake, max_conflicts=5).process([insert("gig", "a", 1)])
+    assert (result.conflicts, result.held, result.failures) == (conflicts, [], [])
+    assert [d.position for d in decided(result)] == [1]
+    assert fake.count("commit") == conflicts + 1
+
+
+def test_a_conflict_storm_holds_the_group_and_other_events_carry_on(fake):
+    # GIVEN hot, whose every commit conflicts, and calm
+    fake.create_event("hot", 5, NOW)
+    fake.create_event("calm", 5, NOW)
+    fake.fail_next("commit", times=None, error=CommitConflictError, event_id="hot")
+    records = [insert("hot", "h0", 1), insert("calm", "c0", 2), insert("hot", "h1", 3)]
+    # WHEN processed with at most 3 conflicts in a row
+    result = processor(fake, max_conflicts=3).process(records)
+    # THEN hot tried 3 times, then its records were parked in arrival order and it is
+    # held; calm was decided; the batch reports no failure
+    assert result.conflicts == 3 and fake.count("commit", "hot") == 3
+    assert result.held == [("hot", "CommitConflictError")]
+    assert (result.parked, result.failures) == (2, [])
+    assert parked_ids(fake, "hot") == ["h0", "h1"]
+    assert fake.get_hold("hot")["error"] == "CommitConflictError"
+    assert decided(result) == serial(5, records, "calm")
+    assert stored(fake, "hot") == {}
+
+
+# -- journals too large ----------------------------------------------------------------------
+
+
+def _bulky(signup_id: str) -> dict[str, str]:
+    """Attributes that bzip2 cannot shrink much (hex of hashes)."""
+    text = "".join(hashlib.sha256(f"{signup_id}{i}".encode()).hexdigest() for i in range(30))
+    return {"note": text}
+
+
+def test_a_journal_too_large_commits_the_prefix_that_fits_and_then_the_rest(fake, monkeypatch):
+    # GIVEN a bound on journals that two of these decisions fit, and not three
+    fake.create_event("gig", 4, NOW)
+    ids = ["a", "a", "b", "c", "d", "e"]  # a repeated: the prefix is counted in decisions
+    records = [insert("gig", s, i, attributes=_bulky(s)) for i, s in enumerate(ids, 1)]
+    requests: dict[str, SignupRequest] = {}
+    for r in requests_of(records, "gig"):
+        requests.setdefault(r.signup_id, r)
+    first_two = decide(EventSnapshot("gig", 4), list(requests.values())[:2]).decisions
+    bound = len(Journal.build("gig", 1, NOW, first_two, requests).encode())
+    monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", bound)
+    journals: list[Journal] = []
+    commit = fake.commit
+    monkeypatch.setattr(
+        fake, "commit", lambda *a, **k: journals.append(commit(*a, **k)) or journals[-1]
+    )
+    # WHEN processed in one chunk
+    result = processor(fake).process(records)
+    # THEN every decision is what one loop decides, committed in journals within the
+    # bound, the first of them the two that fit
+    assert decided(result) == serial(4, records, "gig")
+    assert (result.failures, result.held, result.conflicts) == ([], [], 0)
+    assert [d for j in journals for d in j.decisions] == decided(result)
+    assert [d.signup_id for d in journals[0].decisions] == ["a", "b"]
+    assert all(len(j.encode()) <= bound for j in journals) and len(journals) >= 3
+    assert fake.get_event("gig").snapshot.version == len(journals)
+    assert sorted(stored(fake, "gig")) == ["a", "b", "c", "d", "e"]
+    assert stored(fake, "gig")["e"]["reason"] == Reason.CAPACITY_FULL
+
+
+def test_a_journal_too_large_commits_the_decisions_that_fit_then_the_rest(fake):
+    fake.create_event("gig", 5, NOW)
+    fake.fail_next("commit", error=JournalTooLargeError("too big", fits=1))
+    records = [insert("gig", s, i) for i, s in enumerate("abc", 1)]
+    result = processor(fake).process(records)
+    assert decided(result) == serial(5, records, "gig")
+    # one refused commit, then a prefix of one, then the rest in the next round
+    assert fake.count("commit") == 3
+    journal = fake.get_event("gig").journal
+    assert (journal.version, [d.signup_id for d in journal.decisions]) == (2, ["b", "c"])
+
+
+# -- failures are per event ------------------------------------------------------------------
+
+
+def test_a_group_whose_store_is_down_is_parked_and_other_events_are_decided(fake):
+    fake.create_event("hot", 5, NOW)
+    fake.create_event("calm", 5, NOW)
+    fake.fail_next("get_event_and_hold", error=StoreUnavailableError, event_id="hot")
+    records = [insert("hot", "h0", 1), insert("calm", "c0", 2), insert("hot", "h1", 3)]
+    result = processor(fake).process(records)
+    # hot was never decided: parked whole, held with the error's class
+    assert result.held == [("hot", "StoreUnavailableError")]
+    assert parked_ids(fake, "hot") == ["h0", "h1"] and fake.count("commit", "hot") == 0
+    assert decided(result) == serial(5, records, "calm")
+    assert result.failures == []
+
+
+def test_a_group_that_can_be_neither_decided_nor_parked_fails_from_its_first_record(fake):
+    fake.create_event("hot", 5, NOW)
+    fake.create_event("calm", 5, NOW)
+    fake.fail_next("commit", times=None, error=StoreUnavailableError, event_id="hot")
+    fake.fail_next("park", times=None, error=StoreUnavailableError)
+    records = [insert("hot", "h0", 7), insert("calm", "c0", 8), insert("hot", "h1", 9)]
+    result = processor(fake).process(records)
+    assert result.failures == ["7"]
+    assert (result.held, result.parked) == ([], 0)
+    assert decided(result) == serial(5, records, "calm")
+
+
+def test_a_failure_in_a_later_chunk_parks_from_there_and_keeps_what_was_committed(fake):
+    fake.create_event("gig", 5, NOW)
+    records = [insert("gig", s, i) for i, s in enumerate("abcde", 1)]
+    fake.before_next(
+        "get_event", lambda: fake.fail_next("commit", times=None, error=StoreUnavailableError)
+    )
+    result = processor(fake, chunk_size=2).process(records)
+    # the first chunk (a, b) was decided; c, d, e parked from c on, in order
+    assert [d.signup_id for d in decided(result)] == ["a", "b"]
+    assert parked_ids(fake, "gig") == ["c", "d", "e"]
+    assert fake.get_hold("gig")["first_sequence_number"] == "3"
+    assert result.held == [("gig", "StoreUnavailableError")] and result.parked == 3
+
+
+def test_a_later_chunk_that_can_be_neither_decided_nor_parked_fails_from_that_chunk(fake):
+    fake.create_event("gig", 5, NOW)
+    records = [insert("gig", s, i) for i, s in enumerate("abcde", 1)]
+    fake.before_next(
+        "get_event", lambda: fake.fail_next("commit", times=None, error=StoreUnavailableError)
+    )
+    fake.fail_next("park", times=None, error=StoreUnavailableError)
+    result = processor(fake, chunk_size=2).process(records)
+    # the event source redelivers from c: a and b are decided
+    assert result.failures == ["3"]
+    assert [d.signup_id for d in decided(result)] == ["a", "b"]
+
+
+def test_a_failure_dynamodb_refuses_as_invalid_is_not_held_but_failed(fake):
+    fake.create_event("gig", 5, NOW)
+    invalid = ClientError({"Error": {"Code": "ValidationException", "Message": "m"}}, "Update")
+    fake.fail_next("commit", error=invalid)
+    result = processor(fake).process([insert("gig", "a", 11), insert("gig", "b", 12)])
+    assert result.failures == ["11"]
+    assert fake.get_hold("gig") is None and parked_ids(fake, "gig") == []
+
+
+# -- held events: parked and released in arrival order ---------------------------------------
+
+
+def test_a_held_event_parks_later_records_and_releases_all_in_arrival_order(fake):
+    # GIVEN hot held with h0, h1 parked (its commits failed), capacity 2
+    fake.create_event("hot", 2, NOW)
+    fake.create_event("calm", 5, NOW)
+    fake.fail_next("commit", times=None, error=StoreUnavailableError, event_id="hot")
+    first = [insert("hot", "h0", 10), insert("calm", "c0", 11), insert("hot", "h1", 12)]
+    processor(fake).process(first)
+    assert parked_ids(fake, "hot") == ["h0", "h1"]
+    fake.clear_faults()
+    # WHEN later records arrive for hot (one 2-seat request that fits if decided first)
+    second = [insert("hot", "h2", 1000, 2), insert("hot", "h3", 1001), insert("calm", "c1", 1002)]
+    result = processor(fake).process(second)
+    # THEN they are parked behind h0, h1, all released in arrival order, and the hold lifted
+    everything = first + second
+    assert decided(result, "hot") == serial(2, everything, "hot")
+    assert [(d.signup_id, d.status) for d in decided(result, "hot")] == [
+        ("h0", Status.ACCEPTED),
+        ("h1", Status.ACCEPTED),
+        ("h2", Status.REJECTED),
+        ("h3", Status.REJECTED),
+    ]
+    assert (result.parked, result.released, result.held) == (2, 4, [])
+    assert fake.get_hold("hot") is None and parked_ids(fake, "hot") == []
+    assert decided(result, "calm") == serial(5, everything, "calm")[1:]
+
+
+def test_a_record_parked_during_a_release_keeps_the_event_held(fake):
+    fake.create_event("gig", 5, NOW)
+    version = fake.park("gig", [SignupRequest("gig", "a", "10")], NOW, "StoreUnavailableError")
+    late = SignupRequest("gig", "late", "20")
+    fake.before_next("lift_hold", lambda: fake.park("gig", [late], NOW, None))
+    p = processor(fake)
+    assert p.release("gig") is False
+    assert fake.get_hold("gig")["version"] == version + 1
+    assert parked_ids(fake, "gig") == ["late"] and "a" in stored(fake, "gig")
+    assert p.release("gig") is True
+    assert fake.get_hold("gig") is None and "late" in stored(fake, "gig")
+
+
+def test_a_release_decides_at_most_max_release_records(fake):
+    fake.create_event("gig", 9, NOW)
+    fake.park("gig", [SignupRequest("gig", f"s{i}", str(i)) for i in range(1, 6)], NOW, None)
+    p = processor(fake, max_release=3, chunk_size=2)
+    result = BatchResult()
+    assert p.release("gig", result) is False
+    assert (result.released, parked_ids(fake, "gig")) == (3, ["s4", "s5"])
+    assert fake.get_hold("gig") is not None
+    assert p.release("gig") is True
+    assert [stored(fake, "gig")[f"s{i}"]["position"] for i in range(1, 6)] == [1, 2, 3, 4, 5]
+
+
+def test_a_failed_release_leaves_the_rest_parked_and_says_so(fake):
+    fake.create_event("gig", 9, NOW)
+    fake.park("gig", [SignupRequest("gig", f"s{i}", str(i)) for i in range(1, 5)], NOW, None)
+    fake.fail_next("unpark", error=StoreUnavailableError)
+    result = BatchResult()
+    assert processor(fake, chunk_size=2).release("gig", result) is False
+    assert result.held == [("gig", "StoreUnavailableError")] and result.released == 0
+    assert parked_ids(fake, "gig") == ["s1", "s2", "s3", "s4"]
+    # the next release decides nothing twice
+    again = BatchResult()
+    assert processor(fake, chunk_size=2).release("gig", again) is True
+    assert [d.signup_id for d in decided(again)] == ["s3", "s4"]
+    assert again.released == 4
+    assert [stored(fake, "gig")[f"s{i}"]["position"] for i in range(1, 5)] == [1, 2, 3, 4]
+
+
+def test_a_release_that_meets_a_journal_too_large_unparks_and_counts_what_it_decided(
+    fake, monkeypatch
+):
+    fake.create_event("gig", 9, NOW)
+    fake.park("gig", [SignupRequest("gig", f"s{i}", str(i)) for i in range(1, 4)], NOW, None)
+    fake.fail_next("commit", error=JournalTooLargeError("too big", fits=1))
+    unparked: list[list[str]] = []
+    unpark = fake.unpark
+    monkeypatch.setattr(fake, "unpark", lambda e, s: unparked.append(list(s)) or unpark(e, s))
+    result = BatchResult()
+    assert processor(fake).release("gig", result) is True
+    assert unparked == [["1"], ["2", "3"]]
+    assert result.released == 3
+    assert [d.signup_id for d in decided(result)] == ["s1", "s2", "s3"]
+
+
+def test_a_release_of_an_event_not_held_does_nothing(fake):
+    assert processor(fake).release("gig") is True
+    assert fake.count("parked_requests") == 0
+
+
+def test_a_held_group_that_cannot_be_parked_fails_from_its_first_record(fake):
+    fake.create_event("gig", 5, NOW)
+    fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
+    fake.fail_next("park", error=StoreUnavailableError)
+    result = processor(fake).process([insert("gig", "b", 5), insert("gig", "c", 6)])
+    assert result.failures == ["5"]
+    assert decided(result) == [] and parked_ids(fake, "gig") == ["a"]
+
+
+# -- redelivery decides nothing twice --------------------------------------------------------
+
+
+def test_a_redelivered_batch_decides_nothing_and_writes_nothing(fake):
+    fake.create_event("gig", 2, NOW)
+    records = [insert("gig", s, i) for i, s in enumerate("abc", 1)] + [insert("nope", "x", 9)]
+    first = processor(fake).process(records)
+    state = {t: fake.items(t) for t in fake.tables}
+    for p in (processor(fake), processor(fake)):  # a cold one, then another
+        again = p.process(records)
+        assert (again.decided, again.failures, again.conflicts) == ([], [], 0)
+    assert {t: fake.items(t) for t in fake.tables} == state
+    assert decided(first, "gig") == serial(2, records, "gig")
+    # redelivered with a new record: only the new one is decided
+    more = processor(fake).process([*records, insert("gig", "d", 20)])
+    assert [(d.signup_id, d.reason) for d in decided(more)] == [("d", Reason.CAPACITY_FULL)]
+
+
+def test_a_commit_whose_answer_was_lost_decides_nothing_twice(fake):
+    # GIVEN a commit that landed but whose answer was lost: the group is parked
+    fake.create_event("gig", 1, NOW)
+    fake.fail_next("commit", error=StoreUnavailableError, after=True)
+    records = [insert("gig", "a", 1), insert("gig", "b", 2)]
+    first = processor(fake).process(records)
+    assert first.held == [("gig", "StoreUnavailableError")] and first.decided == []
+    assert [d.signup_id for d in fake.get_event("gig").journal.decisions] == ["a", "b"]
+    # WHEN the event's next record arrives (a fresh processor)
+    result = processor(fake).process([insert("gig", "c", 3)])
+    # THEN the journal is written out, a and b are not decided again, c is
+    assert [d.signup_id for d in decided(result)] == ["c"]
+    assert fake.get_event("gig").snapshot.version == 2
+    got = stored(fake, "gig")
+    assert (got["a"]["position"], got["b"]["reason"], got["c"]["reason"]) == (
+        1,
+        Reason.CAPACITY_FULL,
+        Reason.CAPACITY_FULL,
+    )
+    assert fake.get_hold("gig") is None
+
+
+def test_a_journal_left_unwritten_is_written_before_anything_new_is_decided(fake):
+    fake.create_event("gig", 5, NOW)
+    fake.fail_next("materialize", error=StoreUnavailableError)
+    processor(fake).process([insert("gig", "a", 1)])  # committed, then parked
+    assert stored(fake, "gig") == {} and fake.get_event("gig").snapshot.version == 1
+    fake.calls.clear()
+    processor(fake).release("gig")
+    # the release wrote journal 1 out first, decided nothing again, and lifted the hold
+    methods = [m for m, _ in fake.calls]
+    assert methods.count("materialize") == 1
+    assert methods.index("materialize") < methods.index("get_decisions")
+    assert fake.count("commit") == 0 and fake.get_event("gig").snapshot.version == 1
+    assert stored(fake, "gig")["a"]["position"] == 1 and fake.get_hold("gig") is None
+
+
+def test_a_journal_another_processor_left_unwritten_is_written_by_a_warm_one(fake):
+    # GIVEN a warm processor that wrote out journal 1 of gig
+    fake.create_event("gig", 5, NOW)
+    warm = processor(fake)
+    warm.process([insert("gig", "a", 1)])
+    # and journal 2, committed by another processor that failed to write it out (its
+    # first write was journal 1 again: it had not written that one itself)
+    fake.fail_next("materialize", error=StoreUnavailableError, skip=1)
+    processor(fake).process([insert("gig", "x", 2)])
+    assert "x" not in stored(fake, "gig") and fake.get_event("gig").snapshot.version == 2
+    # WHEN the warm processor decides the next record of gig
+    warm.process([insert("gig", "y", 3)])
+    # THEN journal 2 was written out too: nothing decided is left without its item
+    assert {s: i["position"] for s, i in stored(fake, "gig").items()} == {"a": 1, "x": 2, "y": 3}
+
+
+def test_a_release_never_uses_an_event_read_by_a_group_that_failed(fake):
+    # GIVEN a held event whose group could not be parked (its event was read with the hold)
+    fake.create_event("gig", 5, NOW)
+    fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
+    p = processor(fake)
+    fake.fail_next("park", error=StoreUnavailableError)
+    assert p.process([insert("gig", "b", 5)]).failures == ["5"]
+    # and a commit of another processor since
+    fake.lift_hold("gig", 1)
+    processor(fake).process([insert("gig", "c", 6)])
+    fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
+    # WHEN the first one releases the event THEN it reads it afresh: no conflict
+    result = BatchResult()
+    assert p.release("gig", result) is True
+    assert (result.conflicts, [d.position for d in decided(result)]) == (0, [2])
+
+
+def test_a_warm_processor_writes_each_journal_out_once(fake):
+    fake.create_event("gig", 5, NOW)
+    warm = processor(fake)
+    warm.process([insert("gig", "a", 1)])
+    warm.process([insert("gig", "b", 2)])
+    warm.process([insert("gig", "b", 2)])
+    assert fake.count("materialize") == 2
+    processor(fake).process([insert("gig", "b", 2)])  # cold: writes journal 2 once more
+    assert fake.count("materialize") == 3
+
+
+# -- events that do not exist ----------------------------------------------------------------
+
+
+def test_signups_of_an_unknown_event_are_rejected_once(fake):
+    records = [insert("nope", "a", 1), insert("nope", "b", 2), insert("nope", "a", 3)]
+    result = processor(fake).process(records)
+    assert decided(result) == serial(None, records, "nope")
+    assert [d.reason for d in decided(result)] == [Reason.UNKNOWN_EVENT] * 2
+    assert fake.count("commit") == 0 and fake.get_event("nope") is None
+    again = processor(fake).process([*records, insert("nope", "c", 4)])
+    assert [d.signup_id for d in decided(again)] == ["c"]
+
+
+def test_an_event_created_during_the_rejection_is_decided_against_it(fake):
+    fake.before_next("reject_without_event", lambda: fake.create_event("gig", 1, NOW))
+    records = [insert("gig", "a", 1), insert("gig", "b", 2)]
+    result = processor(fake).process(records)
+    assert result.conflicts == 1
+    assert decided(result) == serial(1, records, "gig")
+    assert stored(fake, "gig")["a"]["status"] == Status.ACCEPTED
+
+
+def test_an_id_no_event_can_have_is_rejected_invalid_without_reading_a_hold(fake):
+    records = [insert("-bad", "a", 1)]
+    result = processor(fake).process(records)
+    assert [d.reason for d in decided(result)] == [Reason.INVALID_REQUEST]
+    assert fake.count("get_event_and_hold") == 0
+    # and when it cannot be written, it is never parked under that id: the group fails
+    fake.fail_next("reject_without_event", error=StoreUnavailableError)
+    failed = processor(fake).process([insert("-bad", "b", 2)])
+    assert failed.failures == ["2"] and fake.count("park") == 0
