@@ -96,35 +96,40 @@ class Closure:
     missing: list[tuple[str, str]]
 
 
-def import_closure(root: Path, modules: Iterable[str], first_party: str = PROJECT) -> Closure:
-    """Follow ``first_party`` imports from ``modules`` through the sources under ``root``."""
+def import_closure(
+    root: Path, modules: Iterable[str], first_party: str = PROJECT, source: Path | None = None
+) -> Closure:
+    """Follow ``first_party`` imports from ``modules`` through the files under ``root``.
+    ``source`` is the full source tree (default ``root``), which tells whether the name in
+    ``from package import name`` is a module (that must be under ``root``) or an attribute."""
+    source = source or root
     files: set[Path] = set()
     missing: list[tuple[str, str]] = []
-    todo = list(modules)
+    todo = [(m, m, False) for m in modules]
     seen: set[str] = set()
     while todo:
-        module = todo.pop()
+        importer, module, guarded = todo.pop()
         if module in seen:
             continue
-        seen.add(module)
-        parts = module.split(".")
-        # Importing a.b.c runs a/__init__ and a/b/__init__ first.
-        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
         path = module_file(root, module)
         if path is None:
+            if not guarded:
+                missing.append((importer, module))
             continue
+        seen.add(module)
         files.add(path)
+        parts = module.split(".")
+        # Importing a.b.c runs a/__init__ and a/b/__init__ first.
+        todo += [(module, ".".join(parts[:i]), guarded) for i in range(1, len(parts))]
         for imp in imports_of(path, module):
             if imp.top != first_party:
                 continue
-            if module_file(root, imp.module) is None:
-                if not imp.guarded:
-                    missing.append((module, imp.module))
-                continue
-            todo.append(imp.module)
-            # `from pkg import submodule` imports the submodule; other names are attributes.
+            todo.append((module, imp.module, imp.guarded))
+            # `from package import submodule` imports the submodule; other names are attributes.
             todo += [
-                f"{imp.module}.{n}" for n in imp.names if module_file(root, f"{imp.module}.{n}")
+                (module, f"{imp.module}.{name}", imp.guarded)
+                for name in imp.names
+                if module_file(source, f"{imp.module}.{name}")
             ]
     return Closure(files, missing)
 

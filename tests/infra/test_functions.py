@@ -79,27 +79,26 @@ def test_function_code_is_the_functions_asset(
     assert not [p for p in files if "tests" in p.parts or p.name.endswith(".egg-info")]
 
 
-def test_asset_is_what_the_handlers_import_and_nothing_else(
-    synthesized: Synthesized, template: Template
-) -> None:
-    """The asset holds the handlers' modules and every module they import (at any depth,
-    function bodies included), and no other file: no benchmark, no tests, no local stack,
-    no CLI. Its third-party imports are all the package's dependencies (Lambda's runtime
-    and the Powertools layer provide them)."""
+def test_asset_is_the_runtime_code(synthesized: Synthesized, template: Template) -> None:
+    """The asset holds every module the handlers import (at any depth, function bodies
+    included), and nothing that runs elsewhere: no benchmark, no tests, no local stack, no
+    CLI. Each of its modules imports only turnstile modules that are in it and the package's
+    dependencies (Lambda's runtime and the Powertools layer provide them)."""
     _, function = function_by_handler(template, HANDLERS[0])
     asset_dir = synthesized.outdir / _asset_source(
         synthesized, function["Properties"]["Code"]["S3Key"]
     )
-    modules = [h.rsplit(".", 1)[0] for h in HANDLERS]
-    closure = import_closure(asset_dir, modules)
-    # Every turnstile module the handlers import is in the asset...
-    assert closure.missing == []
-    # ...and the asset is nothing but those.
     files = sorted(str(p.relative_to(asset_dir)) for p in asset_dir.rglob("*") if p.is_file())
-    assert files == sorted(str(p.relative_to(asset_dir)) for p in closure.files)
     assert "turnstile/handlers/stream.py" in files and "turnstile/store.py" in files
-    assert not [f for f in files if re.search(r"bench|tests?/|test_|/local/|cli\.py", f)]
+    assert [f for f in files if not f.endswith(".py")] == []
+    assert [f for f in files if re.search(r"bench|tests?/|test_|/local/|/cli\.py$", f)] == []
     named = {module_name(asset_dir, asset_dir / f): asset_dir / f for f in files}
+    # What the handlers import is there, and so is what anything else in it imports.
+    source = ROOT / "functions"
+    handlers = import_closure(asset_dir, [h.rsplit(".", 1)[0] for h in HANDLERS], source=source)
+    assert handlers.missing == []
+    assert {str(p.relative_to(asset_dir)) for p in handlers.files} <= set(files)
+    assert import_closure(asset_dir, named, source=source).missing == []
     assert undeclared(named, declared_names()) == []
 
 
