@@ -1,20 +1,33 @@
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# Two installs, each remembered by a stamp: `make run` needs only the package and its `local`
+# extra (the embedded endpoint); everything else (tests, CDK, the AWS CLI, the benchmark, lint,
+# mutmut) is the `dev` extra, installed by `make setup` for test, lint, synth, bench, drills.
+# Versions come from constraints.txt. The dev install includes the local one, so it stamps both.
+LOCAL_STAMP := $(VENV)/.installed-local
+DEV_STAMP := $(VENV)/.installed-dev
+PIP_INSTALL := $(PY) -m pip install --quiet -c constraints.txt
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: setup run test lint synth drills bench mutants clean
+.PHONY: setup setup-local run test lint synth drills bench mutants clean
 
-setup: $(STAMP)
+setup: $(DEV_STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
-	test -x $(PY) || python3 -m venv $(VENV)
+setup-local: $(LOCAL_STAMP)
+
+$(PY):
+	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
-	$(PY) -m pip install --quiet --no-deps -e .
-	touch $(STAMP)
+
+$(LOCAL_STAMP): constraints.txt pyproject.toml | $(PY)
+	$(PIP_INSTALL) -e '.[local]'
+	touch $@
+
+$(DEV_STAMP): constraints.txt pyproject.toml | $(PY)
+	$(PIP_INSTALL) -e '.[dev]'
+	touch $@ $(LOCAL_STAMP)
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -26,11 +39,11 @@ node_modules/.installed: package.json package-lock.json
 from_command_line = $(if $(filter command line,$(origin $(1))),$(2) $($(1)))
 RUN_OPTIONS = $(strip $(call from_command_line,PORT,--port) $(call from_command_line,API_PORT,--api-port))
 
-run: setup
+run: setup-local
 	$(VENV)/bin/turnstile local$(if $(RUN_OPTIONS), $(RUN_OPTIONS))
 
 test: setup node_modules/.installed
-	$(VENV)/bin/ruff check functions cdk tests
+	$(VENV)/bin/ruff check functions benchmark cdk tests
 	$(PY) -m pytest
 
 bench: setup
@@ -52,7 +65,7 @@ synth: setup node_modules/.installed
 	npx --no-install cdk synth --quiet
 
 lint: setup
-	$(VENV)/bin/ruff check functions cdk tests
+	$(VENV)/bin/ruff check functions benchmark cdk tests
 
 clean:
 	rm -rf $(VENV) cdk.out .turnstile .pytest_cache .hypothesis .mutmut mutants

@@ -37,7 +37,7 @@ FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
 SERVICE_NAME = "turnstile"
 METRICS_NAMESPACE = "Turnstile"
 
-#: Must match requirements.txt, so the code runs on Lambda with the Powertools it is tested with.
+#: Must match constraints.txt, so the code runs on Lambda with the Powertools it is tested with.
 POWERTOOLS_VERSION = "3.37.0"
 #: The AWS account that publishes the public Powertools for AWS Lambda (Python) layers.
 POWERTOOLS_LAYER_ACCOUNT = "017000801446"
@@ -49,8 +49,10 @@ _ARCH_NAME = "arm64"
 _PYTHON_TAG = "python312"  # the layer name's spelling of the runtime
 _PYTHON_VERSION = "python3.12"  # the SSM parameter path's spelling
 
-#: Left out of the asset: byte code, tests, packaging metadata, and the parts of the package
-#: that only run on a developer's machine (the local stack and the benchmark).
+#: Left out of the asset: byte code, tests, packaging metadata, and the modules of the package
+#: that only run on a developer's or an operator's machine: the local stack and the CLI with
+#: what only it imports. (The benchmark is not in functions/ at all: benchmark/turnstile_bench.)
+#: tests/infra/test_functions.py checks the asset holds all the handlers import, and none of those.
 ASSET_EXCLUDES = [
     "**/__pycache__",
     "**/*.pyc",
@@ -58,7 +60,11 @@ ASSET_EXCLUDES = [
     "**/tests",
     "*.egg-info",
     "turnstile/local",
-    "turnstile/bench",
+    "turnstile/cli.py",
+    "turnstile/client.py",
+    "turnstile/audit.py",
+    "turnstile/redrive.py",
+    "turnstile/stack_outputs.py",
 ]
 
 

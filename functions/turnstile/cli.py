@@ -69,6 +69,16 @@ def _store() -> Any:
     return SignupStore()
 
 
+def needs_extra(command: str, extra: str, exc: ModuleNotFoundError) -> CliError:
+    """A command's optional dependencies (an extra in pyproject.toml) are not installed."""
+    if (exc.name or "turnstile").split(".")[0] == "turnstile":
+        raise exc  # our own module missing is a bug, not an install to make
+    return CliError(
+        f"{exc.name} is not installed: `turnstile {command}` needs the {extra} extra "
+        f"(pip install -e '.[{extra}]' in the repository)"
+    )
+
+
 def _state_dir(args: argparse.Namespace) -> Path:
     return Path(args.state_dir or os.environ.get("TURNSTILE_STATE_DIR") or ".turnstile")
 
@@ -93,8 +103,11 @@ def _port_setting(server: str, given: int | None) -> int:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
-    from turnstile.local.console import Console, configure_logging
-    from turnstile.local.stack import LocalStack
+    try:
+        from turnstile.local.console import Console, configure_logging
+        from turnstile.local.stack import LocalStack
+    except ModuleNotFoundError as exc:
+        raise needs_extra("local", "local", exc) from exc
 
     if args.in_memory and args.reset:
         raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
@@ -166,7 +179,10 @@ def cmd_local(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from turnstile.local.stack import Worker
+    try:
+        from turnstile.local.stack import Worker
+    except ModuleNotFoundError as exc:
+        raise needs_extra("worker", "local", exc) from exc
 
     os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
     worker = Worker(_state_dir(args), from_start=args.from_start)
@@ -698,10 +714,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_redrive)
 
-    from turnstile.bench import register as register_bench
-
-    register_bench(sub)
+    try:  # the benchmark is a package of its own (benchmark/turnstile_bench), not on Lambda
+        from turnstile_bench import register as register_bench
+    except ModuleNotFoundError as exc:
+        _register_bench_missing(sub, exc)
+    else:
+        register_bench(sub)
     return parser
+
+
+def _register_bench_missing(sub: Any, missing: ModuleNotFoundError) -> None:
+    """``bench`` without the benchmark installed: any arguments, one line saying so."""
+
+    def refuse(args: argparse.Namespace) -> int:
+        raise needs_extra("bench", "bench", missing)
+
+    # No option prefix: every argument (--quick, --help) is taken, and the line is printed.
+    p = sub.add_parser(
+        "bench", help="the benchmark (not installed)", prefix_chars="\0", add_help=False
+    )
+    p.add_argument("arguments", nargs="*")
+    p.set_defaults(func=refuse)
 
 
 def _apply_stack(stack_name: str) -> None:
@@ -748,10 +781,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def error_line(exc: Exception, args: argparse.Namespace) -> str | None:
     """The line that tells the user what went wrong, or None for an error not foreseen."""
-    from turnstile.local.server import ListenError
     from turnstile.stack_outputs import StackNotFoundError
 
-    if isinstance(exc, ListenError):
+    # Not imported here: it needs the local extra, and only a server it started can raise it.
+    server = sys.modules.get("turnstile.local.server")
+    if server is not None and isinstance(exc, server.ListenError):
         return _listen_error_line(exc)
     if isinstance(exc, CliError | TurnstileError | StackNotFoundError):
         return str(exc)

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from turnstile.bench.metering import (
+from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, UNDECIDED_INDEX, Attr
+from turnstile_bench.metering import (
     ItemSizes,
     Meter,
     MeteredClient,
@@ -21,8 +22,7 @@ from turnstile.bench.metering import (
     read_units,
     write_units,
 )
-from turnstile.bench.prices import ON_DEMAND_US_EAST_1
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, UNDECIDED_INDEX, Attr
+from turnstile_bench.prices import ON_DEMAND_US_EAST_1
 
 # -- sizes ------------------------------------------------------------------------------
 

@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from turnstile.bench import register
-from turnstile.bench.cpu import measure_cpu
-from turnstile.bench.prices import ON_DEMAND_US_EAST_1
-from turnstile.bench.progress import Progress
-from turnstile.bench.report import render_table
-from turnstile.bench.scale import run_direct, scale_summary
-from turnstile.bench.workload import Workload, generate, intake_item
 from turnstile.contract import INTAKE_TABLE
 from turnstile.store import SignupStore
+from turnstile_bench import register
+from turnstile_bench.cpu import measure_cpu
+from turnstile_bench.prices import ON_DEMAND_US_EAST_1
+from turnstile_bench.progress import Progress
+from turnstile_bench.report import render_table
+from turnstile_bench.scale import run_direct, scale_summary
+from turnstile_bench.workload import Workload, generate, intake_item
 
 REQUIRED = (
     "decisions_per_s",

@@ -1,17 +1,17 @@
 """The sweeper's read units follow what is undecided, not the size of intake.
 
 Against the embedded endpoint (moto's server), metered by DynamoDB's rules from the items'
-sizes (bench/metering.py). No timing is asserted: units only, bounded from item sizes.
+sizes (turnstile_bench/metering.py). No timing is asserted: units only, bounded from item sizes.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from turnstile.bench.metering import ItemSizes, read_units
-from turnstile.bench.sweep import MIN_AGE_S, SWEEP_AT, Tables, index_entry_size, load, measure
 from turnstile.contract import ALL_TABLES, Attr
 from turnstile.store import default_client
+from turnstile_bench.metering import ItemSizes, read_units
+from turnstile_bench.sweep import MIN_AGE_S, SWEEP_AT, Tables, index_entry_size, load, measure
 
 #: What every run reads besides intake and the undecided records' decisions: the lease
 #: (``full_scan_at``), the run history, the scan for held events and the event item, each

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from aws_cdk.assertions import Template
 
+from tests.imports import ROOT, declared_names, import_closure, module_name, undeclared
 from turnstile_cdk.functions import POWERTOOLS_VERSION
 
 from .conftest import VARIANT_SETTINGS, VARIANT_STACK, Synthesized, function_by_handler, render
@@ -78,6 +79,35 @@ def test_function_code_is_the_functions_asset(
     assert not [p for p in files if "tests" in p.parts or p.name.endswith(".egg-info")]
 
 
+def test_asset_is_the_runtime_code(synthesized: Synthesized, template: Template) -> None:
+    """The asset holds every module the handlers import (at any depth, function bodies
+    included), and nothing that runs elsewhere: no benchmark, no tests, no local stack, no
+    CLI. Each of its modules imports only turnstile modules that are in it and the package's
+    dependencies (Lambda's runtime and the Powertools layer provide them)."""
+    _, function = function_by_handler(template, HANDLERS[0])
+    asset_dir = synthesized.outdir / _asset_source(
+        synthesized, function["Properties"]["Code"]["S3Key"]
+    )
+    files = sorted(str(p.relative_to(asset_dir)) for p in asset_dir.rglob("*") if p.is_file())
+    assert "turnstile/handlers/stream.py" in files and "turnstile/store.py" in files
+    assert [f for f in files if not f.endswith(".py")] == []
+    assert [f for f in files if re.search(r"bench|tests?/|test_|/local/|/cli\.py$", f)] == []
+    named = {module_name(asset_dir, asset_dir / f): asset_dir / f for f in files}
+    # What the handlers import is there, and so is what anything else in it imports.
+    source = ROOT / "functions"
+    handlers = import_closure(asset_dir, [h.rsplit(".", 1)[0] for h in HANDLERS], source=source)
+    assert handlers.missing == []
+    assert {str(p.relative_to(asset_dir)) for p in handlers.files} <= set(files)
+    assert import_closure(asset_dir, named, source=source).missing == []
+    assert undeclared(named, declared_names()) == []
+
+
+def test_powertools_pin_is_the_layers() -> None:
+    """constraints.txt pins the Powertools the layer is chosen by."""
+    pins = (ROOT / "constraints.txt").read_text()
+    assert f"\naws-lambda-powertools=={POWERTOOLS_VERSION}\n" in pins
+
+
 def _asset_source(synthesized: Synthesized, object_key: str) -> str:
     """The staged directory the asset manifest uploads as ``object_key``."""
     manifest = json.loads((synthesized.outdir / "Turnstile.assets.json").read_text())
@@ -99,7 +129,7 @@ def test_one_asset_serves_every_function(template: Template) -> None:
 
 
 def test_powertools_layer_is_pinned_to_the_tested_version(template: Template) -> None:
-    """The layer is Powertools' own SSM parameter for exactly the version requirements.txt pins."""
+    """The layer is Powertools' own SSM parameter for exactly the version constraints.txt pins."""
     assert version("aws-lambda-powertools") == POWERTOOLS_VERSION
     parameters = template.to_json()["Parameters"]
     layer_params = {

@@ -522,6 +522,8 @@ def test_a_half_too_old_to_retry_does_not_drop_the_other_half(setup, stream, cap
     assert message["requestContext"]["condition"] == "RecordAgeExceeded"
     assert message["DDBStreamBatchInfo"]["shardId"] == stream.shard_id
     assert message["requestContext"]["approximateInvokeCount"] == 0
+    # the half was never invoked on its own; the batch it came from raised
+    assert message["responseContext"]["functionError"] == "Unhandled"
     logged = [r.getMessage() for r in caplog.records]
     assert logged[0] == "stream handler raised: RuntimeError('boom')"
     assert logged[1].startswith("batch sent to the on-failure destination: {")
@@ -574,7 +576,9 @@ def test_arrival_times_are_utc_and_default_to_now(setup, stream, monkeypatch):
         poller = make(Recorder())
         old = {"dynamodb": {"SequenceNumber": "1", "ApproximateCreationDateTime": 86400}}
         undated = {"dynamodb": {"SequenceNumber": "2"}}
-        poller._send_to_failure_destination(stream.shard_id, [old, undated], "RecordAgeExceeded", 0)
+        poller._send_to_failure_destination(
+            stream.shard_id, [old, undated], "RecordAgeExceeded", poller_module._Part([]), True
+        )
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
@@ -799,3 +803,67 @@ def test_the_local_worker_takes_its_window_and_lanes_from_the_environment(monkey
     monkeypatch.setenv("TURNSTILE_PARALLELIZATION_FACTOR", "eleven")
     with pytest.raises(TurnstileError, match="from 1 to 10, not 'eleven'"):
         local_event_source()
+
+
+def test_no_retries_means_one_invocation_then_the_failure_destination(setup):
+    client, make, messages = setup
+    write(client, 1)
+
+    def boom(records, ids):
+        raise RuntimeError("boom")
+
+    recorder = Recorder(boom)
+    drain(make(recorder, settings=replace(FAST, retry_attempts=0)))
+    assert recorder.batches == [["s0"]]
+    [message] = messages()
+    assert message["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert message["requestContext"]["approximateInvokeCount"] == 1
+    assert message["responseContext"]["functionError"] == "Unhandled"
+
+
+def test_a_record_that_failed_then_expired_says_how_it_failed(setup):
+    # GIVEN a record whose first invocation raises, and which is past the maximum age by
+    # the time its retry comes up
+    client, make, messages = setup
+    write(client, 1)
+    failed: list[bool] = []
+
+    def boom(records, ids):
+        failed.append(True)
+        raise RuntimeError("boom")
+
+    poller = make(Recorder(boom))
+    poller._too_old = lambda record: bool(failed)
+    drain(poller)
+    # THEN it is given up as too old, with the one failed invocation it had, and how it failed
+    [message] = messages()
+    assert message["requestContext"]["condition"] == "RecordAgeExceeded"
+    assert message["requestContext"]["approximateInvokeCount"] == 1
+    assert message["responseContext"]["functionError"] == "Unhandled"
+
+
+@pytest.mark.parametrize("given_up", ["RecordAgeExceeded", "RetryAttemptsExhausted"])
+def test_records_given_up_inside_a_lane_are_checkpointed_only_with_the_lanes(
+    setup, stream, given_up
+):
+    # GIVEN lanes, and records one lane gives up on (too old, or out of retries)
+    client, make, messages = setup
+    write(client, 8)
+
+    def boom(records, ids):
+        raise RuntimeError("boom")
+
+    handler = Recorder(boom if given_up == "RetryAttemptsExhausted" else None)
+    poller = make(handler, settings=replace(FAST, parallelization_factor=4, batch_size=8))
+    if given_up == "RecordAgeExceeded":
+        poller._too_old = lambda record: signup_id(record) in ("s1", "s2")
+    checkpoints: list[str] = []
+    put = poller.checkpoints.put
+    poller.checkpoints.put = lambda arn, shard, seq: (checkpoints.append(seq), put(arn, shard, seq))
+    drain(poller)
+    # THEN the shard is checkpointed once, at the last record read, after every lane is done:
+    # never at a record of one lane while another lane still has records to deliver
+    given = messages()
+    assert given and all(m["requestContext"]["condition"] == given_up for m in given)
+    last = stream.read_new()[-1]["dynamodb"]["SequenceNumber"]
+    assert checkpoints == [last]

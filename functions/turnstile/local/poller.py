@@ -584,11 +584,12 @@ class StreamPoller:
         shard_id: str,
         records: Sequence[dict[str, Any]],
         condition: str,
-        part: _Part | None = None,
-        checkpoint: bool = True,
+        part: _Part,
+        checkpoint: bool,
     ) -> None:
-        """Only metadata, never the records: a redrive reads the intake table (as on AWS)."""
-        part = part or _Part(list(records))
+        """Only metadata, never the records: a redrive reads the intake table (as on AWS).
+        ``part``: its failed invocations and how the last one failed; ``checkpoint``: False
+        inside a lane (the lanes' batch is checkpointed once every lane is done)."""
         self._count(sent_to_failure_destination=len(records))
 
         def arrival(record: Mapping[str, Any]) -> str:

@@ -9,9 +9,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from turnstile.bench.metering import combine
-from turnstile.bench.prices import Prices
-from turnstile.bench.strategies import StrategyRun
+from turnstile_bench.metering import combine
+from turnstile_bench.prices import Prices
+from turnstile_bench.strategies import StrategyRun
 
 __all__ = ["machine", "percentile", "render_table", "strategy_figures"]
 

@@ -18,8 +18,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnstile.bench.endpoint import LocalEndpoint, quiet_handler_environment
-from turnstile.bench.metering import (
+from turnstile.contract import INTAKE_TABLE, Attr, ControlKey
+from turnstile.processor import utc_now
+from turnstile.store import SignupStore
+from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
+from turnstile_bench.metering import (
     ItemSizes,
     Meter,
     MeteredClient,
@@ -29,19 +32,16 @@ from turnstile.bench.metering import (
     item_size,
     write_units,
 )
-from turnstile.bench.prices import Prices
-from turnstile.bench.progress import Progress
-from turnstile.bench.strategies import (
+from turnstile_bench.prices import Prices
+from turnstile_bench.progress import Progress
+from turnstile_bench.strategies import (
     BATCH_SIZE,
     CountingProcessor,
     census,
     create_events,
     quiet,
 )
-from turnstile.bench.workload import Signup, Workload, event_capacities, generate, intake_item
-from turnstile.contract import INTAKE_TABLE, Attr, ControlKey
-from turnstile.processor import utc_now
-from turnstile.store import SignupStore
+from turnstile_bench.workload import Signup, Workload, event_capacities, generate, intake_item
 
 __all__ = ["DirectRun", "events_summary", "lambda_record", "run_direct", "scale_summary"]
 

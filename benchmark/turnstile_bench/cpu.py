@@ -21,12 +21,12 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
-from turnstile.bench.endpoint import quiet_handler_environment
-from turnstile.bench.scale import lambda_record
-from turnstile.bench.workload import Workload, generate, intake_item
 from turnstile.domain import EventSnapshot, decide, parse_request
 from turnstile.processor import StreamProcessor, utc_now
 from turnstile.store import Journal, SignupStore
+from turnstile_bench.endpoint import quiet_handler_environment
+from turnstile_bench.scale import lambda_record
+from turnstile_bench.workload import Workload, generate, intake_item
 
 __all__ = ["CpuProfile", "MemoryDynamoDB", "measure_cpu"]
 
@@ -239,9 +239,9 @@ def _engine(batches: Sequence[Sequence[dict[str, Any]]], capacity: int) -> float
 def measure_cpu(batches: int = 50) -> CpuProfile:
     """CPU per decision of the engine alone and of the whole handler (in-memory store)."""
     quiet_handler_environment()
-    from turnstile.bench.strategies import quiet
     from turnstile.handlers import stream as stream_module
     from turnstile.local.poller import LocalLambdaContext
+    from turnstile_bench.strategies import quiet
 
     records = _records(batches)
     capacity = batches * 50

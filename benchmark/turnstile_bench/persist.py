@@ -1,4 +1,4 @@
-"""What persistence costs the local stack: ``python -m turnstile.local.persist_bench``.
+"""What persistence costs the local stack: ``python -m turnstile_bench.persist``.
 
 Starts ``turnstile local --no-worker`` as a user would (a subprocess on free ports), and
 measures: PutItem and GetItem requests/s against the embedded endpoint, in memory and
@@ -113,7 +113,7 @@ def _load(local: _Local, items: int, threads: int = 4) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m turnstile.local.persist_bench")
+    parser = argparse.ArgumentParser(prog="python -m turnstile_bench.persist")
     parser.add_argument("--requests", type=int, default=2000, help="per measurement")
     parser.add_argument("--threads", type=int, default=4, help="concurrent clients")
     parser.add_argument("--items", type=int, default=100_000, help="items for the restart")

@@ -1,12 +1,15 @@
 """``turnstile bench``: naive, optimistic and turnstile deciding the same workload, side by side.
 
-This module only registers the command: everything heavy (moto, matplotlib, the stream
-handler) is imported when the command runs, so the CLI stays quick to start.
+A package of its own, beside the runtime package ``turnstile`` and never in the Lambda asset;
+its dependencies are the ``bench`` extra. This module only registers the command: everything
+heavy (moto, matplotlib, the stream handler) is imported when the command runs, so the CLI
+stays quick to start.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from dataclasses import replace
@@ -35,7 +38,7 @@ def _counts(text: str) -> tuple[int, ...]:
 
 
 def _seats(text: str) -> tuple[tuple[int, float], ...]:
-    from turnstile.bench.workload import parse_seats
+    from turnstile_bench.workload import parse_seats
 
     try:
         return parse_seats(text)
@@ -97,12 +100,25 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_bench)
 
 
+def _check_extra(args: argparse.Namespace) -> None:
+    """Before a run of minutes: the bench extra's modules are there (one line if not)."""
+    from turnstile.cli import needs_extra
+
+    # moto for the embedded endpoint (the local extra, which bench includes); matplotlib draws.
+    for module in ("moto", "werkzeug", *(("matplotlib",) if args.plot else ())):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            raise needs_extra("bench", "bench", exc) from exc
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Run the benchmark, print the table, write the files; exit 1 if turnstile oversold."""
-    from turnstile.bench.progress import Progress
-    from turnstile.bench.report import render_table
-    from turnstile.bench.runner import FULL, QUICK, with_knobs
-    from turnstile.bench.strategies import STRATEGIES
+    _check_extra(args)
+    from turnstile_bench.progress import Progress
+    from turnstile_bench.report import render_table
+    from turnstile_bench.runner import FULL, QUICK, with_knobs
+    from turnstile_bench.strategies import STRATEGIES
 
     if args.sweeper:
         return _sweeper(args, Progress(enabled=not args.quiet))
@@ -131,7 +147,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         run_scale=not args.no_scale,
         run_cold_start=not (args.no_cold_start or args.scale),
     )
-    from turnstile.bench.runner import run_bench
+    from turnstile_bench.runner import run_bench
 
     doc = run_bench(options, Progress(enabled=not args.quiet))
     print(render_table(doc))
@@ -141,7 +157,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         path.write_text(json.dumps(doc, indent=1) + "\n")
     if args.plot:
         try:
-            from turnstile.bench.plot import plot
+            from turnstile_bench.plot import plot
 
             plot(doc, Path(args.plot))
         except ImportError as exc:  # matplotlib is a benchmark-only dependency
@@ -154,8 +170,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def _sweeper(args: argparse.Namespace, progress: Any) -> int:
     """``--sweeper``: the sweeper's units as intake grows, as a markdown table."""
-    from turnstile.bench.endpoint import quiet_handler_environment
-    from turnstile.bench.sweep import render_markdown, run_sweeper_scale
+    from turnstile_bench.endpoint import quiet_handler_environment
+    from turnstile_bench.sweep import render_markdown, run_sweeper_scale
 
     quiet_handler_environment()
     counts = args.sweeper_decided or ((10_000,) if args.quick else (10_000, 100_000))

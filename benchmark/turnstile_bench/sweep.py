@@ -1,7 +1,7 @@
 """The sweeper's units as intake grows: ``turnstile bench --sweeper``.
 
 N decided intake records (each with its decision item) and U undecided ones, on the
-embedded endpoint, metered by the benchmark's rules (``bench/metering.py``: units from the
+embedded endpoint, metered by the benchmark's rules (``turnstile_bench/metering.py``: units from the
 items' sizes, never moto's). Four sweep runs, each past the minimum age of the last:
 
 * ``full scan``: the whole intake table, read consistently, and every record's decision,
@@ -12,7 +12,7 @@ items' sizes, never moto's). Four sweep runs, each past the minimum age of the l
 * ``index, next run``: back to the steady state.
 
 The write units include the index's: a marker removed deletes an index entry, a
-re-emission updates one (``bench/metering.py``).
+re-emission updates one (``turnstile_bench/metering.py``).
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from turnstile.bench.metering import ItemSizes, Meter, MeteredClient, index_entry, item_size
-from turnstile.bench.progress import Progress
-from turnstile.bench.strategies import _DecisionWriter
-from turnstile.bench.workload import Signup, Workload, generate, intake_item
 from turnstile.contract import (
     CONTROL_TABLE,
     INTAKE_TABLE,
@@ -38,6 +34,10 @@ from turnstile.contract import (
 )
 from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper
+from turnstile_bench.metering import ItemSizes, Meter, MeteredClient, index_entry, item_size
+from turnstile_bench.progress import Progress
+from turnstile_bench.strategies import _DecisionWriter
+from turnstile_bench.workload import Signup, Workload, generate, intake_item
 
 __all__ = [
     "METHOD",
@@ -225,7 +225,7 @@ def run_sweeper_scale(
 ) -> dict[str, Any]:
     """Each count of decided records on a fresh endpoint: the four runs, in order (the
     burst's two only up to ``burst_up_to`` decided records)."""
-    from turnstile.bench.endpoint import LocalEndpoint
+    from turnstile_bench.endpoint import LocalEndpoint
 
     runs: list[SweepRun] = []
     for decided in decided_counts:

@@ -8,15 +8,15 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from turnstile.bench.prices import ON_DEMAND_US_EAST_1, Prices
-from turnstile.bench.progress import Progress
-from turnstile.bench.report import (
+from turnstile_bench.prices import ON_DEMAND_US_EAST_1, Prices
+from turnstile_bench.progress import Progress
+from turnstile_bench.report import (
     PROCESSOR_WRITE_UNITS_BOUND,
     SPREAD_WRITE_UNITS_BOUND,
     machine,
     strategy_figures,
 )
-from turnstile.bench.workload import Workload, generate
+from turnstile_bench.workload import Workload, generate
 
 __all__ = ["FULL", "QUICK", "BenchOptions", "run_bench"]
 
@@ -91,10 +91,10 @@ def _checks(doc: dict[str, Any]) -> dict[str, bool]:
 
 def run_bench(options: BenchOptions, progress: Progress) -> dict[str, Any]:
     """Run what ``options`` asks for and return the whole result document."""
-    from turnstile.bench.coldstart import measure_cold_start
-    from turnstile.bench.cpu import measure_cpu
-    from turnstile.bench.scale import events_summary, run_direct, scale_summary
-    from turnstile.bench.strategies import run_strategy
+    from turnstile_bench.coldstart import measure_cold_start
+    from turnstile_bench.cpu import measure_cpu
+    from turnstile_bench.scale import events_summary, run_direct, scale_summary
+    from turnstile_bench.strategies import run_strategy
 
     # Powertools warns on every batch that decided nothing new (all replays): noise here.
     warnings.filterwarnings("ignore", message="No application metrics to publish")

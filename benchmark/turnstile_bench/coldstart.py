@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnstile.bench.progress import Progress
+from turnstile_bench.progress import Progress
 
 __all__ = ["IMPORT_TARGET_MS", "ColdStart", "measure_cold_start"]
 

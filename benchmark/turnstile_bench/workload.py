@@ -17,8 +17,8 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from turnstile.bench.metering import item_size
 from turnstile.contract import Attr, undecided_shard
+from turnstile_bench.metering import item_size
 
 __all__ = [
     "SUBMITTED_AT_EXAMPLE",

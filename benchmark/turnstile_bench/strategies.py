@@ -27,20 +27,20 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.bench.endpoint import LocalEndpoint, quiet_handler_environment
-from turnstile.bench.metering import (
+from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Reason, Status
+from turnstile.domain import Decision, SignupRequest
+from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
+from turnstile.store import SignupStore
+from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
+from turnstile_bench.metering import (
     ItemSizes,
     Meter,
     MeteredClient,
     MeterSnapshot,
     item_size,
 )
-from turnstile.bench.progress import Progress
-from turnstile.bench.workload import Signup, Workload, dynamodb_values, event_capacities
-from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Reason, Status
-from turnstile.domain import Decision, SignupRequest
-from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
-from turnstile.store import SignupStore
+from turnstile_bench.progress import Progress
+from turnstile_bench.workload import Signup, Workload, dynamodb_values, event_capacities
 
 __all__ = [
     "STRATEGIES",

@@ -1,0 +1,375 @@
+"""``turnstile audit``: check invariants 1-4 against the tables.
+
+Counting rows is the audit, never the decision path (Query and Scan are only
+read-committed against transactions; a counter item is what keeps decisions safe).
+
+The audit reads while the processor may be deciding. Per event it reads the event item,
+then the decisions and intake records, then the event item again: every commit moves the
+event's ``version``, so an unchanged version means the rows it read belong together
+(decision items written from the last commit's journal in between are accounted for by
+the journal). If the version moved, it reads again, up to ``attempts`` times; an event
+that never holds still is reported *inconclusive*, never as a false violation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from turnstile.clock import age_s
+from turnstile.contract import Attr, HoldAttr, Reason, Status
+from turnstile.errors import EventNotFoundError
+from turnstile.store import EventRecord, SignupStore
+
+__all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event", "audit_hold"]
+
+#: Reads of one event before it is called inconclusive.
+READ_ATTEMPTS = 3
+
+
+@dataclass
+class EventAudit:
+    event_id: str
+    capacity: int | None = None
+    taken: int | None = None
+    accepted_seats: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    pending: int = 0
+    oldest_pending_s: float | None = None
+    #: Pending records with no usable ``submitted_at`` (missing, junk, the future):
+    #: their age is unknown, so they count as past the grace, never as young.
+    pending_undated: int = 0
+    unmaterialized: int = 0
+    #: Undecided records parked behind the event's hold (not counted in ``pending``).
+    held: int = 0
+    held_for_s: float | None = None
+    violations: list[str] = field(default_factory=list)
+    #: Worth knowing, not broken (a journal being written out, an inconclusive read).
+    notes: list[str] = field(default_factory=list)
+    #: The event kept changing while it was read: nothing could be checked.
+    inconclusive: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "capacity": self.capacity,
+            "taken": self.taken,
+            "accepted_seats": self.accepted_seats,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "pending": self.pending,
+            "oldest_pending_s": self.oldest_pending_s,
+            "pending_undated": self.pending_undated,
+            "unmaterialized": self.unmaterialized,
+            "inconclusive": self.inconclusive,
+            "held": self.held,
+            "held_for_s": self.held_for_s,
+            "violations": self.violations,
+            "notes": self.notes,
+        }
+
+
+@dataclass
+class AuditReport:
+    events: list[EventAudit]
+
+    @property
+    def broken(self) -> bool:
+        """Some invariant is broken."""
+        return any(e.violations for e in self.events)
+
+    @property
+    def inconclusive(self) -> bool:
+        """Some event could not be read still enough to be checked."""
+        return any(e.inconclusive for e in self.events)
+
+    @property
+    def ok(self) -> bool:
+        """Every event was checked and nothing is broken."""
+        return not self.broken and not self.inconclusive
+
+    @property
+    def totals(self) -> dict[str, int]:
+        return {
+            "events": len(self.events),
+            "accepted": sum(e.accepted for e in self.events),
+            "rejected": sum(e.rejected for e in self.events),
+            "pending": sum(e.pending for e in self.events),
+            "held": sum(e.held for e in self.events),
+            "violations": sum(len(e.violations) for e in self.events),
+            "inconclusive": sum(e.inconclusive for e in self.events),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "inconclusive": self.inconclusive,
+            "totals": self.totals,
+            "events": [e.to_dict() for e in self.events],
+        }
+
+
+def _whole(value: Any) -> int | None:
+    """A number an item holds as an int; None where it holds anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def audit_event(
+    event_id: str,
+    event_item: Mapping[str, Any] | None,
+    decisions: Iterable[Mapping[str, Any]],
+    intake: Iterable[Mapping[str, Any]],
+    journal_ids: set[str],
+    pending_grace_s: float,
+    now: datetime,
+    journal_decided_at: str | None = None,
+) -> EventAudit:
+    """Check one event's rows: pure, so tests can feed it broken tables directly.
+
+    ``event_item`` holds at least ``capacity`` and ``taken`` (and ``min_capacity`` once
+    capacity was changed); ``journal_ids`` are the signups of the last commit's journal,
+    ``journal_decided_at`` when that commit was made. Never raises on odd values: they
+    are violations.
+    """
+    report = EventAudit(event_id=event_id)
+    decided = {d[Attr.SIGNUP_ID]: d for d in decisions}
+    v = report.violations
+    sid = Attr.SIGNUP_ID
+    for d in decided.values():
+        status = d.get(Attr.STATUS)
+        seats = _whole(d.get(Attr.SEATS))
+        if seats is None or (status == Status.ACCEPTED and seats < 1):
+            # (an invalid_request rejection may carry 0 seats: its seats were the problem)
+            v.append(f"{d[sid]}: seats {d.get(Attr.SEATS)!r} is not a seat count")
+        if status == Status.ACCEPTED:
+            report.accepted += 1
+            report.accepted_seats += seats or 0
+            if _whole(d.get(Attr.POSITION)) is None:
+                v.append(f"{d[sid]}: accepted without a position")
+        elif status == Status.REJECTED:
+            report.rejected += 1
+            if d.get(Attr.REASON) not in Reason.ALL:
+                v.append(f"{d[sid]}: rejected with unknown reason {d.get(Attr.REASON)!r}")
+        else:
+            v.append(f"{d[sid]}: status {status!r}")
+        if _whole(d.get(Attr.SEQUENCE_NUMBER)) is None:
+            v.append(f"{d[sid]}: decision has no sequence number")
+
+    # Invariant 1: never oversold; taken equals the accepted seats.
+    if event_item is None:
+        if report.accepted:
+            v.append(f"{report.accepted} accepted signups but no event item")
+    else:
+        report.capacity = _whole(event_item.get(Attr.CAPACITY, 0))
+        report.taken = _whole(event_item.get(Attr.TAKEN, 0))
+        if report.capacity is None or report.taken is None:
+            v.append("the event item's capacity or taken is not a whole number")
+        report.unmaterialized = len(journal_ids - set(decided))
+        if report.capacity is not None and report.accepted_seats > report.capacity:
+            v.append(
+                f"oversold: {report.accepted_seats} seats accepted, capacity {report.capacity}"
+            )
+        if report.unmaterialized == 0 and report.accepted_seats != report.taken:
+            v.append(
+                f"taken is {report.taken} but accepted seats add up to {report.accepted_seats}"
+            )
+    _check_journal(report, journal_decided_at, pending_grace_s, now)
+
+    # Invariant 3: arrival order. Positions grow with sequence numbers, and no request was
+    # rejected capacity_full while it fitted into what was left at its turn. Capacity may
+    # have changed since: judged against the lowest it has been, a rejection made before
+    # a raise is not taken for one that fitted.
+    ordered = sorted(decided.values(), key=lambda d: _whole(d.get(Attr.SEQUENCE_NUMBER)) or 0)
+    capacity = report.capacity
+    if capacity is not None and event_item is not None:
+        lowest = _whole(event_item.get(Attr.MIN_CAPACITY))
+        capacity = min(capacity, lowest) if lowest is not None else capacity
+    taken = 0
+    last_position = 0
+    for d in ordered:
+        seats = _whole(d.get(Attr.SEATS)) or 0
+        if d.get(Attr.STATUS) == Status.ACCEPTED:
+            position = _whole(d.get(Attr.POSITION)) or 0
+            if position <= last_position:
+                v.append(f"{d[sid]}: position {position} out of stream order")
+            last_position = position
+            taken += seats
+        elif (
+            d.get(Attr.REASON) == Reason.CAPACITY_FULL
+            and capacity is not None
+            and seats <= capacity - taken
+        ):
+            v.append(f"{d[sid]}: rejected capacity_full although it fitted")
+
+    # Invariants 2 and 4: every intake record gets exactly one decision. A producer's
+    # clock cannot hide a lost record: an unknown or future age counts as past the grace.
+    overdue = 0
+    for record in intake:
+        signup_id = record[sid]
+        if signup_id in decided or signup_id in journal_ids:
+            continue
+        report.pending += 1
+        age = age_s(record.get(Attr.SUBMITTED_AT), now)
+        if age is None:
+            report.pending_undated += 1
+            overdue += 1
+            continue
+        report.oldest_pending_s = max(report.oldest_pending_s or 0.0, age)
+        overdue += age > pending_grace_s
+    if overdue:
+        oldest = report.oldest_pending_s
+        known = f"the oldest known for {oldest:.0f} s" if oldest is not None else "no known age"
+        undated = (
+            f", {report.pending_undated} with no usable submitted_at (counted as old)"
+            if report.pending_undated
+            else ""
+        )
+        v.append(
+            f"{overdue} of {report.pending} pending past the {pending_grace_s:.0f} s grace "
+            f"({known}{undated})"
+        )
+    return report
+
+
+def _check_journal(
+    report: EventAudit, decided_at: str | None, pending_grace_s: float, now: datetime
+) -> None:
+    """Decisions that live only in the last commit's journal are decided, but nobody can
+    read them yet: fine while a processor is writing them out, a violation past the grace
+    (a journal with no usable time counts as old)."""
+    if not report.unmaterialized:
+        return
+    age = age_s(decided_at, now)
+    what = f"{report.unmaterialized} decisions of the last commit have no decision item"
+    if age is None or age > pending_grace_s:
+        since = "for an unknown time" if age is None else f"for {age:.0f} s"
+        report.violations.append(
+            f"unmaterialized journal: {what} {since} (more than {pending_grace_s:.0f} s)"
+        )
+    else:
+        report.notes.append(f"unmaterialized journal: {what} yet ({age:.0f} s old)")
+
+
+def _event_values(record: EventRecord | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    s = record.snapshot
+    return {
+        Attr.EVENT_ID: s.event_id,
+        Attr.CAPACITY: s.capacity,
+        Attr.TAKEN: s.taken,
+        Attr.VERSION: s.version,
+        Attr.MIN_CAPACITY: record.min_capacity,
+    }
+
+
+def audit_stable(
+    store: SignupStore,
+    event_id: str,
+    pending_grace_s: float,
+    now: datetime,
+    attempts: int = READ_ATTEMPTS,
+) -> tuple[EventAudit, bool]:
+    """Audit one event from a view that held still (see the module's docstring).
+
+    Returns the report and whether the event has any row at all.
+    """
+    for _ in range(attempts):
+        before = store.get_event(event_id)
+        # The main table holds only decisions: an item without a status is a violation.
+        decisions = list(store.scan(store.main_table, event_id))
+        intake = list(store.scan(store.intake_table, event_id))
+        after = store.get_event(event_id)
+        moved = (before is None) != (after is None) or (
+            before is not None and after is not None and before.snapshot != after.snapshot
+        )
+        if moved:
+            continue  # a commit landed while we read: read it all again
+        journal = before.journal if before is not None else None
+        journal_ids = {d.signup_id for d in journal.decisions} if journal else set()
+        hold = store.get_hold(event_id)
+        held_ids: set[str] = set()
+        if hold is not None:
+            decided = {d.get(Attr.SIGNUP_ID) for d in decisions} | journal_ids
+            held_ids = {r.signup_id for r in store.parked_requests(event_id)} - decided
+        report = audit_event(
+            event_id=event_id,
+            event_item=_event_values(before),
+            decisions=decisions,
+            intake=[r for r in intake if r.get(Attr.SIGNUP_ID) not in held_ids],
+            journal_ids=journal_ids,
+            pending_grace_s=pending_grace_s,
+            now=now,
+            journal_decided_at=journal.decided_at if journal else None,
+        )
+        if hold is not None and held_ids:
+            audit_hold(report, hold, held_ids, pending_grace_s, now)
+        return report, bool(before is not None or decisions or intake)
+    report = EventAudit(event_id=event_id, inconclusive=True)
+    report.notes.append(
+        f"the event changed while it was read, {attempts} times in a row; audit it again "
+        "when it is quieter"
+    )
+    return report, True
+
+
+def _event_ids(store: SignupStore) -> list[str]:
+    """Every event with an event item, a decision or an intake record."""
+    ids = {event.snapshot.event_id for event in store.scan_events()}
+    ids |= {item[Attr.EVENT_ID] for item in store.scan(store.main_table)}
+    ids |= {item[Attr.EVENT_ID] for item in store.scan(store.intake_table)}
+    return sorted(ids)
+
+
+def audit_hold(
+    report: EventAudit,
+    hold: Mapping[str, Any],
+    held_ids: set[str],
+    pending_grace_s: float,
+    now: datetime,
+) -> None:
+    """Account for a held event: ``held_ids`` are its parked, undecided signups.
+
+    They are waiting in arrival order, not lost; but a hold is a failure being ridden out,
+    so one older than the pending grace period is a violation (invariants 3 and 4 wait on
+    it). Their order, once released, is checked like any decision's.
+    """
+    report.held = len(held_ids)
+    report.held_for_s = age_s(hold.get(HoldAttr.HELD_SINCE), now)
+    if report.held_for_s is not None and report.held_for_s > pending_grace_s:
+        report.violations.append(
+            f"held for {report.held_for_s:.0f} s (more than {pending_grace_s:.0f} s): "
+            f"{report.held} records parked since sequence number "
+            f"{hold.get(HoldAttr.FIRST_SEQUENCE_NUMBER)}, last error "
+            f"{hold.get(HoldAttr.ERROR, 'unknown')}"
+        )
+
+
+def audit(
+    store: SignupStore,
+    event_id: str | None = None,
+    pending_grace_s: float = 300.0,
+    now: datetime | None = None,
+    attempts: int = READ_ATTEMPTS,
+) -> AuditReport:
+    """Check every event (or one); ``EventNotFoundError`` for an event with no row at all."""
+    now = now or datetime.now(UTC)
+    reports = []
+    for eid in [event_id] if event_id is not None else _event_ids(store):
+        report, exists = audit_stable(store, eid, pending_grace_s, now, attempts)
+        if not exists:
+            raise EventNotFoundError(f"no such event {eid!r}")
+        reports.append(report)
+    return AuditReport(events=reports)

@@ -1,0 +1,258 @@
+"""A small Python client of the turnstile HTTP API, for producers and polling clients.
+
+Standard library HTTP (``urllib.request``) so it adds no dependency; botocore (already
+required) signs requests with SigV4 when the API is IAM-authorized on AWS.
+
+    client = TurnstileClient("http://127.0.0.1:8080")
+    client.submit("concert", "user-42", seats=2)
+    decision = client.wait("concert", "user-42", timeout_s=30)
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import boto3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+
+from turnstile.contract import Status
+
+__all__ = ["ApiError", "TurnstileClient", "WaitTimeoutError", "region_of_execute_api"]
+
+#: API Gateway's own hosts: {api-id}.execute-api.{region}.amazonaws.com (and VPC endpoints).
+_EXECUTE_API_HOST = re.compile(
+    r"^[a-z0-9-]+\.execute-api\.([a-z0-9-]+)\.(?:vpce\.)?amazonaws\.com(?:\.cn)?$"
+)
+#: Statuses worth polling through: the store or the network is having a moment.
+_TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class ApiError(Exception):
+    """The API answered with an error status.
+
+    ``status`` is the HTTP status, ``code`` the API's ``error`` field (``event_not_found``,
+    ``signup_conflict`` ...), ``retry_after`` the Retry-After header in seconds, if any.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        retry_after: float | None = None,
+        body: Any = None,
+    ) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+        self.body = body
+
+    @property
+    def transient(self) -> bool:
+        """True where the same request may well succeed later (429 and 5xx)."""
+        return self.status in _TRANSIENT_STATUSES
+
+
+class WaitTimeoutError(TimeoutError):
+    """``wait`` reached its deadline while the signup was still undecided."""
+
+    def __init__(self, event_id: str, signup_id: str, timeout_s: float, last: Any) -> None:
+        super().__init__(
+            f"signup {signup_id!r} of event {event_id!r} still undecided after {timeout_s}s"
+        )
+        self.event_id = event_id
+        self.signup_id = signup_id
+        self.timeout_s = timeout_s
+        #: The last status document seen (PENDING), or the last error, or None.
+        self.last = last
+
+
+def region_of_execute_api(url: str) -> str | None:
+    """The AWS region in an execute-api URL, or None when the host is not API Gateway's."""
+    match = _EXECUTE_API_HOST.match((urlsplit(url).hostname or "").lower())
+    return match.group(1) if match else None
+
+
+def _segment(value: str) -> str:
+    # Every reserved character escaped, so no id can reach another path than its own.
+    return quote(value, safe="")
+
+
+class TurnstileClient:
+    """Calls the API at ``api_url`` (for instance ``http://127.0.0.1:8080`` or a stage URL).
+
+    ``sign``: True signs every request with SigV4 (service ``execute-api``) using the
+    credentials of ``session`` (a boto3 Session, default one built on demand); None signs
+    only when ``api_url`` is an execute-api host; False never signs.
+    Every method returns the API's JSON document as a dict, or raises ``ApiError``.
+    """
+
+    def __init__(
+        self,
+        api_url: str,
+        session: Any = None,
+        sign: bool | None = None,
+        timeout_s: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._session = session
+        self._sign = region_of_execute_api(api_url) is not None if sign is None else sign
+        self._sleep = sleep
+        self._clock = clock
+
+    # -- the API ----------------------------------------------------------------------
+
+    def create_event(self, event_id: str, capacity: int) -> dict[str, Any]:
+        """Create an OPEN event (201); ``ApiError`` 409 ``event_exists`` if it exists."""
+        return self._call("POST", "/events", {"event_id": event_id, "capacity": capacity})
+
+    def get_event(self, event_id: str) -> dict[str, Any]:
+        """The event: capacity, taken, remaining, accepted, state, created_at."""
+        return self._call("GET", f"/events/{_segment(event_id)}")
+
+    def update_event(self, event_id: str, capacity: int) -> dict[str, Any]:
+        """Change the capacity: up at any time, down to the seats taken (else ``ApiError``
+        400 ``capacity_below_taken``, whose message names how many are taken)."""
+        return self._call("PATCH", f"/events/{_segment(event_id)}", {"capacity": capacity})
+
+    def close_event(self, event_id: str) -> dict[str, Any]:
+        """Close the event; ``closed_now`` says whether this call was the one that did."""
+        return self._call("POST", f"/events/{_segment(event_id)}/close")
+
+    def submit(
+        self,
+        event_id: str,
+        signup_id: str,
+        seats: int = 1,
+        attributes: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Submit a signup (202, PENDING). Safe to repeat with the same arguments."""
+        body: dict[str, Any] = {"signup_id": signup_id, "seats": seats}
+        if attributes is not None:
+            # Not a map: sent as it is, for the API to refuse by its rules.
+            body["attributes"] = dict(attributes) if isinstance(attributes, Mapping) else attributes
+        return self._call("POST", f"/events/{_segment(event_id)}/signups", body)
+
+    def get(self, event_id: str, signup_id: str) -> dict[str, Any]:
+        """The signup's status document: PENDING, ACCEPTED or REJECTED."""
+        return self._call("GET", f"/events/{_segment(event_id)}/signups/{_segment(signup_id)}")
+
+    def wait(
+        self,
+        event_id: str,
+        signup_id: str,
+        timeout_s: float = 30.0,
+        initial_delay_s: float = 0.05,
+        max_delay_s: float = 2.0,
+    ) -> dict[str, Any]:
+        """Poll until the signup is decided; return the ACCEPTED or REJECTED document.
+
+        Polls with exponential backoff and full jitter (each pause is uniform in
+        [0, delay], delay doubling up to ``max_delay_s``), honours Retry-After, and polls
+        through transient failures (429, 5xx, connection errors). Raises
+        ``WaitTimeoutError`` once ``timeout_s`` has passed with no decision, and
+        ``ApiError`` at once for a permanent error such as 404.
+        """
+        deadline = self._clock() + timeout_s
+        delay = initial_delay_s
+        last: Any = None
+        while True:
+            pause_at_least = 0.0
+            try:
+                last = self.get(event_id, signup_id)
+                if last.get("status") != Status.PENDING:
+                    return last
+            except ApiError as exc:
+                if not exc.transient:
+                    raise
+                last = exc
+                pause_at_least = exc.retry_after or 0.0
+            except OSError as exc:  # refused, reset, timed out: the server may be restarting
+                last = exc
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise WaitTimeoutError(event_id, signup_id, timeout_s, last)
+            pause = max(random.uniform(0, delay), pause_at_least)
+            # Never sleep past the deadline: the last poll happens at it.
+            self._sleep(min(pause, remaining))
+            delay = min(max_delay_s, delay * 2)
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        url = self.api_url + path
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        if self._sign:
+            headers = self._signed_headers(method, url, data, headers)
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                return _document(response.read())
+        except urllib.error.HTTPError as exc:
+            raise _api_error(exc) from None
+
+    def _signed_headers(
+        self, method: str, url: str, data: bytes | None, headers: dict[str, str]
+    ) -> dict[str, str]:
+        """``headers`` plus SigV4's Authorization, X-Amz-Date and session token."""
+        session = self._boto_session()
+        credentials = session.get_credentials()
+        if credentials is None:
+            raise RuntimeError("no AWS credentials found to sign turnstile API requests")
+        region = region_of_execute_api(url) or session.region_name
+        if not region:
+            raise RuntimeError("no AWS region for signing: set one or use an execute-api URL")
+        request = AWSRequest(method=method, url=url, data=data or b"", headers=dict(headers))
+        SigV4Auth(credentials.get_frozen_credentials(), "execute-api", region).add_auth(request)
+        return dict(request.headers.items())
+
+    def _boto_session(self) -> Any:
+        if self._session is None:
+            self._session = boto3.Session()
+        return self._session
+
+
+def _document(raw: bytes) -> dict[str, Any]:
+    value = json.loads(raw) if raw else {}
+    return value if isinstance(value, dict) else {"value": value}
+
+
+def _api_error(exc: urllib.error.HTTPError) -> ApiError:
+    raw = exc.read()
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = {"message": raw.decode("utf-8", "replace")}
+    if not isinstance(body, dict):
+        body = {"message": str(body)}
+    retry_after: float | None = None
+    header = exc.headers.get("Retry-After") if exc.headers else None
+    if header:
+        try:
+            retry_after = float(header)
+        except ValueError:
+            retry_after = None
+    return ApiError(
+        status=exc.code,
+        code=str(body.get("error") or body.get("code") or "http_error"),
+        message=str(body.get("message") or exc.reason),
+        retry_after=retry_after,
+        body=body,
+    )

@@ -1,0 +1,378 @@
+"""The one place that defines turnstile's data contract and event-source settings.
+
+The CDK stack, the local stack, the store and the handlers all read these definitions, so
+the tables and the stream mapping cannot drift between AWS and a laptop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnstile.eventfilter import parse_pattern
+
+__all__ = [
+    "ALL_TABLES",
+    "CONTROL_TABLE",
+    "DECISION_RETENTION_ENV",
+    "EVENT_CONFIG_ATTRIBUTES",
+    "FAILURE_QUEUE_NAME",
+    "ID_PATTERN",
+    "INTAKE_RETENTION_DAYS",
+    "INTAKE_RETENTION_ENV",
+    "INTAKE_TABLE",
+    "MAIN_TABLE",
+    "MAX_ATTRIBUTES_BYTES",
+    "STREAM_SOURCE",
+    "UNDECIDED_INDEX",
+    "UNDECIDED_SHARDS",
+    "Attr",
+    "ControlKey",
+    "EventSourceSettings",
+    "EventState",
+    "HoldAttr",
+    "IndexSpec",
+    "Reason",
+    "Status",
+    "TableSpec",
+    "control_table_name",
+    "intake_table_name",
+    "main_table_name",
+    "undecided_shard",
+]
+
+#: signup_id and event_id both match this (docs/design.md, the data contract).
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
+
+#: The largest ``attributes`` map a signup may carry, in DynamoDB's item-size bytes.
+MAX_ATTRIBUTES_BYTES = 4096
+
+
+
+class ControlKey:
+    """Keys of the control table, the only home of the items turnstile keeps for itself.
+
+    The trust boundary by construction: producers write any key they like into intake, and
+    every decision lands in the main table under its intake record's own key. No item of
+    turnstile's own lives there, so no intake key can write, replace or shadow one. In the
+    control table each key starts with a fixed kind prefix (``EVENT#``, ``PARK#``,
+    ``SWEEPER``, ``SWEEP-RUN``) and a free-form part (an event id) only ever follows
+    ``EVENT#`` or ``PARK#``, so even a hostile event id read from intake can name nothing but
+    an event item or that event's own hold and parked records.
+    """
+
+    PK = "pk"
+    SK = "sk"
+    EVENT_PREFIX = "EVENT#"
+    EVENT_SK = "EVENT"
+    SWEEPER_LEASE = ("SWEEPER", "LEASE")
+    SWEEP_RUNS = "SWEEP-RUN"
+
+    @classmethod
+    def event(cls, event_id: str) -> tuple[str, str]:
+        return f"{cls.EVENT_PREFIX}{event_id}", cls.EVENT_SK
+
+    @classmethod
+    def sweep_run(cls, run_id: str, seq: int) -> tuple[str, str]:
+        return cls.SWEEP_RUNS, f"{run_id}#{seq:06d}"
+
+    # A held event (docs/arrival-order.md): its hold marker and its parked records share
+    # one partition; parked records sort by their arrival sequence number.
+    PARK_PREFIX = "PARK#"
+    HOLD_SK = "HOLD"
+    PARKED_PREFIX = "R#"
+    #: DynamoDB Streams sequence numbers are decimal strings of 21 to 40 digits.
+    SEQUENCE_DIGITS = 40
+
+    @classmethod
+    def hold(cls, event_id: str) -> tuple[str, str]:
+        return f"{cls.PARK_PREFIX}{event_id}", cls.HOLD_SK
+
+    @classmethod
+    def parked(cls, event_id: str, sequence_number: str) -> tuple[str, str]:
+        """A parked record's key; its sort key orders parked records by arrival."""
+        if not sequence_number.isdigit() or len(sequence_number) > cls.SEQUENCE_DIGITS:
+            raise ValueError(f"not a stream sequence number: {sequence_number[:60]!r}")
+        padded = sequence_number.rjust(cls.SEQUENCE_DIGITS, "0")
+        return f"{cls.PARK_PREFIX}{event_id}", f"{cls.PARKED_PREFIX}{padded}"
+
+
+class Attr:
+    """Attribute names, shared by every reader and writer of the tables."""
+
+    EVENT_ID = "event_id"
+    SIGNUP_ID = "signup_id"
+    # intake
+    SEATS = "seats"
+    SUBMITTED_AT = "submitted_at"
+    ATTRIBUTES = "attributes"
+    EXPIRES_AT = "expires_at"
+    #: The sweeper's marker: present only on records not yet known to be decided; the key
+    #: of the sparse ``UNDECIDED_INDEX`` (a shard, ``undecided_shard``).
+    UNDECIDED = "undecided"
+    REDRIVE = "redrive"
+    REDRIVEN_AT = "redriven_at"
+    # event item
+    CAPACITY = "capacity"
+    #: The lowest capacity the event has had (set when capacity changes), for the audit.
+    MIN_CAPACITY = "min_capacity"
+    TAKEN = "taken"
+    ACCEPTED = "accepted"
+    STATE = "state"
+    VERSION = "version"
+    CREATED_AT = "created_at"
+    #: Who created the event: the API caller's IAM ARN or token subject, or ``cli:<user>``.
+    CREATED_BY = "created_by"
+    JOURNAL = "journal"
+    #: The seats taken as of the last commit, written by the processor with every commit and
+    #: read by a capacity change's condition; nothing decides on it (see EVENT_CONFIG_ATTRIBUTES).
+    CAPACITY_FLOOR = "capacity_floor"
+    # decision item
+    STATUS = "status"
+    REASON = "reason"
+    POSITION = "position"
+    DECIDED_AT = "decided_at"
+    SEQUENCE_NUMBER = "sequence_number"
+
+
+#: The event item's attributes that creating, re-sizing and closing an event may name
+#: (keys included): the API's IAM policy allows its UpdateItem on ``EVENT#`` items to touch
+#: these and nothing else, so it can never write the processor's ``taken``, ``accepted``,
+#: ``version`` or ``journal`` (docs/design.md, the trust boundary). ``capacity_floor`` is
+#: here because a capacity change is conditioned on it; a wrong floor can at most let
+#: capacity go below ``taken``, which stops acceptances (every commit that takes seats
+#: requires ``capacity >= taken``) and never oversells.
+EVENT_CONFIG_ATTRIBUTES = (
+    ControlKey.PK,
+    ControlKey.SK,
+    Attr.EVENT_ID,
+    Attr.CAPACITY,
+    Attr.MIN_CAPACITY,
+    Attr.STATE,
+    Attr.CREATED_AT,
+    Attr.CREATED_BY,
+    Attr.CAPACITY_FLOOR,
+)
+
+#: Days an intake record is kept (its ``expires_at``), unless INTAKE_RETENTION_ENV says.
+INTAKE_RETENTION_DAYS = 30
+#: The functions' (and the CLI's) retention settings, in days: intake records always expire
+#: (default INTAKE_RETENTION_DAYS); decisions only when the second variable is set.
+INTAKE_RETENTION_ENV = "TURNSTILE_INTAKE_RETENTION_DAYS"
+DECISION_RETENTION_ENV = "TURNSTILE_DECISION_RETENTION_DAYS"
+
+
+class HoldAttr:
+    """Attributes of a held event's items in the control table (besides ``Attr``'s)."""
+
+    #: On the hold marker; present while the event is held, removed when it is released.
+    HELD_SINCE = "held_since"
+    FIRST_SEQUENCE_NUMBER = "first_sequence_number"
+    ERROR = "error"
+    #: On a parked record: why the request is invalid (it is rejected when released).
+    PROBLEM = "problem"
+
+
+class Status:
+    PENDING = "PENDING"
+    ACCEPTED = "ACCEPTED"
+    REJECTED = "REJECTED"
+
+
+class Reason:
+    CAPACITY_FULL = "capacity_full"
+    UNKNOWN_EVENT = "unknown_event"
+    EVENT_CLOSED = "event_closed"
+    INVALID_REQUEST = "invalid_request"
+
+    ALL = (CAPACITY_FULL, UNKNOWN_EVENT, EVENT_CLOSED, INVALID_REQUEST)
+
+
+class EventState:
+    OPEN = "OPEN"
+    CLOSED = "CLOSED"
+
+
+@dataclass(frozen=True)
+class IndexSpec:
+    """A global secondary index: its key (a string attribute) and what it projects."""
+
+    name: str
+    partition_key: str
+    #: ``KEYS_ONLY``, or ``INCLUDE`` with ``non_key_attributes``.
+    projection_type: str = "KEYS_ONLY"
+    non_key_attributes: tuple[str, ...] = ()
+
+    def create_kwargs(self) -> dict[str, Any]:
+        """The index as boto3 ``create_table``'s ``GlobalSecondaryIndexes`` entry."""
+        projection: dict[str, Any] = {"ProjectionType": self.projection_type}
+        if self.non_key_attributes:
+            projection["NonKeyAttributes"] = list(self.non_key_attributes)
+        return {
+            "IndexName": self.name,
+            "KeySchema": [{"AttributeName": self.partition_key, "KeyType": "HASH"}],
+            "Projection": projection,
+        }
+
+
+#: Marker values the API, the CLI and the local producers write: 16 shards, so the index's
+#: writes spread over 16 partition keys (a single value would be one hot partition).
+UNDECIDED_SHARDS = 16
+
+
+def undecided_shard(event_id: str, signup_id: str) -> str:
+    """The marker value of a signup: a hex digit fixed by its key (a rewrite keeps it)."""
+    return format(zlib.crc32(f"{event_id}\x00{signup_id}".encode()) % UNDECIDED_SHARDS, "x")
+
+
+#: The sparse index of undecided intake records: only items carrying ``Attr.UNDECIDED`` are
+#: in it, with just what the sweeper reads to judge a record's age (docs/design.md, §7).
+UNDECIDED_INDEX = IndexSpec(
+    name="undecided",
+    partition_key=Attr.UNDECIDED,
+    projection_type="INCLUDE",
+    non_key_attributes=(Attr.SUBMITTED_AT, Attr.REDRIVEN_AT, Attr.REDRIVE),
+)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table's keys, stream and TTL, as both CloudFormation and CreateTable need them."""
+
+    logical_id: str
+    default_name: str
+    env_var: str
+    partition_key: str = Attr.EVENT_ID
+    sort_key: str = Attr.SIGNUP_ID
+    stream_view_type: str | None = None
+    ttl_attribute: str | None = None
+    indexes: tuple[IndexSpec, ...] = ()
+
+    @property
+    def name(self) -> str:
+        """The table name in force: the environment variable, else the default."""
+        return os.environ.get(self.env_var) or self.default_name
+
+    def create_table_kwargs(self, name: str | None = None) -> dict[str, Any]:
+        """Arguments for boto3 ``create_table`` (the local stack's way of building it)."""
+        kwargs: dict[str, Any] = {
+            "TableName": name or self.name,
+            "KeySchema": [
+                {"AttributeName": self.partition_key, "KeyType": "HASH"},
+                {"AttributeName": self.sort_key, "KeyType": "RANGE"},
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": self.partition_key, "AttributeType": "S"},
+                {"AttributeName": self.sort_key, "AttributeType": "S"},
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+        for index in self.indexes:
+            kwargs["AttributeDefinitions"].append(
+                {"AttributeName": index.partition_key, "AttributeType": "S"}
+            )
+        if self.indexes:
+            kwargs["GlobalSecondaryIndexes"] = [index.create_kwargs() for index in self.indexes]
+        if self.stream_view_type:
+            kwargs["StreamSpecification"] = {
+                "StreamEnabled": True,
+                "StreamViewType": self.stream_view_type,
+            }
+        return kwargs
+
+
+INTAKE_TABLE = TableSpec(
+    logical_id="IntakeTable",
+    default_name="turnstile-intake",
+    env_var="TURNSTILE_INTAKE_TABLE",
+    stream_view_type="NEW_IMAGE",
+    ttl_attribute=Attr.EXPIRES_AT,
+    indexes=(UNDECIDED_INDEX,),
+)
+
+#: The local stack's on-failure destination (on AWS the CDK stack names it).
+FAILURE_QUEUE_NAME = "turnstile-stream-failures"
+
+#: Decision items only, one per intake record, under the intake record's own key.
+MAIN_TABLE = TableSpec(
+    logical_id="MainTable",
+    default_name="turnstile-main",
+    env_var="TURNSTILE_MAIN_TABLE",
+)
+
+#: Event items and the sweeper's lease and run history (keys: ``ControlKey``).
+CONTROL_TABLE = TableSpec(
+    logical_id="ControlTable",
+    default_name="turnstile-control",
+    env_var="TURNSTILE_CONTROL_TABLE",
+    partition_key=ControlKey.PK,
+    sort_key=ControlKey.SK,
+)
+
+
+def intake_table_name() -> str:
+    return INTAKE_TABLE.name
+
+
+def main_table_name() -> str:
+    return MAIN_TABLE.name
+
+
+def control_table_name() -> str:
+    return CONTROL_TABLE.name
+
+
+#: Every table turnstile owns, in the order the stacks create them.
+ALL_TABLES = (INTAKE_TABLE, MAIN_TABLE, CONTROL_TABLE)
+
+
+@dataclass(frozen=True)
+class EventSourceSettings:
+    """How the intake stream is fed to the stream processor.
+
+    AWS's defaults (retry forever, records never too old) let one bad batch block a shard
+    for 24 hours; these are bounded. The CDK event source mapping and the local
+    ``StreamPoller`` are both built from this object.
+    """
+
+    batch_size: int = 100
+    max_batching_window_s: int = 1
+    starting_position: str = "TRIM_HORIZON"
+    #: One concurrent batch per shard keeps stream order per partition key.
+    parallelization_factor: int = 1
+    retry_attempts: int = 5
+    max_record_age_s: int = 6 * 3600
+    bisect_on_error: bool = True
+    report_batch_item_failures: bool = True
+    #: New intake records, and re-emitted ones (every re-emission sets ``undecided``). TTL
+    #: deletions (REMOVE) and the sweeper's removal of the marker from a decided record (a
+    #: MODIFY without it) never reach the function.
+    filter_patterns: tuple[dict[str, Any], ...] = field(
+        default_factory=lambda: (
+            {"eventName": ["INSERT"]},
+            {
+                "eventName": ["MODIFY"],
+                "dynamodb": {"NewImage": {Attr.UNDECIDED: {"S": [{"exists": True}]}}},
+            },
+        )
+    )
+    #: AWS polls each shard four times a second.
+    poll_interval_s: float = 0.25
+
+    def __post_init__(self) -> None:
+        """Refuse what CreateEventSourceMapping refuses, so neither runtime runs it."""
+        if not 1 <= self.parallelization_factor <= 10:
+            raise ValueError("parallelization_factor is 1 to 10 (AWS's range)")
+        if not 0 <= self.max_batching_window_s <= 300:
+            raise ValueError("max_batching_window_s is 0 to 300 seconds (AWS's range)")
+        if self.retry_attempts < -1:
+            raise ValueError("retry_attempts is -1 (until the record expires) or more")
+        # A pattern may come as the API's JSON text; it is kept as the object it parses to.
+        patterns = tuple(parse_pattern(p) for p in self.filter_patterns)
+        object.__setattr__(self, "filter_patterns", patterns)
+
+
+STREAM_SOURCE = EventSourceSettings()

@@ -1,0 +1,93 @@
+"""Domain errors. Adapters translate AWS error codes into these; nothing branches on text."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CapacityBelowTakenError",
+    "CommitConflictError",
+    "ConflictError",
+    "DuplicateRunError",
+    "EventExistsError",
+    "EventNotFoundError",
+    "InvalidRequestError",
+    "JournalTooLargeError",
+    "LeaseLostError",
+    "NotFoundError",
+    "SignupConflictError",
+    "SignupNotFoundError",
+    "StoreUnavailableError",
+    "TurnstileError",
+]
+
+
+class TurnstileError(Exception):
+    """Base of every error turnstile raises on purpose."""
+
+
+class StoreUnavailableError(TurnstileError):
+    """DynamoDB throttled or failed past our retries: transient, try the work again later."""
+
+
+class CommitConflictError(TurnstileError):
+    """The event item changed under us (its version moved on): reload and decide again."""
+
+
+class InvalidRequestError(TurnstileError):
+    """A request that breaks the contract; ``problems`` names every way it does."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+class NotFoundError(TurnstileError):
+    """What the request names does not exist."""
+
+
+class ConflictError(TurnstileError):
+    """The request contradicts what was already recorded under the same id."""
+
+
+class EventExistsError(ConflictError):
+    """An event with this id already exists."""
+
+
+class EventNotFoundError(NotFoundError):
+    """No event item with this id."""
+
+
+class SignupNotFoundError(NotFoundError):
+    """No decision and no intake record for this signup."""
+
+
+class CapacityBelowTakenError(TurnstileError):
+    """A capacity lower than the seats already taken: it can go down to ``taken``, no lower."""
+
+    def __init__(self, event_id: str, capacity: int, taken: int) -> None:
+        super().__init__(
+            f"capacity {capacity} is below the {taken} seats already taken of event "
+            f"{event_id!r}; it can go down to {taken}"
+        )
+        self.event_id = event_id
+        self.capacity = capacity
+        self.taken = taken
+
+
+class SignupConflictError(ConflictError):
+    """The signup id was already submitted with a different body."""
+
+
+class LeaseLostError(TurnstileError):
+    """The sweeper's lease expired or was taken over: it must stop writing at once."""
+
+
+class DuplicateRunError(TurnstileError):
+    """The same sweep run was started twice at the same moment; this start must stop."""
+
+
+class JournalTooLargeError(TurnstileError):
+    """One commit's journal would make the event item too big; ``fits`` decisions would fit."""
+
+    def __init__(self, message: str, fits: int) -> None:
+        super().__init__(message)
+        self.fits = fits

@@ -1,0 +1,171 @@
+"""Lambda entry point of the stream processor: parse the batch, one call, report failures."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.metrics.functions import is_metrics_disabled
+from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
+from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent, event_source
+from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from turnstile.clock import parse_timestamp
+from turnstile.contract import Status
+from turnstile.personal_data import decision_retention_days, signup_ref
+from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.store import SignupStore
+
+logger = Logger(service="turnstile")
+metrics = Metrics(namespace="Turnstile", service="turnstile")
+
+
+def _traced(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Powertools Tracer around the handler, when TURNSTILE_XRAY_SDK is on.
+
+    Importing the X-Ray SDK costs 50 to 150 ms of cold start (it builds a botocore client for
+    sampling at import; `turnstile bench` measures it); X-Ray active tracing on the function
+    records every invocation without it. Turn the SDK on for subsegments per DynamoDB call.
+    """
+    if os.environ.get("TURNSTILE_XRAY_SDK", "").lower() not in {"1", "true", "yes"}:
+        return function
+    from aws_lambda_powertools import Tracer
+
+    return Tracer(service="turnstile").capture_lambda_handler(capture_response=False)(function)
+
+
+_processor: StreamProcessor | None = None
+
+
+def get_processor() -> StreamProcessor:
+    """One processor per container: its store client and journal cache outlive a batch."""
+    global _processor
+    if _processor is None:
+        _processor = StreamProcessor(
+            SignupStore(), decision_retention_days=decision_retention_days()
+        )
+    return _processor
+
+
+class LambdaEventDeserializer(TypeDeserializer):
+    """Powertools' deserializer, except that B and BS come back as bytes: a Lambda event
+    carries them as base64 text, which Powertools hands on as text (stored, it would be S)."""
+
+    def _deserialize_b(self, value: str | bytes) -> bytes:
+        return base64.b64decode(value, validate=True) if isinstance(value, str) else value
+
+
+_deserializer = LambdaEventDeserializer()
+
+
+def _new_image(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The NewImage as plain Python values: numbers as Decimal, binary as bytes."""
+    return {k: _deserializer.deserialize(v) for k, v in raw.items()}
+
+
+def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
+    """The parts of a stream record the processor needs; a broken image stays broken."""
+    stream = record.dynamodb
+    name = record.event_name.name if record.event_name else ""
+    if stream is None:
+        return IntakeRecord(sequence_number="", event_name=name, keys={})
+    try:
+        raw_image = stream.get("NewImage")
+        image: dict[str, Any] | None = _new_image(raw_image) if raw_image else None
+    except Exception:  # an image that does not deserialize is decided as invalid
+        image = None
+    return IntakeRecord(
+        sequence_number=stream.sequence_number or "",
+        event_name=name,
+        keys=stream.keys,
+        new_image=image,
+    )
+
+
+def _latency_ms(submitted_at: str | None, decided_at: str) -> float | None:
+    """Milliseconds from a producer's ``submitted_at`` (any clock, naive or junk) to the
+    decision; None when it is no time. Never raises: this runs after the commit."""
+    start, end = parse_timestamp(submitted_at), parse_timestamp(decided_at)
+    if start is None or end is None:
+        return None
+    return max(0.0, (end - start).total_seconds() * 1000)
+
+
+def record_metrics(result: BatchResult, received: int) -> None:
+    accepted = sum(1 for d in result.decided if d.decision.status == Status.ACCEPTED)
+    rejected = len(result.decided) - accepted
+    if accepted:
+        metrics.add_metric(name="SignupAccepted", unit=MetricUnit.Count, value=accepted)
+    if rejected:
+        metrics.add_metric(name="SignupRejected", unit=MetricUnit.Count, value=rejected)
+    if result.failures:
+        metrics.add_metric(name="GroupFailed", unit=MetricUnit.Count, value=len(result.failures))
+    if result.conflicts:
+        metrics.add_metric(name="CommitConflicted", unit=MetricUnit.Count, value=result.conflicts)
+    # Always one metric, so a batch of replays alone does not log "no metrics to publish".
+    metrics.add_metric(name="RecordsReceived", unit=MetricUnit.Count, value=received)
+    latencies = [_latency_ms(d.submitted_at, d.decided_at) for d in result.decided]
+    values = [v for v in latencies if v is not None]
+    # Powertools flushes a document early at 100 values of one metric: stay below, with an
+    # even sample of the batch, so the percentiles still see its spread.
+    step = max(1, -(-len(values) // 99))
+    for value in values[::step]:
+        metrics.add_metric(
+            name="DecisionLatency", unit=MetricUnit.Milliseconds, value=round(value, 1)
+        )
+
+
+def record_hold_metrics(result: BatchResult) -> None:
+    """Held events (docs/arrival-order.md): the batch succeeds, so only these tell."""
+    for event_id, error in result.held:
+        logger.warning("event held", event_id=event_id, error=error)
+    if result.held:
+        metrics.add_metric(name="EventHeld", unit=MetricUnit.Count, value=len(result.held))
+    if result.parked:
+        metrics.add_metric(name="RecordsParked", unit=MetricUnit.Count, value=result.parked)
+    if result.released:
+        metrics.add_metric(name="RecordsReleased", unit=MetricUnit.Count, value=result.released)
+
+
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    """The Lambda entry point: decide the batch; ``batchItemFailures`` for failed groups."""
+    try:
+        return _handle(event, context)
+    finally:
+        if is_metrics_disabled():
+            # Powertools keeps metrics it did not publish; left alone they pile up across
+            # invocations and are printed by its 100-value auto-flush despite the switch.
+            metrics.clear_metrics()
+
+
+@metrics.log_metrics
+@_traced
+@logger.inject_lambda_context
+@event_source(data_class=DynamoDBStreamEvent)
+def _handle(event: DynamoDBStreamEvent, context: LambdaContext) -> dict[str, Any]:
+    records = [to_intake_record(r) for r in event.records]
+    result = get_processor().process(records)
+    record_metrics(result, received=len(records))
+    record_hold_metrics(result)
+    for decided in result.decided:
+        logger.debug(
+            "signup decided",
+            event_id=decided.event_id,
+            signup_ref=signup_ref(decided.event_id, decided.decision.signup_id),
+            status=decided.decision.status,
+            reason=decided.decision.reason,
+        )
+    logger.info(
+        "batch processed",
+        records=len(records),
+        decided=len(result.decided),
+        ignored=result.ignored,
+        failed_groups=len(result.failures),
+        conflicts=result.conflicts,
+    )
+    return {"batchItemFailures": [{"itemIdentifier": seq} for seq in result.failures]}

@@ -1,0 +1,83 @@
+"""Personal data: how long it is kept, and how logs refer to a signup without naming it.
+
+A signup's id and its ``attributes`` may identify a person. Items carry ``expires_at``
+(epoch seconds), which DynamoDB's TTL deletes them by; logs carry ``signup_ref``, never
+the id itself, and never ``attributes``.
+
+Intake records always expire, ``INTAKE_RETENTION_DAYS`` (30) days after they are written
+unless ``TURNSTILE_INTAKE_RETENTION_DAYS`` says otherwise; decisions expire only when
+``TURNSTILE_DECISION_RETENTION_DAYS`` is set, that many days after they were decided. The
+CDK stack passes both variables to the functions (``turnstile:intakeRetentionDays``,
+``turnstile:decisionRetentionDays``); the CLI reads the same ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Mapping
+
+from turnstile.clock import parse_timestamp
+from turnstile.contract import DECISION_RETENTION_ENV, INTAKE_RETENTION_DAYS, INTAKE_RETENTION_ENV
+
+__all__ = [
+    "DAY_S",
+    "decision_expires_at",
+    "decision_retention_days",
+    "intake_expires_at",
+    "intake_retention_days",
+    "signup_ref",
+]
+
+DAY_S = 86_400
+
+
+def _days(name: str, environ: Mapping[str, str] | None) -> int | None:
+    raw = (os.environ if environ is None else environ).get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        days = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number of days, not {raw!r}") from None
+    if days < 1:
+        raise ValueError(f"{name} must be at least 1 day, not {days}")
+    return days
+
+
+def intake_retention_days(environ: Mapping[str, str] | None = None) -> int:
+    """Days an intake record is kept: ``TURNSTILE_INTAKE_RETENTION_DAYS``, else 30."""
+    days = _days(INTAKE_RETENTION_ENV, environ)
+    return INTAKE_RETENTION_DAYS if days is None else days
+
+
+def decision_retention_days(environ: Mapping[str, str] | None = None) -> int | None:
+    """Days a decision is kept: ``TURNSTILE_DECISION_RETENTION_DAYS``, else None (kept)."""
+    return _days(DECISION_RETENTION_ENV, environ)
+
+
+def intake_expires_at(days: int, now: float | None = None) -> int:
+    """The ``expires_at`` of an intake record written ``now`` (epoch seconds)."""
+    return int(time.time() if now is None else now) + days * DAY_S
+
+
+def decision_expires_at(decided_at: str, days: int | None) -> int | None:
+    """The ``expires_at`` of a decision made at ``decided_at`` (ISO-8601), or None (kept)."""
+    if days is None:
+        return None
+    decided = parse_timestamp(decided_at)
+    if decided is None:
+        raise ValueError(f"decided_at {decided_at!r} is not a time")
+    return int(decided.timestamp()) + days * DAY_S
+
+
+def signup_ref(event_id: str, signup_id: str) -> str:
+    """How logs name a signup: the first 16 hex digits of the SHA-256 of ``event/signup``.
+
+    Pseudonymous, not anonymous: whoever holds a candidate id can check it against a log
+    line (``turnstile.personal_data.signup_ref``), but nobody reads the id off the log,
+    and the same person's signups for two events do not share a reference.
+    """
+    digest = hashlib.sha256(f"{event_id}/{signup_id}".encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()[:16]

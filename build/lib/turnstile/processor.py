@@ -1,0 +1,314 @@
+"""The stream processor's logic: group a batch by event, decide each group in order, commit.
+
+It receives its store (``SignupStore`` or anything with the same methods) and a clock, so
+tests run it against moto, a stubbed client or a fake.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from turnstile.clock import utc_now
+from turnstile.contract import ID_PATTERN
+from turnstile.domain import Decision, SignupRequest, decide, parse_request
+from turnstile.errors import CommitConflictError, JournalTooLargeError
+from turnstile.personal_data import decision_expires_at
+from turnstile.store import EventRecord, SignupStore, refused_as_invalid
+
+__all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
+
+log = logging.getLogger(__name__)
+
+NEW_RECORD_EVENTS = frozenset({"INSERT", "MODIFY"})
+
+
+@dataclass(frozen=True)
+class IntakeRecord:
+    """One stream record, reduced to what the processor needs (plain Python values)."""
+
+    sequence_number: str
+    event_name: str
+    keys: Mapping[str, Any]
+    new_image: Mapping[str, Any] | None = None
+
+    @property
+    def event_id(self) -> str:
+        return str(self.keys.get("event_id", ""))
+
+
+@dataclass(frozen=True)
+class DecidedSignup:
+    event_id: str
+    decision: Decision
+    decided_at: str
+    submitted_at: str | None
+
+
+@dataclass
+class BatchResult:
+    """What one batch came to: failed sequence numbers (one per failed event group)."""
+
+    failures: list[str] = field(default_factory=list)
+    decided: list[DecidedSignup] = field(default_factory=list)
+    ignored: int = 0
+    conflicts: int = 0
+    #: (event_id, error class) of each event whose deciding failed and that is now held.
+    held: list[tuple[str, str]] = field(default_factory=list)
+    parked: int = 0
+    released: int = 0
+
+
+class StreamProcessor:
+    """Decides a batch of intake stream records, event by event, in stream order."""
+
+    def __init__(
+        self,
+        store: SignupStore,
+        clock: Callable[[], str] = utc_now,
+        chunk_size: int = 100,
+        max_conflicts: int = 20,
+        journal_cache_size: int = 10_000,
+        max_release: int = 5_000,
+        decision_retention_days: int | None = None,
+    ) -> None:
+        self.store = store
+        #: Decisions carry ``expires_at`` this many days after they are decided (TTL); None:
+        #: they are kept.
+        self.decision_retention_days = decision_retention_days
+        self.clock = clock
+        self.chunk_size = chunk_size
+        self.max_conflicts = max_conflicts
+        # Journals this process has materialized, so it does not write them twice. Losing
+        # this (a cold start) only costs one re-materialization; it never affects safety.
+        self._materialized: OrderedDict[tuple[str, str | None], int] = OrderedDict()
+        self._cache_size = journal_cache_size
+        #: Records one release decides at most; the rest stay parked for the next one.
+        self.max_release = max_release
+        # The event item read together with the hold marker, for the group's first chunk.
+        self._prefetched: dict[str, EventRecord | None] = {}
+
+    def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+        """Decide every new intake record; report the first record of each failed group.
+
+        A group (one event's records) that fails stops there: its later records are not
+        decided before the failed one. They are parked and the event held, until a release
+        decides them in arrival order; only if parking fails too does the failure's sequence
+        number go back to the event source, which redelivers from it. Other events carry on.
+        """
+        result = BatchResult()
+        groups: dict[str, list[SignupRequest]] = {}
+        for record in records:
+            if record.event_name not in NEW_RECORD_EVENTS:
+                result.ignored += 1  # REMOVE (TTL clean-up) never decides anything
+                continue
+            request = parse_request(record.new_image, record.sequence_number, record.keys)
+            if record.new_image is None:
+                request = _with_problem(request, "record has no new image")
+            groups.setdefault(request.event_id, []).append(request)
+        for event_id, requests in groups.items():
+            self._process_group(event_id, requests, result)
+        return result
+
+    def _process_group(
+        self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
+    ) -> None:
+        if self._held_group(event_id, requests, result):
+            return
+        start = 0
+        while start < len(requests):
+            chunk = requests[start : start + self.chunk_size]
+            try:
+                decided, consumed = self._decide_chunk(event_id, chunk, result)
+            except Exception as exc:
+                log.exception("event group failed", extra={"event_id": event_id})
+                if not self._park(event_id, requests[start:], exc, result):
+                    result.failures.append(chunk[0].sequence_number)
+                return
+            result.decided.extend(decided)
+            start += consumed
+
+    def _decide_chunk(
+        self, event_id: str, chunk: Sequence[SignupRequest], result: BatchResult
+    ) -> tuple[list[DecidedSignup], int]:
+        for _ in range(self.max_conflicts):
+            try:
+                return self._try_chunk(event_id, chunk)
+            except CommitConflictError:
+                result.conflicts += 1
+        raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
+
+    def _try_chunk(
+        self, event_id: str, chunk: Sequence[SignupRequest]
+    ) -> tuple[list[DecidedSignup], int]:
+        """Decide and commit ``chunk``, or the longest prefix of it whose journal fits.
+
+        Returns what was decided and how many requests of ``chunk`` that covers; the
+        caller hands the rest to the next round, which decides them from the new state.
+        """
+        by_id: dict[str, SignupRequest] = {}
+        for request in chunk:
+            by_id.setdefault(request.signup_id, request)
+        event = self._load_event(event_id)
+        now = self.clock()
+        expires_at = decision_expires_at(now, self.decision_retention_days)
+        if event is None:
+            existing = self.store.get_decisions(event_id, by_id)
+            outcome = decide(None, chunk, existing)
+            if outcome.decisions:
+                self.store.reject_without_event(
+                    event_id, outcome.decisions, by_id, now, expires_at=expires_at
+                )
+            return self._decided(event_id, outcome.decisions, now, by_id), len(chunk)
+
+        cache_key = (event_id, event.created_at)
+        in_journal: set[str] = set()
+        if event.journal is not None:
+            in_journal = {d.signup_id for d in event.journal.decisions}
+            if self._materialized.get(cache_key) != event.journal.version:
+                # The last commit may not have reached its items (a crash, another
+                # processor): write them before anything new is decided.
+                self.store.materialize(event_id, event.journal, by_id)
+                self._remember(cache_key, event.journal.version)
+        existing = self.store.get_decisions(event_id, [s for s in by_id if s not in in_journal])
+        already = set(existing) | in_journal
+        outcome = decide(event.snapshot, chunk, already)
+        if not outcome.decisions:
+            return [], len(chunk)
+        try:
+            journal = self.store.commit(
+                event.snapshot, outcome, now, by_id, expires_at=expires_at
+            )
+        except JournalTooLargeError as too_big:
+            # Big copied fields: commit the decisions that fit, by deciding only the
+            # requests up to the last of them (deciding a prefix gives a prefix).
+            last = outcome.decisions[too_big.fits - 1].signup_id
+            chunk = chunk[: next(i for i, r in enumerate(chunk) if r.signup_id == last) + 1]
+            outcome = decide(event.snapshot, chunk, already)
+            journal = self.store.commit(
+                event.snapshot, outcome, now, by_id, expires_at=expires_at
+            )
+        self.store.materialize(event_id, journal, by_id)
+        self._remember(cache_key, journal.version)
+        return self._decided(event_id, journal.decisions, now, by_id), len(chunk)
+
+    def _remember(self, key: tuple[str, str | None], version: int) -> None:
+        self._materialized[key] = version
+        self._materialized.move_to_end(key)
+        while len(self._materialized) > self._cache_size:
+            self._materialized.popitem(last=False)
+
+    @staticmethod
+    def _decided(
+        event_id: str,
+        decisions: Sequence[Decision],
+        decided_at: str,
+        by_id: Mapping[str, SignupRequest],
+    ) -> list[DecidedSignup]:
+        return [
+            DecidedSignup(event_id, d, decided_at, by_id[d.signup_id].submitted_at)
+            for d in decisions
+        ]
+
+    # -- held events: park, then release in arrival order (docs/arrival-order.md) --------
+
+    def _load_event(self, event_id: str) -> EventRecord | None:
+        """The event item: the one read with the hold marker if not used yet, else a fresh
+        consistent read (after a conflict, or for the next chunk)."""
+        if event_id in self._prefetched:
+            return self._prefetched.pop(event_id)
+        return self.store.get_event(event_id)
+
+    def _held_group(
+        self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
+    ) -> bool:
+        """Whether the group was dealt with as a held event's: parked behind the records
+        parked before it, then a release tried (or, if it could not be parked, failed).
+
+        Otherwise the event item read alongside the hold marker serves the first chunk.
+        """
+        self._prefetched.clear()
+        if not ID_PATTERN.fullmatch(event_id):
+            return False  # no event has this id: each record is rejected invalid_request
+        try:
+            event, hold = self.store.get_event_and_hold(event_id)
+        except Exception as exc:
+            log.exception("event group failed", extra={"event_id": event_id})
+            if not self._park(event_id, requests, exc, result):
+                result.failures.append(requests[0].sequence_number)
+            return True
+        self._prefetched[event_id] = event
+        if hold is None:
+            return False
+        if not self._park(event_id, requests, None, result):
+            self._prefetched.clear()
+            result.failures.append(requests[0].sequence_number)
+            return True
+        self.release(event_id, result)
+        return True
+
+    def _park(
+        self,
+        event_id: str,
+        requests: Sequence[SignupRequest],
+        error: BaseException | None,
+        result: BatchResult,
+    ) -> bool:
+        """Park ``requests`` and hold the event; False if that failed too (the event
+        source then retries the group: the last resort), or if DynamoDB refused the
+        records themselves (holding would block the event behind records that can never
+        be decided: they take the event source's retries, bisect and on-failure queue)."""
+        if not ID_PATTERN.fullmatch(event_id) or refused_as_invalid(error):
+            return False
+        error_class = type(error).__name__ if error is not None else None
+        try:
+            self.store.park(event_id, requests, self.clock(), error_class)
+        except Exception:
+            log.exception("parking failed", extra={"event_id": event_id})
+            return False
+        result.parked += len(requests)
+        if error_class is not None:
+            result.held.append((event_id, error_class))
+        return True
+
+    def release(self, event_id: str, result: BatchResult | None = None) -> bool:
+        """Decide a held event's parked records in arrival order, then lift the hold.
+
+        Parked records are decided by the same path as stream records, under their own
+        (arrival) sequence numbers; the decided ones are unparked chunk by chunk, and the
+        hold is lifted only if nothing was parked since it was read. Returns whether the
+        event is no longer held. Never raises: a failed release leaves the rest parked.
+        """
+        result = result if result is not None else BatchResult()
+        try:
+            hold = self.store.get_hold(event_id)
+            if hold is None:
+                return True
+            version = int(hold["version"])
+            parked = self.store.parked_requests(event_id)
+            limit = min(len(parked), self.max_release)
+            start = 0
+            while start < limit:
+                chunk = parked[start : min(start + self.chunk_size, limit)]
+                decided, consumed = self._decide_chunk(event_id, chunk, result)
+                result.decided.extend(decided)
+                self.store.unpark(event_id, [r.sequence_number for r in chunk[:consumed]])
+                result.released += consumed
+                start += consumed
+            if len(parked) > self.max_release:
+                return False
+            return self.store.lift_hold(event_id, version)
+        except Exception as exc:
+            log.exception("release failed", extra={"event_id": event_id})
+            result.held.append((event_id, type(exc).__name__))
+            return False
+        finally:
+            self._prefetched.pop(event_id, None)
+
+
+def _with_problem(request: SignupRequest, problem: str) -> SignupRequest:
+    joined = f"{request.problem}; {problem}" if request.problem else problem
+    return replace(request, problem=joined)

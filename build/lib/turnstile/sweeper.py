@@ -1,0 +1,324 @@
+"""The sweeper: nothing is ever left PENDING.
+
+It finds intake records with no decision that are older than a threshold and re-emits them
+into the stream (a MODIFY that bumps ``redrive``), so the stream processor, the only writer
+of decisions, decides them. It never decides anything itself.
+
+- One sweeper at a time: a lease that expires, with a fencing token that every
+  re-emission checks in the same transaction: a sweeper whose lease lapsed
+  cannot write.
+- Each run leaves an immutable history (started, succeeded, failed); an atomic counter
+  stops a duplicate concurrent start of the same run; only failed runs replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from turnstile.clock import MAX_CLOCK_SKEW_S, age_s, utc_now
+from turnstile.contract import Attr
+from turnstile.errors import LeaseLostError
+from turnstile.store import EventRecord, SignupStore
+
+__all__ = [
+    "FULL_SCAN_EVERY_S",
+    "SweepResult",
+    "Sweeper",
+    "Undecided",
+    "find_undecided",
+    "run_id_for",
+]
+
+log = logging.getLogger(__name__)
+
+#: A sweep run per five-minute slot: duplicate deliveries of one schedule tick share it.
+SLOT_S = 300
+
+#: How often a run reads the whole intake table instead of the index of marked records: the
+#: backstop for records whose producer left the ``undecided`` marker out (docs/design.md §7).
+FULL_SCAN_EVERY_S = 86_400.0
+#: Decided records whose marker a run removes between two looks at its time budget.
+UNMARK_CHUNK = 1000
+
+
+def run_id_for(when: datetime | None = None, slot_s: int = SLOT_S) -> str:
+    when = when or datetime.now(UTC)
+    start = int(when.timestamp()) // slot_s * slot_s
+    return datetime.fromtimestamp(start, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(frozen=True)
+class Undecided:
+    event_id: str
+    signup_id: str
+    age_s: float | None
+    #: False when a producer wrote ``redrive`` as something that is not a number.
+    counter_ok: bool = True
+
+
+@dataclass
+class SweepResult:
+    run_id: str
+    status: str = "skipped"
+    undecided: int = 0
+    re_emitted: int = 0
+    #: Held events found, and those whose release this run set off (docs/arrival-order.md).
+    held: int = 0
+    releases_triggered: int = 0
+    lease_token: int | None = None
+    #: True when the run read the whole intake table (the backstop), else only the index.
+    full_scan: bool = False
+    #: Decided records whose ``undecided`` marker this run removed.
+    unmarked: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _since_redrive(value: Any, now: float) -> float | None:
+    """Seconds since the sweeper last re-emitted the record (its own ``redriven_at``, epoch
+    seconds); None when that is no such number, or in the future, so it guards nothing."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return None
+    try:
+        since = now - float(value)
+    except (ArithmeticError, ValueError):
+        return None
+    if not math.isfinite(since) or since < -MAX_CLOCK_SKEW_S:
+        return None
+    return max(0.0, since)
+
+
+def find_undecided(
+    store: SignupStore,
+    min_age_s: float,
+    now: float | None = None,
+    event_id: str | None = None,
+    *,
+    from_index: bool = False,
+    decided_marked: list[tuple[str, str]] | None = None,
+) -> Iterator[Undecided]:
+    """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
+
+    A record whose ``submitted_at`` is missing, no time, or in the future counts as old: a
+    producer's clock must not hide a record, and re-emitting one that is merely pending
+    costs one extra delivery and never changes a decision. Only the sweeper's own
+    ``redriven_at`` (a re-emission under ``min_age_s`` ago) makes a record wait.
+
+    It reads the whole intake table (consistently), or with ``from_index`` only the sparse
+    index of records marked ``undecided``: work in proportion to what is undecided, but
+    blind to records whose producer left the marker out (the full read finds those). Ages
+    are judged first, so only old enough records cost a read of their decision. Records
+    found decided that still carry the marker are appended to ``decided_marked``.
+    """
+    now = time.time() if now is None else now
+    now_at = datetime.fromtimestamp(now, UTC)
+    source = store.undecided_marked() if from_index else store.scan(store.intake_table, event_id)
+    by_event: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
+    for item in source:
+        if event_id is not None and item[Attr.EVENT_ID] != event_id:
+            continue
+        age = age_s(item.get(Attr.SUBMITTED_AT), now_at)
+        since_redrive = _since_redrive(item.get(Attr.REDRIVEN_AT), now)
+        if age is not None and age < min_age_s:
+            continue  # known to be young
+        if since_redrive is not None and since_redrive < min_age_s:
+            continue  # re-emitted recently: give the stream time to deliver it
+        by_event.setdefault(item[Attr.EVENT_ID], []).append((item, age))
+    for eid, found in by_event.items():
+        items = store.get_decisions(eid, [i[Attr.SIGNUP_ID] for i, _ in found])
+        decided = set(items)
+        event: EventRecord | None = store.get_event(eid)
+        if event is not None and event.journal is not None:
+            decided |= {d.signup_id for d in event.journal.decisions}
+        for item, age in found:
+            signup_id = item[Attr.SIGNUP_ID]
+            if signup_id in decided:
+                # Only a decision item (not a journal row yet to be written) unmarks it.
+                if decided_marked is not None and Attr.UNDECIDED in item and signup_id in items:
+                    decided_marked.append((eid, signup_id))
+                continue
+            counter = item.get(Attr.REDRIVE)
+            ok = counter is None or (isinstance(counter, Decimal) and counter.is_finite())
+            yield Undecided(eid, signup_id, age, counter_ok=ok)
+
+
+class Sweeper:
+    """One sweep: lease, history entry, find, fenced re-emission, history outcome.
+
+    A run finds undecided records through the sparse index of marked records, except when
+    a full scan is due (none recorded on the lease item, or the last one finished over
+    ``full_scan_every_s`` ago): then it reads the whole intake table, and records the scan
+    only if it re-emitted everything it found. ``0`` scans every run; ``math.inf`` never.
+    """
+
+    def __init__(
+        self,
+        store: SignupStore,
+        owner: str | None = None,
+        lease_s: float = 120.0,
+        min_age_s: float = 300.0,
+        max_re_emits: int = 100_000,
+        max_run_s: float = 180.0,
+        clock: Callable[[], float] = time.time,
+        full_scan_every_s: float | None = None,
+    ) -> None:
+        self.store = store
+        self.full_scan_every_s = (
+            FULL_SCAN_EVERY_S if full_scan_every_s is None else full_scan_every_s
+        )
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.lease_s = lease_s
+        self.min_age_s = min_age_s
+        self.max_re_emits = max_re_emits
+        #: A run stops re-emitting after this long (the Lambda timeout is 4 minutes); the
+        #: rest is counted as undecided and left to the next run.
+        self.max_run_s = max_run_s
+        #: Records re-emitted per fenced transaction (DynamoDB allows 100 actions).
+        self.chunk = 99
+        #: Parked signups tried, in order, for one whose intake record still exists.
+        self.release_triggers = 10
+        self.clock = clock
+
+    def sweep(self, run_id: str | None = None, replay: bool = False) -> SweepResult:
+        """Run one sweep under the lease. Never raises for a lost lease: it stops writing."""
+        run_id = run_id or run_id_for()
+        result = SweepResult(run_id=run_id)
+        token = self.store.acquire_lease(self.owner, self.lease_s, self.clock())
+        if token is None:
+            result.status = "lease_busy"
+            return result
+        result.lease_token = token
+        try:
+            seq = self.store.start_run(run_id, utc_now(), replay=replay)
+            if seq is None:
+                result.status = "already_ran"
+                return result
+            try:
+                self._work(result)
+                result.status = "succeeded"
+            except LeaseLostError as exc:
+                result.status = "failed"
+                result.errors.append(str(exc))
+            except Exception as exc:
+                result.status = "failed"
+                result.errors.append(repr(exc))
+                log.exception("sweep run failed", extra={"run_id": run_id})
+            self.store.finish_run(run_id, seq, result.status, utc_now(), result.to_dict())
+            return result
+        finally:
+            self.store.release_lease(self.owner, result.lease_token or token)
+
+    def full_scan_due(self, now: float) -> bool:
+        """Whether this run reads the whole intake table: no full scan recorded, or the
+        last one over ``full_scan_every_s`` ago (or in the future: no guard)."""
+        if math.isinf(self.full_scan_every_s):
+            return False
+        lease = self.store.get_lease() or {}
+        since = _since_redrive(lease.get("full_scan_at"), now)
+        return since is None or since >= self.full_scan_every_s
+
+    def _work(self, result: SweepResult) -> None:
+        assert result.lease_token is not None
+        started = renewed = self.clock()
+        batch: list[tuple[str, str]] = []
+        junk: set[tuple[str, str]] = set()  # records whose redrive counter is not a number
+        left = 0  # undecided records counted but left for the next run
+        decided_marked: list[tuple[str, str]] = []
+        result.full_scan = self.full_scan_due(started)
+
+        def flush() -> None:
+            nonlocal renewed
+            now = self.clock()
+            if now - renewed > self.lease_s / 3:
+                # Renew well before expiry; the new token fences every later write.
+                token = self.store.acquire_lease(self.owner, self.lease_s, now)
+                if token is None:
+                    raise LeaseLostError(f"sweeper lease of {self.owner!r} was taken over")
+                result.lease_token, renewed = token, now
+            assert result.lease_token is not None
+            extra = {"junk_counters": set(junk)} if junk else {}
+            result.re_emitted += self.store.fenced_redrive_many(
+                self.owner, result.lease_token, now, batch, **extra
+            )
+            batch.clear()
+            junk.clear()
+
+        parked = self._trigger_releases(result)
+        found = find_undecided(
+            self.store,
+            self.min_age_s,
+            self.clock(),
+            from_index=not result.full_scan,
+            decided_marked=decided_marked,
+        )
+        for undecided in found:
+            if (undecided.event_id, undecided.signup_id) in parked:
+                continue  # waits in order behind its event's hold: released, not re-emitted
+            result.undecided += 1
+            out_of_budget = self.clock() - started > self.max_run_s
+            if out_of_budget or result.re_emitted + len(batch) >= self.max_re_emits:
+                left += 1
+                continue  # counted, left for the next run
+            batch.append((undecided.event_id, undecided.signup_id))
+            if not undecided.counter_ok:
+                junk.add(batch[-1])
+            if len(batch) == self.chunk:
+                flush()
+        if batch:
+            flush()
+        for start in range(0, len(decided_marked), UNMARK_CHUNK):
+            if self.clock() - started > self.max_run_s:
+                break  # still in the index: a later run removes the rest
+            chunk = decided_marked[start : start + UNMARK_CHUNK]
+            result.unmarked += self.store.clear_undecided(chunk)
+        if result.full_scan and not left:
+            # Every unmarked record it found is re-emitted, and so marked: the index sees
+            # it from now on. Records written since ``started`` are the next scan's.
+            self.store.note_full_scan(self.owner, result.lease_token, started)
+
+    def _trigger_releases(self, result: SweepResult) -> set[tuple[str, str]]:
+        """Set off the release of every held event; the keys of all parked records.
+
+        The sweeper decides nothing: it re-emits the intake record of a held event's first
+        parked signup (fenced by the lease), and the stream processor, seeing a record of a
+        held event, releases the event's parked records in arrival order. A hold with
+        nothing parked under it is lifted here (conditioned on its version, so a record
+        parked meanwhile keeps it).
+        """
+        assert result.lease_token is not None
+        parked_keys: set[tuple[str, str]] = set()
+        for event_id, hold in self.store.holds().items():
+            result.held += 1
+            parked = self.store.parked_requests(event_id)
+            parked_keys |= {(event_id, r.signup_id) for r in parked}
+            if not parked:
+                if self.store.lift_hold(event_id, int(hold["version"])):
+                    result.releases_triggered += 1
+                continue
+            for request in parked[: self.release_triggers]:
+                if self.store.fenced_redrive(
+                    self.owner, result.lease_token, self.clock(), event_id, request.signup_id
+                ):
+                    result.releases_triggered += 1
+                    break
+        return parked_keys
+
+    def replay_failed(self) -> list[SweepResult]:
+        """Rerun every run whose latest history entry is ``failed``, and only those."""
+        latest: dict[str, dict[str, Any]] = {}
+        for item in self.store.run_history():
+            latest[item["run_id"]] = item  # oldest first: the last one wins
+        failed = [run for run, item in latest.items() if item["exec_status"] == "failed"]
+        return [self.sweep(run, replay=True) for run in failed]

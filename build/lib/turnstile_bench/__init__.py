@@ -1,0 +1,184 @@
+"""``turnstile bench``: naive, optimistic and turnstile deciding the same workload, side by side.
+
+A package of its own, beside the runtime package ``turnstile`` and never in the Lambda asset;
+its dependencies are the ``bench`` extra. This module only registers the command: everything
+heavy (moto, matplotlib, the stream handler) is imported when the command runs, so the CLI
+stays quick to start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["cmd_bench", "register"]
+
+
+def _intake_range(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    pair = (int(low), int(high or low))
+    if not 0 < pair[0] <= pair[1]:
+        raise argparse.ArgumentTypeError(f"expected LOW-HIGH bytes, got {text!r}")
+    return pair
+
+
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 0:
+        raise argparse.ArgumentTypeError(f"expected counts like 10000,100000, got {text!r}")
+    return counts
+
+
+def _seats(text: str) -> tuple[tuple[int, float], ...]:
+    from turnstile_bench.workload import parse_seats
+
+    try:
+        return parse_seats(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def register(subparsers: Any) -> None:
+    """Add ``bench`` to the CLI's subcommands (``func`` runs it)."""
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark naive, optimistic and turnstile on the embedded local endpoint",
+        description=(
+            "Runs one workload three ways on a fresh embedded endpoint each, and reports "
+            "throughput, latency, oversold seats, requests and capacity units per decision, "
+            "and on-demand cost. Local speeds are moto's: compare ratios and units."
+        ),
+    )
+    p.add_argument("--quick", action="store_true", help="the standard run, under 3 minutes")
+    p.add_argument(
+        "--scale",
+        action="store_true",
+        help="only the scale check (one event growing; 1,000 vs 100,000, or 10,000 if --quick)",
+    )
+    p.add_argument("--no-scale", action="store_true", help="skip the scale check")
+    p.add_argument(
+        "--sweeper",
+        action="store_true",
+        help="only the sweeper's units: N decided + 100 undecided intake records, a full "
+        "scan (as before the index) against the index (N: 10,000 and 100,000, or 10,000 "
+        "if --quick; or --sweeper-decided)",
+    )
+    p.add_argument(
+        "--sweeper-decided",
+        type=_counts,
+        metavar="N[,N...]",
+        help="decided intake records for --sweeper, e.g. 10000,100000",
+    )
+    p.add_argument("--no-cold-start", action="store_true", help="skip import time and CPU")
+    p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="draw latency, throughput, units, scale")
+    p.add_argument(
+        "--strategies",
+        default="naive,optimistic,turnstile",
+        help="comma-separated ways to run (default all three)",
+    )
+    knobs = p.add_argument_group("workload knobs (defaults depend on --quick)")
+    knobs.add_argument("--events", type=int)
+    knobs.add_argument("--capacity", type=int, help="seats per event")
+    knobs.add_argument("--signups", type=int)
+    knobs.add_argument("--producers", type=int, help="concurrent producer threads")
+    knobs.add_argument("--seats", type=_seats, help='seats per signup, weighted: "1:70,2:20,4:10"')
+    knobs.add_argument("--hot-share", type=float, help="share of signups on the first event")
+    knobs.add_argument(
+        "--intake-bytes", type=_intake_range, help="intake item size range, e.g. 350-900"
+    )
+    knobs.add_argument("--seed", type=int)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_bench)
+
+
+def _check_extra(args: argparse.Namespace) -> None:
+    """Before a run of minutes: the bench extra's modules are there (one line if not)."""
+    from turnstile.cli import needs_extra
+
+    # moto for the embedded endpoint (the local extra, which bench includes); matplotlib draws.
+    for module in ("moto", "werkzeug", *(("matplotlib",) if args.plot else ())):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            raise needs_extra("bench", "bench", exc) from exc
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run the benchmark, print the table, write the files; exit 1 if turnstile oversold."""
+    _check_extra(args)
+    from turnstile_bench.progress import Progress
+    from turnstile_bench.report import render_table
+    from turnstile_bench.runner import FULL, QUICK, with_knobs
+    from turnstile_bench.strategies import STRATEGIES
+
+    if args.sweeper:
+        return _sweeper(args, Progress(enabled=not args.quiet))
+
+    options = QUICK if args.quick else FULL
+    options = with_knobs(
+        options,
+        events=args.events,
+        capacity=args.capacity,
+        signups=args.signups,
+        producers=args.producers,
+        seats=args.seats,
+        hot_share=args.hot_share,
+        intake_bytes=args.intake_bytes,
+        seed=args.seed,
+    )
+    names = tuple(n.strip() for n in args.strategies.split(",") if n.strip())
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        print(f"turnstile: unknown strategy {unknown[0]!r}", file=sys.stderr)
+        return 2
+    options = replace(
+        options,
+        strategies=names,
+        run_strategies=not args.scale,
+        run_scale=not args.no_scale,
+        run_cold_start=not (args.no_cold_start or args.scale),
+    )
+    from turnstile_bench.runner import run_bench
+
+    doc = run_bench(options, Progress(enabled=not args.quiet))
+    print(render_table(doc))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    if args.plot:
+        try:
+            from turnstile_bench.plot import plot
+
+            plot(doc, Path(args.plot))
+        except ImportError as exc:  # matplotlib is a benchmark-only dependency
+            print(f"turnstile: cannot draw {args.plot}: {exc}", file=sys.stderr)
+            return 2
+    broken = doc.get("checks", {})
+    ok = broken.get("turnstile_never_oversold", True) and broken.get("scale_never_oversold", True)
+    return 0 if ok else 1
+
+
+def _sweeper(args: argparse.Namespace, progress: Any) -> int:
+    """``--sweeper``: the sweeper's units as intake grows, as a markdown table."""
+    from turnstile_bench.endpoint import quiet_handler_environment
+    from turnstile_bench.sweep import render_markdown, run_sweeper_scale
+
+    quiet_handler_environment()
+    counts = args.sweeper_decided or ((10_000,) if args.quick else (10_000, 100_000))
+    doc = run_sweeper_scale(counts, undecided=100, progress=progress)
+    print(render_markdown(doc))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0

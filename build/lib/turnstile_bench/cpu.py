@@ -1,0 +1,279 @@
+"""CPU time per decision in the stream handler, apart from I/O.
+
+Two figures, on synthetic batches of 100 Lambda-shaped records for one event:
+
+* ``engine``: the pure work of a decision: parse the image, decide, encode the journal;
+* ``handler``: the whole Lambda handler (Powertools decorators and event parsing, the
+  processor, the store building every request) over an in-memory DynamoDB client that
+  answers instantly, so what remains is the handler's own CPU.
+
+Measured with ``time.thread_time`` (this thread only), so nothing else in the process
+(the embedded endpoint, other threads) is counted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer
+from botocore.exceptions import ClientError
+
+from turnstile.domain import EventSnapshot, decide, parse_request
+from turnstile.processor import StreamProcessor, utc_now
+from turnstile.store import Journal, SignupStore
+from turnstile_bench.endpoint import quiet_handler_environment
+from turnstile_bench.scale import lambda_record
+from turnstile_bench.workload import Workload, generate, intake_item
+
+__all__ = ["CpuProfile", "MemoryDynamoDB", "measure_cpu"]
+
+_deserializer = TypeDeserializer()
+
+
+def _condition_failed(operation: str) -> ClientError:
+    error = {"Code": "ConditionalCheckFailedException", "Message": "condition failed"}
+    return ClientError({"Error": error}, operation)
+
+
+class MemoryDynamoDB:
+    """Just enough of a DynamoDB client for the processor's requests, kept in memory.
+
+    Supports plain puts and gets, batches, and UpdateItem with ``SET a = :v, ...`` and
+    conditions made of ``#name <op> :value`` comparisons joined by AND.
+    """
+
+    def __init__(self) -> None:
+        self.tables: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
+
+    @staticmethod
+    def _key(key: Mapping[str, Any]) -> tuple[str, str]:
+        if "pk" in key:  # the control table
+            return key["pk"]["S"], key["sk"]["S"]
+        return key["event_id"]["S"], key["signup_id"]["S"]
+
+    def _table(self, name: str) -> dict[tuple[str, str], dict[str, Any]]:
+        return self.tables.setdefault(name, {})
+
+    def put_item(self, TableName: str, Item: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        table = self._table(TableName)
+        key = self._key(Item)
+        if "attribute_not_exists" in kwargs.get("ConditionExpression", "") and key in table:
+            raise _condition_failed("PutItem")
+        table[key] = dict(Item)
+        return {}
+
+    def get_item(self, TableName: str, Key: dict[str, Any], **_: Any) -> dict[str, Any]:
+        item = self._table(TableName).get(self._key(Key))
+        return {"Item": dict(item)} if item is not None else {}
+
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
+        responses = {
+            name: [
+                dict(item)
+                for key in spec["Keys"]
+                if (item := self._table(name).get(self._key(key))) is not None
+            ]
+            for name, spec in RequestItems.items()
+        }
+        return {"Responses": responses, "UnprocessedKeys": {}}
+
+    def batch_write_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
+        for name, requests in RequestItems.items():
+            for request in requests:
+                item = request["PutRequest"]["Item"]
+                self._table(name)[self._key(item)] = dict(item)
+        return {"UnprocessedItems": {}}
+
+    def update_item(
+        self,
+        TableName: str,
+        Key: dict[str, Any],
+        UpdateExpression: str,
+        ExpressionAttributeNames: Mapping[str, str] | None = None,
+        ExpressionAttributeValues: Mapping[str, Any] | None = None,
+        ConditionExpression: str | None = None,
+        **_: Any,
+    ) -> dict[str, Any]:
+        names = ExpressionAttributeNames or {}
+        values = ExpressionAttributeValues or {}
+        table = self._table(TableName)
+        existing = table.get(self._key(Key))
+        # Conditions see the item as it is (none yet: no attribute, not even the key).
+        if ConditionExpression and not self._holds(
+            ConditionExpression, existing or {}, names, values
+        ):
+            raise _condition_failed("UpdateItem")
+        item = dict(existing) if existing is not None else dict(Key)
+        action, _, assignments = UpdateExpression.partition(" ")
+        if action.upper() != "SET":
+            raise NotImplementedError(UpdateExpression)
+        for assignment in assignments.split(","):
+            target, _, source = (part.strip() for part in assignment.partition("="))
+            item[names.get(target, target)] = values[source]
+        table[self._key(Key)] = item
+        return {}
+
+    @staticmethod
+    def _holds(
+        condition: str,
+        item: Mapping[str, Any],
+        names: Mapping[str, str],
+        values: Mapping[str, Any],
+    ) -> bool:
+        operators = {
+            ">=": lambda a, b: a >= b,
+            "<=": lambda a, b: a <= b,
+            "=": lambda a, b: a == b,
+            ">": lambda a, b: a > b,
+            "<": lambda a, b: a < b,
+        }
+        for clause in condition.split(" AND "):
+            if clause.startswith("(") and clause.endswith(")"):
+                # (attribute_not_exists(#a) OR #a = :b): the store's lock on a version
+                # that a hand-written item may lack.
+                options = clause[1:-1].split(" OR ")
+                if not any(
+                    MemoryDynamoDB._holds(option, item, names, values) for option in options
+                ):
+                    return False
+                continue
+            if clause.startswith("attribute_not_exists(") and clause.endswith(")"):
+                name = clause[len("attribute_not_exists(") : -1]
+                if names.get(name, name) in item:
+                    return False
+                continue
+            if clause.startswith("attribute_exists(") and clause.endswith(")"):
+                name = clause[len("attribute_exists(") : -1]
+                if names.get(name, name) not in item:
+                    return False
+                continue
+            for symbol, compare in operators.items():
+                if f" {symbol} " in clause:
+                    left, right = (p.strip() for p in clause.split(f" {symbol} "))
+                    held = item.get(names.get(left, left))
+                    wanted = values.get(right) or item.get(names.get(right, right))
+                    if held is None or wanted is None:
+                        return False
+                    a = _deserializer.deserialize(held)
+                    b = _deserializer.deserialize(wanted)
+                    if not compare(a, b):
+                        return False
+                    break
+            else:
+                raise NotImplementedError(clause)
+        return True
+
+
+@dataclass(frozen=True)
+class CpuProfile:
+    """CPU microseconds per decision: the pure engine, and the whole handler without I/O."""
+
+    batches: int
+    decisions: int
+    engine_us_per_decision: float
+    handler_us_per_decision: float
+    handler_ms_per_batch: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": (
+                "time.thread_time around synthetic batches of 100 records for one event; "
+                "engine = parse_request + decide + Journal.encode; handler = the Lambda "
+                "handler with an in-memory DynamoDB client (no I/O)"
+            ),
+            "batches": self.batches,
+            "decisions": self.decisions,
+            "engine_us_per_decision": round(self.engine_us_per_decision, 1),
+            "handler_us_per_decision": round(self.handler_us_per_decision, 1),
+            "handler_ms_per_batch": round(self.handler_ms_per_batch, 2),
+        }
+
+
+def _records(batches: int) -> list[list[dict[str, Any]]]:
+    workload = Workload(events=1, signups=batches * 100, hot_share=1.0)
+    signups = generate(workload)
+    arn = "arn:aws:dynamodb:us-east-1:123456789012:table/cpu/stream/1"
+    out: list[list[dict[str, Any]]] = []
+    for start in range(0, len(signups), 100):
+        out.append(
+            [
+                lambda_record(
+                    intake_item(s.event_id, s.signup_id, s.seats, s.attributes, utc_now()),
+                    str(1_100_000_000_000_000_000_000 + start + i),
+                    arn,
+                )
+                for i, s in enumerate(signups[start : start + 100])
+            ]
+        )
+    return out
+
+
+def _engine(batches: Sequence[Sequence[dict[str, Any]]], capacity: int) -> float:
+    """Thread CPU seconds for parse + decide + journal encode over every batch."""
+    event = EventSnapshot(event_id="bench-ev00", capacity=capacity)
+    started = time.thread_time()
+    for batch in batches:
+        requests = [
+            parse_request(
+                {k: _deserializer.deserialize(v) for k, v in r["dynamodb"]["NewImage"].items()},
+                r["dynamodb"]["SequenceNumber"],
+            )
+            for r in batch
+        ]
+        outcome = decide(event, requests)
+        Journal.build(
+            event.event_id,
+            event.version + 1,
+            utc_now(),
+            outcome.decisions,
+            {r.signup_id: r for r in requests},
+        ).encode()
+        assert outcome.state is not None
+        event = outcome.state
+    return time.thread_time() - started
+
+
+def measure_cpu(batches: int = 50) -> CpuProfile:
+    """CPU per decision of the engine alone and of the whole handler (in-memory store)."""
+    quiet_handler_environment()
+    from turnstile.handlers import stream as stream_module
+    from turnstile.local.poller import LocalLambdaContext
+    from turnstile_bench.strategies import quiet
+
+    records = _records(batches)
+    capacity = batches * 50
+    engine_s = _engine(records, capacity)
+
+    client = MemoryDynamoDB()
+    store = SignupStore(
+        client, intake_table="cpu-intake", main_table="cpu-main", control_table="cpu-control"
+    )
+    store.create_event("bench-ev00", capacity, utc_now())
+    previous = stream_module._processor
+    stream_module._processor = StreamProcessor(store, chunk_size=100)
+    handler = quiet(stream_module.handler)
+    # A warm-up call outside the clock (its own event): first-call costs are cold start.
+    store.create_event("bench-warm-up", 1, utc_now())
+    warm_up = intake_item("bench-warm-up", "warm-up", 1, {}, utc_now())
+    handler({"Records": [lambda_record(warm_up, "1", "warm-up")]}, LocalLambdaContext())
+    try:
+        started = time.thread_time()
+        for batch in records:
+            handler({"Records": batch}, LocalLambdaContext())
+        handler_s = time.thread_time() - started
+    finally:
+        stream_module._processor = previous
+    decisions = sum(len(b) for b in records)
+    decided = sum(1 for e, _ in client.tables["cpu-main"] if e == "bench-ev00")
+    if decided < decisions:
+        raise RuntimeError(f"the handler decided {decided} of {decisions} synthetic signups")
+    return CpuProfile(
+        batches=batches,
+        decisions=decisions,
+        engine_us_per_decision=engine_s / decisions * 1e6,
+        handler_us_per_decision=handler_s / decisions * 1e6,
+        handler_ms_per_batch=handler_s / batches * 1e3,
+    )

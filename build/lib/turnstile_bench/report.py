@@ -1,0 +1,282 @@
+"""The benchmark's figures: per-way summaries, the JSON document, and the terminal table."""
+
+from __future__ import annotations
+
+import math
+import platform
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from turnstile_bench.metering import combine
+from turnstile_bench.prices import Prices
+from turnstile_bench.strategies import StrategyRun
+
+__all__ = ["machine", "percentile", "render_table", "strategy_figures"]
+
+#: The stream processor's own write units per decision, one event per batch (the scale run).
+PROCESSOR_WRITE_UNITS_BOUND = 1.1
+#: The same with the quick workload's batches spread over 6 events: each event in a batch
+#: is one commit, and since journal format 2 each commit carries the copied fields too.
+SPREAD_WRITE_UNITS_BOUND = 1.25
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0-100) by linear interpolation between closest ranks."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def _sizes(values: Sequence[int]) -> dict[str, Any]:
+    return {
+        "mean": round(sum(values) / len(values), 1) if values else None,
+        "max": max(values, default=None),
+        "min": min(values, default=None),
+        "over_1kb": sum(1 for v in values if v > 1024),
+    }
+
+
+def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
+    """One way's figures; units and requests are per decision, latencies in seconds."""
+    census = run.census
+    n = max(1, census.decided)
+    cost = combine(run.meters[role] for role in run.cost_roles)
+    writes = cost.total_write_units / n
+    reads = cost.total_read_units / n
+    latencies = run.latencies_s
+    out: dict[str, Any] = {
+        "signups": run.signups,
+        "decided": census.decided,
+        "accepted": census.accepted,
+        "rejected": census.rejected,
+        "pending": run.signups - census.decided,
+        "wall_s": round(run.wall_s, 3),
+        "decisions_per_s": round(census.decided / run.wall_s, 1) if run.wall_s else None,
+        "p50_s": round(percentile(latencies, 50), 4),
+        "p95_s": round(percentile(latencies, 95), 4),
+        "p99_s": round(percentile(latencies, 99), 4),
+        "latency_max_s": round(max(latencies, default=math.nan), 4),
+        "oversold_seats": census.oversold_seats,
+        "conflicts": run.conflicts,
+        "retries": run.retries,
+        "failed_conditional_writes": cost.failed_conditional_writes,
+        "requests_per_decision": round(cost.total_requests / n, 4),
+        "read_units_per_decision": round(reads, 4),
+        "write_units_per_decision": round(writes, 4),
+        "cost_per_million_usd": round(prices.per_million_decisions_usd(writes, reads), 4),
+        "decision_item_bytes": _sizes(census.decision_sizes),
+        "requests_by_operation": dict(sorted(cost.requests.items())),
+        "write_units_by_operation": dict(sorted(cost.write_units.items())),
+        "index_write_units_by_index": dict(sorted(cost.index_write_units.items())),
+        "read_units_by_operation": dict(sorted(cost.read_units.items())),
+        "metering": {
+            "sampled_size_mismatches": census.size_mismatches,
+            "estimated_query_pages": cost.estimated_reads,
+            "unmetered_sizing_requests": cost.unmetered_requests,
+        },
+    }
+    if "processor" in run.meters:
+        processor = run.meters["processor"]
+        producers = run.meters["producers"]
+        status = run.meters["status_reads"]
+        stream = run.meters["stream"]
+        out.update(
+            {
+                "processor_write_units_per_decision": round(processor.total_write_units / n, 4),
+                "processor_read_units_per_decision": round(processor.total_read_units / n, 4),
+                "processor_requests_per_decision": round(processor.total_requests / n, 4),
+                "intake_write_units_per_decision": round(producers.table_write_units / n, 4),
+                # The intake item's entry in the sparse ``undecided`` index (its marker).
+                "intake_index_write_units_per_decision": round(
+                    producers.total_index_write_units / n, 4
+                ),
+                "intake_item_bytes": _sizes(census.intake_sizes),
+                "status_reads": {
+                    "note": (
+                        "the benchmark's own polling for decisions (consistent BatchGetItem "
+                        "over everything pending, round after round); not in the cost above"
+                    ),
+                    "requests_per_decision": round(status.total_requests / n, 4),
+                    "read_units_per_decision": round(status.total_read_units / n, 4),
+                },
+                "stream_requests": {
+                    "note": "GetRecords by a Lambda trigger are free; not in the cost above",
+                    **stream.requests,
+                },
+            }
+        )
+    out.update(run.extra)
+    out["latencies_s"] = [round(v, 4) for v in latencies]
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """What ran the benchmark."""
+    model = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    import os
+
+    versions = {}
+    for package in ("boto3", "botocore", "moto", "aws-lambda-powertools", "aws-xray-sdk"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "cpu_model": model or platform.processor(),
+        "packages": versions,
+        "endpoint": (
+            "EmbeddedAws: moto's server in-process, one request at a time (~400 requests/s "
+            "on this kind of machine); absolute speeds are moto's, compare ratios and units"
+        ),
+    }
+
+
+# -- the terminal table -----------------------------------------------------------------
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def render_table(doc: Mapping[str, Any]) -> str:
+    """The summary a person reads at the end of ``turnstile bench``."""
+    lines: list[str] = []
+    w = doc["workload"]
+    seats = " ".join(f"{k}:{v:.2f}" for k, v in w["seats"].items())
+    lines.append(
+        f"turnstile bench ({doc['mode']}): {w['signups']} signups, {w['events']} events x "
+        f"{w['capacity']} seats, {w['producers']} producers, hot event share "
+        f"{w['hot_share']:.2f}, seats {seats}, intake items {w['intake_bytes'][0]}-"
+        f"{w['intake_bytes'][1]} B"
+    )
+    lines.append(
+        "endpoint: embedded moto, one request at a time: absolute speeds are moto's; "
+        "compare ratios and units"
+    )
+    lines.append(f"prices: {doc['prices_text']}")
+    strategies = doc.get("strategies") or {}
+    if strategies:
+        lines.append("")
+        header = (
+            f"{'way':<11}{'dec/s':>8}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'oversold':>9}"
+            f"{'conflicts':>10}{'retries':>8}{'req/dec':>8}{'RU/dec':>8}{'WU/dec':>8}"
+            f"{'$/M signups':>12}"
+        )
+        lines.append(header)
+        lines.append("-" * len(header))
+        for name, s in strategies.items():
+            lines.append(
+                f"{name:<11}{_f(s['decisions_per_s'], 1):>8}{_f(s['p50_s'], 3):>8}"
+                f"{_f(s['p95_s'], 3):>8}{_f(s['p99_s'], 3):>8}{s['oversold_seats']:>9}"
+                f"{s['conflicts']:>10}{s['retries']:>8}{_f(s['requests_per_decision']):>8}"
+                f"{_f(s['read_units_per_decision']):>8}{_f(s['write_units_per_decision']):>8}"
+                f"{_f(s['cost_per_million_usd'], 3):>12}"
+            )
+        t = strategies.get("turnstile")
+        if t:
+            processor_w = _f(t["processor_write_units_per_decision"], 3)
+            intake_w = _f(t["intake_write_units_per_decision"], 3)
+            index_w = _f(t["intake_index_write_units_per_decision"], 3)
+            processor_r = _f(t["processor_read_units_per_decision"], 3)
+            audit_ok = "OK" if t.get("audit", {}).get("ok") else "BROKEN"
+            lines.append(
+                f"turnstile write units/decision: processor {processor_w} (decisions +"
+                f" counters) + intake {intake_w} + its undecided index entry {index_w};"
+                f" processor reads {processor_r} RU/decision;"
+                f" mean batch {t.get('mean_batch_records')} records; audit {audit_ok}"
+            )
+            d, i = t["decision_item_bytes"], t["intake_item_bytes"]
+            lines.append(
+                f"item sizes: intake mean {_f(i['mean'], 0)} B, max {i['max']} B; decision mean"
+                f" {_f(d['mean'], 0)} B, max {d['max']} B ({d['over_1kb']} over 1 KB)"
+            )
+            sr = t["status_reads"]
+            lines.append(
+                f"not in the cost: the bench's status polling ({_f(sr['requests_per_decision'])}"
+                f" req, {_f(sr['read_units_per_decision'])} RU per decision), stream reads (free)"
+            )
+    scale = doc.get("scale")
+    if scale:
+        lines.append("")
+        lines.append(f"scale, one event ({scale['method']}):")
+        lines.append(
+            f"{'signups':>9}{'proc WU/dec':>13}{'proc RU/dec':>13}{'req/dec':>9}"
+            f"{'$/M signups':>13}{'vs first':>10}{'oversold':>10}"
+        )
+        for p in scale["points"]:
+            lines.append(
+                f"{p['signups']:>9}{_f(p['processor_write_units_per_decision'], 3):>13}"
+                f"{_f(p['processor_read_units_per_decision'], 3):>13}"
+                f"{_f(p['processor_requests_per_decision'], 3):>9}"
+                f"{_f(p['cost_per_million_usd'], 3):>13}{_f(p['cost_deviation_pct'], 2):>9}%"
+                f"{p['oversold_seats']:>10}"
+            )
+    spread = (doc.get("events_per_batch") or {}).get("points") or []
+    if spread:
+        rows = ", ".join(
+            f"{p['events']} -> {_f(p['processor_write_units_per_decision'], 3)} WU"
+            f" / {_f(p['processor_read_units_per_decision'], 3)} RU"
+            for p in spread
+        )
+        lines.append(
+            f"{spread[0]['signups']} signups spread over N events (a commit per event per"
+            f" batch), processor per decision: {rows}"
+        )
+    boundary = doc.get("item_size_boundary")
+    if boundary:
+        lines.append(
+            f"intake items of {boundary['intake_bytes'][0]}-{boundary['intake_bytes'][1]} B"
+            f" (just under 1 KB): decision items up to {boundary['decision_item_bytes_max']} B,"
+            f" processor {_f(boundary['processor_write_units_per_decision'], 3)} WU/decision;"
+            f" decisions stay within 1 KB for intake items up to"
+            f" {boundary['largest_intake_bytes_for_one_unit']} B"
+        )
+    cold = doc.get("cold_start")
+    if cold:
+        m = cold["medians_ms"]
+        lines.append("")
+        lines.append(
+            f"cold start: import turnstile.handlers.stream {_f(cold['handler_import_ms'], 0)} ms"
+            f" (median of {cold['runs']}, Lambda-like environment; target"
+            f" {cold['target_ms']:.0f} ms); outside Lambda {_f(m['handler_outside_lambda'], 0)}"
+            f" ms; with the X-Ray SDK on {_f(m['handler_xray_sdk_on'], 0)} ms"
+        )
+        lines.append(
+            f"  a Powertools Tracer built at import costs {_f(cold['tracer_cost_ms'], 0)} ms"
+            f" ({_f(cold['tracer_botocore_only_cost_ms'], 0)} ms patching botocore only);"
+            f" boto3 alone {_f(m['boto3_only'], 0)} ms; the first boto3 client"
+            f" {cold['first_boto3_client_ms']} ms more on the first invocation"
+        )
+    cpu = doc.get("cpu")
+    if cpu:
+        lines.append(
+            f"CPU per decision (no I/O): engine {cpu['engine_us_per_decision']} us, whole handler"
+            f" {cpu['handler_us_per_decision']} us ({cpu['handler_ms_per_batch']} ms per batch"
+            " of 100)"
+        )
+    checks = doc.get("checks") or {}
+    if checks:
+        lines.append("")
+        lines.append(
+            "checks: "
+            + "; ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in checks.items())
+        )
+    return "\n".join(lines)

@@ -1,0 +1,705 @@
+"""Three ways to decide the same signups, each run against its own fresh local endpoint.
+
+* ``naive``: read how many seats are taken (a Query over the event's decisions), write the
+  decision if it fits. Concurrent producers oversell: the write skew itself.
+* ``optimistic``: a conditional update of a versioned counter on the event item, retried
+  on conflict (an optimistic lock on a counter item), then the decision item.
+* ``turnstile``: producers only write the intake record; a ``StreamPoller`` in a thread
+  feeds the intake stream to the real stream handler, and each producer's signup is
+  done when a consistent read sees its decision.
+
+Latency is always submit -> final status readable: for the two synchronous ways, until the
+decision item is written; for turnstile, until a strongly consistent read returns it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Reason, Status
+from turnstile.domain import Decision, SignupRequest
+from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
+from turnstile.store import SignupStore
+from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
+from turnstile_bench.metering import (
+    ItemSizes,
+    Meter,
+    MeteredClient,
+    MeterSnapshot,
+    item_size,
+)
+from turnstile_bench.progress import Progress
+from turnstile_bench.workload import Signup, Workload, dynamodb_values, event_capacities
+
+__all__ = [
+    "STRATEGIES",
+    "CountingProcessor",
+    "StrategyRun",
+    "TableCensus",
+    "census",
+    "create_events",
+    "quiet",
+    "run_strategy",
+]
+
+#: The stream processor's chunk and the event source's batch size (the issue's setting).
+BATCH_SIZE = 100
+
+
+@dataclass
+class TableCensus:
+    """A recount of a strategy's tables after the run (the way ``turnstile audit`` counts)."""
+
+    decided: int = 0
+    accepted: int = 0
+    rejected: int = 0
+    accepted_seats: dict[str, int] = field(default_factory=dict)
+    oversold_seats: int = 0
+    decision_sizes: list[int] = field(default_factory=list)
+    intake_sizes: list[int] = field(default_factory=list)
+    #: Sampled items whose metered size differs from their real one (0: metering is exact).
+    size_mismatches: int = 0
+
+
+@dataclass
+class StrategyRun:
+    """Everything measured for one way of deciding."""
+
+    name: str
+    signups: int
+    wall_s: float
+    latencies_s: list[float]
+    census: TableCensus
+    #: Meters by role; ``cost_roles`` are the ones whose units are the cost of deciding.
+    meters: dict[str, MeterSnapshot]
+    cost_roles: tuple[str, ...]
+    conflicts: int = 0
+    retries: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Producers:
+    """Threads that take the next signup from one shared queue (arrival order) and run it."""
+
+    def __init__(self, signups: Sequence[Signup], threads: int, progress: Progress) -> None:
+        self.signups = signups
+        self.threads = threads
+        self.progress = progress
+        self._next = 0
+        self._lock = threading.Lock()
+        self.errors: list[BaseException] = []
+
+    def _take(self) -> Signup | None:
+        with self._lock:
+            if self._next >= len(self.signups):
+                return None
+            self._next += 1
+            return self.signups[self._next - 1]
+
+    def run(self, work: Callable[[Signup], None], advance: bool = True) -> None:
+        def loop() -> None:
+            try:
+                while (signup := self._take()) is not None:
+                    work(signup)
+                    if advance:
+                        self.progress.advance()
+            except BaseException as exc:  # reported after join, not lost in a thread
+                self.errors.append(exc)
+
+        workers = [
+            threading.Thread(target=loop, name=f"producer-{i}", daemon=True)
+            for i in range(self.threads)
+        ]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        if self.errors:
+            raise RuntimeError(f"a producer failed: {self.errors[0]!r}") from self.errors[0]
+
+
+def _typed_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Numbers as Decimal, as the stream hands them to the processor."""
+    return dict(dynamodb_values(dict(attributes)))
+
+
+class _DecisionWriter:
+    """Builds decision items exactly like the processor's, for the two synchronous ways.
+
+    They have no stream: ``sequence_number`` is a 22-digit counter, the length of a
+    stream sequence number, so their items weigh what turnstile's do.
+    """
+
+    def __init__(self, store: SignupStore) -> None:
+        self.store = store
+        self._counter = 10**21
+        self._lock = threading.Lock()
+
+    def item(
+        self, signup: Signup, submitted_at: str, status: str, position: int | None
+    ) -> dict[str, Any]:
+        with self._lock:
+            self._counter += 1
+            sequence = str(self._counter)
+        decision = Decision(
+            signup_id=signup.signup_id,
+            sequence_number=sequence,
+            status=status,
+            seats=signup.seats,
+            reason=Reason.CAPACITY_FULL if status == Status.REJECTED else None,
+            position=position,
+        )
+        request = SignupRequest(
+            event_id=signup.event_id,
+            signup_id=signup.signup_id,
+            sequence_number=sequence,
+            seats=signup.seats,
+            attributes=_typed_attributes(signup.attributes),
+            submitted_at=submitted_at,
+        )
+        return self.store.decision_item(signup.event_id, decision, utc_now(), request)
+
+    def put(self, client: Any, item: dict[str, Any]) -> None:
+        client.put_item(
+            TableName=self.store.main_table,
+            Item=item,
+            ConditionExpression="attribute_not_exists(#sk)",
+            ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
+        )
+
+
+def _event_key(event_id: str) -> dict[str, Any]:
+    """The key of turnstile's event item (control table), which every way reads capacity from."""
+    pk, sk = ControlKey.event(event_id)
+    return {ControlKey.PK: {"S": pk}, ControlKey.SK: {"S": sk}}
+
+
+def create_events(endpoint: LocalEndpoint, workload: Workload, sizes: ItemSizes) -> SignupStore:
+    """Create the events, through a metered client whose units nobody is charged for."""
+    store = SignupStore(
+        MeteredClient(endpoint.client, Meter("setup"), sizes),
+        intake_table=endpoint.intake_table,
+        main_table=endpoint.main_table,
+        control_table=endpoint.control_table,
+    )
+    now = utc_now()
+    for event_id, capacity in event_capacities(workload).items():
+        store.create_event(event_id, capacity, now)
+    return store
+
+
+# -- naive --------------------------------------------------------------------------------
+
+
+def run_naive(
+    endpoint: LocalEndpoint, workload: Workload, signups: Sequence[Signup], progress: Progress
+) -> StrategyRun:
+    """Count, then write: nothing stops two producers from counting the same seats."""
+    sizes = ItemSizes()
+    store = create_events(endpoint, workload, sizes)
+    meter = Meter("producers")
+    client = MeteredClient(endpoint.client, meter, sizes)
+    writer = _DecisionWriter(store)
+    capacities: dict[str, int] = {}
+    latencies: list[float] = []
+
+    def capacity(event_id: str) -> int:
+        # Capacity never changes: one eventually consistent read per event, then cached.
+        if event_id not in capacities:
+            item = client.get_item(TableName=store.control_table, Key=_event_key(event_id))[
+                "Item"
+            ]
+            capacities[event_id] = int(item[Attr.CAPACITY]["N"])
+        return capacities[event_id]
+
+    def decide(signup: Signup) -> None:
+        started = time.perf_counter()
+        submitted_at = utc_now()
+        query: dict[str, Any] = {
+            "TableName": store.main_table,
+            "KeyConditionExpression": "#pk = :pk",
+            "FilterExpression": "#status = :accepted",
+            "ProjectionExpression": "#seats",
+            "ExpressionAttributeNames": {
+                "#pk": Attr.EVENT_ID,
+                "#status": Attr.STATUS,
+                "#seats": Attr.SEATS,
+            },
+            "ExpressionAttributeValues": {
+                ":pk": {"S": signup.event_id},
+                ":accepted": {"S": Status.ACCEPTED},
+            },
+            "ConsistentRead": True,
+        }
+        taken = accepted = 0
+        while True:
+            page = client.query(**query)
+            taken += sum(int(i[Attr.SEATS]["N"]) for i in page.get("Items", []))
+            accepted += len(page.get("Items", []))
+            if "LastEvaluatedKey" not in page:
+                break
+            query["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        if taken + signup.seats <= capacity(signup.event_id):
+            item = writer.item(signup, submitted_at, Status.ACCEPTED, accepted + 1)
+        else:
+            item = writer.item(signup, submitted_at, Status.REJECTED, None)
+        writer.put(client, item)
+        latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    _Producers(signups, workload.producers, progress).run(decide)
+    wall = time.perf_counter() - started
+    return StrategyRun(
+        name="naive",
+        signups=len(signups),
+        wall_s=wall,
+        latencies_s=latencies,
+        census=census(endpoint, workload, sizes),
+        meters={"producers": meter.snapshot()},
+        cost_roles=("producers",),
+    )
+
+
+# -- optimistic ---------------------------------------------------------------------------
+
+
+def run_optimistic(
+    endpoint: LocalEndpoint, workload: Workload, signups: Sequence[Signup], progress: Progress
+) -> StrategyRun:
+    """Read the counter, update it only if its version did not move, retry if it did."""
+    sizes = ItemSizes()
+    store = create_events(endpoint, workload, sizes)
+    meter = Meter("producers")
+    client = MeteredClient(endpoint.client, meter, sizes)
+    writer = _DecisionWriter(store)
+    latencies: list[float] = []
+    counts = {"conflicts": 0}
+    lock = threading.Lock()
+    rng = random.Random(workload.seed)
+
+    def decide(signup: Signup) -> None:
+        started = time.perf_counter()
+        submitted_at = utc_now()
+        attempt = 0
+        while True:
+            event = client.get_item(
+                TableName=store.control_table, Key=_event_key(signup.event_id), ConsistentRead=True
+            )["Item"]
+            # The counters are absent until the first commit: they read as 0.
+            capacity, taken, accepted, version = (
+                int(event.get(name, {"N": "0"})["N"])
+                for name in (Attr.CAPACITY, Attr.TAKEN, Attr.ACCEPTED, Attr.VERSION)
+            )
+            if signup.seats > capacity - taken:
+                # taken only grows: "full" read from any version is final.
+                item = writer.item(signup, submitted_at, Status.REJECTED, None)
+                break
+            try:
+                client.update_item(
+                    TableName=store.control_table,
+                    Key=_event_key(signup.event_id),
+                    UpdateExpression="SET #taken = :taken, #accepted = :accepted, #version = :next",
+                    ConditionExpression=(
+                        "#version = :expected"
+                        if version
+                        else "(attribute_not_exists(#version) OR #version = :expected)"
+                    ),
+                    ExpressionAttributeNames={
+                        "#taken": Attr.TAKEN,
+                        "#accepted": Attr.ACCEPTED,
+                        "#version": Attr.VERSION,
+                    },
+                    ExpressionAttributeValues={
+                        ":taken": {"N": str(taken + signup.seats)},
+                        ":accepted": {"N": str(accepted + 1)},
+                        ":next": {"N": str(version + 1)},
+                        ":expected": {"N": str(version)},
+                    },
+                )
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                    raise
+                with lock:
+                    counts["conflicts"] += 1
+                attempt += 1
+                # A little jitter so the losers do not collide again in lockstep.
+                time.sleep(rng.uniform(0, 0.002 * min(attempt, 5)))
+                continue
+            item = writer.item(signup, submitted_at, Status.ACCEPTED, accepted + 1)
+            break
+        writer.put(client, item)
+        latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    _Producers(signups, workload.producers, progress).run(decide)
+    wall = time.perf_counter() - started
+    return StrategyRun(
+        name="optimistic",
+        signups=len(signups),
+        wall_s=wall,
+        latencies_s=latencies,
+        census=census(endpoint, workload, sizes),
+        meters={"producers": meter.snapshot()},
+        cost_roles=("producers",),
+        conflicts=counts["conflicts"],
+        retries=counts["conflicts"],
+    )
+
+
+# -- turnstile ----------------------------------------------------------------------------
+
+
+class CountingProcessor(StreamProcessor):
+    """The real ``StreamProcessor``, adding up what its batches report."""
+
+    def __init__(self, store: SignupStore, **kwargs: Any) -> None:
+        super().__init__(store, **kwargs)
+        self.batches = 0
+        self.decided = 0
+        self.conflicts = 0
+        self.failed_groups = 0
+        self._count_lock = threading.Lock()
+
+    def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+        result = super().process(records)
+        with self._count_lock:
+            self.batches += 1
+            self.decided += len(result.decided)
+            self.conflicts += result.conflicts
+            self.failed_groups += len(result.failures)
+        return result
+
+
+class _StatusWatcher:
+    """Finds when each submitted signup's decision becomes readable.
+
+    Reads the decision items with strongly consistent BatchGetItem (the batch form of
+    GetItem, 100 keys a request) over everything still pending, round after round, and
+    stamps each signup the moment a read returns its decision.
+    """
+
+    def __init__(self, client: Any, table: str, expected: int, progress: Progress) -> None:
+        self.client = client
+        self.table = table
+        self.expected = expected
+        self.progress = progress
+        self.latencies: list[float] = []
+        self.rounds = 0
+        self._incoming: list[tuple[tuple[str, str], float]] = []
+        self._pending: dict[tuple[str, str], float] = {}
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+
+    def submitted(self, event_id: str, signup_id: str, started: float) -> None:
+        with self._lock:
+            self._incoming.append(((event_id, signup_id), started))
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set() and len(self.latencies) < self.expected:
+            with self._lock:
+                self._pending.update(self._incoming)
+                self._incoming.clear()
+            if not self._pending:
+                stop.wait(0.01)
+                continue
+            self.rounds += 1
+            found = 0
+            keys = list(self._pending)
+            for start in range(0, len(keys), BATCH_SIZE):
+                found += self._read(keys[start : start + BATCH_SIZE])
+            if not found:
+                stop.wait(0.02)
+        self.done.set()
+
+    def _read(self, keys: list[tuple[str, str]]) -> int:
+        response = self.client.batch_get_item(
+            RequestItems={
+                self.table: {
+                    "Keys": [{Attr.EVENT_ID: {"S": e}, Attr.SIGNUP_ID: {"S": s}} for e, s in keys],
+                    "ConsistentRead": True,
+                    "ProjectionExpression": "#pk, #sk, #status",
+                    "ExpressionAttributeNames": {
+                        "#pk": Attr.EVENT_ID,
+                        "#sk": Attr.SIGNUP_ID,
+                        "#status": Attr.STATUS,
+                    },
+                }
+            }
+        )
+        seen = time.perf_counter()
+        found = 0
+        for item in response.get("Responses", {}).get(self.table, []):
+            if Attr.STATUS not in item:
+                continue
+            key = (item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"])
+            started = self._pending.pop(key, None)
+            if started is not None:
+                self.latencies.append(seen - started)
+                found += 1
+        if found:
+            self.progress.advance(found)
+        return found
+
+
+def run_turnstile(
+    endpoint: LocalEndpoint, workload: Workload, signups: Sequence[Signup], progress: Progress
+) -> StrategyRun:
+    """Producers append to intake; the stream handler decides; a reader sees the result."""
+    quiet_handler_environment()
+    from turnstile.handlers import stream as stream_module
+    from turnstile.local.poller import CheckpointStore, StreamPoller
+
+    sizes = ItemSizes()
+    create_events(endpoint, workload, sizes)
+    meters = {name: Meter(name) for name in ("producers", "processor", "status_reads", "stream")}
+    processor = CountingProcessor(
+        SignupStore(
+            MeteredClient(endpoint.client, meters["processor"], sizes),
+            intake_table=endpoint.intake_table,
+            main_table=endpoint.main_table,
+            control_table=endpoint.control_table,
+        ),
+        chunk_size=BATCH_SIZE,
+    )
+    watcher = _StatusWatcher(
+        MeteredClient(endpoint.client, meters["status_reads"], sizes),
+        endpoint.main_table,
+        len(signups),
+        progress,
+    )
+    producer_store = SignupStore(
+        MeteredClient(endpoint.client, meters["producers"], sizes),
+        intake_table=endpoint.intake_table,
+        main_table=endpoint.main_table,
+        control_table=endpoint.control_table,
+    )
+    stop = threading.Event()
+    printed_before = EMF_SINK.lines
+    previous = stream_module._processor
+    stream_module._processor = processor  # the handler's per-container processor
+    with tempfile.TemporaryDirectory(prefix="turnstile-bench-") as state:
+        timings: list[float] = []
+
+        def timed(event: dict[str, Any], context: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return quiet(stream_module.handler)(event, context)
+            finally:
+                timings.append(time.perf_counter() - started)
+
+        poller = StreamPoller(
+            handler=timed,
+            streams_client=MeteredClient(endpoint.streams, meters["stream"]),
+            stream_arn=endpoint.stream_arn(),
+            checkpoints=CheckpointStore(Path(state) / "checkpoints.json"),
+            settings=replace(STREAM_SOURCE, batch_size=BATCH_SIZE),
+        )
+        threads = [
+            threading.Thread(target=poller.run, args=(stop,), name="bench-poller", daemon=True),
+            threading.Thread(target=watcher.run, args=(stop,), name="bench-status", daemon=True),
+        ]
+        for thread in threads:
+            thread.start()
+
+        def submit(signup: Signup) -> None:
+            started = time.perf_counter()
+            producer_store.put_intake(
+                signup.event_id, signup.signup_id, signup.seats, signup.attributes, utc_now()
+            )
+            watcher.submitted(signup.event_id, signup.signup_id, started)
+
+        started = time.perf_counter()
+        try:
+            _Producers(signups, workload.producers, progress).run(submit, advance=False)
+            # Generous: on a slow machine moto, not turnstile, sets the pace.
+            watcher.done.wait(timeout=120 + len(signups) / 10)
+            wall = time.perf_counter() - started
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+            stream_module._processor = previous
+    poller_stats = poller.stats
+    return StrategyRun(
+        name="turnstile",
+        signups=len(signups),
+        wall_s=wall,
+        latencies_s=watcher.latencies,
+        census=census(endpoint, workload, sizes, intake=True),
+        meters={name: meter.snapshot() for name, meter in meters.items()},
+        cost_roles=("producers", "processor"),
+        conflicts=processor.conflicts,
+        retries=processor.conflicts + processor.store.retries + poller_stats.retries,
+        extra={
+            "batches": processor.batches,
+            "mean_batch_records": round(
+                poller_stats.records_delivered / max(1, poller_stats.invocations), 1
+            ),
+            "failed_groups": processor.failed_groups,
+            "handler_s_per_batch": round(sum(timings) / max(1, len(timings)), 4),
+            "event_item_bytes_max": max(
+                sizes.largest((endpoint.control_table, *ControlKey.event(e)))
+                for e in event_capacities(workload)
+            ),
+            "status_read_rounds": watcher.rounds,
+            "emf_lines_printed": EMF_SINK.lines - printed_before,
+            "audit": _audit(endpoint),
+        },
+    )
+
+
+class _LineCounter(io.TextIOBase):
+    """A stdout that counts lines and keeps none."""
+
+    def __init__(self) -> None:
+        self.lines = 0
+
+    def write(self, text: str) -> int:
+        self.lines += text.count("\n")
+        return len(text)
+
+
+#: What the handler printed although the benchmark disables Powertools metrics.
+EMF_SINK = _LineCounter()
+
+
+def quiet(handler: Callable[[dict[str, Any], Any], Any]) -> Callable[[dict[str, Any], Any], Any]:
+    """The handler with its stdout swallowed (and counted).
+
+    Powertools prints an EMF document whenever one metric reaches 100 values, even with
+    POWERTOOLS_METRICS_DISABLED; the handler records up to 100 latencies per batch.
+    """
+
+    def call(event: dict[str, Any], context: Any) -> Any:
+        with contextlib.redirect_stdout(EMF_SINK):
+            return handler(event, context)
+
+    return call
+
+
+def _audit(endpoint: LocalEndpoint) -> dict[str, Any]:
+    """``turnstile audit`` on the run's tables: invariants 1-4."""
+    from turnstile.audit import audit
+
+    report = audit(
+        SignupStore(
+            endpoint.client,
+            intake_table=endpoint.intake_table,
+            main_table=endpoint.main_table,
+            control_table=endpoint.control_table,
+        )
+    )
+    return {"ok": report.ok, **report.totals}
+
+
+# -- the recount ----------------------------------------------------------------------------
+
+#: Items fetched whole to check the metered sizes (moto serializes big items slowly).
+SIZE_CHECK_SAMPLE = 100
+
+
+def _scan(client: Any, table: str, attributes: Sequence[str]) -> list[dict[str, Any]]:
+    """Every item of a table, read consistently, with only the named attributes."""
+    names = {f"#a{i}": a for i, a in enumerate(attributes)}
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "ConsistentRead": True,
+        "ProjectionExpression": ", ".join(names),
+        "ExpressionAttributeNames": names,
+    }
+    items: list[dict[str, Any]] = []
+    while True:
+        page = client.scan(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _size_check(client: Any, table: str, known: Mapping[tuple[str, str], int]) -> int:
+    """Fetch a sample of items whole; count those whose metered size is not their size."""
+    keys = sorted(known)
+    sample = keys[:: max(1, len(keys) // SIZE_CHECK_SAMPLE)][:SIZE_CHECK_SAMPLE]
+    if not sample:
+        return 0
+    response = client.batch_get_item(
+        RequestItems={
+            table: {
+                "Keys": [{Attr.EVENT_ID: {"S": e}, Attr.SIGNUP_ID: {"S": s}} for e, s in sample],
+                "ConsistentRead": True,
+            }
+        }
+    )
+    items = response.get("Responses", {}).get(table, [])
+    mismatches = len(sample) - len(items)
+    for item in items:
+        key = (item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"])
+        mismatches += int(known.get(key) != item_size(item))
+    return mismatches
+
+
+def census(
+    endpoint: LocalEndpoint, workload: Workload, sizes: ItemSizes, intake: bool = False
+) -> TableCensus:
+    """Recount the decisions from the tables (unmetered) and check the metered sizes.
+
+    Oversold seats are counted from the decision items themselves, per event: accepted
+    seats beyond capacity, whatever the event item's counters say.
+    """
+    result = TableCensus()
+    capacities = event_capacities(workload)
+    known = sizes.sizes(endpoint.main_table)
+    wanted = (Attr.EVENT_ID, Attr.SIGNUP_ID, Attr.STATUS, Attr.SEATS)
+    for item in _scan(endpoint.client, endpoint.main_table, wanted):
+        event_id, signup_id = item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"]
+        if Attr.STATUS not in item:
+            continue
+        result.decided += 1
+        result.decision_sizes.append(known.get((event_id, signup_id), 0))
+        if item[Attr.STATUS]["S"] == Status.ACCEPTED:
+            result.accepted += 1
+            seats = int(item[Attr.SEATS]["N"])
+            result.accepted_seats[event_id] = result.accepted_seats.get(event_id, 0) + seats
+        else:
+            result.rejected += 1
+    result.oversold_seats = sum(
+        max(0, seats - capacities.get(event_id, 0))
+        for event_id, seats in result.accepted_seats.items()
+    )
+    result.size_mismatches = _size_check(endpoint.client, endpoint.main_table, known)
+    if intake:
+        known_intake = sizes.sizes(endpoint.intake_table)
+        result.intake_sizes = list(known_intake.values())
+        result.size_mismatches += _size_check(endpoint.client, endpoint.intake_table, known_intake)
+    return result
+
+
+STRATEGIES: dict[
+    str, Callable[[LocalEndpoint, Workload, Sequence[Signup], Progress], StrategyRun]
+] = {
+    "naive": run_naive,
+    "optimistic": run_optimistic,
+    "turnstile": run_turnstile,
+}
+
+
+def run_strategy(
+    name: str, workload: Workload, signups: Sequence[Signup], progress: Progress
+) -> StrategyRun:
+    """Run one way on its own fresh endpoint and tables."""
+    progress.phase(f"{name}: decisions", len(signups))
+    with LocalEndpoint(name) as endpoint:
+        run = STRATEGIES[name](endpoint, workload, signups, progress)
+    progress.finish()
+    return run

@@ -1,0 +1,98 @@
+"""Each part of the code imports only what its install brings.
+
+pyproject.toml: the dependencies are what the Lambda functions import (boto3 from Lambda's
+runtime, Powertools from its layer); the extra ``local`` adds what ``turnstile local`` needs,
+``bench`` what the benchmark needs, ``dev`` the rest (tests, CDK, lint). ``make run`` installs
+only ``local``, so a module of functions/turnstile importing, say, matplotlib or pytest would
+break it; a handler importing moto would break on Lambda. Read from the sources' imports
+(function bodies included; an import inside ``try/except ImportError`` is optional).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from tests.imports import (
+    EXTRAS,
+    ROOT,
+    declared,
+    declared_names,
+    import_closure,
+    imports_of,
+    module_name,
+    python_files,
+    undeclared,
+)
+
+FUNCTIONS = ROOT / "functions"
+BENCHMARK = ROOT / "benchmark"
+HANDLERS = ("turnstile.handlers.stream", "turnstile.handlers.api", "turnstile.handlers.sweeper")
+
+
+def test_lambda_code_imports_only_the_dependencies() -> None:
+    """What the three handlers import, as far as it goes, needs nothing but the dependencies
+    (what Lambda's runtime and the Powertools layer provide): no moto, no matplotlib."""
+    closure = import_closure(FUNCTIONS, HANDLERS)
+    assert not closure.missing
+    files = {module_name(FUNCTIONS, p): p for p in closure.files}
+    assert "turnstile.handlers.stream" in files and "turnstile.store" in files
+    assert undeclared(files, declared_names()) == []
+
+
+def test_runtime_package_imports_only_the_dependencies_and_local() -> None:
+    """Everything in functions/turnstile (the CLI, turnstile local) runs on what `make run`
+    installs: the dependencies and the extra local."""
+    files = dict(python_files(FUNCTIONS, "turnstile"))
+    assert undeclared(files, declared_names(["local"])) == []
+
+
+def test_runtime_package_never_needs_the_benchmark() -> None:
+    """functions/turnstile imports turnstile_bench only where it is optional (the CLI's
+    `bench` command, which says what to install when it is not there)."""
+    needing = [
+        f"{module}:{imp.line}"
+        for module, path in python_files(FUNCTIONS, "turnstile")
+        for imp in imports_of(path, module)
+        if imp.top == "turnstile_bench" and not imp.guarded
+    ]
+    assert needing == []
+
+
+def test_benchmark_imports_only_the_bench_extra() -> None:
+    files = dict(python_files(BENCHMARK, "turnstile_bench"))
+    assert "turnstile_bench.plot" in files
+    assert undeclared(files, declared_names(["bench"])) == []
+
+
+def test_each_extra_adds_to_the_one_it_builds_on() -> None:
+    base, local, bench, dev = (declared_names(e) for e in ((), ["local"], ["bench"], ["dev"]))
+    assert base < local < bench < dev
+    assert {"moto", "flask"} <= local - base
+    assert "matplotlib" in bench - local
+    assert {"pytest", "aws-cdk-lib", "awscli"} <= dev - bench
+    # make run stays light: nothing of the tests', the CDK's or the benchmark's.
+    assert not {"pytest", "hypothesis", "aws-cdk-lib", "matplotlib", "cfn-lint"} & local
+
+
+def _constraints() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            match = re.fullmatch(r"([A-Za-z0-9._-]+)==([0-9][A-Za-z0-9.+!-]*)", line)
+            assert match, f"constraints.txt: {line!r} is not NAME==VERSION (no extras, no ranges)"
+            pins[canonicalize_name(match[1])] = match[2]
+    return pins
+
+
+@pytest.mark.parametrize("extra", ["", *EXTRAS])
+def test_every_requirement_is_pinned(extra: str) -> None:
+    """pyproject.toml names what, constraints.txt which version: every name has its pin."""
+    pins = _constraints()
+    unpinned = [
+        str(r) for r in declared([extra] if extra else []) if canonicalize_name(r.name) not in pins
+    ]
+    assert unpinned == []
