@@ -135,14 +135,25 @@ def test_json_logs_with_log_format_json_and_the_pending_count_without_a_worker(t
 
 
 def test_a_second_ctrl_c_stops_it_at_once(tmp_path):
-    with running_local_stack(tmp_path / "state", "--in-memory") as stack:
-        # The first asks for a clean stop (it takes the worker's last poll, about a second);
-        # the second ends the process at once, as a kill does, with no traceback.
-        stack.process.send_signal(signal.SIGINT)
-        time.sleep(0.2)
-        stack.process.send_signal(signal.SIGINT)
-        code, lines = stack.process.wait(timeout=30), (tmp_path / "state" / "local.log")
-    assert code == -signal.SIGINT
-    text = lines.read_text()
-    assert "turnstile local: stopping" in text
-    assert "this session decided" not in text and "Traceback" not in text
+    # The first Ctrl-C asks for a clean stop; a second one, while it is stopping, ends the
+    # process at once, as a kill does, with no traceback. An idle stack may finish its clean
+    # stop before the second signal lands: then it is tried again (three times at most).
+    outcomes = []
+    for attempt in range(3):
+        state = tmp_path / f"state{attempt}"
+        with running_local_stack(state, "--in-memory") as stack:
+            log = state / "local.log"
+            stack.process.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + 30
+            while "stopping" not in log.read_text() and time.monotonic() < deadline:
+                time.sleep(0.002)
+            stack.process.send_signal(signal.SIGINT)
+            code = stack.process.wait(timeout=30)
+        text = log.read_text()
+        assert "turnstile local: stopping" in text and "Traceback" not in text
+        outcomes.append(code)
+        if code == -signal.SIGINT:
+            assert "this session decided" not in text  # no clean stop's summary
+            return
+        assert code == 0 and "this session decided" in text  # the clean stop won the race
+    pytest.fail(f"the clean stop finished before the second Ctrl-C every time: {outcomes}")
