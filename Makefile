@@ -4,10 +4,10 @@ PY := $(VENV)/bin/python
 # Two installs, each remembered by a stamp: `make run` needs only the package and its `local`
 # extra (the embedded endpoint); everything else (tests, CDK, the AWS CLI, the benchmark, lint,
 # mutmut) is the `dev` extra, installed by `make setup` for test, lint, synth, bench, drills.
-# Versions come from constraints.txt. The dev install includes the local one, so it stamps both.
+# Versions come from requirements.txt. The dev install includes the local one, so it stamps both.
 LOCAL_STAMP := $(VENV)/.installed-local
 DEV_STAMP := $(VENV)/.installed-dev
-PIP_INSTALL := $(PY) -m pip install --quiet -c constraints.txt
+PIP_INSTALL := $(PY) -m pip install --quiet -c requirements.txt
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
@@ -21,11 +21,11 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-$(LOCAL_STAMP): constraints.txt pyproject.toml | $(PY)
+$(LOCAL_STAMP): requirements.txt pyproject.toml | $(PY)
 	$(PIP_INSTALL) -e '.[local]'
 	touch $@
 
-$(DEV_STAMP): constraints.txt pyproject.toml | $(PY)
+$(DEV_STAMP): requirements.txt pyproject.toml | $(PY)
 	$(PIP_INSTALL) -e '.[dev]'
 	touch $@ $(LOCAL_STAMP)
 

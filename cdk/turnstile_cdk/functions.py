@@ -37,7 +37,7 @@ FUNCTIONS_DIR = Path(__file__).resolve().parents[2] / "functions"
 SERVICE_NAME = "turnstile"
 METRICS_NAMESPACE = "Turnstile"
 
-#: Must match constraints.txt, so the code runs on Lambda with the Powertools it is tested with.
+#: Must match requirements.txt, so the code runs on Lambda with the Powertools it is tested with.
 POWERTOOLS_VERSION = "3.37.0"
 #: The AWS account that publishes the public Powertools for AWS Lambda (Python) layers.
 POWERTOOLS_LAYER_ACCOUNT = "017000801446"

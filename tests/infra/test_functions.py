@@ -103,8 +103,8 @@ def test_asset_is_the_runtime_code(synthesized: Synthesized, template: Template)
 
 
 def test_powertools_pin_is_the_layers() -> None:
-    """constraints.txt pins the Powertools the layer is chosen by."""
-    pins = (ROOT / "constraints.txt").read_text()
+    """requirements.txt pins the Powertools the layer is chosen by."""
+    pins = (ROOT / "requirements.txt").read_text()
     assert f"\naws-lambda-powertools=={POWERTOOLS_VERSION}\n" in pins
 
 
@@ -129,7 +129,7 @@ def test_one_asset_serves_every_function(template: Template) -> None:
 
 
 def test_powertools_layer_is_pinned_to_the_tested_version(template: Template) -> None:
-    """The layer is Powertools' own SSM parameter for exactly the version constraints.txt pins."""
+    """The layer is Powertools' own SSM parameter for exactly the version requirements.txt pins."""
     assert version("aws-lambda-powertools") == POWERTOOLS_VERSION
     parameters = template.to_json()["Parameters"]
     layer_params = {

@@ -79,18 +79,18 @@ def test_each_extra_adds_to_the_one_it_builds_on() -> None:
 
 def _constraints() -> dict[str, str]:
     pins = {}
-    for line in (ROOT / "constraints.txt").read_text().splitlines():
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             match = re.fullmatch(r"([A-Za-z0-9._-]+)==([0-9][A-Za-z0-9.+!-]*)", line)
-            assert match, f"constraints.txt: {line!r} is not NAME==VERSION (no extras, no ranges)"
+            assert match, f"requirements.txt: {line!r} is not NAME==VERSION (no extras, no ranges)"
             pins[canonicalize_name(match[1])] = match[2]
     return pins
 
 
 @pytest.mark.parametrize("extra", ["", *EXTRAS])
 def test_every_requirement_is_pinned(extra: str) -> None:
-    """pyproject.toml names what, constraints.txt which version: every name has its pin."""
+    """pyproject.toml names what, requirements.txt which version: every name has its pin."""
     pins = _constraints()
     unpinned = [
         str(r) for r in declared([extra] if extra else []) if canonicalize_name(r.name) not in pins
