@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import (
     CallRecorder,
+    CancelledLikeDynamoDB,
     FaultyClient,
     WithoutCancellationReasons,
     decisions,
@@ -494,3 +495,54 @@ def test_records_known_to_have_a_text_counter_fill_transactions_of_their_own(
     assert int(store.get_intake("gig", "p0")["redrive"]) == 1
     odd_one = store.get_intake("gig", f"j{junk - 1:03d}")
     assert odd_one["redrive"] == "x" and odd_one["redriven_at"] == 1001.0
+
+
+@pytest.mark.parametrize("answer", ["moto", "dynamodb"])
+def test_a_text_counter_nobody_knew_of_is_found_and_re_emitted_by_its_time_alone(
+    client, answer
+):
+    # GIVEN two plain records, one whose ``redrive`` a producer wrote as text (the caller
+    # does not know it) and one that vanished; the refused ADD answered as moto answers it
+    # (ValidationException) or as DynamoDB does (cancelled, ValidationError at that item)
+    put_raw_intake(client, "gig", "p0")
+    put_raw_intake(client, "gig", "odd", redrive={"S": "x"})
+    put_raw_intake(client, "gig", "p1")
+    recorder = CallRecorder(client if answer == "moto" else CancelledLikeDynamoDB(client))
+    store = SignupStore(recorder, sleep=lambda _: None)
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", "p0"), ("gig", "odd"), ("gig", "gone"), ("gig", "p1")]
+    # WHEN they are re-emitted together
+    done = store.fenced_redrive_many("s", token, 1001.0, keys)
+    # THEN the three records are: the chunk was refused, then each record went alone; the
+    # text counter once more by its redriven_at alone; the vanished record was tried once
+    assert done == 3
+    assert recorder.sizes("transact_write_items", "TransactItems") == [5, 2, 2, 2, 2, 2]
+    assert [int(store.get_intake("gig", s)["redrive"]) for s in ("p0", "p1")] == [1, 1]
+    odd = store.get_intake("gig", "odd")
+    assert (odd["redrive"], odd["redriven_at"]) == ("x", 1001.0)
+    assert store.get_intake("gig", "gone") is None
+
+
+def test_known_text_counters_beside_a_vanished_record_are_never_tried_with_add(client):
+    # GIVEN two records known to have a text counter, and a third known so that vanished
+    put_raw_intake(client, "gig", "odd0", redrive={"S": "x"})
+    put_raw_intake(client, "gig", "odd1", redrive={"S": "x"})
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", "odd0"), ("gig", "gone"), ("gig", "odd1")]
+    # WHEN they are re-emitted: the chunk is cancelled by the vanished record
+    done = store.fenced_redrive_many("s", token, 1001.0, keys, junk_counters=set(keys))
+    # THEN each record then goes alone, still by its redriven_at alone: one call each
+    assert done == 2
+    assert recorder.sizes("transact_write_items", "TransactItems") == [4, 2, 2, 2]
+    updates = [
+        item["Update"]["UpdateExpression"]
+        for op, kwargs in recorder.calls
+        if op == "transact_write_items"
+        for item in kwargs["TransactItems"]
+        if "Update" in item
+    ]
+    assert not [u for u in updates if "ADD" in u]
