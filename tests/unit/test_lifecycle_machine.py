@@ -19,7 +19,12 @@ from typing import Any
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    rule,
+    run_state_machine_as_test,
+)
 
 from turnstile.contract import EventState, Reason, Status
 from turnstile.lifecycle import (
@@ -222,7 +227,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     @initialize(
         capacity=st.sampled_from([0, 1, 2, 3, 4, 6]),
         waitlist=st.sampled_from([0, 1, 2, 3, 3]),
-        hold_seconds=st.sampled_from([0, 1, 2, 5]),
+        hold_seconds=st.sampled_from([0, 0, 1, 2, 5]),
         max_seats=st.sampled_from([None, None, 1, 2, 3, 6]),
     )
     def create(self, capacity, waitlist, hold_seconds, max_seats) -> None:
@@ -420,14 +425,17 @@ class LifecycleMachine(RuleBasedStateMachine):
         assert [t.position for t in granted] == list(range(start + 1, start + 1 + len(granted)))
         if event is None:
             return
-        # promotions in waitlist order: within one release, in the order they joined
+        # the line is served in order: the signups one release promotes, and those one
+        # close rejects, leave it in the order they joined it
         run: list[str] = []
-        for t in (*result.transitions, None):
-            if t is not None and t.cause == Cause.PROMOTION:
+        for i, t in enumerate(result.transitions):
+            if t.cause in (Cause.PROMOTION, Cause.CLOSE) and t.from_status == Status.WAITLISTED:
                 run.append(t.signup_id)
-                continue
+                follows = i + 1 < len(result.transitions) and result.transitions[i + 1].cause
+                if follows == t.cause:
+                    continue
             joined = [self.joined[sid] for sid in run]
-            assert joined == sorted(joined), f"promoted out of waitlist order: {run}"
+            assert joined == sorted(joined), f"{t.cause}: out of waitlist order: {run}"
             run = []
         # the line is kept in the order it was joined, and nobody waits for seats that are free
         line = [w.signup_id for w in event.waiting]
@@ -436,15 +444,27 @@ class LifecycleMachine(RuleBasedStateMachine):
         if event.state == EventState.OPEN:
             free = event.capacity - event.taken
             assert all(w.seats > free for w in event.waiting), "a waiting signup fits"
-        # nobody was waitlisted or refused for capacity while it fitted at its turn
+        # nobody was waitlisted or refused for capacity while it fitted at its turn, and
+        # nobody was promoted past a signup ahead of it in line that fitted
         taken = before.taken if before is not None else 0
+        waiting = {w.signup_id: w.seats for w in before.waiting} if before is not None else {}
         for t in result.transitions:
             if t.refused:
                 continue
+            free = event.capacity - taken
             if t.cause == Cause.SIGNUP and (
                 t.to_status == Status.WAITLISTED or t.reason == Reason.CAPACITY_FULL
             ):
-                assert t.seats > event.capacity - taken, f"{t.signup_id} fitted at its turn"
+                assert t.seats > free, f"{t.signup_id} fitted at its turn"
+            if t.cause == Cause.PROMOTION:
+                ahead = [sid for sid in waiting if self.joined[sid] < self.joined[t.signup_id]]
+                assert all(waiting[sid] > free for sid in ahead), (
+                    f"{t.signup_id} promoted past {ahead}, who fitted in {free} seats"
+                )
+            if t.to_status == Status.WAITLISTED:
+                waiting[t.signup_id] = t.seats
+            elif t.from_status == Status.WAITLISTED:
+                del waiting[t.signup_id]
             taken += t.seats * ((t.to_status in SEATED) - (t.from_status in SEATED))
 
     def check_4_every_hold_ends(self) -> None:
@@ -461,3 +481,31 @@ LifecycleMachine.TestCase.settings = settings(
     max_examples=100, stateful_step_count=40, deadline=None
 )
 TestLifecycleMachine = LifecycleMachine.TestCase
+
+
+def test_the_machine_reaches_every_transition_and_refusal():
+    """The strategies are tuned so that runs reach every allowed transition, both refusal
+    reasons and replays; a change that made promotions or expiries rare would show here."""
+    seen: set[Any] = set()
+
+    class Watched(LifecycleMachine):
+        def _apply(self, result: Step) -> None:
+            super()._apply(result)
+            for t in result.transitions:
+                seen.add(t.reason if t.refused else (t.from_status, t.to_status))
+
+        def _step(self, requests: list[Request], replayed: list[int]) -> None:
+            super()._step(requests, replayed)
+            if replayed:
+                seen.add("replay")
+
+    run_state_machine_as_test(
+        Watched,
+        settings=settings(
+            max_examples=50, stateful_step_count=40, deadline=None, database=None,
+            derandomize=True,
+        ),
+    )
+    assert seen >= {*ALLOWED_TRANSITIONS, *Reason.REFUSALS, "replay"}, (
+        {*ALLOWED_TRANSITIONS, *Reason.REFUSALS} - seen
+    )
