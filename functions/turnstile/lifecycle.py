@@ -360,8 +360,9 @@ class _Run:
 
     # -- the moves -----------------------------------------------------------------------
 
-    def _grant(self, signup_id: str, seats: int, from_status: str, seq: str, cause: str,
-               **fields: object) -> None:
+    def _grant(
+        self, signup_id: str, seats: int, from_status: str, seq: str, cause: str, **fields: object
+    ) -> None:
         """Seats for a signup that fits: HELD when the event holds, else ACCEPTED."""
         event = self.event
         assert event is not None
@@ -370,15 +371,30 @@ class _Run:
             expires_at = self.now + event.hold_seconds * 1000
             hold = Hold(signup_id, seats, position, expires_at)
             holds = tuple(sorted((*event.holds, hold), key=lambda h: (h.expires_at, h.position)))
-            self.event = replace(
-                event, taken=event.taken + seats, accepted=position, holds=holds
+            self.event = replace(event, taken=event.taken + seats, accepted=position, holds=holds)
+            self._move(
+                signup_id,
+                from_status,
+                Status.HELD,
+                seq,
+                cause,
+                seats,
+                position=position,
+                hold_expires_at=expires_at,
+                **fields,
             )
-            self._move(signup_id, from_status, Status.HELD, seq, cause, seats,
-                       position=position, hold_expires_at=expires_at, **fields)
         else:
             self.event = replace(event, taken=event.taken + seats, accepted=position)
-            self._move(signup_id, from_status, Status.ACCEPTED, seq, cause, seats,
-                       position=position, **fields)
+            self._move(
+                signup_id,
+                from_status,
+                Status.ACCEPTED,
+                seq,
+                cause,
+                seats,
+                position=position,
+                **fields,
+            )
 
     def expire(self, seq: str) -> None:
         """Every hold due at ``now`` lapses, earliest first; its seats come back."""
@@ -394,8 +410,16 @@ class _Run:
             holds=tuple(h for h in event.holds if h.expires_at > self.now),
         )
         for h in due:
-            self._move(h.signup_id, Status.HELD, Status.EXPIRED, seq, Cause.EXPIRY, h.seats,
-                       position=h.position, hold_expires_at=h.expires_at)
+            self._move(
+                h.signup_id,
+                Status.HELD,
+                Status.EXPIRED,
+                seq,
+                Cause.EXPIRY,
+                h.seats,
+                position=h.position,
+                hold_expires_at=h.expires_at,
+            )
 
     def promote(self, seq: str) -> None:
         """Free seats go down the waitlist in order: each waiting signup that fits gets
@@ -420,8 +444,15 @@ class _Run:
             return
         self.event = replace(event, state=EventState.CLOSED, waiting=())
         for w in event.waiting:
-            self._move(w.signup_id, Status.WAITLISTED, Status.REJECTED, seq, Cause.CLOSE,
-                       w.seats, reason=Reason.EVENT_CLOSED)
+            self._move(
+                w.signup_id,
+                Status.WAITLISTED,
+                Status.REJECTED,
+                seq,
+                Cause.CLOSE,
+                w.seats,
+                reason=Reason.EVENT_CLOSED,
+            )
 
     def first_decision(self, request: Request) -> None:
         """A signup's first record: rejected, granted seats, or put on the waitlist."""
@@ -445,36 +476,61 @@ class _Run:
         elif seats <= event.capacity and len(event.waiting) < event.waitlist:
             waiting = (*event.waiting, Waiting(sid, seats, seq))
             self.event = replace(event, waiting=waiting)
-            self._move(sid, Status.PENDING, Status.WAITLISTED, seq, Cause.SIGNUP, seats,
-                       waitlist_position=len(waiting), detail=detail)
+            self._move(
+                sid,
+                Status.PENDING,
+                Status.WAITLISTED,
+                seq,
+                Cause.SIGNUP,
+                seats,
+                waitlist_position=len(waiting),
+                detail=detail,
+            )
             return
         else:
             reason = Reason.CAPACITY_FULL
-        self._move(sid, Status.PENDING, Status.REJECTED, seq, Cause.SIGNUP, seats,
-                   reason=reason, detail=detail)
+        self._move(
+            sid,
+            Status.PENDING,
+            Status.REJECTED,
+            seq,
+            Cause.SIGNUP,
+            seats,
+            reason=reason,
+            detail=detail,
+        )
 
     def confirm(self, request: Request, state: SignupState | None) -> None:
         """HELD → ACCEPTED. A hold due at ``now`` has lapsed already (expiry runs first)."""
         if state is None or state.status != Status.HELD:
             lapsed = state is not None and state.status == Status.EXPIRED
-            self._refuse(request, state,
-                         Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED)
+            self._refuse(
+                request, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
+            )
             return
         event = self.event
         assert event is not None
         self.event = replace(
             event, holds=tuple(h for h in event.holds if h.signup_id != state.signup_id)
         )
-        self._move(state.signup_id, Status.HELD, Status.ACCEPTED, request.sequence_number,
-                   Cause.CONFIRM, state.seats, position=state.position)
+        self._move(
+            state.signup_id,
+            Status.HELD,
+            Status.ACCEPTED,
+            request.sequence_number,
+            Cause.CONFIRM,
+            state.seats,
+            position=state.position,
+        )
 
     def cancel(self, request: Request, state: SignupState | None) -> None:
         """HELD, ACCEPTED or WAITLISTED → CANCELLED; freed seats go down the waitlist."""
         status = state.status if state is not None else Status.PENDING
         if state is None or status not in (Status.HELD, Status.ACCEPTED, Status.WAITLISTED):
             lapsed = status == Status.EXPIRED
-            self._refuse(request, state,
-                         Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED)
+            self._refuse(
+                request, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
+            )
             return
         event = self.event
         assert event is not None
@@ -485,8 +541,9 @@ class _Run:
         else:
             holds = tuple(h for h in event.holds if h.signup_id != sid)
             self.event = replace(event, taken=event.taken - state.seats, holds=holds)
-        self._move(sid, status, Status.CANCELLED, seq, Cause.CANCEL, state.seats,
-                   position=state.position)
+        self._move(
+            sid, status, Status.CANCELLED, seq, Cause.CANCEL, state.seats, position=state.position
+        )
         self.promote(seq)
 
 

@@ -106,9 +106,7 @@ def test_pending_to_accepted_without_holds_takes_seats_and_the_next_position():
 def test_pending_to_held_with_hold_seconds_until_hold_expires_at():
     book = Book(event(capacity=3, hold_seconds=4))
     [t] = book.run(book.signup("a", 2), now=T0).transitions
-    assert (t.to_status, t.position, t.hold_expires_at, t.at) == (
-        Status.HELD, 1, T0 + 4000, T0
-    )
+    assert (t.to_status, t.position, t.hold_expires_at, t.at) == (Status.HELD, 1, T0 + 4000, T0)
     assert book.event.holds == (Hold("a", 2, 1, T0 + 4000),)
     assert book.event.taken == 2  # a hold takes its seats
     assert book.states["a"].hold_expires_at == T0 + 4000
@@ -131,8 +129,13 @@ def test_pending_to_waitlisted_while_the_waitlist_has_room_then_capacity_full():
 def test_no_waitlist_means_capacity_full_as_today():
     book = Book(event(capacity=1))
     result = book.run(book.signup("a"), book.signup("b"))
-    assert moves(result)[1] == ("b", Status.PENDING, Status.REJECTED, Cause.SIGNUP,
-                                Reason.CAPACITY_FULL)
+    assert moves(result)[1] == (
+        "b",
+        Status.PENDING,
+        Status.REJECTED,
+        Cause.SIGNUP,
+        Reason.CAPACITY_FULL,
+    )
     assert book.event.waiting == ()
 
 
@@ -307,9 +310,7 @@ def test_after_a_close_seats_that_come_back_go_to_nobody():
 # -- promotion ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("hold_seconds", "promoted_to"), [(0, Status.ACCEPTED), (5, Status.HELD)]
-)
+@pytest.mark.parametrize(("hold_seconds", "promoted_to"), [(0, Status.ACCEPTED), (5, Status.HELD)])
 def test_waitlisted_to_promoted_when_seats_come_back(hold_seconds, promoted_to):
     book = Book(event(capacity=1, waitlist=1, hold_seconds=hold_seconds))
     book.run(book.signup("a"), book.signup("b"), now=T0)
@@ -368,9 +369,7 @@ def test_a_big_waitlisted_signup_keeps_its_place_while_a_smaller_later_one_goes_
     assert [w.signup_id for w in book.event.waiting] == ["big", "tiny"]
     # three back: big is first in line and takes them all; tiny, behind it, waits on
     result = book.run(book.cancel("b"))
-    assert moves(result)[1:] == [
-        ("big", Status.WAITLISTED, Status.ACCEPTED, Cause.PROMOTION, None)
-    ]
+    assert moves(result)[1:] == [("big", Status.WAITLISTED, Status.ACCEPTED, Cause.PROMOTION, None)]
     assert [w.signup_id for w in book.event.waiting] == ["tiny"]
     assert book.event.taken == 4
 
@@ -399,8 +398,9 @@ def book_with_every_status() -> Book:
     """One signup in each status: held, accepted, waitlisted, rejected, cancelled, expired."""
     book = Book(event(capacity=3, waitlist=1, hold_seconds=10))
     book.run(book.signup("expired"), now=T0)
-    book.run(book.signup("held"), book.signup("accepted"), book.signup("cancelled", 1),
-             now=T0 + 5000)
+    book.run(
+        book.signup("held"), book.signup("accepted"), book.signup("cancelled", 1), now=T0 + 5000
+    )
     book.run(book.confirm("accepted"), book.cancel("cancelled"), now=T0 + 5000)
     book.run(book.signup("waitlisted", 2), book.signup("rejected", 9), now=T0 + 5000)
     book.run(book.tick(), now=T0 + 10_000)
@@ -438,7 +438,11 @@ def test_a_refused_request_changes_nothing_and_says_why(kind, sid, reason):
     current = before_states[sid].status if sid in before_states else Status.PENDING
     [t] = result.transitions
     assert (t.refused, t.from_status, t.to_status, t.reason, t.cause) == (
-        True, current, current, reason, kind
+        True,
+        current,
+        current,
+        reason,
+        kind,
     )
     assert t.current_status == current
     assert book.event == before_event
@@ -527,7 +531,10 @@ def test_advance_builds_a_signups_state_from_its_transitions():
         state = advance(state, t)
     assert state == book.states["b"]
     assert (state.status, state.position, state.waitlist_position, state.hold_expires_at) == (
-        Status.HELD, 2, 1, T0 + 1 + 5000
+        Status.HELD,
+        2,
+        1,
+        T0 + 1 + 5000,
     )
     # an engine move (here a promotion) leaves the signup's last own record as it was
     assert state.last_sequence_number == state.arrival
@@ -600,7 +607,8 @@ def test_without_waitlist_holds_or_requests_it_decides_exactly_as_decide(
         assert lifecycle is None and expected.state is None
     else:
         assert (lifecycle.taken, lifecycle.accepted) == (
-            expected.state.taken, expected.state.accepted
+            expected.state.taken,
+            expected.state.accepted,
         )
         assert lifecycle == LifecycleEvent.from_snapshot(expected.state)
 

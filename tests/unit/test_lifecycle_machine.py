@@ -418,9 +418,13 @@ class LifecycleMachine(RuleBasedStateMachine):
                 assert int(t.sequence_number) > self.last_first_decision, "out of arrival order"
                 self.last_first_decision = int(t.sequence_number)
         # positions: every grant takes the next one
-        granted = [t for t in result.transitions
-                   if not t.refused and t.to_status in SEATED
-                   and t.from_status in (Status.PENDING, Status.WAITLISTED)]
+        granted = [
+            t
+            for t in result.transitions
+            if not t.refused
+            and t.to_status in SEATED
+            and t.from_status in (Status.PENDING, Status.WAITLISTED)
+        ]
         start = before.accepted if before is not None else 0
         assert [t.position for t in granted] == list(range(start + 1, start + 1 + len(granted)))
         if event is None:
@@ -502,10 +506,14 @@ def test_the_machine_reaches_every_transition_and_refusal():
     run_state_machine_as_test(
         Watched,
         settings=settings(
-            max_examples=50, stateful_step_count=40, deadline=None, database=None,
+            max_examples=50,
+            stateful_step_count=40,
+            deadline=None,
+            database=None,
             derandomize=True,
         ),
     )
-    assert seen >= {*ALLOWED_TRANSITIONS, *Reason.REFUSALS, "replay"}, (
-        {*ALLOWED_TRANSITIONS, *Reason.REFUSALS} - seen
-    )
+    assert seen >= {*ALLOWED_TRANSITIONS, *Reason.REFUSALS, "replay"}, {
+        *ALLOWED_TRANSITIONS,
+        *Reason.REFUSALS,
+    } - seen
