@@ -43,6 +43,7 @@ from turnstile.lifecycle import (
 
 T0 = 1_700_000_000_000
 SEATED = (Status.HELD, Status.ACCEPTED)
+OWN_RECORDS = (Cause.SIGNUP, Cause.CONFIRM, Cause.CANCEL)
 
 
 # -- the model -------------------------------------------------------------------------
@@ -307,7 +308,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.check_1_never_oversold(before_event, result)
         self.check_2_allowed_transitions_complete_history(before_states, result)
         self.check_3_order(before_event, result)
-        self.check_4_every_hold_ends()
+        self.check_4_every_hold_ends(before_states, result)
         expected = self.model.step(requests, self.now)
         assert [observed(t) for t in result.transitions] == expected
         assert {sid: s.status for sid, s in self.states.items() if s.status != Status.PENDING} == {
@@ -398,9 +399,13 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert history[-1].to_status == self.states[sid].status, "history incomplete"
             pairs = [(t.from_status, t.to_status) for t in history]
             assert len(pairs) == len(set(pairs)), "a transition made twice"
+            own = [int(t.sequence_number) for t in history if t.cause in OWN_RECORDS]
+            assert own == sorted(own), f"{sid}: applied out of the order its records came"
         for t in result.transitions:
             if not t.refused:
                 assert (t.from_status, t.to_status) in ALLOWED_TRANSITIONS, t
+            if t.to_status == Status.REJECTED and not t.refused:
+                assert t.reason in Reason.REJECTIONS, t
         # what a signup once got is never rewritten: its arrival, its position, its seats
         for sid, old in before_states.items():
             new = self.states[sid]
@@ -460,6 +465,11 @@ class LifecycleMachine(RuleBasedStateMachine):
                 t.to_status == Status.WAITLISTED or t.reason == Reason.CAPACITY_FULL
             ):
                 assert t.seats > free, f"{t.signup_id} fitted at its turn"
+            if t.cause == Cause.SIGNUP and t.to_status in SEATED:
+                # a new signup only takes seats nobody in line could use
+                assert all(seats > free for seats in waiting.values()), (
+                    f"{t.signup_id} took seats while {waiting} waited for {free}"
+                )
             if t.cause == Cause.PROMOTION:
                 ahead = [sid for sid in waiting if self.joined[sid] < self.joined[t.signup_id]]
                 assert all(waiting[sid] > free for sid in ahead), (
@@ -471,7 +481,17 @@ class LifecycleMachine(RuleBasedStateMachine):
                 del waiting[t.signup_id]
             taken += t.seats * ((t.to_status in SEATED) - (t.from_status in SEATED))
 
-    def check_4_every_hold_ends(self) -> None:
+    def check_4_every_hold_ends(self, before_states, result: Step) -> None:
+        # a hold is confirmed only before its hold_expires_at
+        expires = {sid: s.hold_expires_at for sid, s in before_states.items()}
+        for t in result.transitions:
+            if t.refused:
+                continue
+            if t.to_status == Status.HELD:
+                expires[t.signup_id] = t.hold_expires_at
+            if (t.from_status, t.to_status) == (Status.HELD, Status.ACCEPTED):
+                assert t.at < expires[t.signup_id], f"{t.signup_id} confirmed after its hold"
+        # and no signup is left HELD past it
         for sid, s in self.states.items():
             if s.status == Status.HELD:
                 assert s.hold_expires_at > self.now, f"{sid} held past its hold_expires_at"
