@@ -482,15 +482,18 @@ class LifecycleMachine(RuleBasedStateMachine):
             taken += t.seats * ((t.to_status in SEATED) - (t.from_status in SEATED))
 
     def check_4_every_hold_ends(self, before_states, result: Step) -> None:
-        # a hold is confirmed only before its hold_expires_at
+        # a hold is confirmed or cancelled only before its hold_expires_at, and lapses only
+        # once it is there
         expires = {sid: s.hold_expires_at for sid, s in before_states.items()}
         for t in result.transitions:
             if t.refused:
                 continue
             if t.to_status == Status.HELD:
                 expires[t.signup_id] = t.hold_expires_at
-            if (t.from_status, t.to_status) == (Status.HELD, Status.ACCEPTED):
-                assert t.at < expires[t.signup_id], f"{t.signup_id} confirmed after its hold"
+            if t.from_status == Status.HELD and t.to_status == Status.EXPIRED:
+                assert t.at >= expires[t.signup_id], f"{t.signup_id} lapsed early"
+            elif t.from_status == Status.HELD:
+                assert t.at < expires[t.signup_id], f"{t.signup_id} {t.cause} after its hold"
         # and no signup is left HELD past it
         for sid, s in self.states.items():
             if s.status == Status.HELD:
