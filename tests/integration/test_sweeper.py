@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -392,6 +393,12 @@ def test_re_emission_is_batched_and_skips_records_that_vanished(fenced, client):
         ("redriven_at junk", {"redriven_at": {"S": "soon"}}, True),
         ("redriven_at in the future", {"redriven_at": {"N": "99999999999"}}, True),
         ("redriven_at not finite", {"redriven_at": {"N": "1E+125"}}, True),
+        # the bounds: exactly the minimum age is old enough, whichever clock says it
+        ("exactly the minimum age", {"submitted_at": {"S": "2027-01-15T07:55:00Z"}}, True),
+        ("re-emitted exactly the minimum age ago", {"redriven_at": {"N": "1799999700"}}, True),
+        # a re-emission a clock's skew ahead is "just now"; further ahead, no guard
+        ("re-emitted within the skew ahead", {"redriven_at": {"N": "1800000060"}}, False),
+        ("re-emitted past the skew ahead", {"redriven_at": {"N": "1800000061"}}, True),
     ],
 )
 def test_find_undecided_counts_unknown_and_future_ages_as_old(
@@ -546,3 +553,62 @@ def test_known_text_counters_beside_a_vanished_record_are_never_tried_with_add(c
         if "Update" in item
     ]
     assert not [u for u in updates if "ADD" in u]
+
+
+@pytest.mark.parametrize(
+    ("label", "redriven_ago", "found"),
+    [
+        ("re-emitted half a second ago", 0.5, False),
+        ("re-emitted a second ago", 1.0, True),
+        ("re-emitted a second ahead", -1.0, False),
+    ],
+)
+def test_a_re_emission_guards_for_exactly_the_minimum_age(
+    store, client, sweep_path, label, redriven_ago, found
+):
+    # GIVEN an undecided record the sweeper re-emitted ``redriven_ago`` seconds ago
+    now = 1_800_000_000.0
+    put_raw_intake(client, "gig", "u1", redriven_at={"N": repr(now - redriven_ago)})
+    # WHEN a sweeper whose minimum age is one second looks for undecided records
+    index = sweep_path == "index"
+    got = [u.signup_id for u in find_undecided(store, 1.0, now=now, from_index=index)]
+    # THEN it waits exactly one second (a re-emission ahead of the clock is "just now")
+    assert got == (["u1"] if found else []), label
+
+
+def test_a_recent_re_emission_or_a_young_record_does_not_hide_the_ones_after_it(
+    store, client, sweep_path
+):
+    # GIVEN, in read order, a record re-emitted just now, a young one, then an old one
+    now = 1_800_000_000.0
+    put_raw_intake(client, "gig", "u1", redriven_at={"N": repr(now)})
+    put_raw_intake(client, "gig", "u2", submitted_at={"S": "2027-01-15T07:59:59Z"})
+    put_raw_intake(client, "gig", "u3", submitted_at={"S": "2027-01-15T07:00:00Z"})
+    # WHEN the sweeper looks for records undecided over 5 minutes
+    index = sweep_path == "index"
+    found = list(find_undecided(store, 300.0, now=now, from_index=index))
+    # THEN the old one is found, with its age
+    assert [(u.signup_id, u.age_s) for u in found] == [("u3", 3600.0)]
+
+
+def test_by_default_the_whole_table_is_read(store, client):
+    # GIVEN an undecided record whose producer left the ``undecided`` marker out
+    put_raw_intake(client, "gig", "u1", marked=False)
+    # THEN the default read (the whole table, not the index of marked records) finds it
+    assert [u.signup_id for u in find_undecided(store, 0.0)] == ["u1"]
+
+
+def test_ages_are_judged_in_utc_whatever_the_machine_s_time_zone(store, client, monkeypatch):
+    # GIVEN a machine whose local time is nine hours ahead of UTC, and a record submitted
+    # ten seconds before the sweeper's clock reads (in UTC)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        now = 1_800_000_000.0
+        put_raw_intake(client, "gig", "u1", submitted_at={"S": "2027-01-15T07:59:50Z"})
+        # THEN it is ten seconds old, too young to re-emit
+        assert list(find_undecided(store, 300.0, now=now)) == []
+        assert [u.age_s for u in find_undecided(store, 0.0, now=now)] == [10.0]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
