@@ -35,10 +35,10 @@ from botocore.exceptions import ClientError
 from turnstile.contract import STREAM_SOURCE, EventSourceSettings
 from turnstile.eventfilter import matches_any, matches_filter
 from turnstile.itemsize import typed_item_size
+from turnstile.local.context import LocalLambdaContext
 
 __all__ = [
     "CheckpointStore",
-    "LocalLambdaContext",
     "StreamPoller",
     "matches_filter",
     "to_lambda_record",
@@ -106,30 +106,6 @@ def to_lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, An
     if "userIdentity" in record:
         out["userIdentity"] = dict(record["userIdentity"])
     return out
-
-
-@dataclass
-class LocalLambdaContext:
-    """What Powertools and handlers read from a Lambda context object."""
-
-    function_name: str = "turnstile-stream-processor"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    timeout_s: int = 60
-    aws_request_id: str = ""
-    log_group_name: str = "/aws/lambda/turnstile-stream-processor"
-    log_stream_name: str = "local"
-
-    def __post_init__(self) -> None:
-        self.aws_request_id = self.aws_request_id or str(uuid.uuid4())
-        self._deadline = time.monotonic() + self.timeout_s
-
-    @property
-    def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
 # -- checkpoints ----------------------------------------------------------------------
