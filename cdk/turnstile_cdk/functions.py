@@ -65,6 +65,7 @@ ASSET_EXCLUDES = [
     "turnstile/client.py",
     "turnstile/audit.py",
     "turnstile/redrive.py",
+    "turnstile/stream_reader.py",
     "turnstile/stack_outputs.py",
 ]
 
