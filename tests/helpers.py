@@ -106,6 +106,65 @@ class WithoutCancellationReasons:
         return call
 
 
+class CancelledLikeDynamoDB:
+    """Wraps a boto3 client: a transaction with an update that an item's attribute types
+    refuse (``ADD`` to a counter a producer wrote as text) is cancelled as DynamoDB cancels
+    it, not as moto refuses it. moto answers ``ValidationException`` for the whole call;
+    DynamoDB answers ``TransactionCanceledException`` whose ``CancellationReasons`` hold
+    ``ValidationError`` at that item and ``None`` at every other one (the message reads
+    "... cancellation reasons for specific reasons [None, ValidationError]")."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name != "transact_write_items":
+            return attr
+
+        def call(**kwargs: Any) -> Any:
+            try:
+                return attr(**kwargs)
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "ValidationException":
+                    raise
+                reasons = [self._reason(item) for item in kwargs["TransactItems"]]
+                if "ValidationError" not in reasons:
+                    raise
+                codes = ", ".join(reasons)
+                raise ClientError(
+                    {
+                        "Error": {
+                            "Code": "TransactionCanceledException",
+                            "Message": "Transaction cancelled, please refer cancellation "
+                            f"reasons for specific reasons [{codes}]",
+                        },
+                        "CancellationReasons": [
+                            {"Code": code} if code == "None" else
+                            {"Code": code, "Message": "An operand in the update expression "
+                             "has an incorrect data type"}
+                            for code in reasons
+                        ],
+                    },
+                    name,
+                ) from exc
+
+        return call
+
+    def _reason(self, item: dict[str, Any]) -> str:
+        """``ValidationError`` for an update that ADDs to an attribute holding no number."""
+        update = item.get("Update")
+        if not update or "ADD " not in update["UpdateExpression"]:
+            return "None"
+        names = update.get("ExpressionAttributeNames", {})
+        stored = self._client.get_item(
+            TableName=update["TableName"], Key=update["Key"], ConsistentRead=True
+        ).get("Item", {})
+        added = update["UpdateExpression"].split("ADD ", 1)[1].split()[0]
+        value = stored.get(names.get(added, added))
+        return "None" if value is None or "N" in value else "ValidationError"
+
+
 class CallRecorder:
     """Wraps a boto3 client and records each call's operation and arguments."""
 

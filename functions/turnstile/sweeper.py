@@ -104,7 +104,6 @@ def find_undecided(
     store: SignupStore,
     min_age_s: float,
     now: float | None = None,
-    event_id: str | None = None,
     *,
     from_index: bool = False,
     decided_marked: list[tuple[str, str]] | None = None,
@@ -124,11 +123,9 @@ def find_undecided(
     """
     now = time.time() if now is None else now
     now_at = datetime.fromtimestamp(now, UTC)
-    source = store.undecided_marked() if from_index else store.scan(store.intake_table, event_id)
+    source = store.undecided_marked() if from_index else store.scan(store.intake_table)
     by_event: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
     for item in source:
-        if event_id is not None and item[Attr.EVENT_ID] != event_id:
-            continue
         age = age_s(item.get(Attr.SUBMITTED_AT), now_at)
         since_redrive = _since_redrive(item.get(Attr.REDRIVEN_AT), now)
         if age is not None and age < min_age_s:

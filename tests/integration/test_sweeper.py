@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.helpers import (
     CallRecorder,
+    CancelledLikeDynamoDB,
     FaultyClient,
     WithoutCancellationReasons,
     decisions,
@@ -392,6 +394,12 @@ def test_re_emission_is_batched_and_skips_records_that_vanished(fenced, client):
         ("redriven_at junk", {"redriven_at": {"S": "soon"}}, True),
         ("redriven_at in the future", {"redriven_at": {"N": "99999999999"}}, True),
         ("redriven_at not finite", {"redriven_at": {"N": "1E+125"}}, True),
+        # the bounds: exactly the minimum age is old enough, whichever clock says it
+        ("exactly the minimum age", {"submitted_at": {"S": "2027-01-15T07:55:00Z"}}, True),
+        ("re-emitted exactly the minimum age ago", {"redriven_at": {"N": "1799999700"}}, True),
+        # a re-emission a clock's skew ahead is "just now"; further ahead, no guard
+        ("re-emitted within the skew ahead", {"redriven_at": {"N": "1800000060"}}, False),
+        ("re-emitted past the skew ahead", {"redriven_at": {"N": "1800000061"}}, True),
     ],
 )
 def test_find_undecided_counts_unknown_and_future_ages_as_old(
@@ -495,3 +503,113 @@ def test_records_known_to_have_a_text_counter_fill_transactions_of_their_own(
     assert int(store.get_intake("gig", "p0")["redrive"]) == 1
     odd_one = store.get_intake("gig", f"j{junk - 1:03d}")
     assert odd_one["redrive"] == "x" and odd_one["redriven_at"] == 1001.0
+
+
+@pytest.mark.parametrize("answer", ["moto", "dynamodb"])
+def test_a_text_counter_nobody_knew_of_is_found_and_re_emitted_by_its_time_alone(
+    client, answer
+):
+    # GIVEN two plain records, one whose ``redrive`` a producer wrote as text (the caller
+    # does not know it) and one that vanished; the refused ADD answered as moto answers it
+    # (ValidationException) or as DynamoDB does (cancelled, ValidationError at that item)
+    put_raw_intake(client, "gig", "p0")
+    put_raw_intake(client, "gig", "odd", redrive={"S": "x"})
+    put_raw_intake(client, "gig", "p1")
+    recorder = CallRecorder(client if answer == "moto" else CancelledLikeDynamoDB(client))
+    store = SignupStore(recorder, sleep=lambda _: None)
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", "p0"), ("gig", "odd"), ("gig", "gone"), ("gig", "p1")]
+    # WHEN they are re-emitted together
+    done = store.fenced_redrive_many("s", token, 1001.0, keys)
+    # THEN the three records are: the chunk was refused, then each record went alone; the
+    # text counter once more by its redriven_at alone; the vanished record was tried once
+    assert done == 3
+    assert recorder.sizes("transact_write_items", "TransactItems") == [5, 2, 2, 2, 2, 2]
+    assert [int(store.get_intake("gig", s)["redrive"]) for s in ("p0", "p1")] == [1, 1]
+    odd = store.get_intake("gig", "odd")
+    assert (odd["redrive"], odd["redriven_at"]) == ("x", 1001.0)
+    assert store.get_intake("gig", "gone") is None
+
+
+def test_known_text_counters_beside_a_vanished_record_are_never_tried_with_add(client):
+    # GIVEN two records known to have a text counter, and a third known so that vanished
+    put_raw_intake(client, "gig", "odd0", redrive={"S": "x"})
+    put_raw_intake(client, "gig", "odd1", redrive={"S": "x"})
+    recorder = CallRecorder(client)
+    store = SignupStore(recorder, sleep=lambda _: None)
+    token = store.acquire_lease("s", 60, now=1000.0)
+    assert token is not None
+    keys = [("gig", "odd0"), ("gig", "gone"), ("gig", "odd1")]
+    # WHEN they are re-emitted: the chunk is cancelled by the vanished record
+    done = store.fenced_redrive_many("s", token, 1001.0, keys, junk_counters=set(keys))
+    # THEN each record then goes alone, still by its redriven_at alone: one call each
+    assert done == 2
+    assert recorder.sizes("transact_write_items", "TransactItems") == [4, 2, 2, 2]
+    updates = [
+        item["Update"]["UpdateExpression"]
+        for op, kwargs in recorder.calls
+        if op == "transact_write_items"
+        for item in kwargs["TransactItems"]
+        if "Update" in item
+    ]
+    assert not [u for u in updates if "ADD" in u]
+
+
+@pytest.mark.parametrize(
+    ("label", "redriven_ago", "found"),
+    [
+        ("re-emitted half a second ago", 0.5, False),
+        ("re-emitted a second ago", 1.0, True),
+        ("re-emitted a second ahead", -1.0, False),
+    ],
+)
+def test_a_re_emission_guards_for_exactly_the_minimum_age(
+    store, client, sweep_path, label, redriven_ago, found
+):
+    # GIVEN an undecided record the sweeper re-emitted ``redriven_ago`` seconds ago
+    now = 1_800_000_000.0
+    put_raw_intake(client, "gig", "u1", redriven_at={"N": repr(now - redriven_ago)})
+    # WHEN a sweeper whose minimum age is one second looks for undecided records
+    index = sweep_path == "index"
+    got = [u.signup_id for u in find_undecided(store, 1.0, now=now, from_index=index)]
+    # THEN it waits exactly one second (a re-emission ahead of the clock is "just now")
+    assert got == (["u1"] if found else []), label
+
+
+def test_a_recent_re_emission_or_a_young_record_does_not_hide_the_ones_after_it(
+    store, client, sweep_path
+):
+    # GIVEN, in read order, a record re-emitted just now, a young one, then an old one
+    now = 1_800_000_000.0
+    put_raw_intake(client, "gig", "u1", redriven_at={"N": repr(now)})
+    put_raw_intake(client, "gig", "u2", submitted_at={"S": "2027-01-15T07:59:59Z"})
+    put_raw_intake(client, "gig", "u3", submitted_at={"S": "2027-01-15T07:00:00Z"})
+    # WHEN the sweeper looks for records undecided over 5 minutes
+    index = sweep_path == "index"
+    found = list(find_undecided(store, 300.0, now=now, from_index=index))
+    # THEN the old one is found, with its age
+    assert [(u.signup_id, u.age_s) for u in found] == [("u3", 3600.0)]
+
+
+def test_by_default_the_whole_table_is_read(store, client):
+    # GIVEN an undecided record whose producer left the ``undecided`` marker out
+    put_raw_intake(client, "gig", "u1", marked=False)
+    # THEN the default read (the whole table, not the index of marked records) finds it
+    assert [u.signup_id for u in find_undecided(store, 0.0)] == ["u1"]
+
+
+def test_ages_are_judged_in_utc_whatever_the_machine_s_time_zone(store, client, monkeypatch):
+    # GIVEN a machine whose local time is nine hours ahead of UTC, and a record submitted
+    # ten seconds before the sweeper's clock reads (in UTC)
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        now = 1_800_000_000.0
+        put_raw_intake(client, "gig", "u1", submitted_at={"S": "2027-01-15T07:59:50Z"})
+        # THEN it is ten seconds old, too young to re-emit
+        assert list(find_undecided(store, 300.0, now=now)) == []
+        assert [u.age_s for u in find_undecided(store, 0.0, now=now)] == [10.0]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
