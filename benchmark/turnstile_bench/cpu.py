@@ -240,7 +240,7 @@ def measure_cpu(batches: int = 50) -> CpuProfile:
     """CPU per decision of the engine alone and of the whole handler (in-memory store)."""
     quiet_handler_environment()
     from turnstile.handlers import stream as stream_module
-    from turnstile.local.poller import LocalLambdaContext
+    from turnstile.local.context import LocalLambdaContext
     from turnstile_bench.strategies import quiet
 
     records = _records(batches)

@@ -23,7 +23,7 @@ docs/design.md (§5) holds in IAM, not only in the code:
 
 IAM has no TransactWriteItems/TransactGetItems actions: a transaction is authorized per item
 by the action it performs (PutItem, UpdateItem, DeleteItem, ConditionCheckItem), with that
-item's conditions. This module is plain data (no CDK): ``TurnstileFunction.grant_tables``
+item's conditions. This module is plain data (no CDK): ``FunctionConstruct.grant_tables``
 turns it into policy statements, and the infrastructure tests pin the result.
 """
 

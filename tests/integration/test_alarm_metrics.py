@@ -12,7 +12,7 @@ import pytest
 from tests.helpers import FaultyClient, put_raw_intake
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers import sweeper as sweeper_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 

@@ -21,7 +21,7 @@ import pytest
 from tests.api.helpers import decide_pending, v2_event
 from turnstile.contract import ALL_TABLES
 from turnstile.handlers import api as api_handler
-from turnstile.local.api_server import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.store import SignupStore, default_client
 
 USER = "tester"
@@ -240,7 +240,7 @@ def tables(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[
 
 def via_api(op: Op) -> tuple[int, str | None, Outcome]:
     event = v2_event(op.method, op.path, op.body, authorizer=AUTHORIZER, query=op.query)
-    response = api_handler.handler(event, LocalLambdaContext())
+    response = api_handler.handler(event, LocalLambdaContext.api())
     body = json.loads(response["body"])
     code = response["statusCode"]
     if code < 300:

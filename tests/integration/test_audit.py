@@ -13,7 +13,7 @@ from turnstile import cli
 from turnstile.audit import audit
 from turnstile.errors import EventNotFoundError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 

@@ -12,7 +12,7 @@ from turnstile.audit import audit
 from turnstile.contract import Reason, Status
 from turnstile.errors import CapacityBelowTakenError, CommitConflictError, EventNotFoundError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"

@@ -17,7 +17,7 @@ from turnstile.contract import Reason, Status
 from turnstile.domain import Decision, SignupRequest, decide
 from turnstile.errors import JournalTooLargeError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import IntakeRecord, StreamProcessor
 from turnstile.store import (
     MAX_DECISION_ITEM_BYTES,

@@ -30,7 +30,8 @@ from turnstile.contract import (
 )
 from turnstile.domain import EventSnapshot, SignupRequest, decide
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import CheckpointStore, LocalLambdaContext, StreamPoller
+from turnstile.local.context import LocalLambdaContext
+from turnstile.local.poller import CheckpointStore, StreamPoller
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 from turnstile.redrive import redrive_queue
 from turnstile.store import SignupStore, default_client

@@ -15,7 +15,7 @@ from tests.api.helpers import v2_event
 from tests.helpers import decisions, put_raw_intake
 from turnstile.api import create_app
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.personal_data import signup_ref
 from turnstile.processor import StreamProcessor
 from turnstile.store import Journal, SignupStore

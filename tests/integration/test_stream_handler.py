@@ -11,7 +11,7 @@ from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
 from turnstile.audit import audit
 from turnstile.contract import CONTROL_TABLE, Reason, Status
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 

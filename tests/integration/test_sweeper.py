@@ -23,7 +23,8 @@ from turnstile.clock import utc_now
 from turnstile.contract import STREAM_SOURCE
 from turnstile.errors import DuplicateRunError, LeaseLostError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext, matches_filter
+from turnstile.local.context import LocalLambdaContext
+from turnstile.local.poller import matches_filter
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper, find_undecided
