@@ -39,13 +39,15 @@ MUTED = "#888888"
 
 
 def _ways(docs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Every way any run has, in the order of the first run that has it."""
+    """Every way any run has: the known ones in ``COLORS``' order (a variant beside its
+    way), then any other in the order met."""
     names: list[str] = []
     for doc in docs:
         for name in doc.get("strategies") or {}:
             if name not in names:
                 names.append(name)
-    return names
+    order = list(COLORS)
+    return sorted(names, key=lambda n: (order.index(n) if n in order else len(order)))
 
 
 def _preset_label(doc: Mapping[str, Any]) -> str:
@@ -178,7 +180,7 @@ def _cost(ax: Any, docs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> N
                 textcoords="offset points",
                 ha="center",
                 va="bottom",
-                fontsize=7.5,
+                fontsize=7,
             )
     ax.set_xticks(range(len(names)), names)
     ax.set_ylim(0, top * 1.45 if top else 1)

@@ -75,6 +75,8 @@ def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
         "conflicts": run.conflicts,
         "retries": run.retries,
         "failed_conditional_writes": cost.failed_conditional_writes,
+        # Charged to writes that wrote nothing: failed conditions, cancelled transactions.
+        "failed_write_units_per_decision": round(cost.failed_write_units / n, 4),
         "requests_per_decision": round(cost.total_requests / n, 4),
         "read_units_per_decision": round(reads, 4),
         "write_units_per_decision": round(writes, 4),
@@ -204,6 +206,16 @@ def _invariant_lines(strategies: Mapping[str, Any]) -> list[str]:
     ]
     if setups:
         lines.append("set-up per event, not in the cost above: " + ", ".join(setups))
+    failed = [
+        f"{name} {_f(s['failed_write_units_per_decision'])}"
+        for name, s in strategies.items()
+        if s.get("failed_write_units_per_decision")
+    ]
+    if failed:
+        lines.append(
+            "of WU/dec, charged to writes that wrote nothing (failed conditions, cancelled"
+            " transactions): " + ", ".join(failed)
+        )
     reasons = [
         f"{name} "
         + (", ".join(f"{code} {n}" for code, n in s["cancellation_reasons"].items()) or "none")
