@@ -4,8 +4,8 @@ One figure for one run or for several (the quick and the hot preset side by side
 
 * the headline, full width: oversold seats per way, recounted from each way's tables;
 * conflicts per decision, and cost per million signups split into writes and reads;
-* the stream processor's units per decision as one event grows, and as a batch spans
-  more events (from the run that has them);
+* the stream processor's units per decision as one event grows, and as the signups spread
+  over more events (from the run that has them);
 * small and grey, last: latency in moto's seconds, which measure the local endpoint (one
   request at a time) more than the ways.
 
@@ -85,7 +85,7 @@ def _grouped(
                 edgecolor="white" if i else COLORS.get(name, MUTED),
             )
             ax.annotate(
-                format(v, fmt),
+                format(v, fmt) if v else "0",
                 (pos, v),
                 xytext=(0, 2),
                 textcoords="offset points",
@@ -136,9 +136,10 @@ def _oversold(ax: Any, docs: Sequence[Mapping[str, Any]], names: Sequence[str]) 
 
 def _conflicts(ax: Any, docs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
     _grouped(ax, docs, names, lambda s: s["conflicts"] / max(1, s["decided"]), ".2f")
+    ax.tick_params(axis="x", labelsize=9, labelrotation=25)
     ax.set_ylabel("conflicts per decision")
     ax.set_title(
-        "Conflicts per decision: failed conditions and cancelled transactions, each retried",
+        "Conflicts per decision: failed conditions and\ncancelled transactions, each retried",
         fontsize=10,
     )
     ax.grid(True, axis="y", alpha=0.3)
@@ -226,24 +227,26 @@ def _scale(ax: Any, doc: Mapping[str, Any] | None) -> None:
 
 
 def _events_per_batch(ax: Any, doc: Mapping[str, Any] | None) -> None:
-    points = ((doc or {}).get("events_per_batch") or {}).get("points") or []
-    ax.set_title("... and as a batch of 100 spans more events", fontsize=10)
+    """Processor write units per decision as the same signups spread over more events."""
+    spread = (doc or {}).get("events_per_batch") or {}
+    points = spread.get("points") or []
+    ax.set_title("... and as the signups spread over more events", fontsize=10)
     if not points:
         ax.text(0.5, 0.5, "no spread run", ha="center", transform=ax.transAxes, color=MUTED)
         return
     events = [p["events"] for p in points]
     writes = [p["processor_write_units_per_decision"] for p in points]
-    reads = [p["processor_read_units_per_decision"] for p in points]
     ax.plot(events, writes, marker="o", color=COLORS["turnstile"], label="write units")
-    ax.plot(events, reads, marker="s", color=COLORS["turnstile"], alpha=0.45, label="read units")
     _label_points(ax, events, writes, ".2f", 6)
-    _label_points(ax, events, reads, ".2f", -13)
     ax.set_xticks(events, [str(e) for e in events])
-    ax.set_xlabel("events in each batch (a commit per event per batch)")
-    ax.set_ylabel("units per decision (processor)")
-    ax.set_ylim(0, max(writes + reads) * 1.3)
+    ax.set_xlabel(
+        f"events {points[0]['signups']} signups are spread over\n(each batch of 100 commits "
+        "once per event it holds)",
+        fontsize=9,
+    )
+    ax.set_ylabel("write units per decision (processor)")
+    ax.set_ylim(0, max(writes) * 1.3)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
 
 
 def _latency(ax: Any, docs: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
@@ -295,15 +298,15 @@ def plot(docs: Mapping[str, Any] | Sequence[Mapping[str, Any]], path: Path) -> N
     scaled = next((d for d in runs if d.get("scale") or d.get("events_per_batch")), None)
 
     fig = plt.figure(figsize=(15, 13))
-    grid = fig.add_gridspec(3, 6, height_ratios=[1.0, 1.1, 1.0], hspace=0.42, wspace=0.9)
+    grid = fig.add_gridspec(3, 12, height_ratios=[1.0, 1.1, 1.0], hspace=0.45, wspace=2.2)
     if with_ways:
         _oversold(fig.add_subplot(grid[0, :]), with_ways, names)
-        _conflicts(fig.add_subplot(grid[1, :3]), with_ways, names)
-        _cost(fig.add_subplot(grid[1, 3:]), with_ways, names)
-    _scale(fig.add_subplot(grid[2, :2]), scaled)
-    _events_per_batch(fig.add_subplot(grid[2, 2:4]), scaled)
+        _conflicts(fig.add_subplot(grid[1, :5]), with_ways, names)
+        _cost(fig.add_subplot(grid[1, 5:]), with_ways, names)
+    _scale(fig.add_subplot(grid[2, :4]), scaled)
+    _events_per_batch(fig.add_subplot(grid[2, 4:8]), scaled)
     if with_ways:
-        _latency(fig.add_subplot(grid[2, 4:]), with_ways, names)
+        _latency(fig.add_subplot(grid[2, 8:]), with_ways, names)
 
     title = "turnstile bench: " + "; ".join(_preset_label(d) for d in runs)
     fig.suptitle(
