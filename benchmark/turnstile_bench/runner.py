@@ -57,7 +57,7 @@ QUICK = BenchOptions(
 )
 
 #: Where the designs differ most: one event, 32 producers, capacity far below demand
-#: (about 960 seats asked for 100). Only the ways, plus slots claimed lowest first.
+#: (895 seats asked for 100). Only the ways, plus slots claimed lowest first.
 HOT = BenchOptions(
     mode="hot",
     workload=Workload(events=1, capacity=100, signups=600, producers=32, hot_share=1.0),
