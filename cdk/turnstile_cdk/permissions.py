@@ -199,8 +199,8 @@ SWEEPER_GRANTS = (
         attributes=(
             Attr.EVENT_ID,
             Attr.SIGNUP_ID,
-            Attr.REDRIVE,
-            Attr.REDRIVEN_AT,
+            Attr.RE_EMITS,
+            Attr.RE_EMITTED_AT,
             Attr.UNDECIDED,
         ),
         why="re-emits a record by bumping redrive/redriven_at and setting the undecided "

@@ -1,7 +1,7 @@
 """Pages of events and of an event's signups, read from DynamoDB; the page tokens.
 
 The reads of ``usecases.list_events`` and ``usecases.list_signups`` (kept out of
-``store``; they go through its retrying ``_call`` all the same). What each costs:
+``store``; they go through its retrying ``Dynamo.call`` all the same). What each costs:
 
 * An event's signups live in one partition of each of two tables, sorted by ``signup_id``:
   its decisions in main, its intake records in intake. A page is a ``Query`` on each
@@ -37,8 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from turnstile.contract import EVENT_LIST_ATTRIBUTES, ID_PATTERN, Attr, ControlKey, Status
+from turnstile.dynamo import from_item
 from turnstile.errors import InvalidRequestError
-from turnstile.store import SignupStore, from_item
+from turnstile.store import SignupStore
 
 __all__ = [
     "MAX_EXAMINED",
@@ -160,7 +161,7 @@ def _partition(
             kwargs["ExpressionAttributeValues"][":after"] = {"S": after}
         if start is not None:
             kwargs["ExclusiveStartKey"] = start
-        return store._call("query", **kwargs)
+        return store.dynamo.call("query", **kwargs)
 
     return _Reader(fetch)
 
@@ -239,7 +240,7 @@ def event_items(
                 ControlKey.PK: {"S": after[0]},
                 ControlKey.SK: {"S": after[1]},
             }
-        return store._call("scan", **kwargs)
+        return store.dynamo.call("scan", **kwargs)
 
     reader = _Reader(fetch)
     items: list[dict[str, Any]] = []

@@ -234,7 +234,7 @@ def test_modify_of_a_decided_signup_changes_nothing(client, store, stream):
     before = state_items(client)
     # WHEN a producer rewrites decided intake records (MODIFY), seats and all
     put_raw_intake(client, "gig", "b", seats={"N": "1"}, attributes={"M": {"x": {"S": "y"}}})
-    store.redrive("gig", "a")
+    store.re_emit("gig", "a")
     records = stream.read_new()
     assert [r["eventName"] for r in records] == ["MODIFY", "MODIFY"]
     assert invoke(records) == {"batchItemFailures": []}

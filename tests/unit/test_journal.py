@@ -10,13 +10,8 @@ import pytest
 
 from turnstile.contract import Reason, Status
 from turnstile.domain import Decision, SignupRequest
-from turnstile.store import (
-    MAX_DECISION_ITEM_BYTES,
-    MAX_JOURNAL_BYTES,
-    Journal,
-    SignupStore,
-    bounded_decision,
-)
+from turnstile.journal import MAX_DECISION_ITEM_BYTES, Journal, bounded_decision
+from turnstile.store import MAX_JOURNAL_BYTES, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -139,12 +134,15 @@ EXPIRES = 1_900_000_000
 
 def _item_at(size: int, event_id: str = LONG_EVENT, expires_at: int | None = None):
     """A request whose decision item (base + copied fields) is exactly ``size`` bytes."""
-    from turnstile.store import _base_item, _item_size, to_item
+    from turnstile.dynamo import to_item
+    from turnstile.itemsize import typed_item_size
+    from turnstile.journal import base_item
 
     def total(pad: int) -> int:
         req = request(attributes={"pad": "x" * pad}, submitted_at=NOW)
         copies = to_item({"submitted_at": req.submitted_at, "attributes": req.attributes})
-        return _item_size(_base_item(event_id, accepted(), NOW, expires_at)) + _item_size(copies)
+        base = base_item(event_id, accepted(), NOW, expires_at)
+        return typed_item_size(base) + typed_item_size(copies)
 
     pad = size - total(0)  # ASCII text: one byte per character
     assert total(pad) == size
@@ -156,7 +154,7 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
     # The base item counts the event id, decided_at and expires_at as written: a bound that
     # left any of them out (or counted "None") would keep copies one byte over the limit.
     store = SignupStore(client=object())
-    from turnstile.store import _item_size
+    from turnstile.itemsize import typed_item_size
 
     at_limit = _item_at(MAX_DECISION_ITEM_BYTES, expires_at=expires_at)
     over = _item_at(MAX_DECISION_ITEM_BYTES + 1, expires_at=expires_at)
@@ -166,9 +164,9 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
         assert (decision.detail is None) is kept
         item = store.decision_item(LONG_EVENT, accepted(), NOW, req, expires_at)
         assert ("attributes" in item) is kept
-        assert _item_size(item) <= MAX_DECISION_ITEM_BYTES
+        assert typed_item_size(item) <= MAX_DECISION_ITEM_BYTES
         if kept:
-            assert _item_size(item) == MAX_DECISION_ITEM_BYTES
+            assert typed_item_size(item) == MAX_DECISION_ITEM_BYTES
         (journal_copies,) = Journal.build(
             LONG_EVENT, 1, NOW, [accepted()], {"u1": req}, expires_at
         ).copies
@@ -181,13 +179,13 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
 def _row_of(json_bytes: int):
     """A request whose copied fields are exactly ``json_bytes`` of journal JSON, while the
     item stays far under its limit (two-byte binaries: seven bytes of JSON each)."""
-    from turnstile.store import _json, to_item
+    from turnstile.dynamo import to_item, typed_json
 
     binaries = {i.to_bytes(2, "big") for i in range(18_000)}
 
     def text(pad: int) -> str:
         req = request(attributes={"keys": binaries, "pad": "y" * pad}, submitted_at=NOW)
-        return _json(to_item({"submitted_at": req.submitted_at, "attributes": req.attributes}))
+        return typed_json(to_item({"submitted_at": req.submitted_at, "attributes": req.attributes}))
 
     pad = json_bytes - len(text(0).encode())
     assert len(text(pad).encode()) == json_bytes
@@ -195,7 +193,7 @@ def _row_of(json_bytes: int):
 
 
 def test_a_journal_row_of_exactly_its_bound_is_kept_and_one_byte_more_is_dropped():
-    from turnstile.store import MAX_JOURNAL_ROW_BYTES
+    from turnstile.journal import MAX_JOURNAL_ROW_BYTES
 
     bound = MAX_JOURNAL_ROW_BYTES - 1024  # room for the row's own fields
     _, kept = bounded_decision("gig", accepted(), NOW, _row_of(bound))
@@ -274,7 +272,7 @@ def test_the_longest_prefix_is_exactly_what_fits_at_every_limit():
 
 
 def test_an_event_record_reads_its_lowest_capacity():
-    from turnstile.store import EventRecord
+    from turnstile.events import EventRecord
 
     base = {"event_id": "gig", "capacity": 5, "taken": 0, "accepted": 0, "version": 1}
     assert EventRecord.from_values({**base, "min_capacity": Decimal(3)}).min_capacity == 3
@@ -301,10 +299,10 @@ def _items(*sizes: int) -> list[dict]:
     ],
 )
 def test_batches_are_the_longest_runs_within_count_and_bytes(sizes, count, limit, expected):
-    from turnstile.store import _chunks_within
+    from turnstile.dynamo import chunks_within
 
     items = _items(*sizes)
-    runs = [list(run) for run in _chunks_within(items, count, limit)]
+    runs = [list(run) for run in chunks_within(items, count, limit)]
     assert [len(run) for run in runs] == expected
     assert [item for run in runs for item in run] == items
 
