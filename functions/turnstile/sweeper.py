@@ -142,7 +142,8 @@ def find_undecided(
     now = time.time() if now is None else now
     now_at = datetime.fromtimestamp(now, UTC)
     if from_index:
-        source = (ledger or _ledger_beside(store)).undecided_marked()
+        ledger = ledger if ledger is not None else _ledger_beside(store)
+        source = ledger.undecided_marked()
     else:
         source = store.intake_items(event_id)
     by_event: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
