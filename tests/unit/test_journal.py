@@ -36,6 +36,33 @@ V1_DECISIONS = (
     ),
 )
 
+#: A journal exactly as today's encoder (format 2: bzip2, a format tag, rows with their
+#: copied fields in typed form, an expiry) wrote it: version 8, the three decisions above,
+#: the first with attributes of several types (binary, a string set), the second with only
+#: ``submitted_at``, the third with nothing to copy. Frozen: event items hold these.
+V2_JOURNAL = base64.b64decode(
+    "QlpoOTFBWSZTWY02/3AAAMr/gFgAAgBQB3/yMAfcGr+nfyowAQzaBqaKG1PUNqNADajI9Q9E9R6j0h6g0ETE0agAAAAG"
+    "QAEoRJpkAAaAaAeiGgBJRhdYQuROt1bSzp8smSKQNBq2pKrK/7e8NojpjiB+065AwqVMdVByoooyK03ChmmNwahZ1GWD"
+    "aHETdjTPEkQsB5LHWcqH24wl9UIdJEfUKUhKkaElFNh4k56ji97HSeUXlNCLSk9YAxIp1rqqK2JyFIBizBADaiAgQK16"
+    "AHFOaCsK6qAeDAxVokR7HPjDlEHmMjYPa9DaFrXjVQPxwDYztcyn6JMBSdAFQFffISE1imRJ9c2diiyGGiA5g08DIAza"
+    "Uw/W/nshctOU4xIsVoIaMFg09Y0U0/i7kinChIRpt/uA"
+)
+V2_COPIES = (
+    {
+        "submitted_at": {"S": "2026-01-01T00:00:00Z"},
+        "attributes": {
+            "M": {
+                "vip": {"BOOL": True},
+                "n": {"N": "1.5"},
+                "b": {"B": b"\x00\xff"},
+                "tags": {"SS": ["b", "a"]},
+            }
+        },
+    },
+    {"submitted_at": {"S": "2025-12-31T23:59:59Z"}},
+    {},
+)
+
 
 def request(signup_id: str = "u1", **fields) -> SignupRequest:
     return SignupRequest("gig", signup_id, "100", **fields)
@@ -52,6 +79,18 @@ def test_a_format_1_journal_still_decodes_without_copied_fields():
     # None: its items take attributes and submitted_at from intake, as they always did.
     assert journal.copies is None
 
+
+
+def test_a_format_2_journal_as_stored_today_still_decodes_and_encodes_the_same():
+    # GIVEN the bytes of a journal an event item holds today
+    journal = Journal.decode(V2_JOURNAL)
+    # THEN it decodes to its decisions, each with its copied fields, and its expiry
+    assert (journal.version, journal.decided_at, journal.expires_at) == (8, NOW, 1_790_000_000)
+    assert journal.decisions == V1_DECISIONS
+    assert journal.copies == V2_COPIES
+    # ... and this code writes the same journal the same way, byte for byte
+    assert journal.encode() == V2_JOURNAL
+    assert Journal.FORMAT == 2
 
 def test_copied_fields_are_fixed_in_typed_form_binary_sets_and_numbers_included():
     # GIVEN attributes of every DynamoDB type, binary and sets among them
