@@ -203,9 +203,10 @@ SWEEPER_GRANTS = (
             Attr.RE_EMITTED_AT,
             Attr.UNDECIDED,
         ),
-        why="re-emits a record by bumping redrive/redriven_at and setting the undecided "
-        "marker (fenced_redrive_many, in transactions), and removes the marker from a record "
-        "it finds decided (clear_undecided); it never deletes or replaces one",
+        why="re-emits a record by bumping its re-emission counter and time (redrive, "
+        "redriven_at) and setting the undecided marker (Ledger.fenced_re_emit_many, in "
+        "transactions), and removes the marker from a record it finds decided "
+        "(clear_undecided); it never deletes or replaces one",
     ),
     TableGrant(MAIN, ("dynamodb:BatchGetItem",), why="reads which records are decided"),
     TableGrant(
