@@ -15,7 +15,7 @@ from tests.unit.test_journal import V1_DECISIONS, V1_JOURNAL
 from turnstile.audit import audit
 from turnstile.contract import Reason, Status
 from turnstile.domain import Decision, SignupRequest, decide
-from turnstile.dynamo import TRANSACTION_BYTES, event_key
+from turnstile.dynamo import TRANSACTION_BYTES, event_key, signup_key
 from turnstile.errors import JournalTooLargeError
 from turnstile.handlers import stream as stream_handler
 from turnstile.itemsize import typed_item_size
@@ -87,7 +87,7 @@ def test_rewriting_or_deleting_intake_never_changes_a_decision(client, store, st
     # WHEN a producer rewrites one intake record and the other is deleted (TTL), and a cold
     # processor, which writes the last journal out again, decides a new signup
     put_raw_intake(client, "gig", "a", attributes={"M": {"name": {"S": "Mallory"}}})
-    client.delete_item(TableName=store.intake_table, Key=store._key("gig", "b"))
+    client.delete_item(TableName=store.intake_table, Key=signup_key("gig", "b"))
     stream.read_new()  # the MODIFY and REMOVE change nothing anyway; skip them
     put_raw_intake(client, "gig", "c", submitted_at=SUBMITTED)
     cold_start(store)
