@@ -7,8 +7,9 @@ Nothing here knows about signups, events or the sweeper; ``store``, ``events``, 
   with capped, jittered backoff (``max_attempts`` in all, then ``StoreUnavailableError``),
   and raises the errors callers branch on as types of their own (``ConditionFailed``,
   ``TransactionCancelled``; both still ``ClientError``s).
-* ``Dynamo.batch_get`` and ``Dynamo.batch_write`` split a request into DynamoDB's chunks
-  and ask again, with backoff, for what DynamoDB left unprocessed.
+* ``Dynamo.get`` reads one item; ``Dynamo.batch_get`` and ``Dynamo.batch_write`` split a
+  request into DynamoDB's chunks and ask again, with backoff, for what DynamoDB left
+  unprocessed.
 * ``Dynamo.pages`` and ``Dynamo.items`` are the one paginator for Scan and Query.
 * ``to_item``/``from_item`` convert between plain values and DynamoDB's typed form;
   ``typed_json`` and ``typed_json_hook`` carry typed values (binary included) through JSON.
@@ -260,6 +261,14 @@ class Dynamo:
                 cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
                 self._sleep(random.uniform(0, cap))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def get(
+        self, table: str, key: Mapping[str, Any], consistent: bool = True
+    ) -> dict[str, Any] | None:
+        """The item of ``key`` as plain values, read strongly consistent unless
+        ``consistent`` is False; None if there is none."""
+        response = self.call("get_item", TableName=table, Key=key, ConsistentRead=consistent)
+        return from_item(response["Item"]) if "Item" in response else None
 
     def pages(self, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
         """Every page of a ``scan`` or ``query``, each read when the one before is used."""

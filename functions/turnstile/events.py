@@ -136,8 +136,8 @@ class EventItems:
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item, read strongly consistent by default, or None."""
-        raw = self._event_item(event_id, consistent)
-        return EventRecord.from_item(raw) if raw is not None else None
+        item = self.dynamo.get(self.control_table, event_key(event_id), consistent)
+        return EventRecord.from_values(item) if item is not None else None
 
     def scan_events(self) -> Iterator[EventRecord]:
         """Every event (the audit's and the CLI's listing; never the decision path)."""
@@ -147,9 +147,9 @@ class EventItems:
     def event_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Event items as plain values: one event's (if it exists) or all, read consistently."""
         if event_id is not None:
-            raw = self._event_item(event_id)
-            if raw is not None:
-                yield from_item(raw)
+            item = self.dynamo.get(self.control_table, event_key(event_id))
+            if item is not None:
+                yield item
             return
         yield from self.dynamo.items(
             "scan",
@@ -159,16 +159,6 @@ class EventItems:
             ExpressionAttributeNames={"#pk": ControlKey.PK},
             ExpressionAttributeValues={":prefix": {"S": ControlKey.EVENT_PREFIX}},
         )
-
-    def _event_item(self, event_id: str, consistent: bool = True) -> dict[str, Any] | None:
-        """The event item as stored (typed), or None."""
-        response = self.dynamo.call(
-            "get_item",
-            TableName=self.control_table,
-            Key=event_key(event_id),
-            ConsistentRead=consistent,
-        )
-        return response.get("Item")
 
     def close_event(self, event_id: str) -> tuple[EventRecord | None, bool]:
         """OPEN -> CLOSED, conditionally; returns the event after the call and whether this

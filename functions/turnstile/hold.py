@@ -42,13 +42,8 @@ class HeldEvents:
 
     def get_hold(self, event_id: str) -> dict[str, Any] | None:
         """The event's hold marker, read consistently, if the event is held."""
-        response = self.dynamo.call(
-            "get_item",
-            TableName=self.control_table,
-            Key=control_key(ControlKey.hold(event_id)),
-            ConsistentRead=True,
-        )
-        return _held(from_item(response["Item"])) if "Item" in response else None
+        hold = self.dynamo.get(self.control_table, control_key(ControlKey.hold(event_id)))
+        return _held(hold) if hold is not None else None
 
     def holds(self, event_id: str | None = None) -> dict[str, dict[str, Any]]:
         """Hold markers of held events by event id (one event's, or all: a filtered Scan)."""

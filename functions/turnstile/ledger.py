@@ -45,7 +45,6 @@ from turnstile.dynamo import (
     chunks,
     control_key,
     error_code,
-    from_item,
     signup_key,
     to_item,
 )
@@ -127,10 +126,7 @@ class Ledger(Tables):
     def get_lease(self) -> dict[str, Any] | None:
         """The lease item (``LeaseAttr``: owner, fence, lease_until, full_scan_at), read
         consistently, or None."""
-        response = self.dynamo.call(
-            "get_item", TableName=self.control_table, Key=_LEASE_KEY, ConsistentRead=True
-        )
-        return from_item(response["Item"]) if "Item" in response else None
+        return self.dynamo.get(self.control_table, _LEASE_KEY)
 
     def release_lease(self, owner: str, token: int) -> None:
         """Give the lease up early (only if it is still ours, with the same token)."""

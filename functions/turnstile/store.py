@@ -121,13 +121,8 @@ class SignupStore(Tables, EventItems, HeldEvents):
         return existing, False
 
     def get_intake(self, event_id: str, signup_id: str) -> dict[str, Any] | None:
-        response = self.dynamo.call(
-            "get_item",
-            TableName=self.intake_table,
-            Key=signup_key(event_id, signup_id),
-            ConsistentRead=True,
-        )
-        return from_item(response["Item"]) if "Item" in response else None
+        """The intake record, read strongly consistent, or None."""
+        return self.dynamo.get(self.intake_table, signup_key(event_id, signup_id))
 
     def get_intakes(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         return self._batch_get(self.intake_table, event_id, list(signup_ids))
@@ -169,13 +164,8 @@ class SignupStore(Tables, EventItems, HeldEvents):
     def get_decision(
         self, event_id: str, signup_id: str, consistent: bool = True
     ) -> dict[str, Any] | None:
-        response = self.dynamo.call(
-            "get_item",
-            TableName=self.main_table,
-            Key=signup_key(event_id, signup_id),
-            ConsistentRead=consistent,
-        )
-        return from_item(response["Item"]) if "Item" in response else None
+        """The decision item, read strongly consistent by default, or None."""
+        return self.dynamo.get(self.main_table, signup_key(event_id, signup_id), consistent)
 
     def get_decisions(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Decision items that exist for these signups, read strongly consistent."""
