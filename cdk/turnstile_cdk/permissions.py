@@ -199,13 +199,14 @@ SWEEPER_GRANTS = (
         attributes=(
             Attr.EVENT_ID,
             Attr.SIGNUP_ID,
-            Attr.REDRIVE,
-            Attr.REDRIVEN_AT,
+            Attr.RE_EMITS,
+            Attr.RE_EMITTED_AT,
             Attr.UNDECIDED,
         ),
-        why="re-emits a record by bumping redrive/redriven_at and setting the undecided "
-        "marker (fenced_redrive_many, in transactions), and removes the marker from a record "
-        "it finds decided (clear_undecided); it never deletes or replaces one",
+        why="re-emits a record by bumping its re-emission counter and time (redrive, "
+        "redriven_at) and setting the undecided marker (Ledger.fenced_re_emit_many, in "
+        "transactions), and removes the marker from a record it finds decided "
+        "(clear_undecided); it never deletes or replaces one",
     ),
     TableGrant(MAIN, ("dynamodb:BatchGetItem",), why="reads which records are decided"),
     TableGrant(

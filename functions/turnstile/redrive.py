@@ -119,7 +119,7 @@ def redrive_queue(
 
     pending = _undecided(store, sorted({k for _, keys in batches for k in keys}))
     for event_id, signup_id in pending:
-        if store.redrive(event_id, signup_id):
+        if store.re_emit(event_id, signup_id):
             result.re_emitted += 1
     deadline = time.monotonic() + wait_s
     while pending and time.monotonic() < deadline:

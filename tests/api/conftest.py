@@ -19,10 +19,11 @@ from moto.server import ThreadedMotoServer
 
 from tests.api.helpers import Answer, Invoke, LiveApi, v2_event
 from turnstile.contract import ALL_TABLES
+from turnstile.dynamo import default_client
 from turnstile.handlers import api as api_handler
 from turnstile.local.api_server import ApiServer
 from turnstile.local.context import LocalLambdaContext
-from turnstile.store import SignupStore, default_client
+from turnstile.store import SignupStore
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def recorded(store: SignupStore, monkeypatch: pytest.MonkeyPatch) -> Recording:
     """The handler's own store, its client recording every call."""
     handler_store = api_handler.get_store()
     recording = Recording(handler_store.client)
-    monkeypatch.setattr(handler_store, "client", recording)
+    monkeypatch.setattr(handler_store.dynamo, "client", recording)
     return recording
 
 

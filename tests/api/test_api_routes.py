@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.api.helpers import Invoke, decide_pending, v2_event
 from turnstile import api
+from turnstile.dynamo import event_key
 from turnstile.handlers import api as api_handler
 from turnstile.itemsize import value_size
 from turnstile.local.context import LocalLambdaContext
@@ -78,7 +79,7 @@ def test_the_event_records_who_created_it(
     assert answer.status == 201
     assert answer.body["created_by"] == creator
     assert invoke("GET", "/events/gala").body["created_by"] == creator
-    item = store.client.get_item(TableName=store.control_table, Key=store._event_key("gala"))
+    item = store.client.get_item(TableName=store.control_table, Key=event_key("gala"))
     assert item["Item"]["created_by"] == {"S": creator}
 
 
@@ -311,7 +312,7 @@ def test_close_closes_once_then_reports_the_state(invoke: Invoke, concert: str):
 def _take_seats(store: SignupStore, event_id: str, taken: int) -> None:
     store.client.update_item(
         TableName=store.control_table,
-        Key=store._event_key(event_id),
+        Key=event_key(event_id),
         UpdateExpression="SET taken = :taken",
         ExpressionAttributeValues={":taken": {"N": str(taken)}},
     )

@@ -35,10 +35,11 @@ from turnstile import cli
 from turnstile.api import create_app
 from turnstile.audit import audit
 from turnstile.contract import EventState, Reason, Status
+from turnstile.dynamo import from_item
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore, from_item
+from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper, find_undecided
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

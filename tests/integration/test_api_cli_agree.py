@@ -20,9 +20,10 @@ import pytest
 
 from tests.api.helpers import decide_pending, v2_event
 from turnstile.contract import ALL_TABLES
+from turnstile.dynamo import default_client
 from turnstile.handlers import api as api_handler
 from turnstile.local.context import LocalLambdaContext
-from turnstile.store import SignupStore, default_client
+from turnstile.store import SignupStore
 
 USER = "tester"
 #: The API caller whose identity reads as the CLI's ``created_by`` (``cli:<user>``).

@@ -12,8 +12,10 @@ from botocore.exceptions import ClientError
 from tests.helpers import CallRecorder
 from turnstile.contract import CONTROL_TABLE, ControlKey
 from turnstile.domain import SignupRequest
+from turnstile.dynamo import control_key, refused_as_invalid
 from turnstile.errors import StoreUnavailableError
-from turnstile.store import SignupStore, refused_as_invalid
+from turnstile.ledger import Ledger
+from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 LATER = "2026-01-01T00:05:00.000000Z"
@@ -91,7 +93,7 @@ def request(signup_id: str, sequence_number: str, **fields: Any) -> SignupReques
 
 def control_item(client, key: tuple[str, str]) -> dict[str, Any] | None:
     response = client.get_item(
-        TableName=CONTROL_TABLE.name, Key=SignupStore._control_key(key), ConsistentRead=True
+        TableName=CONTROL_TABLE.name, Key=control_key(key), ConsistentRead=True
     )
     return response.get("Item")
 
@@ -127,7 +129,7 @@ def test_holds_finds_every_held_event_page_by_page_and_nothing_else(store, busy,
         store.park(event_id, [SignupRequest(event_id, "s", "100")], NOW, None)
     assert store.lift_hold("done", 1)
     store.create_event("a", 5, NOW)
-    store.acquire_lease("sweeper", 60, 0)
+    Ledger.beside(store).acquire_lease("sweeper", 60, 0)
     # WHEN every hold is read, one item per page
     holds = busy.holds()
     # THEN exactly the held events, each with its marker
