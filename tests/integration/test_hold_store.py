@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.helpers import CallRecorder
+from tests.helpers import CallRecorder, put_raw_intake
 from turnstile.contract import CONTROL_TABLE, ControlKey
 from turnstile.domain import SignupRequest
 from turnstile.dynamo import control_key, refused_as_invalid
@@ -292,3 +292,42 @@ def test_every_read_of_a_hold_is_strongly_consistent(store, client):
     ]
     assert [op for op, _ in recorder.calls] == ["batch_get_item", "get_item", "scan", "query"]
     assert consistent == [True] * 4
+
+
+class HalfProcessed:
+    """Wraps a boto3 client: every BatchGetItem reads only the first half of its keys (at
+    least one) and hands the rest back as unprocessed, as DynamoDB may."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name != "batch_get_item":
+            return attr
+
+        def half(**kwargs: Any) -> Any:
+            self.calls += 1
+            [(table, request)] = kwargs["RequestItems"].items()
+            keys = request["Keys"]
+            cut = max(1, len(keys) // 2)
+            response = attr(RequestItems={table: {**request, "Keys": keys[:cut]}})
+            if keys[cut:]:
+                response["UnprocessedKeys"] = {table: {**request, "Keys": keys[cut:]}}
+            return response
+
+        return half
+
+
+def test_a_batch_read_keeps_what_each_round_found(client):
+    # GIVEN four intake records, read by a client that answers half of each batch read
+    for signup_id in ("a", "b", "c", "d"):
+        put_raw_intake(client, "gig", signup_id)
+    half = HalfProcessed(client)
+    store = SignupStore(half, sleep=lambda _: None)
+    # WHEN they are read together
+    found = store.get_intakes("gig", ["a", "b", "c", "d"])
+    # THEN every round's items are kept: all four, in three rounds (2, 1, 1)
+    assert sorted(found) == ["a", "b", "c", "d"]
+    assert half.calls == 3
