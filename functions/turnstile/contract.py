@@ -233,9 +233,22 @@ class RunStatus:
 
 
 class Status:
+    """A signup's status. The first three are today's decisions; the rest belong to the
+    lifecycle of holds, confirmations, cancellations and the waitlist (docs/lifecycle.md),
+    which ``turnstile.lifecycle`` decides and nothing writes yet."""
+
     PENDING = "PENDING"
     ACCEPTED = "ACCEPTED"
     REJECTED = "REJECTED"
+    #: Seats reserved until ``hold_expires_at``; confirmed, cancelled or lapsed from there.
+    HELD = "HELD"
+    #: Waiting for seats, at ``waitlist_position``; promoted when seats come back.
+    WAITLISTED = "WAITLISTED"
+    CANCELLED = "CANCELLED"
+    #: A hold that was not confirmed in time.
+    EXPIRED = "EXPIRED"
+
+    ALL = (PENDING, HELD, ACCEPTED, WAITLISTED, REJECTED, CANCELLED, EXPIRED)
 
 
 class Reason:
@@ -243,8 +256,20 @@ class Reason:
     UNKNOWN_EVENT = "unknown_event"
     EVENT_CLOSED = "event_closed"
     INVALID_REQUEST = "invalid_request"
+    #: A signup asking for more seats than the event's ``max_seats`` (lifecycle only).
+    SEATS_ABOVE_MAX = "seats_above_max"
+    #: Refusals of a confirm or a cancel (lifecycle only): they change nothing and come with
+    #: the signup's current status. The hold lapsed before the request arrived:
+    HOLD_EXPIRED = "hold_expired"
+    #: The request is not a transition the signup's current status allows:
+    TRANSITION_NOT_ALLOWED = "transition_not_allowed"
 
+    #: The reasons a decision written today may carry (the audit checks against these).
     ALL = (CAPACITY_FULL, UNKNOWN_EVENT, EVENT_CLOSED, INVALID_REQUEST)
+    #: The reasons of a REJECTED status in the lifecycle engine: today's and ``max_seats``'.
+    REJECTIONS = (*ALL, SEATS_ABOVE_MAX)
+    #: The reasons of a refused request (a confirm or cancel that changed nothing).
+    REFUSALS = (HOLD_EXPIRED, TRANSITION_NOT_ALLOWED)
 
 
 class EventState:
