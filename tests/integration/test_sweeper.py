@@ -631,3 +631,18 @@ def test_ages_are_judged_in_utc_whatever_the_machine_s_time_zone(store, client, 
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_the_index_is_read_through_the_ledger_a_sweep_is_given(store, client, sweep_path):
+    # GIVEN a marked, undecided record and a ledger of the sweeper's own (on a client that
+    # records its calls), not the one a store would give it by default
+    put_raw_intake(client, "gig", "u1", marked=True)
+    recorder = CallRecorder(client)
+    ledger = Ledger(recorder, sleep=lambda _: None)
+    # WHEN the index of undecided records is read, alone or by a sweep
+    found = [u.signup_id for u in find_undecided(store, 0.0, from_index=True, ledger=ledger)]
+    Sweeper(store, owner="s", min_age_s=0, ledger=ledger).sweep("own")
+    # THEN both read it through that ledger (the sweep when its run reads the index)
+    index_reads = [kw for op, kw in recorder.calls if op == "scan" and "IndexName" in kw]
+    assert found == ["u1"]
+    assert len(index_reads) == (2 if sweep_path == "index" else 1)
