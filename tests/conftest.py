@@ -34,6 +34,7 @@ from moto import mock_aws
 
 from turnstile.contract import ALL_TABLES, INTAKE_TABLE
 from turnstile.local.poller import to_lambda_record
+from turnstile.stream_reader import list_shards, read_page, shard_iterator
 
 
 class StreamReader:
@@ -45,18 +46,16 @@ class StreamReader:
             "LatestStreamArn"
         ]
         self.arn = arn
-        shard = self.streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]
-        self.shard_id = shard["ShardId"]
-        self._iterator = self.streams.get_shard_iterator(
-            StreamArn=arn, ShardId=self.shard_id, ShardIteratorType="TRIM_HORIZON"
-        )["ShardIterator"]
+        self.shard_id = list_shards(self.streams, arn)[0].shard_id
+        self._iterator = shard_iterator(self.streams, arn, self.shard_id, "TRIM_HORIZON")
         self.history: list[dict[str, Any]] = []
 
     def read_new(self) -> list[dict[str, Any]]:
         """Every record written since the last call, Lambda-shaped, in stream order."""
-        response = self.streams.get_records(ShardIterator=self._iterator, Limit=1000)
-        self._iterator = response["NextShardIterator"]
-        records = [to_lambda_record(r, self.arn) for r in response["Records"]]
+        page = read_page(self.streams, self._iterator)
+        assert page.next_iterator is not None, "the intake stream's shard closed"
+        self._iterator = page.next_iterator
+        records = [to_lambda_record(r, self.arn) for r in page.records]
         self.history.extend(records)
         return records
 

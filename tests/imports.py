@@ -29,7 +29,8 @@ class Import:
     module: str
     names: tuple[str, ...]
     line: int
-    #: Inside ``try: ... except ImportError`` (or ModuleNotFoundError): optional by design.
+    #: Inside ``try: ... except ImportError`` (or ModuleNotFoundError): optional by design;
+    #: or under ``if TYPE_CHECKING:``, which never runs (type stubs of the dev extra).
     guarded: bool
 
     @property
@@ -45,12 +46,23 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
     )
 
 
+def _type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``: false whenever the code runs."""
+    if isinstance(test, ast.Attribute):
+        return test.attr == "TYPE_CHECKING"
+    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
+
+
 def imports_of(path: Path, module: str) -> list[Import]:
     """Every import in the file of ``module`` (its dotted name, to resolve relative imports)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     guarded: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
+        optional = isinstance(node, ast.Try) and any(
+            _catches_import_error(h) for h in node.handlers
+        )
+        never_run = isinstance(node, ast.If) and _type_checking(node.test)
+        if optional or never_run:
             guarded.update(id(sub) for stmt in node.body for sub in ast.walk(stmt))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []

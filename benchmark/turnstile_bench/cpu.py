@@ -22,8 +22,9 @@ from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from turnstile.domain import EventSnapshot, decide, parse_request
+from turnstile.journal import Journal
 from turnstile.processor import StreamProcessor, utc_now
-from turnstile.store import Journal, SignupStore
+from turnstile.store import SignupStore
 from turnstile_bench.endpoint import quiet_handler_environment
 from turnstile_bench.scale import lambda_record
 from turnstile_bench.workload import Workload, generate, intake_item
@@ -240,7 +241,7 @@ def measure_cpu(batches: int = 50) -> CpuProfile:
     """CPU per decision of the engine alone and of the whole handler (in-memory store)."""
     quiet_handler_environment()
     from turnstile.handlers import stream as stream_module
-    from turnstile.local.poller import LocalLambdaContext
+    from turnstile.local.context import LocalLambdaContext
     from turnstile_bench.strategies import quiet
 
     records = _records(batches)

@@ -263,6 +263,9 @@ class MeterSnapshot:
     retry_attempts: int = 0
     unmetered_requests: int = 0
     estimated_reads: int = 0
+    #: Of ``write_units``, those charged to writes whose condition failed (a cancelled
+    #: transaction: every item it named), which wrote nothing.
+    failed_write_units: float = 0.0
 
     @property
     def total_requests(self) -> int:
@@ -294,6 +297,7 @@ class MeterSnapshot:
             "retry_attempts": self.retry_attempts,
             "unmetered_requests": self.unmetered_requests,
             "estimated_reads": self.estimated_reads,
+            "failed_write_units": self.failed_write_units,
         }
 
 
@@ -311,6 +315,7 @@ class Meter:
         self._retries = 0
         self._unmetered = 0
         self._estimated = 0
+        self._failed_write = 0.0
 
     def record(
         self,
@@ -331,6 +336,8 @@ class Meter:
                 if units:
                     self._index_write[index] += units
             self._failed_conditional += int(failed_conditional)
+            if failed_conditional:
+                self._failed_write += write
             self._retries += retries
 
     def note_unmetered(self) -> None:
@@ -352,6 +359,7 @@ class Meter:
                 retry_attempts=self._retries,
                 unmetered_requests=self._unmetered,
                 estimated_reads=self._estimated,
+                failed_write_units=self._failed_write,
             )
 
 
@@ -741,6 +749,7 @@ def combine(snapshots: Iterable[MeterSnapshot]) -> MeterSnapshot:
     writes: Counter[str] = Counter()
     index_writes: Counter[str] = Counter()
     failed = retries = unmetered = estimated = 0
+    failed_units = 0.0
     for s in snapshots:
         requests.update(s.requests)
         reads.update(s.read_units)
@@ -750,6 +759,7 @@ def combine(snapshots: Iterable[MeterSnapshot]) -> MeterSnapshot:
         retries += s.retry_attempts
         unmetered += s.unmetered_requests
         estimated += s.estimated_reads
+        failed_units += s.failed_write_units
     return MeterSnapshot(
         requests=dict(requests),
         read_units=dict(reads),
@@ -759,4 +769,5 @@ def combine(snapshots: Iterable[MeterSnapshot]) -> MeterSnapshot:
         retry_attempts=retries,
         unmetered_requests=unmetered,
         estimated_reads=estimated,
+        failed_write_units=failed_units,
     )

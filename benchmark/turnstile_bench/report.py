@@ -9,11 +9,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from turnstile_bench.metering import combine
+from turnstile_bench.metering import MeterSnapshot, combine
 from turnstile_bench.prices import Prices
 from turnstile_bench.strategies import StrategyRun
 
-__all__ = ["machine", "percentile", "render_table", "strategy_figures"]
+__all__ = ["machine", "percentile", "render_table", "setup_figures", "strategy_figures"]
 
 #: The stream processor's own write units per decision, one event per batch (the scale run).
 PROCESSOR_WRITE_UNITS_BOUND = 1.1
@@ -62,9 +62,21 @@ def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
         "p99_s": round(percentile(latencies, 99), 4),
         "latency_max_s": round(max(latencies, default=math.nan), 4),
         "oversold_seats": census.oversold_seats,
+        "lost": census.lost,
+        "doubled": census.doubled,
+        "invariants": {
+            "oversold_seats": census.oversold_seats,
+            "lost_signups": census.lost_signups,
+            "lost_seats": census.lost_seats,
+            "doubled_decisions": census.doubled_decisions,
+            "doubled_seats": census.doubled_seats,
+            "lock_target": census.lock_target,
+        },
         "conflicts": run.conflicts,
         "retries": run.retries,
         "failed_conditional_writes": cost.failed_conditional_writes,
+        # Charged to writes that wrote nothing: failed conditions, cancelled transactions.
+        "failed_write_units_per_decision": round(cost.failed_write_units / n, 4),
         "requests_per_decision": round(cost.total_requests / n, 4),
         "read_units_per_decision": round(reads, 4),
         "write_units_per_decision": round(writes, 4),
@@ -110,9 +122,30 @@ def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
                 },
             }
         )
+    if run.setup is not None:
+        out["setup"] = setup_figures(run.setup, run.events, prices)
     out.update(run.extra)
     out["latencies_s"] = [round(v, 4) for v in latencies]
     return out
+
+
+def setup_figures(setup: MeterSnapshot, events: int, prices: Prices) -> dict[str, Any]:
+    """What creating the events cost, once per event, apart from the cost of deciding."""
+    per = max(1, events)
+    return {
+        "note": "creating the events (slots: one item per seat); not in the cost per decision",
+        "events": events,
+        "requests_per_event": round(setup.total_requests / per, 2),
+        "write_units_per_event": round(setup.total_write_units / per, 2),
+        "read_units_per_event": round(setup.total_read_units / per, 2),
+        "cost_per_million_events_usd": round(
+            prices.per_million_decisions_usd(
+                setup.total_write_units / per, setup.total_read_units / per
+            ),
+            4,
+        ),
+        "requests_by_operation": dict(sorted(setup.requests.items())),
+    }
 
 
 def machine() -> dict[str, Any]:
@@ -156,6 +189,50 @@ def _f(value: Any, digits: int = 2) -> str:
     return str(value)
 
 
+def _invariant_lines(strategies: Mapping[str, Any]) -> list[str]:
+    """Below the table: the recount of every way, its set-up cost, why transactions were
+    cancelled."""
+    lines = []
+    recount = ", ".join(
+        f"{name} {s['oversold_seats']}/{s.get('lost', '-')}/{s.get('doubled', '-')}"
+        for name, s in strategies.items()
+    )
+    lines.append(f"recounted from each way's tables, oversold/lost/doubled: {recount}")
+    setups = [
+        f"{name} {_f(s['setup']['requests_per_event'], 0)} req, "
+        f"{_f(s['setup']['write_units_per_event'], 0)} WU"
+        for name, s in strategies.items()
+        if s.get("setup")
+    ]
+    if setups:
+        lines.append("set-up per event, not in the cost above: " + ", ".join(setups))
+    failed = [
+        f"{name} {_f(s['failed_write_units_per_decision'])}"
+        for name, s in strategies.items()
+        if s.get("failed_write_units_per_decision")
+    ]
+    if failed:
+        lines.append(
+            "of WU/dec, charged to writes that wrote nothing (failed conditions, cancelled"
+            " transactions): " + ", ".join(failed)
+        )
+    reasons = [
+        f"{name} "
+        + (", ".join(f"{code} {n}" for code, n in s["cancellation_reasons"].items()) or "none")
+        for name, s in strategies.items()
+        if "cancellation_reasons" in s
+    ]
+    if reasons:
+        picks = ", ".join(
+            f"{name} {s['slot_pick']}" for name, s in strategies.items() if "slot_pick" in s
+        )
+        lines.append(
+            "cancelled transactions by reason: " + "; ".join(reasons)
+            + (f" (slots picked: {picks})" if picks else "")
+        )
+    return lines
+
+
 def render_table(doc: Mapping[str, Any]) -> str:
     """The summary a person reads at the end of ``turnstile bench``."""
     lines: list[str] = []
@@ -176,7 +253,7 @@ def render_table(doc: Mapping[str, Any]) -> str:
     if strategies:
         lines.append("")
         header = (
-            f"{'way':<11}{'dec/s':>8}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'oversold':>9}"
+            f"{'way':<14}{'dec/s':>8}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'oversold':>9}"
             f"{'conflicts':>10}{'retries':>8}{'req/dec':>8}{'RU/dec':>8}{'WU/dec':>8}"
             f"{'$/M signups':>12}"
         )
@@ -184,12 +261,13 @@ def render_table(doc: Mapping[str, Any]) -> str:
         lines.append("-" * len(header))
         for name, s in strategies.items():
             lines.append(
-                f"{name:<11}{_f(s['decisions_per_s'], 1):>8}{_f(s['p50_s'], 3):>8}"
+                f"{name:<14}{_f(s['decisions_per_s'], 1):>8}{_f(s['p50_s'], 3):>8}"
                 f"{_f(s['p95_s'], 3):>8}{_f(s['p99_s'], 3):>8}{s['oversold_seats']:>9}"
                 f"{s['conflicts']:>10}{s['retries']:>8}{_f(s['requests_per_decision']):>8}"
                 f"{_f(s['read_units_per_decision']):>8}{_f(s['write_units_per_decision']):>8}"
                 f"{_f(s['cost_per_million_usd'], 3):>12}"
             )
+        lines.extend(_invariant_lines(strategies))
         t = strategies.get("turnstile")
         if t:
             processor_w = _f(t["processor_write_units_per_decision"], 3)

@@ -176,7 +176,7 @@ def run_direct(
     """
     quiet_handler_environment()
     from turnstile.handlers import stream as stream_module
-    from turnstile.local.poller import LocalLambdaContext
+    from turnstile.local.context import LocalLambdaContext
 
     workload = Workload(
         events=events,

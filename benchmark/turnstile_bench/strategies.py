@@ -1,15 +1,23 @@
-"""Three ways to decide the same signups, each run against its own fresh local endpoint.
+"""Five ways to decide the same signups, each run against its own fresh local endpoint.
 
 * ``naive``: read how many seats are taken (a Query over the event's decisions), write the
   decision if it fits. Concurrent producers oversell: the write skew itself.
 * ``optimistic``: a conditional update of a versioned counter on the event item, retried
   on conflict (an optimistic lock on a counter item), then the decision item.
+* ``transactional`` and ``slots`` (``turnstile_bench.lock_targets``): a counter item per
+  event in a table of its own, or one item per seat made when the event is, changed in
+  the same transaction as the decision's put.
 * ``turnstile``: producers only write the intake record; a ``StreamPoller`` in a thread
   feeds the intake stream to the real stream handler, and each producer's signup is
   done when a consistent read sees its decision.
 
-Latency is always submit -> final status readable: for the two synchronous ways, until the
+Latency is always submit -> final status readable: for the synchronous ways, until the
 decision item is written; for turnstile, until a strongly consistent read returns it.
+
+After each run the same recount checks every way (``census``): seats accepted beyond
+capacity (oversold), signups without a decision or seats held for nobody (lost), and
+decisions made twice or seats given out that the way's lock target does not hold
+(doubled).
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from turnstile_bench.workload import Signup, Workload, dynamodb_values, event_ca
 __all__ = [
     "STRATEGIES",
     "CountingProcessor",
+    "Holdings",
     "StrategyRun",
     "TableCensus",
     "census",
@@ -58,6 +67,19 @@ BATCH_SIZE = 100
 
 
 @dataclass
+class Holdings:
+    """What a way's lock target holds once its run is over, to check the decisions against.
+
+    ``by_event``: seats held per event (a counter's ``taken``, or the slots owned);
+    ``by_signup``: seats held per signup, where the lock target knows its holder (slots).
+    """
+
+    target: str
+    by_event: dict[str, int] = field(default_factory=dict)
+    by_signup: dict[tuple[str, str], int] | None = None
+
+
+@dataclass
 class TableCensus:
     """A recount of a strategy's tables after the run (the way ``turnstile audit`` counts)."""
 
@@ -66,10 +88,30 @@ class TableCensus:
     rejected: int = 0
     accepted_seats: dict[str, int] = field(default_factory=dict)
     oversold_seats: int = 0
+    #: Signups submitted that have no decision item.
+    lost_signups: int = 0
+    #: Seats the lock target holds that no accepted decision has.
+    lost_seats: int = 0
+    #: Decision items beyond one per submitted signup (for a signup never submitted, or
+    #: a second one under another event).
+    doubled_decisions: int = 0
+    #: Seats accepted decisions have that the lock target does not hold for them: nothing
+    #: stops the next signup from being given them too.
+    doubled_seats: int = 0
+    #: The way's lock target, as ``Holdings.target`` names it (None: it has none).
+    lock_target: str | None = None
     decision_sizes: list[int] = field(default_factory=list)
     intake_sizes: list[int] = field(default_factory=list)
     #: Sampled items whose metered size differs from their real one (0: metering is exact).
     size_mismatches: int = 0
+
+    @property
+    def lost(self) -> int:
+        return self.lost_signups + self.lost_seats
+
+    @property
+    def doubled(self) -> int:
+        return self.doubled_decisions + self.doubled_seats
 
 
 @dataclass
@@ -87,6 +129,9 @@ class StrategyRun:
     conflicts: int = 0
     retries: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+    #: What creating the events cost (slots: one item per seat), apart from deciding.
+    setup: MeterSnapshot | None = None
+    events: int = 0
 
 
 class _Producers:
@@ -185,10 +230,13 @@ def _event_key(event_id: str) -> dict[str, Any]:
     return {ControlKey.PK: {"S": pk}, ControlKey.SK: {"S": sk}}
 
 
-def create_events(endpoint: LocalEndpoint, workload: Workload, sizes: ItemSizes) -> SignupStore:
-    """Create the events, through a metered client whose units nobody is charged for."""
+def create_events(
+    endpoint: LocalEndpoint, workload: Workload, sizes: ItemSizes, meter: Meter | None = None
+) -> SignupStore:
+    """Create the events through a metered client: its units (``meter``) are the set-up
+    cost, reported apart from the cost of deciding."""
     store = SignupStore(
-        MeteredClient(endpoint.client, Meter("setup"), sizes),
+        MeteredClient(endpoint.client, meter or Meter("setup"), sizes),
         intake_table=endpoint.intake_table,
         main_table=endpoint.main_table,
         control_table=endpoint.control_table,
@@ -207,7 +255,8 @@ def run_naive(
 ) -> StrategyRun:
     """Count, then write: nothing stops two producers from counting the same seats."""
     sizes = ItemSizes()
-    store = create_events(endpoint, workload, sizes)
+    setup = Meter("setup")
+    store = create_events(endpoint, workload, sizes, setup)
     meter = Meter("producers")
     client = MeteredClient(endpoint.client, meter, sizes)
     writer = _DecisionWriter(store)
@@ -265,9 +314,11 @@ def run_naive(
         signups=len(signups),
         wall_s=wall,
         latencies_s=latencies,
-        census=census(endpoint, workload, sizes),
+        census=census(endpoint, workload, sizes, signups=signups),
         meters={"producers": meter.snapshot()},
         cost_roles=("producers",),
+        setup=setup.snapshot(),
+        events=workload.events,
     )
 
 
@@ -279,7 +330,8 @@ def run_optimistic(
 ) -> StrategyRun:
     """Read the counter, update it only if its version did not move, retry if it did."""
     sizes = ItemSizes()
-    store = create_events(endpoint, workload, sizes)
+    setup = Meter("setup")
+    store = create_events(endpoint, workload, sizes, setup)
     meter = Meter("producers")
     client = MeteredClient(endpoint.client, meter, sizes)
     writer = _DecisionWriter(store)
@@ -349,11 +401,15 @@ def run_optimistic(
         signups=len(signups),
         wall_s=wall,
         latencies_s=latencies,
-        census=census(endpoint, workload, sizes),
+        census=census(
+            endpoint, workload, sizes, signups=signups, holdings=event_item_holdings(endpoint)
+        ),
         meters={"producers": meter.snapshot()},
         cost_roles=("producers",),
         conflicts=counts["conflicts"],
         retries=counts["conflicts"],
+        setup=setup.snapshot(),
+        events=workload.events,
     )
 
 
@@ -461,7 +517,8 @@ def run_turnstile(
     from turnstile.local.poller import CheckpointStore, StreamPoller
 
     sizes = ItemSizes()
-    create_events(endpoint, workload, sizes)
+    setup = Meter("setup")
+    create_events(endpoint, workload, sizes, setup)
     meters = {name: Meter(name) for name in ("producers", "processor", "status_reads", "stream")}
     processor = CountingProcessor(
         SignupStore(
@@ -536,8 +593,17 @@ def run_turnstile(
         signups=len(signups),
         wall_s=wall,
         latencies_s=watcher.latencies,
-        census=census(endpoint, workload, sizes, intake=True),
+        census=census(
+            endpoint,
+            workload,
+            sizes,
+            intake=True,
+            signups=signups,
+            holdings=event_item_holdings(endpoint),
+        ),
         meters={name: meter.snapshot() for name, meter in meters.items()},
+        setup=setup.snapshot(),
+        events=workload.events,
         cost_roles=("producers", "processor"),
         conflicts=processor.conflicts,
         retries=processor.conflicts + processor.store.retries + poller_stats.retries,
@@ -649,18 +715,42 @@ def _size_check(client: Any, table: str, known: Mapping[tuple[str, str], int]) -
     return mismatches
 
 
-def census(
-    endpoint: LocalEndpoint, workload: Workload, sizes: ItemSizes, intake: bool = False
-) -> TableCensus:
-    """Recount the decisions from the tables (unmetered) and check the metered sizes.
+def event_item_holdings(endpoint: LocalEndpoint) -> Holdings:
+    """Seats each event item's counter says are taken (optimistic's and turnstile's lock
+    target), read consistently and unmetered."""
+    held: dict[str, int] = {}
+    names = (ControlKey.PK, ControlKey.SK, Attr.TAKEN)
+    for item in _scan(endpoint.client, endpoint.control_table, names):
+        pk = item[ControlKey.PK]["S"]
+        is_event = item[ControlKey.SK]["S"] == ControlKey.EVENT_SK
+        if pk.startswith(ControlKey.EVENT_PREFIX) and is_event:
+            event_id = pk[len(ControlKey.EVENT_PREFIX) :]
+            held[event_id] = int(item.get(Attr.TAKEN, {"N": "0"})["N"])
+    return Holdings("event item's taken (control table)", held)
 
-    Oversold seats are counted from the decision items themselves, per event: accepted
-    seats beyond capacity, whatever the event item's counters say.
+
+def census(
+    endpoint: LocalEndpoint,
+    workload: Workload,
+    sizes: ItemSizes,
+    intake: bool = False,
+    signups: Sequence[Signup] | None = None,
+    holdings: Holdings | None = None,
+) -> TableCensus:
+    """Recount the decisions from the tables (unmetered), check them against what was
+    submitted and what the lock target holds, and check the metered sizes.
+
+    Every way is held to the same invariants, all counted from the items themselves:
+    oversold seats are accepted seats beyond capacity, per event, whatever any counter
+    says; lost are ``signups`` without a decision, and seats the lock target (``holdings``)
+    holds for no accepted decision; doubled are decision items beyond one per submitted
+    signup, and seats accepted decisions have that the lock target does not hold.
     """
     result = TableCensus()
     capacities = event_capacities(workload)
     known = sizes.sizes(endpoint.main_table)
     wanted = (Attr.EVENT_ID, Attr.SIGNUP_ID, Attr.STATUS, Attr.SEATS)
+    decided: dict[tuple[str, str], int] = {}  # (event, signup) -> seats if accepted, else 0
     for item in _scan(endpoint.client, endpoint.main_table, wanted):
         event_id, signup_id = item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"]
         if Attr.STATUS not in item:
@@ -671,12 +761,31 @@ def census(
             result.accepted += 1
             seats = int(item[Attr.SEATS]["N"])
             result.accepted_seats[event_id] = result.accepted_seats.get(event_id, 0) + seats
+            decided[(event_id, signup_id)] = seats
         else:
             result.rejected += 1
+            decided[(event_id, signup_id)] = 0
     result.oversold_seats = sum(
         max(0, seats - capacities.get(event_id, 0))
         for event_id, seats in result.accepted_seats.items()
     )
+    if signups is not None:
+        submitted = {(s.event_id, s.signup_id) for s in signups}
+        result.lost_signups = len(submitted - decided.keys())
+        result.doubled_decisions = len(decided.keys() - submitted)
+    if holdings is not None:
+        result.lock_target = holdings.target
+        if holdings.by_signup is not None:
+            for key in decided.keys() | holdings.by_signup.keys():
+                held, given = holdings.by_signup.get(key, 0), decided.get(key, 0)
+                result.lost_seats += max(0, held - given)
+                result.doubled_seats += max(0, given - held)
+        else:
+            for event_id in capacities.keys() | holdings.by_event.keys():
+                held = holdings.by_event.get(event_id, 0)
+                given = result.accepted_seats.get(event_id, 0)
+                result.lost_seats += max(0, held - given)
+                result.doubled_seats += max(0, given - held)
     result.size_mismatches = _size_check(endpoint.client, endpoint.main_table, known)
     if intake:
         known_intake = sizes.sizes(endpoint.intake_table)
@@ -685,12 +794,20 @@ def census(
     return result
 
 
+# The two lock-target ways build on what is above.
+from turnstile_bench.lock_targets import run_transactional, slots_picked  # noqa: E402
+
 STRATEGIES: dict[
     str, Callable[[LocalEndpoint, Workload, Sequence[Signup], Progress], StrategyRun]
 ] = {
     "naive": run_naive,
     "optimistic": run_optimistic,
+    "transactional": run_transactional,
+    "slots": slots_picked("random"),
     "turnstile": run_turnstile,
+    # A variant, not a way of its own: slots claimed lowest first, to show what the pick
+    # does to conflicts (the hot preset runs it).
+    "slots:order": slots_picked("order"),
 }
 
 
@@ -699,7 +816,7 @@ def run_strategy(
 ) -> StrategyRun:
     """Run one way on its own fresh endpoint and tables."""
     progress.phase(f"{name}: decisions", len(signups))
-    with LocalEndpoint(name) as endpoint:
+    with LocalEndpoint(name.replace(":", "-")) as endpoint:
         run = STRATEGIES[name](endpoint, workload, signups, progress)
     progress.finish()
     return run

@@ -1,30 +1,36 @@
-"""turnstile's AWS infrastructure: one stack composed of one construct per integration."""
+"""turnstile's AWS infrastructure: one stack composed of one construct per integration.
 
-from .api import ApiAuth, ApiThrottling, CallerRole, TurnstileApi
+Every construct's class is named ``...Construct`` (``TurnstileStack`` is the stack): the bare
+names (``StreamProcessor``, ``Sweeper``) are the runtime classes in ``turnstile`` that the
+constructs deploy. The function constructs share one ``FunctionConstructProps``.
+"""
+
+from .api import ApiAuth, ApiConstruct, ApiThrottling, CallerRole
 from .application import add_turnstile_stack, create_app, enable_nag
 from .event_source import event_source_mapping_properties
-from .functions import FunctionCommons, TurnstileFunction
-from .monitoring import Monitoring
+from .functions import FunctionCommons, FunctionConstruct, FunctionConstructProps
+from .monitoring import MonitoringConstruct
 from .settings import ContextKey, TurnstileSettings
 from .stack import TurnstileStack
-from .stream_processor import StreamProcessor
-from .sweeper import Sweeper
-from .tables import TurnstileTables
+from .stream_processor import StreamProcessorConstruct
+from .sweeper import SweeperConstruct
+from .tables import TablesConstruct
 
 __all__ = [
     "ApiAuth",
+    "ApiConstruct",
     "ApiThrottling",
     "CallerRole",
     "ContextKey",
     "FunctionCommons",
-    "Monitoring",
-    "StreamProcessor",
-    "Sweeper",
-    "TurnstileApi",
-    "TurnstileFunction",
+    "FunctionConstruct",
+    "FunctionConstructProps",
+    "MonitoringConstruct",
+    "StreamProcessorConstruct",
+    "SweeperConstruct",
+    "TablesConstruct",
     "TurnstileSettings",
     "TurnstileStack",
-    "TurnstileTables",
     "add_turnstile_stack",
     "create_app",
     "enable_nag",

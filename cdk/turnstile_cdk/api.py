@@ -15,7 +15,6 @@ from aws_cdk import aws_apigateway as apigw
 from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_apigatewayv2_authorizers as authorizers
 from aws_cdk import aws_apigatewayv2_integrations as integrations
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -23,8 +22,8 @@ from constructs import Construct
 from turnstile.api import CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS, CORS_MAX_AGE_S
 from turnstile.api import ROUTES as API_ROUTES
 
-from .functions import FunctionCommons, TurnstileFunction
-from .permissions import API_GRANTS, CONTROL, INTAKE, MAIN
+from .functions import FunctionConstruct, FunctionConstructProps
+from .permissions import API_GRANTS
 
 __all__ = [
     "API_TIMEOUT_S",
@@ -35,9 +34,9 @@ __all__ = [
     "ROUTE_ROLES",
     "SCOPE_PREFIX",
     "ApiAuth",
+    "ApiConstruct",
     "ApiThrottling",
     "CallerRole",
-    "TurnstileApi",
     "access_log_format",
     "allowed_roles",
     "check_route_roles",
@@ -211,8 +210,10 @@ class ApiThrottling:
         return {CallerRole.PRODUCER: self.signups, CallerRole.READER: self.reads}.get(role)
 
 
-class TurnstileApi(Construct):
-    """Parts: ``function``, ``http_api``, ``stage`` (the ``$default`` stage), ``access_logs``,
+class ApiConstruct(Construct):
+    """Deploys the HTTP API (turnstile.api) in front of its function.
+
+    Parts: ``function``, ``http_api``, ``stage`` (the ``$default`` stage), ``access_logs``,
     and ``caller_policies``: one managed policy per caller role (IAM mode; empty with JWT).
     """
 
@@ -220,12 +221,8 @@ class TurnstileApi(Construct):
         self,
         scope: Construct,
         construct_id: str,
+        props: FunctionConstructProps,
         *,
-        commons: FunctionCommons,
-        intake: dynamodb.ITable,
-        main: dynamodb.ITable,
-        control: dynamodb.ITable,
-        table_names: dict[str, str],
         auth: ApiAuth,
         throttling: ApiThrottling,
         cors_origins: Sequence[str] = (),
@@ -233,13 +230,12 @@ class TurnstileApi(Construct):
         super().__init__(scope, construct_id)
         route_keys = [route_key(method.value, path) for method, path in ROUTES]
         check_route_roles(route_keys)
-        self.handler = TurnstileFunction(
+        self.handler = FunctionConstruct(
             self,
             "Handler",
-            commons=commons,
+            props,
             handler="turnstile.handlers.api.handler",
             description="turnstile HTTP API: create/close events, submit signups, read status",
-            table_names=table_names,
             # Above the longest ?wait= of a status read, under API Gateway's 30 s.
             timeout=Duration.seconds(API_TIMEOUT_S),
             memory_size=256,
@@ -247,9 +243,7 @@ class TurnstileApi(Construct):
             environment={"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"},
         )
         self.function = self.handler.function
-        self.handler.grant_tables(
-            API_GRANTS, {INTAKE: intake, MAIN: main, CONTROL: control}
-        )
+        self.handler.grant_tables(API_GRANTS)
 
         self.http_api = apigwv2.HttpApi(
             self,

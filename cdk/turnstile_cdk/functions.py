@@ -14,9 +14,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from turnstile.contract import ALL_TABLES
+from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 
-from .permissions import TableGrant
+from .permissions import CONTROL, INTAKE, MAIN, TableGrant
 
 __all__ = [
     "FUNCTIONS_DIR",
@@ -25,7 +25,8 @@ __all__ = [
     "POWERTOOLS_VERSION",
     "SERVICE_NAME",
     "FunctionCommons",
-    "TurnstileFunction",
+    "FunctionConstruct",
+    "FunctionConstructProps",
     "powertools_layer_arn",
     "powertools_ssm_parameter",
 ]
@@ -64,6 +65,7 @@ ASSET_EXCLUDES = [
     "turnstile/client.py",
     "turnstile/audit.py",
     "turnstile/redrive.py",
+    "turnstile/stream_reader.py",
     "turnstile/stack_outputs.py",
 ]
 
@@ -115,35 +117,72 @@ class FunctionCommons:
         )
 
 
-class TurnstileFunction(Construct):
+@dataclass(frozen=True, kw_only=True)
+class FunctionConstructProps:
+    """What each construct running a turnstile function is given: the stream processor's,
+    the API's and the sweeper's (and ``FunctionConstruct`` itself). Like the Props of AWS
+    Solutions Constructs, every field says its default; a construct's own options (timeouts,
+    settings, concurrency) stay keyword arguments of that construct."""
+
+    #: The code asset, Powertools layer, log level and shared environment, built once per
+    #: stack (``FunctionCommons.create``). Default: none, required.
+    commons: FunctionCommons
+    #: The intake table: producers append, its stream feeds the processor. Default: none,
+    #: required.
+    intake: dynamodb.ITable
+    #: The main table: decisions only. Default: none, required.
+    main: dynamodb.ITable
+    #: The control table: event items, the sweeper's lease and run history. Default: none,
+    #: required.
+    control: dynamodb.ITable
+    #: How long each function's log group keeps its logs. Default: one month.
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
+
+    @property
+    def tables(self) -> dict[str, dynamodb.ITable]:
+        """The tables under the names ``permissions`` grants on."""
+        return {INTAKE: self.intake, MAIN: self.main, CONTROL: self.control}
+
+    @property
+    def table_names(self) -> dict[str, str]:
+        """The table-name variables every function reads (contract.TableSpec.env_var)."""
+        return {
+            INTAKE_TABLE.env_var: self.intake.table_name,
+            MAIN_TABLE.env_var: self.main.table_name,
+            CONTROL_TABLE.env_var: self.control.table_name,
+        }
+
+
+class FunctionConstruct(Construct):
     """A Python function with its own role and log group (no managed policies, no wildcards
     beyond X-Ray's), Powertools layer and environment, and X-Ray tracing on.
 
-    Its role starts empty: callers add exactly the grants the function needs, and name in
-    ``wildcard_reasons`` why any further ``Resource: *`` they add cannot be narrowed.
+    Its role starts empty: callers add exactly the grants the function needs
+    (``grant_tables``), and name in ``wildcard_reasons`` why any further ``Resource: *``
+    they add cannot be narrowed.
     """
 
     def __init__(
         self,
         scope: Construct,
         construct_id: str,
+        props: FunctionConstructProps,
         *,
-        commons: FunctionCommons,
         handler: str,
         description: str,
-        table_names: dict[str, str],
         timeout: Duration,
         memory_size: int,
         wildcard_reasons: tuple[str, ...] = (),
-        log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH,
         environment: Mapping[str, str] | None = None,
         reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        self.props = props
+        commons = props.commons
         self.log_group = logs.LogGroup(
             self,
             "LogGroup",
-            retention=log_retention,
+            retention=props.log_retention,
             # Logs expire anyway; keeping them after the stack is gone only costs money.
             removal_policy=RemovalPolicy.DESTROY,
         )
@@ -156,7 +195,7 @@ class TurnstileFunction(Construct):
         # Instead of AWSLambdaBasicExecutionRole (logs:* on every log group): this group only.
         self.log_group.grant_write(self.role)
         environment = {
-            **{spec.env_var: table_names[spec.env_var] for spec in ALL_TABLES},
+            **props.table_names,
             "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
             "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
             "POWERTOOLS_LOG_LEVEL": commons.log_level,
@@ -204,11 +243,11 @@ class TurnstileFunction(Construct):
             )
         )
 
-    def grant_tables(
-        self, grants: Iterable[TableGrant], tables: Mapping[str, dynamodb.ITable]
-    ) -> None:
-        """Add ``grants`` (``permissions``) to the role: an unconditioned one as the table's
-        own grant, a conditioned one or one on an index as a statement of its own."""
+    def grant_tables(self, grants: Iterable[TableGrant]) -> None:
+        """Add ``grants`` (``permissions``) on the props' tables to the role: an unconditioned
+        one as the table's own grant, a conditioned one or one on an index as a statement of
+        its own."""
+        tables = self.props.tables
         for grant in grants:
             table = tables[grant.table]
             if not grant.conditions and not grant.index:

@@ -27,7 +27,7 @@ __all__ = [
     "ITERATOR_AGE_THRESHOLD_MS",
     "RUNBOOK_MARK",
     "SWEEPER_MISSED_RUNS",
-    "Monitoring",
+    "MonitoringConstruct",
     "cloudwatch_alarms_statement",
     "turnstile_metric",
 ]
@@ -85,8 +85,9 @@ def cloudwatch_alarms_statement(actions: list[str], *, resources: list[str]) -> 
     )
 
 
-class Monitoring(Construct):
-    """Parts: ``topic`` (alarm actions), ``alarms`` (by name), ``dashboard``.
+class MonitoringConstruct(Construct):
+    """Alarms and the dashboard. Parts: ``topic`` (alarm actions), ``alarms`` (by name),
+    ``dashboard``.
 
     Every alarm's description is its runbook line: what it means, then what to do.
     """

@@ -23,7 +23,7 @@ docs/design.md (§5) holds in IAM, not only in the code:
 
 IAM has no TransactWriteItems/TransactGetItems actions: a transaction is authorized per item
 by the action it performs (PutItem, UpdateItem, DeleteItem, ConditionCheckItem), with that
-item's conditions. This module is plain data (no CDK): ``TurnstileFunction.grant_tables``
+item's conditions. This module is plain data (no CDK): ``FunctionConstruct.grant_tables``
 turns it into policy statements, and the infrastructure tests pin the result.
 """
 
@@ -199,13 +199,14 @@ SWEEPER_GRANTS = (
         attributes=(
             Attr.EVENT_ID,
             Attr.SIGNUP_ID,
-            Attr.REDRIVE,
-            Attr.REDRIVEN_AT,
+            Attr.RE_EMITS,
+            Attr.RE_EMITTED_AT,
             Attr.UNDECIDED,
         ),
-        why="re-emits a record by bumping redrive/redriven_at and setting the undecided "
-        "marker (fenced_redrive_many, in transactions), and removes the marker from a record "
-        "it finds decided (clear_undecided); it never deletes or replaces one",
+        why="re-emits a record by bumping its re-emission counter and time (redrive, "
+        "redriven_at) and setting the undecided marker (Ledger.fenced_re_emit_many, in "
+        "transactions), and removes the marker from a record it finds decided "
+        "(clear_undecided); it never deletes or replaces one",
     ),
     TableGrant(MAIN, ("dynamodb:BatchGetItem",), why="reads which records are decided"),
     TableGrant(

@@ -10,13 +10,13 @@ from constructs import Construct
 
 from turnstile.stack_outputs import OutputKey
 
-from .api import ApiAuth, ApiThrottling, TurnstileApi
-from .functions import FunctionCommons
-from .monitoring import Monitoring
+from .api import ApiAuth, ApiConstruct, ApiThrottling
+from .functions import FunctionCommons, FunctionConstructProps
+from .monitoring import MonitoringConstruct
 from .settings import TurnstileSettings
-from .stream_processor import StreamProcessor
-from .sweeper import Sweeper
-from .tables import TurnstileTables
+from .stream_processor import StreamProcessorConstruct
+from .sweeper import SweeperConstruct
+from .tables import TablesConstruct
 
 __all__ = ["TurnstileStack"]
 
@@ -38,37 +38,34 @@ class TurnstileStack(Stack):
             "turnstile: decides who gets a limited resource, exactly once, in arrival order"
         )
 
-        self.tables = TurnstileTables(
+        self.tables = TablesConstruct(
             self,
             "Tables",
             retain=settings.retain_tables,
             expire_decisions=settings.decision_retention_days is not None,
         )
-        table_names = self.tables.environment
-        commons = FunctionCommons.create(
-            self,
-            log_level=settings.log_level,
-            powertools_layer_version=settings.powertools_layer_version,
-            environment=settings.retention_environment,
+        # What the three function constructs share.
+        props = FunctionConstructProps(
+            commons=FunctionCommons.create(
+                self,
+                log_level=settings.log_level,
+                powertools_layer_version=settings.powertools_layer_version,
+                environment=settings.retention_environment,
+            ),
+            intake=self.tables.intake,
+            main=self.tables.main,
+            control=self.tables.control,
         )
-        self.processor = StreamProcessor(
+        self.processor = StreamProcessorConstruct(
             self,
             "StreamProcessor",
-            commons=commons,
-            intake=self.tables.intake,
-            main=self.tables.main,
-            control=self.tables.control,
-            table_names=table_names,
+            props,
             reserved_concurrency=settings.processor_reserved_concurrency,
         )
-        self.api = TurnstileApi(
+        self.api = ApiConstruct(
             self,
             "Api",
-            commons=commons,
-            intake=self.tables.intake,
-            main=self.tables.main,
-            control=self.tables.control,
-            table_names=table_names,
+            props,
             auth=ApiAuth(jwt_issuer=settings.jwt_issuer, jwt_audience=settings.jwt_audience),
             cors_origins=settings.api_cors_origins,
             throttling=ApiThrottling(
@@ -83,17 +80,13 @@ class TurnstileStack(Stack):
                 ),
             ),
         )
-        self.sweeper = Sweeper(
+        self.sweeper = SweeperConstruct(
             self,
             "Sweeper",
-            commons=commons,
-            intake=self.tables.intake,
-            main=self.tables.main,
-            control=self.tables.control,
-            table_names=table_names,
+            props,
             reserved_concurrency=settings.sweeper_reserved_concurrency,
         )
-        self.monitoring = Monitoring(
+        self.monitoring = MonitoringConstruct(
             self,
             "Monitoring",
             processor=self.processor.function,

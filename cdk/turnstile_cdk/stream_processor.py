@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from aws_cdk import Acknowledgment, Duration, Validations
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
@@ -11,14 +10,15 @@ from constructs import Construct
 from turnstile.contract import STREAM_SOURCE, EventSourceSettings
 
 from .event_source import event_source_mapping_properties
-from .functions import FunctionCommons, TurnstileFunction
-from .permissions import CONTROL, INTAKE, MAIN, PROCESSOR_GRANTS
+from .functions import FunctionConstruct, FunctionConstructProps
+from .permissions import PROCESSOR_GRANTS
 
-__all__ = ["StreamProcessor"]
+__all__ = ["StreamProcessorConstruct"]
 
 
-class StreamProcessor(Construct):
-    """The only writer of decisions.
+class StreamProcessorConstruct(Construct):
+    """Deploys the stream processor (turnstile.processor.StreamProcessor), the only writer
+    of decisions.
 
     Parts: ``function``, ``failure_queue`` (metadata of batches given up on: the input of
     ``turnstile redrive``) and ``event_source_mapping`` (settings from contract.STREAM_SOURCE).
@@ -28,12 +28,8 @@ class StreamProcessor(Construct):
         self,
         scope: Construct,
         construct_id: str,
+        props: FunctionConstructProps,
         *,
-        commons: FunctionCommons,
-        intake: dynamodb.ITable,
-        main: dynamodb.ITable,
-        control: dynamodb.ITable,
-        table_names: dict[str, str],
         settings: EventSourceSettings = STREAM_SOURCE,
         reserved_concurrency: int | None = None,
     ) -> None:
@@ -56,13 +52,12 @@ class StreamProcessor(Construct):
                 ),
             )
         )
-        self.handler = TurnstileFunction(
+        self.handler = FunctionConstruct(
             self,
             "Processor",
-            commons=commons,
+            props,
             handler="turnstile.handlers.stream.handler",
             description="turnstile stream processor: decides each signup exactly once, in order",
-            table_names=table_names,
             # A batch is up to batch_size records, one conditional commit and a few batch
             # writes per event, with retries inside the invocation; far below the age limit.
             timeout=Duration.seconds(60),
@@ -79,13 +74,11 @@ class StreamProcessor(Construct):
 
         # Read the stream (and intake items, for crash recovery); on main exactly what
         # deciding needs; never write intake.
-        intake.grant_stream_read(self.function)
-        self.handler.grant_tables(
-            PROCESSOR_GRANTS, {INTAKE: intake, MAIN: main, CONTROL: control}
-        )
+        props.intake.grant_stream_read(self.function)
+        self.handler.grant_tables(PROCESSOR_GRANTS)
         self.failure_queue.grant_send_messages(self.function)
 
-        stream_arn = intake.table_stream_arn
+        stream_arn = props.intake.table_stream_arn
         if stream_arn is None:
             raise ValueError("the intake table has no stream")
         self.event_source_mapping = lambda_.CfnEventSourceMapping(

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from aws_cdk import Acknowledgment, CfnResource, Duration, Stack, Validations
-from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
-from .functions import FunctionCommons, TurnstileFunction
-from .permissions import CONTROL, INTAKE, MAIN, SWEEPER_GRANTS
+from .functions import FunctionConstruct, FunctionConstructProps
+from .permissions import SWEEPER_GRANTS
 
-__all__ = ["SWEEP_INTERVAL", "Sweeper"]
+__all__ = ["SWEEP_INTERVAL", "SweeperConstruct"]
 
 SWEEP_INTERVAL = Duration.minutes(5)
 #: Every run reads the index of undecided records; a run this long after the last full scan
@@ -20,9 +19,10 @@ SWEEP_INTERVAL = Duration.minutes(5)
 FULL_SCAN_EVERY = Duration.days(1)
 
 
-class Sweeper(Construct):
-    """It never decides (docs/design.md): it bumps ``redrive`` on a stale intake record, a
-    MODIFY the stream filter lets through, so the processor decides it like any other record.
+class SweeperConstruct(Construct):
+    """Deploys the sweeper (turnstile.sweeper.Sweeper) on its schedule. The sweeper never
+    decides (docs/design.md): it bumps ``redrive`` on a stale intake record, a MODIFY the
+    stream filter lets through, so the processor decides it like any other record.
 
     Parts: ``function``, ``schedule`` and its invoke-only ``schedule_role``.
     """
@@ -31,23 +31,18 @@ class Sweeper(Construct):
         self,
         scope: Construct,
         construct_id: str,
+        props: FunctionConstructProps,
         *,
-        commons: FunctionCommons,
-        intake: dynamodb.ITable,
-        main: dynamodb.ITable,
-        control: dynamodb.ITable,
-        table_names: dict[str, str],
         reserved_concurrency: int | None = None,
         full_scan_every: Duration = FULL_SCAN_EVERY,
     ) -> None:
         super().__init__(scope, construct_id)
-        self.handler = TurnstileFunction(
+        self.handler = FunctionConstruct(
             self,
             "Sweeper",
-            commons=commons,
+            props,
             handler="turnstile.handlers.sweeper.handler",
             description="turnstile sweeper: re-emits intake records still undecided",
-            table_names=table_names,
             # Less than the interval, so two runs rarely overlap (its lease guards the rest).
             timeout=Duration.minutes(4),
             memory_size=256,
@@ -57,9 +52,7 @@ class Sweeper(Construct):
             },
         )
         self.function = self.handler.function
-        self.handler.grant_tables(
-            SWEEPER_GRANTS, {INTAKE: intake, MAIN: main, CONTROL: control}
-        )
+        self.handler.grant_tables(SWEEPER_GRANTS)
 
         # Our own role (rather than the stack-wide one the target would create), so its one
         # permission and the reason for its shape sit with the sweeper.

@@ -10,7 +10,7 @@ from constructs import Construct
 
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, TableSpec
 
-__all__ = ["TurnstileTables", "table_from_spec"]
+__all__ = ["TablesConstruct", "table_from_spec"]
 
 
 def table_from_spec(scope: Construct, spec: TableSpec, *, retain: bool) -> dynamodb.Table:
@@ -54,9 +54,10 @@ def table_from_spec(scope: Construct, spec: TableSpec, *, retain: bool) -> dynam
     return table
 
 
-class TurnstileTables(Construct):
-    """``intake`` (producers append, streamed to the processor), ``main`` (decisions only) and
-    ``control`` (event items, the sweeper's lease and run history: no producer key reaches it).
+class TablesConstruct(Construct):
+    """The three tables: ``intake`` (producers append, streamed to the processor), ``main``
+    (decisions only) and ``control`` (event items, the sweeper's lease and run history: no
+    producer key reaches it).
     """
 
     def __init__(
@@ -76,12 +77,3 @@ class TurnstileTables(Construct):
             main_spec = replace(MAIN_TABLE, ttl_attribute=Attr.EXPIRES_AT)
         self.main = table_from_spec(self, main_spec, retain=retain)
         self.control = table_from_spec(self, CONTROL_TABLE, retain=retain)
-
-    @property
-    def environment(self) -> dict[str, str]:
-        """The table-name variables every function reads (contract.TableSpec.env_var)."""
-        return {
-            INTAKE_TABLE.env_var: self.intake.table_name,
-            MAIN_TABLE.env_var: self.main.table_name,
-            CONTROL_TABLE.env_var: self.control.table_name,
-        }

@@ -22,7 +22,8 @@ from typing import Any
 from turnstile.clock import age_s
 from turnstile.contract import Attr, HoldAttr, Reason, Status
 from turnstile.errors import EventNotFoundError
-from turnstile.store import EventRecord, SignupStore
+from turnstile.events import EventRecord
+from turnstile.ports import AuditStore
 
 __all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event", "audit_hold"]
 
@@ -276,7 +277,7 @@ def _event_values(record: EventRecord | None) -> dict[str, Any] | None:
 
 
 def audit_stable(
-    store: SignupStore,
+    store: AuditStore,
     event_id: str,
     pending_grace_s: float,
     now: datetime,
@@ -289,8 +290,8 @@ def audit_stable(
     for _ in range(attempts):
         before = store.get_event(event_id)
         # The main table holds only decisions: an item without a status is a violation.
-        decisions = list(store.scan(store.main_table, event_id))
-        intake = list(store.scan(store.intake_table, event_id))
+        decisions = list(store.decision_items(event_id))
+        intake = list(store.intake_items(event_id))
         after = store.get_event(event_id)
         moved = (before is None) != (after is None) or (
             before is not None and after is not None and before.snapshot != after.snapshot
@@ -325,11 +326,11 @@ def audit_stable(
     return report, True
 
 
-def _event_ids(store: SignupStore) -> list[str]:
+def _event_ids(store: AuditStore) -> list[str]:
     """Every event with an event item, a decision or an intake record."""
     ids = {event.snapshot.event_id for event in store.scan_events()}
-    ids |= {item[Attr.EVENT_ID] for item in store.scan(store.main_table)}
-    ids |= {item[Attr.EVENT_ID] for item in store.scan(store.intake_table)}
+    ids |= {item[Attr.EVENT_ID] for item in store.decision_items()}
+    ids |= {item[Attr.EVENT_ID] for item in store.intake_items()}
     return sorted(ids)
 
 
@@ -358,7 +359,7 @@ def audit_hold(
 
 
 def audit(
-    store: SignupStore,
+    store: AuditStore,
     event_id: str | None = None,
     pending_grace_s: float = 300.0,
     now: datetime | None = None,

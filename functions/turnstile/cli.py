@@ -15,7 +15,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from http.client import HTTPException
 from pathlib import Path
@@ -31,6 +31,7 @@ from botocore.exceptions import (
 )
 
 from turnstile.client import ApiError, NotTurnstileApiError
+from turnstile.clock import utc_now
 from turnstile.contract import Attr, Status
 from turnstile.errors import TurnstileError
 from turnstile.jsonable import plain
@@ -427,7 +428,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def manual_run_id(now: datetime | None = None) -> str:
     """The run id of a ``turnstile sweep`` without ``--run-id``: its own, to the microsecond."""
-    return f"manual-{(now or datetime.now(UTC)):%Y-%m-%dT%H:%M:%S.%fZ}"
+    return f"manual-{utc_now(now)}"
 
 
 def cmd_redrive(args: argparse.Namespace) -> int:

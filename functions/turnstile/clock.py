@@ -20,9 +20,10 @@ MAX_CLOCK_SKEW_S = 60.0
 _MAX_TEXT = 64
 
 
-def utc_now() -> str:
-    """ISO-8601 UTC with microseconds, the format of every timestamp turnstile writes."""
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def utc_now(when: datetime | None = None) -> str:
+    """ISO-8601 UTC with microseconds, the format of every timestamp turnstile writes: of
+    now, or of ``when`` (a datetime in UTC)."""
+    return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_timestamp(value: Any) -> datetime | None:

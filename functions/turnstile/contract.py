@@ -36,7 +36,10 @@ __all__ = [
     "EventState",
     "HoldAttr",
     "IndexSpec",
+    "LeaseAttr",
     "Reason",
+    "RunAttr",
+    "RunStatus",
     "Status",
     "TableSpec",
     "control_table_name",
@@ -114,8 +117,12 @@ class Attr:
     #: The sweeper's marker: present only on records not yet known to be decided; the key
     #: of the sparse ``UNDECIDED_INDEX`` (a shard, ``undecided_shard``).
     UNDECIDED = "undecided"
-    REDRIVE = "redrive"
-    REDRIVEN_AT = "redriven_at"
+    #: Re-emissions: a counter that every re-emission (the sweeper's, ``turnstile
+    #: redrive``'s) bumps, a MODIFY the stream delivers again, and when the sweeper last did
+    #: (epoch seconds). The stored names are the data contract's, kept for the records and
+    #: the grants that carry them.
+    RE_EMITS = "redrive"
+    RE_EMITTED_AT = "redriven_at"
     # event item
     CAPACITY = "capacity"
     #: The lowest capacity the event has had (set when capacity changes), for the audit.
@@ -192,6 +199,37 @@ class HoldAttr:
     ERROR = "error"
     #: On a parked record: why the request is invalid (it is rejected when released).
     PROBLEM = "problem"
+
+
+class LeaseAttr:
+    """Attributes of the sweeper's lease item (``ControlKey.SWEEPER_LEASE``)."""
+
+    #: Who holds it, until when (epoch seconds), and the fencing token, which every
+    #: acquisition (a renewal included) moves up by one.
+    OWNER = "owner"
+    UNTIL = "lease_until"
+    FENCE = "fence"
+    #: When the last full scan of intake that re-emitted all it found began (epoch seconds).
+    FULL_SCAN_AT = "full_scan_at"
+
+
+class RunAttr:
+    """Attributes of the sweep runs' history items (``ControlKey.sweep_run``)."""
+
+    RUN_ID = "run_id"
+    SEQ = "seq"
+    #: ``started``, ``succeeded`` or ``failed`` (``RunStatus``).
+    STATUS = "exec_status"
+    #: How many starts the item counted: a second concurrent start sees 2.
+    COUNTER = "atomic_counter"
+    #: The run's result, as JSON (on the outcome items).
+    DETAIL = "detail"
+
+
+class RunStatus:
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
 
 
 class Status:
@@ -277,7 +315,7 @@ UNDECIDED_INDEX = IndexSpec(
     name="undecided",
     partition_key=Attr.UNDECIDED,
     projection_type="INCLUDE",
-    non_key_attributes=(Attr.SUBMITTED_AT, Attr.REDRIVEN_AT, Attr.REDRIVE),
+    non_key_attributes=(Attr.SUBMITTED_AT, Attr.RE_EMITTED_AT, Attr.RE_EMITS),
 )
 
 

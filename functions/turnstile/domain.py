@@ -25,7 +25,6 @@ __all__ = [
     "EventSnapshot",
     "Outcome",
     "SignupRequest",
-    "attribute_size",
     "attributes_problem",
     "capacity_problem",
     "decide",
@@ -105,11 +104,6 @@ class Outcome:
 
     decisions: tuple[Decision, ...]
     state: EventSnapshot | None
-
-
-def attribute_size(value: Any) -> int:
-    """Bytes a value takes in a DynamoDB item, by DynamoDB's sizing rules."""
-    return value_size(value)
 
 
 # -- the one validator of a signup (API, CLI and stream processor) --------------------

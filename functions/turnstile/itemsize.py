@@ -25,10 +25,18 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["item_size", "number_size", "typed_item_size", "typed_value_size", "value_size"]
+__all__ = [
+    "item_size",
+    "number_size",
+    "text_size",
+    "typed_item_size",
+    "typed_value_size",
+    "value_size",
+]
 
 
-def _text_size(text: str) -> int:
+def text_size(text: str) -> int:
+    """Bytes of a string: its UTF-8."""
     # surrogatepass: a lone surrogate is sized, not raised on (validation refuses it apart).
     return len(text.encode("utf-8", "surrogatepass"))
 
@@ -57,7 +65,7 @@ def value_size(value: Any) -> int:
     if value is None or isinstance(value, bool):
         return 1
     if isinstance(value, str):
-        return _text_size(value)
+        return text_size(value)
     if isinstance(value, int | Decimal):
         return number_size(str(value))
     if isinstance(value, float):
@@ -65,7 +73,7 @@ def value_size(value: Any) -> int:
     if isinstance(value, bytes | bytearray | memoryview) or hasattr(value, "value"):
         return _binary_size(value)
     if isinstance(value, Mapping):
-        return 3 + sum(_text_size(str(k)) + value_size(v) + 1 for k, v in value.items())
+        return 3 + sum(text_size(str(k)) + value_size(v) + 1 for k, v in value.items())
     if isinstance(value, list | tuple):
         return 3 + sum(value_size(v) + 1 for v in value)
     if isinstance(value, set | frozenset):
@@ -75,14 +83,14 @@ def value_size(value: Any) -> int:
 
 def item_size(values: Mapping[str, Any]) -> int:
     """Bytes of an item given as plain Python values: every name plus its value."""
-    return sum(_text_size(name) + value_size(v) for name, v in values.items())
+    return sum(text_size(name) + value_size(v) for name, v in values.items())
 
 
 def typed_value_size(value: Mapping[str, Any]) -> int:
     """Bytes of one wire-format value (``{"S": ...}``, ``{"M": {...}}`` ...)."""
     (kind, raw), *_ = value.items()
     if kind == "S":
-        return _text_size(str(raw))
+        return text_size(str(raw))
     if kind == "N":
         return number_size(str(raw))
     if kind == "B":
@@ -90,7 +98,7 @@ def typed_value_size(value: Mapping[str, Any]) -> int:
     if kind in ("BOOL", "NULL"):
         return 1
     if kind == "SS":
-        return sum(_text_size(str(v)) for v in raw)
+        return sum(text_size(str(v)) for v in raw)
     if kind == "NS":
         return sum(number_size(str(v)) for v in raw)
     if kind == "BS":
@@ -98,10 +106,10 @@ def typed_value_size(value: Mapping[str, Any]) -> int:
     if kind == "L":
         return 3 + sum(typed_value_size(v) + 1 for v in raw)
     if kind == "M":
-        return 3 + sum(_text_size(k) + typed_value_size(v) + 1 for k, v in raw.items())
+        return 3 + sum(text_size(k) + typed_value_size(v) + 1 for k, v in raw.items())
     raise ValueError(f"unknown attribute type {kind!r}")
 
 
 def typed_item_size(item: Mapping[str, Mapping[str, Any]]) -> int:
     """Bytes of a wire-format item: every attribute name plus its value."""
-    return sum(_text_size(name) + typed_value_size(v) for name, v in item.items())
+    return sum(text_size(name) + typed_value_size(v) for name, v in item.items())

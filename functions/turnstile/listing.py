@@ -1,7 +1,8 @@
 """Pages of events and of an event's signups, read from DynamoDB; the page tokens.
 
 The reads of ``usecases.list_events`` and ``usecases.list_signups`` (kept out of
-``store``; they go through its retrying ``_call`` all the same). What each costs:
+``store``; they page through ``Dynamo.pages``, the one paginator, retries and all). What
+each costs:
 
 * An event's signups live in one partition of each of two tables, sorted by ``signup_id``:
   its decisions in main, its intake records in intake. A page is a ``Query`` on each
@@ -32,13 +33,14 @@ import hashlib
 import hmac
 import json
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from turnstile.contract import EVENT_LIST_ATTRIBUTES, ID_PATTERN, Attr, ControlKey, Status
+from turnstile.dynamo import from_item
 from turnstile.errors import InvalidRequestError
-from turnstile.store import SignupStore, from_item
+from turnstile.store import SignupStore
 
 __all__ = [
     "MAX_EXAMINED",
@@ -115,20 +117,19 @@ def decode_token(token: str, kind: str) -> dict[str, Any]:
 
 
 class _Reader:
-    """Items of one DynamoDB read (Query or Scan), page by page, only as far as asked."""
+    """Items of one DynamoDB read (Query or Scan), page by page, only as far as asked:
+    ``pages`` (``Dynamo.pages``) reads a page only when the one before is used up."""
 
-    def __init__(self, fetch: Callable[[Mapping[str, Any] | None], dict[str, Any]]) -> None:
-        self._fetch = fetch
+    def __init__(self, pages: Iterator[dict[str, Any]]) -> None:
+        self._pages = pages
         self._buffer: deque[dict[str, Any]] = deque()
-        self._start: Mapping[str, Any] | None = None
         self._done = False
 
     def peek(self) -> dict[str, Any] | None:
         while not self._buffer and not self._done:
-            response = self._fetch(self._start)
-            self._buffer.extend(response.get("Items", []))
-            self._start = response.get("LastEvaluatedKey")
-            self._done = self._start is None
+            page = next(self._pages)
+            self._buffer.extend(page.get("Items", []))
+            self._done = "LastEvaluatedKey" not in page
         return self._buffer[0] if self._buffer else None
 
     def pop(self) -> dict[str, Any]:
@@ -145,24 +146,19 @@ def _partition(
 ) -> _Reader:
     """An event's items of ``table`` (intake or main) in ``signup_id`` order, after ``after``."""
 
-    def fetch(start: Mapping[str, Any] | None) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "TableName": table,
-            "ConsistentRead": True,
-            "Limit": batch,
-            "KeyConditionExpression": "#pk = :pk",
-            "ExpressionAttributeNames": {"#pk": Attr.EVENT_ID},
-            "ExpressionAttributeValues": {":pk": {"S": event_id}},
-        }
-        if after is not None:
-            kwargs["KeyConditionExpression"] += " AND #sk > :after"
-            kwargs["ExpressionAttributeNames"]["#sk"] = Attr.SIGNUP_ID
-            kwargs["ExpressionAttributeValues"][":after"] = {"S": after}
-        if start is not None:
-            kwargs["ExclusiveStartKey"] = start
-        return store._call("query", **kwargs)
-
-    return _Reader(fetch)
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "ConsistentRead": True,
+        "Limit": batch,
+        "KeyConditionExpression": "#pk = :pk",
+        "ExpressionAttributeNames": {"#pk": Attr.EVENT_ID},
+        "ExpressionAttributeValues": {":pk": {"S": event_id}},
+    }
+    if after is not None:
+        kwargs["KeyConditionExpression"] += " AND #sk > :after"
+        kwargs["ExpressionAttributeNames"]["#sk"] = Attr.SIGNUP_ID
+        kwargs["ExpressionAttributeValues"][":after"] = {"S": after}
+    return _Reader(store.dynamo.pages("query", **kwargs))
 
 
 def _signup_id(raw: Mapping[str, Any]) -> str:
@@ -222,26 +218,21 @@ def event_items(
     names = {f"#a{n}": name for n, name in enumerate(EVENT_LIST_ATTRIBUTES)}
     batch = min(MAX_EXAMINED, max(limit + 1, _MIN_BATCH))
 
-    def fetch(start: Mapping[str, Any] | None) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {
-            "TableName": store.control_table,
-            "ConsistentRead": True,
-            "Limit": batch,
-            # The API's role may Scan only for these (dynamodb:Select, dynamodb:Attributes).
-            "Select": "SPECIFIC_ATTRIBUTES",
-            "ProjectionExpression": ", ".join(names),
-            "ExpressionAttributeNames": names,
+    kwargs: dict[str, Any] = {
+        "TableName": store.control_table,
+        "ConsistentRead": True,
+        "Limit": batch,
+        # The API's role may Scan only for these (dynamodb:Select, dynamodb:Attributes).
+        "Select": "SPECIFIC_ATTRIBUTES",
+        "ProjectionExpression": ", ".join(names),
+        "ExpressionAttributeNames": names,
+    }
+    if after is not None:
+        kwargs["ExclusiveStartKey"] = {
+            ControlKey.PK: {"S": after[0]},
+            ControlKey.SK: {"S": after[1]},
         }
-        if start is not None:
-            kwargs["ExclusiveStartKey"] = start
-        elif after is not None:
-            kwargs["ExclusiveStartKey"] = {
-                ControlKey.PK: {"S": after[0]},
-                ControlKey.SK: {"S": after[1]},
-            }
-        return store._call("scan", **kwargs)
-
-    reader = _Reader(fetch)
+    reader = _Reader(store.dynamo.pages("scan", **kwargs))
     items: list[dict[str, Any]] = []
     last = after
     examined = 0

@@ -1,23 +1,28 @@
-"""What the stream processor needs of a store: ``ProcessorStore``.
+"""What each part of turnstile needs of the store: one ``Protocol`` per user.
 
-``SignupStore`` (DynamoDB) is the implementation that runs; ``tests/fakes/store.py`` is an
-in-memory one for fast tests of the processor. Both are held to the contract below by the
-same tests (``tests/contract/``), so a test that passes against the fake says something
-about the real store.
+* ``ProcessorStore``: what the stream processor calls. ``SignupStore`` (DynamoDB) is the
+  implementation that runs; ``tests/fakes/store.py`` is an in-memory one for fast tests of
+  the processor. Both are held to the contract below by the same tests
+  (``tests/contract/``), so a test that passes against the fake says something about the
+  real store. Every read is strongly consistent: the processor decides from what it reads.
+* ``SweeperStore`` and ``SweeperLedger``: what the sweeper reads of the signups
+  (``SignupStore``), and its own items and writes (``turnstile.ledger.Ledger``).
+* ``AuditStore``: what ``turnstile audit`` reads (``SignupStore``).
 
-The methods are exactly the ones ``StreamProcessor`` calls, with ``SignupStore``'s
-signatures. Every read is strongly consistent: the processor decides from what it reads.
+Each protocol names exactly the methods its user calls, with the implementation's
+signatures (``tests/unit/test_ports.py`` checks both).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
-from turnstile.store import EventRecord, Journal
+from turnstile.events import EventRecord
+from turnstile.journal import Journal
 
-__all__ = ["ProcessorStore"]
+__all__ = ["AuditStore", "ProcessorStore", "SweeperLedger", "SweeperStore"]
 
 
 @runtime_checkable
@@ -121,4 +126,126 @@ class ProcessorStore(Protocol):
         """Clear the hold only if its version is still ``version``; False otherwise (records
         were parked since: the event stays held) or when there is no marker. The marker
         keeps its version."""
+        ...
+
+
+@runtime_checkable
+class SweeperStore(Protocol):
+    """The signups as the sweeper reads them (docs/design.md, section 7): which records
+    are undecided, and which events are held. It writes nothing here but a lifted hold."""
+
+    def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
+        """The event item (its last journal holds decisions not yet written out)."""
+        ...
+
+    def get_decisions(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The decision items that exist among ``signup_ids``, read strongly consistent."""
+        ...
+
+    def intake_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every intake record (or one event's), read consistently: the daily full scan."""
+        ...
+
+    def holds(self, event_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """Hold markers of the held events, by event id."""
+        ...
+
+    def parked_requests(self, event_id: str) -> list[SignupRequest]:
+        """A held event's parked records, in arrival order."""
+        ...
+
+    def lift_hold(self, event_id: str, version: int) -> bool:
+        """Clear a hold with nothing parked under it, only at ``version``."""
+        ...
+
+
+@runtime_checkable
+class SweeperLedger(Protocol):
+    """The sweeper's own items and writes (``turnstile.ledger``): its lease, its run
+    history, its fenced re-emissions, the index of undecided records and its markers."""
+
+    def acquire_lease(self, owner: str, duration_s: float, now: float) -> int | None:
+        """Take (or renew) the lease; the new fencing token, or None while another's."""
+        ...
+
+    def release_lease(self, owner: str, token: int) -> None:
+        """Give the lease up, only if it is still ``owner``'s with ``token``."""
+        ...
+
+    def get_lease(self) -> dict[str, Any] | None:
+        """The lease item (``contract.LeaseAttr``), read consistently, or None."""
+        ...
+
+    def note_full_scan(self, owner: str, token: int, at: float) -> bool:
+        """Record on the lease (while it is ours) when a full scan of intake finished."""
+        ...
+
+    def start_run(self, run_id: str, now: str, replay: bool = False) -> int | None:
+        """Record a run's start; None when it ran already (unless a replay of a failure)."""
+        ...
+
+    def finish_run(
+        self, run_id: str, seq: int, status: str, now: str, detail: Mapping[str, Any]
+    ) -> None:
+        """Append the run's outcome."""
+        ...
+
+    def run_history(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """History items of one run (or all), oldest first (``contract.RunAttr``)."""
+        ...
+
+    def fenced_re_emit(
+        self, owner: str, token: int, now: float, event_id: str, signup_id: str
+    ) -> bool:
+        """Re-emit one record while the lease holds (``LeaseLostError`` if not); False if
+        the record is gone."""
+        ...
+
+    def fenced_re_emit_many(
+        self,
+        owner: str,
+        token: int,
+        now: float,
+        keys: Sequence[tuple[str, str]],
+        junk_counters: Collection[tuple[str, str]] = (),
+    ) -> int:
+        """Re-emit records while the lease holds (``LeaseLostError`` if not); how many."""
+        ...
+
+    def undecided_marked(self) -> Iterator[dict[str, Any]]:
+        """Every entry of the sparse index of records marked ``undecided``."""
+        ...
+
+    def clear_undecided(self, keys: Sequence[tuple[str, str]], workers: int = 8) -> int:
+        """Remove the marker from these decided records; how many carried it."""
+        ...
+
+
+@runtime_checkable
+class AuditStore(Protocol):
+    """What ``turnstile audit`` reads: every event's item, decisions, intake records and
+    hold, all strongly consistent (``turnstile.audit``)."""
+
+    def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
+        """The event item, or None."""
+        ...
+
+    def scan_events(self) -> Iterator[EventRecord]:
+        """Every event item."""
+        ...
+
+    def decision_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every decision item (or one event's)."""
+        ...
+
+    def intake_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every intake record (or one event's)."""
+        ...
+
+    def get_hold(self, event_id: str) -> dict[str, Any] | None:
+        """The event's hold marker while it is held."""
+        ...
+
+    def parked_requests(self, event_id: str) -> list[SignupRequest]:
+        """A held event's parked records, in arrival order."""
         ...

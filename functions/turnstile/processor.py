@@ -15,10 +15,11 @@ from typing import Any
 from turnstile.clock import utc_now
 from turnstile.contract import ID_PATTERN
 from turnstile.domain import Decision, SignupRequest, decide, parse_request
+from turnstile.dynamo import refused_as_invalid
 from turnstile.errors import CommitConflictError, JournalTooLargeError
+from turnstile.events import EventRecord
 from turnstile.personal_data import decision_expires_at
 from turnstile.ports import ProcessorStore
-from turnstile.store import EventRecord, refused_as_invalid
 
 __all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
 

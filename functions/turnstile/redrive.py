@@ -19,6 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from turnstile.contract import Attr
 from turnstile.store import SignupStore
+from turnstile.stream_reader import read_pages, shard_iterator
 from turnstile.sweeper import find_undecided
 
 __all__ = ["RedriveResult", "redrive_queue"]
@@ -44,25 +45,23 @@ def _keys_from_stream(streams: Any, info: dict[str, Any]) -> list[tuple[str, str
     """The (event_id, signup_id) of the batch's records, or None if the stream lost them."""
     start, end = int(info["startSequenceNumber"]), int(info["endSequenceNumber"])
     try:
-        iterator = streams.get_shard_iterator(
-            StreamArn=info["streamArn"],
-            ShardId=info["shardId"],
-            ShardIteratorType="AT_SEQUENCE_NUMBER",
-            SequenceNumber=info["startSequenceNumber"],
-        )["ShardIterator"]
+        iterator = shard_iterator(
+            streams,
+            info["streamArn"],
+            info["shardId"],
+            "AT_SEQUENCE_NUMBER",
+            info["startSequenceNumber"],
+        )
         keys: list[tuple[str, str]] = []
-        while iterator:
-            response = streams.get_records(ShardIterator=iterator, Limit=1000)
-            records = response.get("Records", [])
-            for record in records:
+        for page in read_pages(streams, iterator):
+            for record in page.records:
                 if int(record["dynamodb"]["SequenceNumber"]) > end:
                     return keys
                 if record.get("eventName") in {"INSERT", "MODIFY"}:
                     k = record["dynamodb"]["Keys"]
                     keys.append((k[Attr.EVENT_ID]["S"], k[Attr.SIGNUP_ID]["S"]))
-            if not records:
+            if not page.records:
                 return keys
-            iterator = response.get("NextShardIterator")
         return keys if keys or start > end else None
     except (BotoCoreError, ClientError, KeyError, AssertionError) as exc:
         log.warning("stream no longer holds the batch (%s): reading intake instead", exc)
@@ -120,7 +119,7 @@ def redrive_queue(
 
     pending = _undecided(store, sorted({k for _, keys in batches for k in keys}))
     for event_id, signup_id in pending:
-        if store.redrive(event_id, signup_id):
+        if store.re_emit(event_id, signup_id):
             result.re_emitted += 1
     deadline = time.monotonic() + wait_s
     while pending and time.monotonic() < deadline:

@@ -1,8 +1,11 @@
 """The sweeper: nothing is ever left PENDING.
 
 It finds intake records with no decision that are older than a threshold and re-emits them
-into the stream (a MODIFY that bumps ``redrive``), so the stream processor, the only writer
-of decisions, decides them. It never decides anything itself.
+into the stream (a MODIFY that bumps their re-emissions' counter), so the stream processor,
+the only writer of decisions, decides them. It never decides anything itself.
+
+It reads signups through a ``ports.SweeperStore`` (the ``SignupStore``) and keeps its own
+items, and makes its writes, through a ``ports.SweeperLedger`` (``turnstile.ledger``).
 
 - One sweeper at a time: a lease that expires, with a fencing token that every
   re-emission checks in the same transaction: a sweeper whose lease lapsed
@@ -26,9 +29,12 @@ from decimal import Decimal
 from typing import Any
 
 from turnstile.clock import MAX_CLOCK_SKEW_S, age_s, utc_now
-from turnstile.contract import Attr
+from turnstile.contract import Attr, LeaseAttr, RunAttr, RunStatus
+from turnstile.dynamo import Tables
 from turnstile.errors import LeaseLostError
-from turnstile.store import EventRecord, SignupStore
+from turnstile.events import EventRecord
+from turnstile.ledger import Ledger
+from turnstile.ports import SweeperLedger, SweeperStore
 
 __all__ = [
     "FULL_SCAN_EVERY_S",
@@ -62,7 +68,8 @@ class Undecided:
     event_id: str
     signup_id: str
     age_s: float | None
-    #: False when a producer wrote ``redrive`` as something that is not a number.
+    #: False when a producer wrote the re-emissions' counter (``Attr.RE_EMITS``) as
+    #: something that is not a number.
     counter_ok: bool = True
 
 
@@ -86,9 +93,10 @@ class SweepResult:
         return asdict(self)
 
 
-def _since_redrive(value: Any, now: float) -> float | None:
-    """Seconds since the sweeper last re-emitted the record (its own ``redriven_at``, epoch
-    seconds); None when that is no such number, or in the future, so it guards nothing."""
+def _seconds_since(value: Any, now: float) -> float | None:
+    """Seconds since a time the sweeper wrote (epoch seconds: a record's last re-emission,
+    ``Attr.RE_EMITTED_AT``, or the last full scan); None when that is no such number, or in
+    the future, so it guards nothing."""
     if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
         return None
     try:
@@ -100,13 +108,20 @@ def _since_redrive(value: Any, now: float) -> float | None:
     return max(0.0, since)
 
 
+def _ledger_beside(store: SweeperStore) -> SweeperLedger:
+    """The ledger on a ``SignupStore``'s connection: the default of a sweeper's."""
+    if not isinstance(store, Tables):
+        raise TypeError(f"pass the ledger of a {type(store).__name__}: ledger=...")
+    return Ledger.beside(store)
+
+
 def find_undecided(
-    store: SignupStore,
+    store: SweeperStore,
     min_age_s: float,
     now: float | None = None,
-    event_id: str | None = None,
     *,
     from_index: bool = False,
+    ledger: SweeperLedger | None = None,
     decided_marked: list[tuple[str, str]] | None = None,
 ) -> Iterator[Undecided]:
     """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
@@ -114,26 +129,29 @@ def find_undecided(
     A record whose ``submitted_at`` is missing, no time, or in the future counts as old: a
     producer's clock must not hide a record, and re-emitting one that is merely pending
     costs one extra delivery and never changes a decision. Only the sweeper's own
-    ``redriven_at`` (a re-emission under ``min_age_s`` ago) makes a record wait.
+    re-emission time (a re-emission under ``min_age_s`` ago) makes a record wait.
 
     It reads the whole intake table (consistently), or with ``from_index`` only the sparse
-    index of records marked ``undecided``: work in proportion to what is undecided, but
+    index of records marked ``undecided`` (``ledger.undecided_marked``; by default the
+    ledger beside ``store``): work in proportion to what is undecided, but
     blind to records whose producer left the marker out (the full read finds those). Ages
     are judged first, so only old enough records cost a read of their decision. Records
     found decided that still carry the marker are appended to ``decided_marked``.
     """
     now = time.time() if now is None else now
     now_at = datetime.fromtimestamp(now, UTC)
-    source = store.undecided_marked() if from_index else store.scan(store.intake_table, event_id)
+    if from_index:
+        ledger = ledger if ledger is not None else _ledger_beside(store)
+        source = ledger.undecided_marked()
+    else:
+        source = store.intake_items()
     by_event: dict[str, list[tuple[dict[str, Any], float | None]]] = {}
     for item in source:
-        if event_id is not None and item[Attr.EVENT_ID] != event_id:
-            continue
         age = age_s(item.get(Attr.SUBMITTED_AT), now_at)
-        since_redrive = _since_redrive(item.get(Attr.REDRIVEN_AT), now)
+        since_re_emit = _seconds_since(item.get(Attr.RE_EMITTED_AT), now)
         if age is not None and age < min_age_s:
             continue  # known to be young
-        if since_redrive is not None and since_redrive < min_age_s:
+        if since_re_emit is not None and since_re_emit < min_age_s:
             continue  # re-emitted recently: give the stream time to deliver it
         by_event.setdefault(item[Attr.EVENT_ID], []).append((item, age))
     for eid, found in by_event.items():
@@ -149,7 +167,7 @@ def find_undecided(
                 if decided_marked is not None and Attr.UNDECIDED in item and signup_id in items:
                     decided_marked.append((eid, signup_id))
                 continue
-            counter = item.get(Attr.REDRIVE)
+            counter = item.get(Attr.RE_EMITS)
             ok = counter is None or (isinstance(counter, Decimal) and counter.is_finite())
             yield Undecided(eid, signup_id, age, counter_ok=ok)
 
@@ -165,7 +183,7 @@ class Sweeper:
 
     def __init__(
         self,
-        store: SignupStore,
+        store: SweeperStore,
         owner: str | None = None,
         lease_s: float = 120.0,
         min_age_s: float = 300.0,
@@ -173,8 +191,12 @@ class Sweeper:
         max_run_s: float = 180.0,
         clock: Callable[[], float] = time.time,
         full_scan_every_s: float | None = None,
+        ledger: SweeperLedger | None = None,
     ) -> None:
         self.store = store
+        #: The lease, run history, fenced re-emissions and the index: by default on the
+        #: store's connection (``Ledger.beside``).
+        self.ledger = ledger if ledger is not None else _ledger_beside(store)
         self.full_scan_every_s = (
             FULL_SCAN_EVERY_S if full_scan_every_s is None else full_scan_every_s
         )
@@ -195,45 +217,45 @@ class Sweeper:
         """Run one sweep under the lease. Never raises for a lost lease: it stops writing."""
         run_id = run_id or run_id_for()
         result = SweepResult(run_id=run_id)
-        token = self.store.acquire_lease(self.owner, self.lease_s, self.clock())
+        token = self.ledger.acquire_lease(self.owner, self.lease_s, self.clock())
         if token is None:
             result.status = "lease_busy"
             return result
         result.lease_token = token
         try:
-            seq = self.store.start_run(run_id, utc_now(), replay=replay)
+            seq = self.ledger.start_run(run_id, utc_now(), replay=replay)
             if seq is None:
                 result.status = "already_ran"
                 return result
             try:
                 self._work(result)
-                result.status = "succeeded"
+                result.status = RunStatus.SUCCEEDED
             except LeaseLostError as exc:
-                result.status = "failed"
+                result.status = RunStatus.FAILED
                 result.errors.append(str(exc))
             except Exception as exc:
-                result.status = "failed"
+                result.status = RunStatus.FAILED
                 result.errors.append(repr(exc))
                 log.exception("sweep run failed", extra={"run_id": run_id})
-            self.store.finish_run(run_id, seq, result.status, utc_now(), result.to_dict())
+            self.ledger.finish_run(run_id, seq, result.status, utc_now(), result.to_dict())
             return result
         finally:
-            self.store.release_lease(self.owner, result.lease_token or token)
+            self.ledger.release_lease(self.owner, result.lease_token or token)
 
     def full_scan_due(self, now: float) -> bool:
         """Whether this run reads the whole intake table: no full scan recorded, or the
         last one over ``full_scan_every_s`` ago (or in the future: no guard)."""
         if math.isinf(self.full_scan_every_s):
             return False
-        lease = self.store.get_lease() or {}
-        since = _since_redrive(lease.get("full_scan_at"), now)
+        lease = self.ledger.get_lease() or {}
+        since = _seconds_since(lease.get(LeaseAttr.FULL_SCAN_AT), now)
         return since is None or since >= self.full_scan_every_s
 
     def _work(self, result: SweepResult) -> None:
         assert result.lease_token is not None
         started = renewed = self.clock()
         batch: list[tuple[str, str]] = []
-        junk: set[tuple[str, str]] = set()  # records whose redrive counter is not a number
+        junk: set[tuple[str, str]] = set()  # records whose re-emissions' counter is no number
         left = 0  # undecided records counted but left for the next run
         decided_marked: list[tuple[str, str]] = []
         result.full_scan = self.full_scan_due(started)
@@ -243,13 +265,13 @@ class Sweeper:
             now = self.clock()
             if now - renewed > self.lease_s / 3:
                 # Renew well before expiry; the new token fences every later write.
-                token = self.store.acquire_lease(self.owner, self.lease_s, now)
+                token = self.ledger.acquire_lease(self.owner, self.lease_s, now)
                 if token is None:
                     raise LeaseLostError(f"sweeper lease of {self.owner!r} was taken over")
                 result.lease_token, renewed = token, now
             assert result.lease_token is not None
             extra = {"junk_counters": set(junk)} if junk else {}
-            result.re_emitted += self.store.fenced_redrive_many(
+            result.re_emitted += self.ledger.fenced_re_emit_many(
                 self.owner, result.lease_token, now, batch, **extra
             )
             batch.clear()
@@ -261,6 +283,7 @@ class Sweeper:
             self.min_age_s,
             self.clock(),
             from_index=not result.full_scan,
+            ledger=self.ledger,
             decided_marked=decided_marked,
         )
         for undecided in found:
@@ -282,11 +305,11 @@ class Sweeper:
             if self.clock() - started > self.max_run_s:
                 break  # still in the index: a later run removes the rest
             chunk = decided_marked[start : start + UNMARK_CHUNK]
-            result.unmarked += self.store.clear_undecided(chunk)
+            result.unmarked += self.ledger.clear_undecided(chunk)
         if result.full_scan and not left:
             # Every unmarked record it found is re-emitted, and so marked: the index sees
             # it from now on. Records written since ``started`` are the next scan's.
-            self.store.note_full_scan(self.owner, result.lease_token, started)
+            self.ledger.note_full_scan(self.owner, result.lease_token, started)
 
     def _trigger_releases(self, result: SweepResult) -> set[tuple[str, str]]:
         """Set off the release of every held event; the keys of all parked records.
@@ -304,11 +327,11 @@ class Sweeper:
             parked = self.store.parked_requests(event_id)
             parked_keys |= {(event_id, r.signup_id) for r in parked}
             if not parked:
-                if self.store.lift_hold(event_id, int(hold["version"])):
+                if self.store.lift_hold(event_id, int(hold[Attr.VERSION])):
                     result.releases_triggered += 1
                 continue
             for request in parked[: self.release_triggers]:
-                if self.store.fenced_redrive(
+                if self.ledger.fenced_re_emit(
                     self.owner, result.lease_token, self.clock(), event_id, request.signup_id
                 ):
                     result.releases_triggered += 1
@@ -318,7 +341,7 @@ class Sweeper:
     def replay_failed(self) -> list[SweepResult]:
         """Rerun every run whose latest history entry is ``failed``, and only those."""
         latest: dict[str, dict[str, Any]] = {}
-        for item in self.store.run_history():
-            latest[item["run_id"]] = item  # oldest first: the last one wins
-        failed = [run for run, item in latest.items() if item["exec_status"] == "failed"]
+        for item in self.ledger.run_history():
+            latest[item[RunAttr.RUN_ID]] = item  # oldest first: the last one wins
+        failed = [run for run, item in latest.items() if item[RunAttr.STATUS] == RunStatus.FAILED]
         return [self.sweep(run, replay=True) for run in failed]

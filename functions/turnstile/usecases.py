@@ -39,9 +39,10 @@ from turnstile.errors import (
     InvalidRequestError,
     SignupNotFoundError,
 )
+from turnstile.events import EventRecord
 from turnstile.jsonable import plain
 from turnstile.personal_data import intake_expires_at
-from turnstile.store import EventRecord, SignupStore
+from turnstile.store import SignupStore
 
 __all__ = [
     "ABSENT",
@@ -120,10 +121,18 @@ def _whole(value: Any) -> int | None:
 
 def event_view(record: EventRecord) -> dict[str, Any]:
     """The ``Event`` shape."""
-    public = record.to_public()
-    # version is the processor's optimistic lock, not part of the public answer.
-    public.pop("version", None)
-    return public
+    s = record.snapshot
+    # No version: the processor's optimistic lock is not part of the public answer.
+    return {
+        "event_id": s.event_id,
+        "capacity": s.capacity,
+        "taken": s.taken,
+        "remaining": s.remaining,
+        "accepted": s.accepted,
+        "state": s.state,
+        "created_at": record.created_at,
+        "created_by": record.created_by,
+    }
 
 
 def signup_view(

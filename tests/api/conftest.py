@@ -19,9 +19,11 @@ from moto.server import ThreadedMotoServer
 
 from tests.api.helpers import Answer, Invoke, LiveApi, v2_event
 from turnstile.contract import ALL_TABLES
+from turnstile.dynamo import default_client
 from turnstile.handlers import api as api_handler
-from turnstile.local.api_server import ApiServer, LocalLambdaContext
-from turnstile.store import SignupStore, default_client
+from turnstile.local.api_server import ApiServer
+from turnstile.local.context import LocalLambdaContext
+from turnstile.store import SignupStore
 
 
 @pytest.fixture
@@ -37,7 +39,8 @@ def invoke(store: SignupStore) -> Invoke:
     """Call the Lambda handler as API Gateway would; returns status, headers, JSON body."""
 
     def call(method: str, path: str, body: Any = None, **kwargs: Any) -> Answer:
-        response = api_handler.handler(v2_event(method, path, body, **kwargs), LocalLambdaContext())
+        event = v2_event(method, path, body, **kwargs)
+        response = api_handler.handler(event, LocalLambdaContext.api())
         raw = response.get("body") or ""
         return Answer(
             status=response["statusCode"],

@@ -101,7 +101,7 @@ def decide_pending(
     Uses the store's own commit path (counters and journal, then decision items), so the
     API reads exactly what the real processor would leave behind.
     """
-    intake = sorted(store.scan(store.intake_table, event_id), key=lambda i: i["submitted_at"])
+    intake = sorted(store.intake_items(event_id), key=lambda i: i["submitted_at"])
     requests = [parse_request(item, f"{n:021d}") for n, item in enumerate(intake, start=1)]
     record = store.get_event(event_id)
     assert record is not None, "decide_pending needs an existing event"

@@ -15,7 +15,7 @@ import pytest
 from tests.api.helpers import Invoke, decide_pending, v2_event
 from turnstile import listing
 from turnstile.handlers import api as api_handler
-from turnstile.local.api_server import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.store import SignupStore
 
 NOW = "2026-11-21T21:00:00.000000Z"
@@ -45,7 +45,7 @@ def recorded(store: SignupStore, monkeypatch: pytest.MonkeyPatch) -> Recording:
     """The handler's own store, its client recording every call."""
     handler_store = api_handler.get_store()
     recording = Recording(handler_store.client)
-    monkeypatch.setattr(handler_store, "client", recording)
+    monkeypatch.setattr(handler_store.dynamo, "client", recording)
     return recording
 
 
@@ -318,7 +318,7 @@ def test_a_wait_ends_pending_after_its_seconds(invoke: Invoke, gig: str):
 
 def test_a_wait_ends_before_the_invocation_would_time_out(gig: str):
     # GIVEN an invocation with 2.8 s left, and a wait of 20 s asked for
-    context = LocalLambdaContext(timeout_s=2.8)
+    context = LocalLambdaContext.api(timeout_s=2.8)
     started = time.monotonic()
     response = api_handler.handler(
         v2_event("GET", f"/events/{gig}/signups/u6", query="wait=20"), context

@@ -11,9 +11,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.api.helpers import Invoke, decide_pending, v2_event
 from turnstile import api
+from turnstile.dynamo import event_key
 from turnstile.handlers import api as api_handler
 from turnstile.itemsize import value_size
-from turnstile.local.api_server import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.store import SignupStore
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
@@ -78,7 +79,7 @@ def test_the_event_records_who_created_it(
     assert answer.status == 201
     assert answer.body["created_by"] == creator
     assert invoke("GET", "/events/gala").body["created_by"] == creator
-    item = store.client.get_item(TableName=store.control_table, Key=store._event_key("gala"))
+    item = store.client.get_item(TableName=store.control_table, Key=event_key("gala"))
     assert item["Item"]["created_by"] == {"S": creator}
 
 
@@ -262,7 +263,7 @@ def test_base64_body_is_decoded(invoke: Invoke):
 def test_body_that_is_not_base64_answers_400(store: SignupStore):
     event = v2_event("POST", "/events", "x")
     event.update(body="@@@", isBase64Encoded=True)
-    response = api_handler.handler(event, LocalLambdaContext())
+    response = api_handler.handler(event, LocalLambdaContext.api())
     assert response["statusCode"] == 400
 
 
@@ -311,7 +312,7 @@ def test_close_closes_once_then_reports_the_state(invoke: Invoke, concert: str):
 def _take_seats(store: SignupStore, event_id: str, taken: int) -> None:
     store.client.update_item(
         TableName=store.control_table,
-        Key=store._event_key(event_id),
+        Key=event_key(event_id),
         UpdateExpression="SET taken = :taken",
         ExpressionAttributeValues={":taken": {"N": str(taken)}},
     )
@@ -621,7 +622,7 @@ def test_the_root_points_at_the_document_and_the_routes(invoke: Invoke):
 
 def test_json_bodies_end_with_a_newline(store: SignupStore):
     for method, path in (("GET", "/"), ("GET", "/events/nope"), ("GET", "/nope")):
-        response = api_handler.handler(v2_event(method, path), LocalLambdaContext())
+        response = api_handler.handler(v2_event(method, path), LocalLambdaContext.api())
         assert response["body"].endswith("}\n"), (method, path)
         assert response["body"].count("\n") == 1
 

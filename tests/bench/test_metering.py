@@ -137,6 +137,7 @@ def test_failed_conditional_write_still_costs_the_existing_items_units(metered):
     # THEN it is charged on the 2,000-byte item it did not replace
     assert snapshot.write_units == {"put_item": 2 + 2}
     assert snapshot.failed_conditional_writes == 1
+    assert snapshot.failed_write_units == 2  # of the 4, those the lost put was charged
 
 
 def test_update_item_is_charged_on_before_or_after_whichever_is_larger(metered):
@@ -452,3 +453,5 @@ def test_a_cancelled_transaction_writes_nothing_to_the_index(metered):
             ]
         )
     assert units(meter) == ({"transact_write_items": 2 * 2}, {})
+    # counted apart too: units charged to a write that wrote nothing
+    assert meter.snapshot().failed_write_units == 2 * 2

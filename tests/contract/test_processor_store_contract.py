@@ -30,15 +30,17 @@ from turnstile.contract import (
     Status,
 )
 from turnstile.domain import EventSnapshot, Outcome, SignupRequest, decide
+from turnstile.dynamo import event_key, to_item
 from turnstile.errors import (
     CapacityBelowTakenError,
     CommitConflictError,
     EventExistsError,
     JournalTooLargeError,
 )
+from turnstile.journal import Journal
 from turnstile.ports import ProcessorStore
 from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import Journal, SignupStore, to_item
+from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 LATER = "2026-01-01T00:05:00.000000Z"
@@ -82,7 +84,7 @@ def moto_backend(session: Any) -> Backend:
         typed = to_item({f":v{i}": value for i, value in enumerate(values.values())})
         client.update_item(
             TableName=CONTROL_TABLE.name,
-            Key=real._event_key(event_id),
+            Key=event_key(event_id),
             UpdateExpression="SET " + ", ".join(f"#a{i} = :v{i}" for i in range(len(values))),
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=typed,

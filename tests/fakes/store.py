@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from turnstile import dynamo, events, hold
 from turnstile import store as real
 from turnstile.contract import (
     CONTROL_TABLE,
@@ -34,6 +35,7 @@ from turnstile.contract import (
     HoldAttr,
 )
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.dynamo import from_item, to_item
 from turnstile.errors import (
     CapacityBelowTakenError,
     CommitConflictError,
@@ -42,7 +44,9 @@ from turnstile.errors import (
     JournalTooLargeError,
     StoreUnavailableError,
 )
-from turnstile.store import EventRecord, Journal, SignupStore, from_item, to_item
+from turnstile.events import EventRecord
+from turnstile.journal import Journal
+from turnstile.store import SignupStore
 
 __all__ = ["FakeStore", "Fault"]
 
@@ -202,7 +206,7 @@ class FakeStore:
 
     def _read_hold(self, event_id: str) -> dict[str, Any] | None:
         item = self.control.get(ControlKey.hold(event_id))
-        return real._held(from_item(item)) if item is not None else None
+        return hold._held(from_item(item)) if item is not None else None
 
     def _put_decisions(self, items: Iterable[Item]) -> None:
         for item in items:
@@ -227,7 +231,7 @@ class FakeStore:
             Attr.CREATED_AT: {"S": now},
         }
         if created_by:
-            created_by = created_by[: real.MAX_CREATED_BY_CHARS]
+            created_by = created_by[: events.MAX_CREATED_BY_CHARS]
             item[Attr.CREATED_BY] = {"S": created_by}
         self.control[key] = item
         self._exit(fault)
@@ -379,7 +383,7 @@ class FakeStore:
             )
             for d in decisions
         ]
-        chunks = real._chunks_within(items, real.TRANSACTION_LIMIT - 1, real.TRANSACTION_BYTES)
+        chunks = dynamo.chunks_within(items, dynamo.TRANSACTION_LIMIT - 1, dynamo.TRANSACTION_BYTES)
         for chunk in chunks:  # one transaction each: all of it or none of it
             decided = any((event_id, item[Attr.SIGNUP_ID]["S"]) in self.main for item in chunk)
             if self._event_item(event_id) is not None or decided:

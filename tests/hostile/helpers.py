@@ -14,7 +14,8 @@ from moto import mock_aws
 from tests.conftest import StreamReader, create_tables
 from turnstile.contract import STREAM_SOURCE
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext, matches_filter
+from turnstile.local.context import LocalLambdaContext
+from turnstile.local.poller import matches_filter
 from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"

@@ -35,10 +35,11 @@ from turnstile import cli
 from turnstile.api import create_app
 from turnstile.audit import audit
 from turnstile.contract import EventState, Reason, Status
+from turnstile.dynamo import from_item
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.api_server import LocalLambdaContext as ApiContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore, from_item
+from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper, find_undecided
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -457,7 +458,8 @@ def test_an_event_item_without_version_still_decides_later_signups(client, store
 
 def submit_via_api(store: SignupStore, event_id: str, body: dict[str, Any]) -> int:
     app = create_app(store=lambda: store)
-    response = app.resolve(v2_event("POST", f"/events/{event_id}/signups", body), ApiContext())
+    event = v2_event("POST", f"/events/{event_id}/signups", body)
+    response = app.resolve(event, LocalLambdaContext.api())
     return int(response["statusCode"])
 
 

@@ -25,7 +25,7 @@ from turnstile.domain import EventSnapshot, SignupRequest, decide
 from turnstile.errors import StoreUnavailableError
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers.stream import to_intake_record
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper

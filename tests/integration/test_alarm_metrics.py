@@ -12,7 +12,8 @@ import pytest
 from tests.helpers import FaultyClient, put_raw_intake
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers import sweeper as sweeper_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.ledger import Ledger
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 
@@ -72,7 +73,7 @@ def test_a_succeeded_sweep_counts_once_and_a_duplicate_tick_not_again(store, emi
 
 
 def test_a_sweep_that_cannot_take_the_lease_does_not_count(store, emitted):
-    assert store.acquire_lease("someone-else", 600, time.time()) is not None
+    assert Ledger.beside(store).acquire_lease("someone-else", 600, time.time()) is not None
     result = sweeper_handler.handler(TICK, Context())
     assert [run["status"] for run in result["runs"]] == ["lease_busy"]
     assert "SweepSucceeded" not in emitted()

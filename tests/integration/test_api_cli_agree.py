@@ -20,9 +20,10 @@ import pytest
 
 from tests.api.helpers import decide_pending, v2_event
 from turnstile.contract import ALL_TABLES
+from turnstile.dynamo import default_client
 from turnstile.handlers import api as api_handler
-from turnstile.local.api_server import LocalLambdaContext
-from turnstile.store import SignupStore, default_client
+from turnstile.local.context import LocalLambdaContext
+from turnstile.store import SignupStore
 
 USER = "tester"
 #: The API caller whose identity reads as the CLI's ``created_by`` (``cli:<user>``).
@@ -240,7 +241,7 @@ def tables(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[
 
 def via_api(op: Op) -> tuple[int, str | None, Outcome]:
     event = v2_event(op.method, op.path, op.body, authorizer=AUTHORIZER, query=op.query)
-    response = api_handler.handler(event, LocalLambdaContext())
+    response = api_handler.handler(event, LocalLambdaContext.api())
     body = json.loads(response["body"])
     code = response["statusCode"]
     if code < 300:

@@ -13,7 +13,7 @@ from turnstile import cli
 from turnstile.audit import audit
 from turnstile.errors import EventNotFoundError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 
@@ -37,17 +37,14 @@ class BusyStore(SignupStore):
     during_scan: Callable[[], None] = staticmethod(lambda: None)
     races = 0
 
-    def scan(self, table: str, event_id: str | None = None) -> Iterator[dict[str, Any]]:
-        if table != self.main_table:
-            yield from super().scan(table, event_id)
-            return
-        first = list(super().scan(table, event_id))[:1]
+    def decision_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        first = list(super().decision_items(event_id))[:1]
         yield from first
         if self.races:
             self.races -= 1
             self.during_scan()
         seen = {(i["event_id"], i["signup_id"]) for i in first}
-        for item in super().scan(table, event_id):
+        for item in super().decision_items(event_id):
             if (item["event_id"], item["signup_id"]) not in seen:
                 yield item
 

@@ -10,6 +10,7 @@ import pytest
 from turnstile.audit import audit
 from turnstile.clock import utc_now
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.ledger import Ledger
 from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -50,8 +51,9 @@ def test_audit_reads_every_event_and_only_events(store):
     accept(store, "gig", "b", "101", write_out=False)
     # an unknown event with a signup, and the sweeper's own items beside them
     store.put_intake("ghost", "x", 1, None, NOW)
-    store.acquire_lease("sweeper", 60, now=1.0)
-    store.start_run("run-1", NOW)
+    ledger = Ledger.beside(store)
+    ledger.acquire_lease("sweeper", 60, now=1.0)
+    ledger.start_run("run-1", NOW)
     # WHEN the tables are audited ten minutes later
     report = audit(store, now=LATER)
     # THEN both events are reported, the sweeper's items are not

@@ -10,9 +10,10 @@ import pytest
 from tests.helpers import decisions, put_raw_intake
 from turnstile.audit import audit
 from turnstile.contract import Reason, Status
+from turnstile.dynamo import event_key
 from turnstile.errors import CapacityBelowTakenError, CommitConflictError, EventNotFoundError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -86,7 +87,7 @@ def test_capacity_edited_below_taken_still_lets_rejections_through(client, store
     assert invoke(stream.read_new()) == {"batchItemFailures": []}
     client.update_item(
         TableName=store.control_table,
-        Key=store._event_key("gig"),
+        Key=event_key("gig"),
         UpdateExpression="SET #capacity = :one",
         ExpressionAttributeNames={"#capacity": "capacity"},
         ExpressionAttributeValues={":one": {"N": "1"}},

@@ -18,9 +18,10 @@ import boto3
 from tests.helpers import decisions, put_raw_intake
 from turnstile.contract import ALL_TABLES, INTAKE_TABLE, STREAM_SOURCE
 from turnstile.domain import EventSnapshot, decide, parse_request
+from turnstile.dynamo import default_client
 from turnstile.local.poller import CheckpointStore, StreamPoller, to_lambda_record
 from turnstile.processor import DecidedSignup, IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore, default_client
+from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

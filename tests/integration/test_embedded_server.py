@@ -7,7 +7,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from turnstile.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE
-from turnstile.store import default_client
+from turnstile.dynamo import default_client
 
 
 def update(key: str) -> dict:

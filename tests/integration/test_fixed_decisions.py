@@ -15,18 +15,14 @@ from tests.unit.test_journal import V1_DECISIONS, V1_JOURNAL
 from turnstile.audit import audit
 from turnstile.contract import Reason, Status
 from turnstile.domain import Decision, SignupRequest, decide
+from turnstile.dynamo import TRANSACTION_BYTES, event_key, signup_key
 from turnstile.errors import JournalTooLargeError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.itemsize import typed_item_size
+from turnstile.journal import MAX_DECISION_ITEM_BYTES, Journal
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import (
-    MAX_DECISION_ITEM_BYTES,
-    MAX_JOURNAL_BYTES,
-    TRANSACTION_BYTES,
-    Journal,
-    SignupStore,
-    _item_size,
-)
+from turnstile.store import MAX_JOURNAL_BYTES, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 SUBMITTED = {"S": "2026-01-01T00:00:00Z"}
@@ -91,7 +87,7 @@ def test_rewriting_or_deleting_intake_never_changes_a_decision(client, store, st
     # WHEN a producer rewrites one intake record and the other is deleted (TTL), and a cold
     # processor, which writes the last journal out again, decides a new signup
     put_raw_intake(client, "gig", "a", attributes={"M": {"name": {"S": "Mallory"}}})
-    client.delete_item(TableName=store.intake_table, Key=store._key("gig", "b"))
+    client.delete_item(TableName=store.intake_table, Key=signup_key("gig", "b"))
     stream.read_new()  # the MODIFY and REMOVE change nothing anyway; skip them
     put_raw_intake(client, "gig", "c", submitted_at=SUBMITTED)
     cold_start(store)
@@ -179,7 +175,7 @@ def test_an_intake_item_at_the_size_limit_is_decided_and_blocks_nothing(client, 
     # THEN every signup has its decision item, the huge one bounded
     got = decisions(client)
     assert {k[1] for k in got} == {"a", "huge", "c"}
-    assert all(_item_size(item) <= MAX_DECISION_ITEM_BYTES for item in got.values())
+    assert all(typed_item_size(item) <= MAX_DECISION_ITEM_BYTES for item in got.values())
     assert got[("gig", "c")]["attributes"] == store.decision_item(
         "gig", Decision("c", "1", Status.ACCEPTED, 1), NOW, store.get_intake("gig", "c")
     )["attributes"]
@@ -257,7 +253,7 @@ def test_unknown_event_rejections_of_big_signups_fit_their_transactions(client, 
     original = client.transact_write_items
 
     def counting(**kwargs):
-        calls.append(sum(_item_size(a["Put"]["Item"]) for a in kwargs["TransactItems"][1:]))
+        calls.append(sum(typed_item_size(a["Put"]["Item"]) for a in kwargs["TransactItems"][1:]))
         return original(**kwargs)
 
     client.transact_write_items = counting
@@ -399,7 +395,7 @@ def test_a_format_1_journal_left_unwritten_takes_the_copied_fields_from_the_batc
     store.create_event("gig", 10, NOW)
     client.update_item(
         TableName=store.control_table,
-        Key=store._event_key("gig"),
+        Key=event_key("gig"),
         UpdateExpression="SET #j = :j, #v = :v, #t = :t, #a = :a",
         ExpressionAttributeNames={
             "#j": "journal",

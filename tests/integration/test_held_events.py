@@ -29,11 +29,13 @@ from turnstile.contract import (
     Status,
 )
 from turnstile.domain import EventSnapshot, SignupRequest, decide
+from turnstile.dynamo import default_client
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import CheckpointStore, LocalLambdaContext, StreamPoller
+from turnstile.local.context import LocalLambdaContext
+from turnstile.local.poller import CheckpointStore, StreamPoller
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 from turnstile.redrive import redrive_queue
-from turnstile.store import SignupStore, default_client
+from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper
 
 NOW = "2026-01-01T00:00:00.000000Z"

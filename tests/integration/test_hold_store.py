@@ -9,11 +9,13 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.helpers import CallRecorder
+from tests.helpers import CallRecorder, put_raw_intake
 from turnstile.contract import CONTROL_TABLE, ControlKey
 from turnstile.domain import SignupRequest
+from turnstile.dynamo import control_key, refused_as_invalid
 from turnstile.errors import StoreUnavailableError
-from turnstile.store import SignupStore, refused_as_invalid
+from turnstile.ledger import Ledger
+from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 LATER = "2026-01-01T00:05:00.000000Z"
@@ -91,7 +93,7 @@ def request(signup_id: str, sequence_number: str, **fields: Any) -> SignupReques
 
 def control_item(client, key: tuple[str, str]) -> dict[str, Any] | None:
     response = client.get_item(
-        TableName=CONTROL_TABLE.name, Key=SignupStore._control_key(key), ConsistentRead=True
+        TableName=CONTROL_TABLE.name, Key=control_key(key), ConsistentRead=True
     )
     return response.get("Item")
 
@@ -127,7 +129,7 @@ def test_holds_finds_every_held_event_page_by_page_and_nothing_else(store, busy,
         store.park(event_id, [SignupRequest(event_id, "s", "100")], NOW, None)
     assert store.lift_hold("done", 1)
     store.create_event("a", 5, NOW)
-    store.acquire_lease("sweeper", 60, 0)
+    Ledger.beside(store).acquire_lease("sweeper", 60, 0)
     # WHEN every hold is read, one item per page
     holds = busy.holds()
     # THEN exactly the held events, each with its marker
@@ -290,3 +292,42 @@ def test_every_read_of_a_hold_is_strongly_consistent(store, client):
     ]
     assert [op for op, _ in recorder.calls] == ["batch_get_item", "get_item", "scan", "query"]
     assert consistent == [True] * 4
+
+
+class HalfProcessed:
+    """Wraps a boto3 client: every BatchGetItem reads only the first half of its keys (at
+    least one) and hands the rest back as unprocessed, as DynamoDB may."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name != "batch_get_item":
+            return attr
+
+        def half(**kwargs: Any) -> Any:
+            self.calls += 1
+            [(table, request)] = kwargs["RequestItems"].items()
+            keys = request["Keys"]
+            cut = max(1, len(keys) // 2)
+            response = attr(RequestItems={table: {**request, "Keys": keys[:cut]}})
+            if keys[cut:]:
+                response["UnprocessedKeys"] = {table: {**request, "Keys": keys[cut:]}}
+            return response
+
+        return half
+
+
+def test_a_batch_read_keeps_what_each_round_found(client):
+    # GIVEN four intake records, read by a client that answers half of each batch read
+    for signup_id in ("a", "b", "c", "d"):
+        put_raw_intake(client, "gig", signup_id)
+    half = HalfProcessed(client)
+    store = SignupStore(half, sleep=lambda _: None)
+    # WHEN they are read together
+    found = store.get_intakes("gig", ["a", "b", "c", "d"])
+    # THEN every round's items are kept: all four, in three rounds (2, 1, 1)
+    assert sorted(found) == ["a", "b", "c", "d"]
+    assert half.calls == 3

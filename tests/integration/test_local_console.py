@@ -8,7 +8,7 @@ import pytest
 from tests.helpers import put_raw_intake
 from turnstile.contract import MAIN_TABLE
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.local.stack import DecisionStats, TableCounts, count_tables, counting_processor
 from turnstile.store import SignupStore
 

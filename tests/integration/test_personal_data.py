@@ -15,10 +15,11 @@ from tests.api.helpers import v2_event
 from tests.helpers import decisions, put_raw_intake
 from turnstile.api import create_app
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.journal import Journal
+from turnstile.local.context import LocalLambdaContext
 from turnstile.personal_data import signup_ref
 from turnstile.processor import StreamProcessor
-from turnstile.store import Journal, SignupStore
+from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 DAY_S = 86_400

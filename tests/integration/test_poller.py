@@ -240,6 +240,11 @@ def test_records_past_max_age_go_to_the_failure_destination(setup):
     drain(poller)
     assert old.batches == []
     assert messages()[0]["requestContext"]["condition"] == "RecordAgeExceeded"
+    # AND the checkpoint moved past the expired record: a fresh poller (no age limit) has
+    # nothing to redeliver
+    again = Recorder()
+    drain(make(again, settings=replace(FAST, max_record_age_s=-1)))
+    assert again.batches == []
 
 
 def test_resumes_from_checkpoint_and_replays_from_start(setup):

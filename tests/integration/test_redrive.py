@@ -11,7 +11,8 @@ from tests.helpers import decisions, put_raw_intake
 from turnstile.audit import audit
 from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import CheckpointStore, LocalLambdaContext, StreamPoller
+from turnstile.local.context import LocalLambdaContext
+from turnstile.local.poller import CheckpointStore, StreamPoller
 from turnstile.processor import StreamProcessor
 from turnstile.redrive import redrive_queue
 from turnstile.store import SignupStore

@@ -8,6 +8,7 @@ from botocore.stub import ANY, Stubber
 
 from tests.helpers import CallRecorder
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.dynamo import event_key
 from turnstile.errors import (
     CommitConflictError,
     EventExistsError,
@@ -15,7 +16,9 @@ from turnstile.errors import (
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.store import MAX_DECISION_ITEM_BYTES, EventRecord, Journal, SignupStore
+from turnstile.events import EventRecord
+from turnstile.journal import MAX_DECISION_ITEM_BYTES, Journal
+from turnstile.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -359,7 +362,7 @@ def test_a_commit_on_an_event_item_written_by_hand_without_capacity_or_state(
     store = SignupStore(client)
     client.put_item(
         TableName=store.control_table,
-        Item={**store._event_key("hand"), "event_id": {"S": "hand"}, **written},
+        Item={**event_key("hand"), "event_id": {"S": "hand"}, **written},
     )
     record = store.get_event("hand")
     assert record is not None

@@ -10,8 +10,9 @@ import pytest
 from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
 from turnstile.audit import audit
 from turnstile.contract import CONTROL_TABLE, Reason, Status
+from turnstile.dynamo import signup_key
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.poller import LocalLambdaContext
+from turnstile.local.context import LocalLambdaContext
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 
@@ -234,7 +235,7 @@ def test_modify_of_a_decided_signup_changes_nothing(client, store, stream):
     before = state_items(client)
     # WHEN a producer rewrites decided intake records (MODIFY), seats and all
     put_raw_intake(client, "gig", "b", seats={"N": "1"}, attributes={"M": {"x": {"S": "y"}}})
-    store.redrive("gig", "a")
+    store.re_emit("gig", "a")
     records = stream.read_new()
     assert [r["eventName"] for r in records] == ["MODIFY", "MODIFY"]
     assert invoke(records) == {"batchItemFailures": []}
@@ -246,7 +247,7 @@ def test_remove_records_from_ttl_are_ignored(client, store, stream):
     store.create_event("gig", 1, NOW)
     submit(client, "gig", "a")
     invoke(stream.read_new())
-    client.delete_item(TableName=store.intake_table, Key=store._key("gig", "a"))
+    client.delete_item(TableName=store.intake_table, Key=signup_key("gig", "a"))
     records = stream.read_new()
     records[0]["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
     before = state_items(client)

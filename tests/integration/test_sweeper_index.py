@@ -11,6 +11,7 @@ import pytest
 from tests.helpers import CallRecorder, put_raw_intake
 from turnstile.contract import STREAM_SOURCE, Attr, undecided_shard
 from turnstile.domain import Decision, Outcome
+from turnstile.ledger import Ledger
 from turnstile.local.poller import matches_filter
 from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper, find_undecided
@@ -36,6 +37,11 @@ def client(aws):
 @pytest.fixture
 def store(client):
     return SignupStore(client, sleep=lambda _: None)
+
+
+@pytest.fixture
+def ledger(store):
+    return Ledger.beside(store)
 
 
 def decide(store: SignupStore, event_id: str, signup_id: str) -> None:
@@ -91,12 +97,12 @@ def test_a_record_without_the_marker_is_found_by_the_daily_full_scan_then_by_the
         (+3600, True),  # in the future: no guard
     ],
 )
-def test_a_full_scan_is_due_a_day_after_the_last_one(store, last, due):
+def test_a_full_scan_is_due_a_day_after_the_last_one(store, ledger, last, due):
     now = 1_800_000_000.0
-    token = store.acquire_lease("s", 60, now)
+    token = ledger.acquire_lease("s", 60, now)
     assert token is not None
     if last is not None:
-        assert store.note_full_scan("s", token, now + last)
+        assert ledger.note_full_scan("s", token, now + last)
     assert Sweeper(store, owner="s").full_scan_due(now) is due
 
 
@@ -143,12 +149,12 @@ def test_a_run_removes_the_marker_of_decided_records_once(client):
     assert sweeper.sweep("r2").unmarked == 0
 
 
-def test_removing_a_marker_never_creates_a_record(store, client):
+def test_removing_a_marker_never_creates_a_record(store, ledger, client):
     # GIVEN a decided record that a producer deleted after the sweeper read it
     put_raw_intake(client, "gig", "gone", marked=True)
     put_raw_intake(client, "gig", "plain", marked=False)
     # WHEN the sweeper removes the markers THEN only records that carry one are touched
-    assert store.clear_undecided([("gig", "gone"), ("gig", "plain"), ("gig", "never")]) == 1
+    assert ledger.clear_undecided([("gig", "gone"), ("gig", "plain"), ("gig", "never")]) == 1
     assert store.get_intake("gig", "never") is None
     assert store.get_intake("gig", "plain") == {"event_id": "gig", "signup_id": "plain"}
 
@@ -180,14 +186,14 @@ def test_markers_spread_over_sixteen_shards():
     assert shards == {format(i, "x") for i in range(16)}
 
 
-def test_every_re_emission_marks_the_record(store, client):
+def test_every_re_emission_marks_the_record(store, ledger, client):
     put_raw_intake(client, "gig", "a", marked=False)
     put_raw_intake(client, "gig", "b", marked=False)
     put_raw_intake(client, "gig", "c", marked=False, redrive={"S": "junk"})
-    assert store.redrive("gig", "a")
-    token = store.acquire_lease("s", 60, 1000.0)
+    assert store.re_emit("gig", "a")
+    token = ledger.acquire_lease("s", 60, 1000.0)
     assert token is not None
-    assert store.fenced_redrive_many("s", token, 1001.0, [("gig", "b"), ("gig", "c")]) == 2
+    assert ledger.fenced_re_emit_many("s", token, 1001.0, [("gig", "b"), ("gig", "c")]) == 2
     for signup_id in "abc":
         marker = store.get_intake("gig", signup_id)[Attr.UNDECIDED]
         assert marker == undecided_shard("gig", signup_id), signup_id
@@ -228,31 +234,32 @@ def test_the_index_is_read_whole_page_by_page(client):
         put_raw_intake(client, "gig", f"m{i}", marked=True, **OLD)
     put_raw_intake(client, "gig", "plain", marked=False)
     store = SignupStore(OnePerPage(client), sleep=lambda _: None)
-    entries = list(store.undecided_marked())
+    ledger = Ledger.beside(store)
+    entries = list(ledger.undecided_marked())
     assert sorted(e["signup_id"] for e in entries) == ["m0", "m1", "m2", "m3"]
     assert {e["submitted_at"] for e in entries} == {"2026-01-01T00:00:00Z"}
     assert found(store, from_index=True) == {"m0", "m1", "m2", "m3"}
 
 
 @pytest.mark.parametrize("workers", [1, 8])
-def test_removing_many_markers_counts_those_that_carried_one(store, client, workers):
+def test_removing_many_markers_counts_those_that_carried_one(store, ledger, client, workers):
     keys = [("gig", f"u{i}") for i in range(10)]
     for i, (_, signup_id) in enumerate(keys):
         put_raw_intake(client, "gig", signup_id, marked=i % 2 == 0)
-    assert store.clear_undecided(keys, workers=workers) == 5
+    assert ledger.clear_undecided(keys, workers=workers) == 5
     assert all(Attr.UNDECIDED not in store.get_intake(*k) for k in keys)
-    assert store.clear_undecided(keys, workers=workers) == 0
-    assert store.clear_undecided([], workers=workers) == 0
+    assert ledger.clear_undecided(keys, workers=workers) == 0
+    assert ledger.clear_undecided([], workers=workers) == 0
 
 
-def test_a_full_scan_is_recorded_only_by_the_lease_holder_with_its_token(store):
-    token = store.acquire_lease("s", 60, 1000.0)
+def test_a_full_scan_is_recorded_only_by_the_lease_holder_with_its_token(store, ledger):
+    token = ledger.acquire_lease("s", 60, 1000.0)
     assert token is not None
-    assert store.note_full_scan("other", token, 1001.0) is False
-    assert store.note_full_scan("s", token + 1, 1001.0) is False
-    assert "full_scan_at" not in store.get_lease()
-    assert store.note_full_scan("s", token, 1001.5) is True
-    assert store.get_lease()["full_scan_at"] == 1001.5
+    assert ledger.note_full_scan("other", token, 1001.0) is False
+    assert ledger.note_full_scan("s", token + 1, 1001.0) is False
+    assert "full_scan_at" not in ledger.get_lease()
+    assert ledger.note_full_scan("s", token, 1001.5) is True
+    assert ledger.get_lease()["full_scan_at"] == 1001.5
 
 
 def test_each_decided_record_is_unmarked_once(client):
@@ -275,7 +282,7 @@ def test_a_run_removes_markers_up_to_the_last_instant_of_its_budget(store, clien
     assert sweeper.sweep("r1").unmarked == 1
 
 
-def test_a_full_scan_out_of_time_for_unmarking_is_still_recorded(client):
+def test_a_full_scan_out_of_time_for_unmarking_is_still_recorded(client, ledger):
     # GIVEN a full scan that re-emits everything it found, and runs out of time while
     # reading decisions, before removing the markers of decided records
     clock = Clock()
@@ -293,7 +300,7 @@ def test_a_full_scan_out_of_time_for_unmarking_is_still_recorded(client):
     )
     # THEN the marker is left for a later run, and the full scan is recorded all the same
     assert (result.full_scan, result.unmarked) == (True, 0)
-    assert store.get_lease()["full_scan_at"] == Clock().t
+    assert ledger.get_lease()["full_scan_at"] == Clock().t
 
 
 def test_markers_are_removed_chunk_by_chunk_and_all_counted(store, client, monkeypatch):

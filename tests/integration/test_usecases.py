@@ -191,7 +191,7 @@ def test_submit_refuses_what_the_processor_would_reject(
     for found, expected in zip(info.value.problems, problems, strict=True):
         assert found.startswith(expected)
     assert str(info.value) == "; ".join(info.value.problems)
-    assert list(store.scan(store.intake_table, "gig")) == []
+    assert list(store.intake_items("gig")) == []
 
 
 def test_status_pending_then_decided(store):

@@ -20,7 +20,6 @@ from turnstile.domain import (
     MAX_SUBMITTED_AT_CHARS,
     EventSnapshot,
     SignupRequest,
-    attribute_size,
     attributes_problem,
     capacity_problem,
     decide,
@@ -392,27 +391,6 @@ def test_every_problem_is_reported_and_the_rest_is_copied():
     request = parse_request({**image, "attributes": too_big}, "9")
     assert request.problem is not None and "over 4096" in request.problem
     assert request.attributes == {}
-
-
-@pytest.mark.parametrize(
-    ("value", "size"),
-    [
-        (None, 1),
-        (True, 1),
-        ("abc", 3),
-        ("\u00e9", 2),
-        (b"ab", 2),
-        (Decimal("12345"), 4),  # ceil(significant digits / 2) + 1
-        (Decimal("-1.5"), 2),  # sign and point do not count
-        ({"a": "xy"}, 7),  # 3 + (name + value + 1) per entry
-        (["x", Decimal(1)], 8),  # 3 + (value + 1) per element
-        ({"a": {"b": None}}, 3 + 1 + (3 + 1 + 1 + 1) + 1),
-    ],
-    ids=repr,
-)
-def test_attribute_size_follows_dynamodb_sizing(value, size):
-    """The engine's size of attributes is DynamoDB's (the limit is checked with it)."""
-    assert attribute_size(value) == size
 
 
 def test_parse_request_defaults():

@@ -37,6 +37,15 @@ from turnstile.itemsize import item_size, number_size, typed_item_size, value_si
         ({"l": [{}] * 1300}, 3 + 1 + (3 + 1300 * (3 + 1)) + 1),  # 5,208 bytes; 3,906 as JSON
         ({"a", "bc"}, 3),  # a set: the sum of its elements, no overhead
         ({Decimal(1), Decimal(22)}, 4),
+        # The engine sizes attributes by these (domain.attributes_problem, the 4 KB limit).
+        ("abc", 3),
+        ("\u00e9", 2),
+        (b"ab", 2),
+        (Decimal("12345"), 4),  # ceil(significant digits / 2) + 1
+        (Decimal("-1.5"), 2),  # sign and point do not count
+        ({"a": "xy"}, 7),  # 3 + (name + value + 1) per entry
+        (["x", Decimal(1)], 8),  # 3 + (value + 1) per element
+        ({"a": {"b": None}}, 3 + 1 + (3 + 1 + 1 + 1) + 1),
     ],
     ids=repr,
 )

@@ -10,13 +10,8 @@ import pytest
 
 from turnstile.contract import Reason, Status
 from turnstile.domain import Decision, SignupRequest
-from turnstile.store import (
-    MAX_DECISION_ITEM_BYTES,
-    MAX_JOURNAL_BYTES,
-    Journal,
-    SignupStore,
-    bounded_decision,
-)
+from turnstile.journal import MAX_DECISION_ITEM_BYTES, Journal, bounded_decision
+from turnstile.store import MAX_JOURNAL_BYTES, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -41,6 +36,33 @@ V1_DECISIONS = (
     ),
 )
 
+#: A journal exactly as today's encoder (format 2: bzip2, a format tag, rows with their
+#: copied fields in typed form, an expiry) wrote it: version 8, the three decisions above,
+#: the first with attributes of several types (binary, a string set), the second with only
+#: ``submitted_at``, the third with nothing to copy. Frozen: event items hold these.
+V2_JOURNAL = base64.b64decode(
+    "QlpoOTFBWSZTWY02/3AAAMr/gFgAAgBQB3/yMAfcGr+nfyowAQzaBqaKG1PUNqNADajI9Q9E9R6j0h6g0ETE0agAAAAG"
+    "QAEoRJpkAAaAaAeiGgBJRhdYQuROt1bSzp8smSKQNBq2pKrK/7e8NojpjiB+065AwqVMdVByoooyK03ChmmNwahZ1GWD"
+    "aHETdjTPEkQsB5LHWcqH24wl9UIdJEfUKUhKkaElFNh4k56ji97HSeUXlNCLSk9YAxIp1rqqK2JyFIBizBADaiAgQK16"
+    "AHFOaCsK6qAeDAxVokR7HPjDlEHmMjYPa9DaFrXjVQPxwDYztcyn6JMBSdAFQFffISE1imRJ9c2diiyGGiA5g08DIAza"
+    "Uw/W/nshctOU4xIsVoIaMFg09Y0U0/i7kinChIRpt/uA"
+)
+V2_COPIES = (
+    {
+        "submitted_at": {"S": "2026-01-01T00:00:00Z"},
+        "attributes": {
+            "M": {
+                "vip": {"BOOL": True},
+                "n": {"N": "1.5"},
+                "b": {"B": b"\x00\xff"},
+                "tags": {"SS": ["b", "a"]},
+            }
+        },
+    },
+    {"submitted_at": {"S": "2025-12-31T23:59:59Z"}},
+    {},
+)
+
 
 def request(signup_id: str = "u1", **fields) -> SignupRequest:
     return SignupRequest("gig", signup_id, "100", **fields)
@@ -57,6 +79,18 @@ def test_a_format_1_journal_still_decodes_without_copied_fields():
     # None: its items take attributes and submitted_at from intake, as they always did.
     assert journal.copies is None
 
+
+
+def test_a_format_2_journal_as_stored_today_still_decodes_and_encodes_the_same():
+    # GIVEN the bytes of a journal an event item holds today
+    journal = Journal.decode(V2_JOURNAL)
+    # THEN it decodes to its decisions, each with its copied fields, and its expiry
+    assert (journal.version, journal.decided_at, journal.expires_at) == (8, NOW, 1_790_000_000)
+    assert journal.decisions == V1_DECISIONS
+    assert journal.copies == V2_COPIES
+    # ... and this code writes the same journal the same way, byte for byte
+    assert journal.encode() == V2_JOURNAL
+    assert Journal.FORMAT == 2
 
 def test_copied_fields_are_fixed_in_typed_form_binary_sets_and_numbers_included():
     # GIVEN attributes of every DynamoDB type, binary and sets among them
@@ -139,12 +173,15 @@ EXPIRES = 1_900_000_000
 
 def _item_at(size: int, event_id: str = LONG_EVENT, expires_at: int | None = None):
     """A request whose decision item (base + copied fields) is exactly ``size`` bytes."""
-    from turnstile.store import _base_item, _item_size, to_item
+    from turnstile.dynamo import to_item
+    from turnstile.itemsize import typed_item_size
+    from turnstile.journal import base_item
 
     def total(pad: int) -> int:
         req = request(attributes={"pad": "x" * pad}, submitted_at=NOW)
         copies = to_item({"submitted_at": req.submitted_at, "attributes": req.attributes})
-        return _item_size(_base_item(event_id, accepted(), NOW, expires_at)) + _item_size(copies)
+        base = base_item(event_id, accepted(), NOW, expires_at)
+        return typed_item_size(base) + typed_item_size(copies)
 
     pad = size - total(0)  # ASCII text: one byte per character
     assert total(pad) == size
@@ -156,7 +193,7 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
     # The base item counts the event id, decided_at and expires_at as written: a bound that
     # left any of them out (or counted "None") would keep copies one byte over the limit.
     store = SignupStore(client=object())
-    from turnstile.store import _item_size
+    from turnstile.itemsize import typed_item_size
 
     at_limit = _item_at(MAX_DECISION_ITEM_BYTES, expires_at=expires_at)
     over = _item_at(MAX_DECISION_ITEM_BYTES + 1, expires_at=expires_at)
@@ -166,9 +203,9 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
         assert (decision.detail is None) is kept
         item = store.decision_item(LONG_EVENT, accepted(), NOW, req, expires_at)
         assert ("attributes" in item) is kept
-        assert _item_size(item) <= MAX_DECISION_ITEM_BYTES
+        assert typed_item_size(item) <= MAX_DECISION_ITEM_BYTES
         if kept:
-            assert _item_size(item) == MAX_DECISION_ITEM_BYTES
+            assert typed_item_size(item) == MAX_DECISION_ITEM_BYTES
         (journal_copies,) = Journal.build(
             LONG_EVENT, 1, NOW, [accepted()], {"u1": req}, expires_at
         ).copies
@@ -181,13 +218,13 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
 def _row_of(json_bytes: int):
     """A request whose copied fields are exactly ``json_bytes`` of journal JSON, while the
     item stays far under its limit (two-byte binaries: seven bytes of JSON each)."""
-    from turnstile.store import _json, to_item
+    from turnstile.dynamo import to_item, typed_json
 
     binaries = {i.to_bytes(2, "big") for i in range(18_000)}
 
     def text(pad: int) -> str:
         req = request(attributes={"keys": binaries, "pad": "y" * pad}, submitted_at=NOW)
-        return _json(to_item({"submitted_at": req.submitted_at, "attributes": req.attributes}))
+        return typed_json(to_item({"submitted_at": req.submitted_at, "attributes": req.attributes}))
 
     pad = json_bytes - len(text(0).encode())
     assert len(text(pad).encode()) == json_bytes
@@ -195,7 +232,7 @@ def _row_of(json_bytes: int):
 
 
 def test_a_journal_row_of_exactly_its_bound_is_kept_and_one_byte_more_is_dropped():
-    from turnstile.store import MAX_JOURNAL_ROW_BYTES
+    from turnstile.journal import MAX_JOURNAL_ROW_BYTES
 
     bound = MAX_JOURNAL_ROW_BYTES - 1024  # room for the row's own fields
     _, kept = bounded_decision("gig", accepted(), NOW, _row_of(bound))
@@ -274,7 +311,7 @@ def test_the_longest_prefix_is_exactly_what_fits_at_every_limit():
 
 
 def test_an_event_record_reads_its_lowest_capacity():
-    from turnstile.store import EventRecord
+    from turnstile.events import EventRecord
 
     base = {"event_id": "gig", "capacity": 5, "taken": 0, "accepted": 0, "version": 1}
     assert EventRecord.from_values({**base, "min_capacity": Decimal(3)}).min_capacity == 3
@@ -301,10 +338,10 @@ def _items(*sizes: int) -> list[dict]:
     ],
 )
 def test_batches_are_the_longest_runs_within_count_and_bytes(sizes, count, limit, expected):
-    from turnstile.store import _chunks_within
+    from turnstile.dynamo import chunks_within
 
     items = _items(*sizes)
-    runs = [list(run) for run in _chunks_within(items, count, limit)]
+    runs = [list(run) for run in chunks_within(items, count, limit)]
     assert [len(run) for run in runs] == expected
     assert [item for run in runs for item in run] == items
 

@@ -49,6 +49,22 @@ def test_runtime_package_imports_only_the_dependencies_and_local() -> None:
     assert undeclared(files, declared_names(["local"])) == []
 
 
+def test_an_import_for_type_checking_only_needs_no_install(tmp_path) -> None:
+    """Type stubs (the dev extra's mypy-boto3-dynamodb) are imported under
+    ``if TYPE_CHECKING:``, which never runs: such an import needs nothing installed."""
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import typing\nfrom typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    import stubs_a\n"
+        "if typing.TYPE_CHECKING:\n    from stubs_b import C\n"
+        "if not TYPE_CHECKING:\n    import runs\n"
+        "import real\n"
+    )
+    guarded = {imp.module: imp.guarded for imp in imports_of(path, "m")}
+    assert guarded == {"typing": False, "stubs_a": True, "stubs_b": True, "runs": False,
+                       "real": False}
+
+
 def test_runtime_package_never_needs_the_benchmark() -> None:
     """functions/turnstile imports turnstile_bench only where it is optional (the CLI's
     `bench` command, which says what to install when it is not there)."""

@@ -1,9 +1,10 @@
-"""``ProcessorStore`` is exactly what the processor calls, and both stores match it.
+"""Each protocol of ``turnstile.ports`` is exactly what its user calls, and the
+implementations match it.
 
-No type checker runs in this repository, so this checks by hand what one would: the
-protocol names every store method the processor calls and nothing else, and
-``SignupStore`` and ``FakeStore`` have each of those methods with the same parameters
-(names, kinds, defaults) and the same annotations.
+No type checker runs in this repository, so this checks by hand what one would: each
+protocol names every method its user calls on it and nothing else (read from the user's
+source), and each implementation (``SignupStore``, ``FakeStore``, ``Ledger``) has each of
+those methods with the same parameters (names, kinds, defaults) and the same annotations.
 """
 
 from __future__ import annotations
@@ -12,44 +13,79 @@ import ast
 import inspect
 import typing
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 from tests.fakes import FakeStore
-from turnstile import processor
-from turnstile.ports import ProcessorStore
+from turnstile import audit, processor, sweeper
+from turnstile.ledger import Ledger
+from turnstile.ports import AuditStore, ProcessorStore, SweeperLedger, SweeperStore
 from turnstile.store import SignupStore
 
-MEMBERS = sorted(
-    name
-    for name, value in vars(ProcessorStore).items()
-    if not name.startswith("_") and inspect.isfunction(value)
-)
+
+def members(protocol: type) -> list[str]:
+    return sorted(
+        name
+        for name, value in vars(protocol).items()
+        if not name.startswith("_") and inspect.isfunction(value)
+    )
 
 
-def store_calls() -> set[str]:
-    """Every ``self.store.<name>`` in the processor's source."""
-    tree = ast.parse(Path(inspect.getfile(processor)).read_text())
+def calls_on(module: ModuleType, holder: str) -> set[str]:
+    """Every ``<holder>.<name>`` and ``self.<holder>.<name>`` in the module's source."""
+    tree = ast.parse(Path(inspect.getfile(module)).read_text())
+
+    def is_holder(node: ast.expr) -> bool:
+        if isinstance(node, ast.Name):
+            return node.id == holder
+        return (
+            isinstance(node, ast.Attribute)
+            and node.attr == holder
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        )
+
     return {
         node.attr
         for node in ast.walk(tree)
-        if isinstance(node, ast.Attribute)
-        and isinstance(node.value, ast.Attribute)
-        and node.value.attr == "store"
-        and isinstance(node.value.value, ast.Name)
-        and node.value.value.id == "self"
+        if isinstance(node, ast.Attribute) and is_holder(node.value)
     }
 
 
-def test_the_protocol_is_exactly_the_methods_the_processor_calls():
-    assert sorted(store_calls()) == MEMBERS
-    assert len(MEMBERS) == 11
+#: (protocol, the module that uses it, the name it holds it by, its implementations)
+PORTS = [
+    (ProcessorStore, processor, "store", [SignupStore, FakeStore]),
+    (SweeperStore, sweeper, "store", [SignupStore]),
+    (SweeperLedger, sweeper, "ledger", [Ledger]),
+    (AuditStore, audit, "store", [SignupStore]),
+]
+CASES = [
+    pytest.param(protocol, implementation, name, id=f"{protocol.__name__}-{impl_name}-{name}")
+    for protocol, _, _, implementations in PORTS
+    for implementation in implementations
+    for impl_name in [implementation.__name__]
+    for name in members(protocol)
+]
 
 
-@pytest.mark.parametrize("implementation", [SignupStore, FakeStore])
-@pytest.mark.parametrize("name", MEMBERS)
-def test_each_store_has_each_method_with_the_protocols_signature(implementation, name):
-    wanted = getattr(ProcessorStore, name)
+@pytest.mark.parametrize(
+    ("protocol", "module", "holder"),
+    [pytest.param(p, m, h, id=p.__name__) for p, m, h, _ in PORTS],
+)
+def test_each_protocol_is_exactly_the_methods_its_user_calls(protocol, module, holder):
+    assert sorted(calls_on(module, holder)) == members(protocol)
+
+
+def test_the_processor_store_is_its_eleven_methods():
+    assert len(members(ProcessorStore)) == 11
+
+
+@pytest.mark.parametrize(("protocol", "implementation", "name"), CASES)
+def test_each_implementation_has_each_method_with_the_protocols_signature(
+    protocol, implementation, name
+):
+    wanted = getattr(protocol, name)
     got = getattr(implementation, name)
     assert inspect.signature(got).parameters.keys() == inspect.signature(wanted).parameters.keys()
     for have, want in zip(
@@ -61,7 +97,10 @@ def test_each_store_has_each_method_with_the_protocols_signature(implementation,
     assert typing.get_type_hints(got) == typing.get_type_hints(wanted)
 
 
-def test_both_stores_are_processor_stores_at_run_time():
+def test_the_implementations_are_their_protocols_at_run_time():
+    store = SignupStore(client=object())
     assert isinstance(FakeStore(), ProcessorStore)
-    assert isinstance(SignupStore(client=object()), ProcessorStore)
+    assert all(isinstance(store, p) for p in (ProcessorStore, SweeperStore, AuditStore))
+    assert isinstance(Ledger(client=object()), SweeperLedger)
     assert not isinstance(object(), ProcessorStore)
+    assert not isinstance(store, SweeperLedger)

@@ -30,8 +30,8 @@ from turnstile.domain import (
     parse_request,
 )
 from turnstile.errors import CommitConflictError, JournalTooLargeError, StoreUnavailableError
+from turnstile.journal import Journal
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
-from turnstile.store import Journal
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

@@ -16,7 +16,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -28,9 +27,10 @@ from turnstile.api import (
     MAX_BODY_BYTES,
     ROUTES,
 )
+from turnstile.local.context import API_ACCOUNT_ID, LocalLambdaContext
 from turnstile.local.server import BackgroundServer, ListenError
 
-__all__ = ["MAX_DRAIN_BYTES", "ApiServer", "LocalLambdaContext"]
+__all__ = ["MAX_DRAIN_BYTES", "ApiServer"]
 
 log = logging.getLogger(__name__)
 
@@ -90,27 +90,6 @@ class _Instances:
         with self._free:
             self._idle.append(handler)
             self._free.notify()
-
-
-@dataclass
-class LocalLambdaContext:
-    """The parts of Lambda's context object that Powertools and handlers read."""
-
-    function_name: str = "turnstile-api-local"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 128
-    timeout_s: float = 30.0
-    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    log_group_name: str = "/aws/lambda/turnstile-api-local"
-    log_stream_name: str = "local"
-    _started: float = field(default_factory=time.monotonic)
-
-    @property
-    def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:us-east-1:000000000000:function:{self.function_name}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self.timeout_s - (time.monotonic() - self._started)) * 1000))
 
 
 def _target(request_target: str) -> tuple[str, str]:
@@ -307,7 +286,7 @@ class ApiServer(BackgroundServer):
         try:
             instance = self._instances.acquire()
             try:
-                result = instance(event, LocalLambdaContext())
+                result = instance(event, LocalLambdaContext.api())
             finally:
                 self._instances.release(instance)
         except Exception:
@@ -391,7 +370,7 @@ class ApiServer(BackgroundServer):
             "rawQueryString": raw_query,
             "headers": headers,
             "requestContext": {
-                "accountId": "000000000000",
+                "accountId": API_ACCOUNT_ID,
                 "apiId": "local",
                 "domainName": host,
                 "domainPrefix": host.split(".", 1)[0],

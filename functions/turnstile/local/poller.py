@@ -1,12 +1,13 @@
 """``StreamPoller``: Lambda's DynamoDB event source mapping, for the local stack.
 
-It reads a stream through the public DynamoDB Streams API (so it works against any
-endpoint), and invokes a handler the way Lambda does: batch size, batching window and the
-6 MB payload limit, filters, retries (bounded, or -1: until the record expires), bisect on
-function error, partial batch failures (checkpoint before the lowest failed record), a
-maximum record age, an on-failure destination (an SQS queue, messages shaped as AWS's) and
-a parallelization factor. Checkpoints survive a crash, in a file. What it does is checked
-against AWS's own recordings in tests/integration/test_poller_conformance.py.
+It reads a stream through the public DynamoDB Streams API (``turnstile.stream_reader``, so
+it works against any endpoint), and invokes a handler the way Lambda does: batch size,
+batching window and the 6 MB payload limit, filters, retries (bounded, or -1: until the
+record expires), bisect on function error, partial batch failures (checkpoint before the
+lowest failed record), a maximum record age, an on-failure destination (an SQS queue,
+messages shaped as AWS's) and a parallelization factor. Checkpoints survive a crash, in a
+file. What it does is checked against AWS's own recordings in
+tests/integration/test_poller_conformance.py.
 """
 
 from __future__ import annotations
@@ -35,10 +36,17 @@ from botocore.exceptions import ClientError
 from turnstile.contract import STREAM_SOURCE, EventSourceSettings
 from turnstile.eventfilter import matches_any, matches_filter
 from turnstile.itemsize import typed_item_size
+from turnstile.local.context import LocalLambdaContext
+from turnstile.stream_reader import (
+    MAX_RECORDS_PER_READ,
+    error_code,
+    list_shards,
+    read_page,
+    shard_iterator,
+)
 
 __all__ = [
     "CheckpointStore",
-    "LocalLambdaContext",
     "StreamPoller",
     "matches_filter",
     "to_lambda_record",
@@ -106,30 +114,6 @@ def to_lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, An
     if "userIdentity" in record:
         out["userIdentity"] = dict(record["userIdentity"])
     return out
-
-
-@dataclass
-class LocalLambdaContext:
-    """What Powertools and handlers read from a Lambda context object."""
-
-    function_name: str = "turnstile-stream-processor"
-    function_version: str = "$LATEST"
-    memory_limit_in_mb: int = 512
-    timeout_s: int = 60
-    aws_request_id: str = ""
-    log_group_name: str = "/aws/lambda/turnstile-stream-processor"
-    log_stream_name: str = "local"
-
-    def __post_init__(self) -> None:
-        self.aws_request_id = self.aws_request_id or str(uuid.uuid4())
-        self._deadline = time.monotonic() + self.timeout_s
-
-    @property
-    def invoked_function_arn(self) -> str:
-        return f"arn:aws:lambda:us-east-1:123456789012:function:{self.function_name}"
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.monotonic()) * 1000))
 
 
 # -- checkpoints ----------------------------------------------------------------------
@@ -292,30 +276,28 @@ class StreamPoller:
     # -- shard discovery --------------------------------------------------------------
 
     def _refresh_shards(self) -> None:
-        description = self.streams.describe_stream(StreamArn=self.stream_arn)["StreamDescription"]
-        for shard in description.get("Shards", []):
-            shard_id = shard["ShardId"]
-            state = self._shards.get(shard_id)
-            if state is None:
-                self._shards[shard_id] = _ShardState(
-                    shard_id=shard_id,
+        for shard in list_shards(self.streams, self.stream_arn):
+            if shard.shard_id not in self._shards:
+                self._shards[shard.shard_id] = _ShardState(
+                    shard_id=shard.shard_id,
                     iterator=None,
-                    parent_id=shard.get("ParentShardId"),
-                    closed="EndingSequenceNumber" in shard.get("SequenceNumberRange", {}),
+                    parent_id=shard.parent_id,
+                    closed=shard.closed,
                 )
 
     def _iterator(self, state: _ShardState) -> str | None:
         if state.iterator is None and not state.ended:
             checkpoint = self.checkpoints.get(self.stream_arn, state.shard_id)
-            kwargs: dict[str, Any] = {"StreamArn": self.stream_arn, "ShardId": state.shard_id}
             if checkpoint:
-                kwargs.update(ShardIteratorType="AFTER_SEQUENCE_NUMBER", SequenceNumber=checkpoint)
+                position, after = "AFTER_SEQUENCE_NUMBER", checkpoint
             else:
-                kwargs["ShardIteratorType"] = self.settings.starting_position
+                position, after = self.settings.starting_position, None
             try:
-                state.iterator = self.streams.get_shard_iterator(**kwargs)["ShardIterator"]
+                state.iterator = shard_iterator(
+                    self.streams, self.stream_arn, state.shard_id, position, after
+                )
             except ClientError as exc:
-                if not checkpoint or _error_code(exc) != "TrimmedDataAccessException":
+                if not checkpoint or error_code(exc) != "TrimmedDataAccessException":
                     raise
                 # The checkpoint is older than the stream keeps (24 hours): the records
                 # after it that were trimmed are gone. Read on from the oldest one left,
@@ -327,11 +309,9 @@ class StreamPoller:
                     state.shard_id,
                 )
                 self._count(checkpoints_trimmed=1)
-                state.iterator = self.streams.get_shard_iterator(
-                    StreamArn=self.stream_arn,
-                    ShardId=state.shard_id,
-                    ShardIteratorType="TRIM_HORIZON",
-                )["ShardIterator"]
+                state.iterator = shard_iterator(
+                    self.streams, self.stream_arn, state.shard_id, "TRIM_HORIZON"
+                )
         return state.iterator
 
     # -- the loop ---------------------------------------------------------------------
@@ -397,16 +377,16 @@ class StreamPoller:
         capacity = self.settings.batch_size * self._lanes
         room = max(1, capacity - len(buffer))
         try:
-            response = self.streams.get_records(ShardIterator=iterator, Limit=min(room, 1000))
+            page = read_page(self.streams, iterator, limit=min(room, MAX_RECORDS_PER_READ))
         except ClientError as exc:
-            if _error_code(exc) in {"ExpiredIteratorException", "TrimmedDataAccessException"}:
+            if error_code(exc) in {"ExpiredIteratorException", "TrimmedDataAccessException"}:
                 state.iterator = None
                 self._buffers[shard_id] = []
                 self._buffer_bytes[shard_id] = 0
                 return 0
             raise
-        records = response.get("Records", [])
-        state.iterator = response.get("NextShardIterator")
+        records = page.records
+        state.iterator = page.next_iterator
         if state.iterator is None:
             state.ended = True
         last_dropped: str | None = None
@@ -627,7 +607,3 @@ class StreamPoller:
             self.sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
         if checkpoint:
             self._checkpoint(shard_id, records[-1])
-
-
-def _error_code(exc: ClientError) -> str | None:
-    return exc.response.get("Error", {}).get("Code")

@@ -196,8 +196,9 @@ class Worker:
         fault_rate = float(os.environ.get("TURNSTILE_FAULT_RATE") or 0)
         stuck_event = os.environ.get("TURNSTILE_FAULT_STUCK_EVENT") or None
         if handler is None:
+            from turnstile.dynamo import default_client
             from turnstile.handlers import stream as stream_module
-            from turnstile.store import SignupStore, default_client
+            from turnstile.store import SignupStore
 
             store_client = default_client()
             if fault_rate or stuck_event:

@@ -1,0 +1,251 @@
+"""Event items: creating, reading, listing, closing and re-sizing events.
+
+An event item (control table, ``ControlKey.event``) holds the event's configuration, which
+organizers write (``capacity``, ``min_capacity``, ``state``, ``created_at``,
+``created_by``: ``contract.EVENT_CONFIG_ATTRIBUTES``), and its counters and last journal,
+which only the stream processor's commit writes (``SignupStore.commit``). The writes here
+name only the configuration and leave ``version`` alone: every commit is conditioned on
+the ``capacity`` and ``state`` it decided from, so an organizer's change that lands first
+makes it decide again (docs/design.md, section 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from turnstile.contract import Attr, ControlKey, EventState
+from turnstile.domain import EventSnapshot
+from turnstile.dynamo import ConditionFailed, Dynamo, event_key, from_item
+from turnstile.errors import (
+    CapacityBelowTakenError,
+    EventExistsError,
+    EventNotFoundError,
+    StoreUnavailableError,
+)
+from turnstile.journal import Journal
+
+__all__ = ["MAX_CREATED_BY_CHARS", "EventItems", "EventRecord", "is_or_absent_as"]
+
+#: ``created_by`` is cut to this: an IAM ARN or a token subject is far shorter.
+MAX_CREATED_BY_CHARS = 512
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """The event item: the lockable state, when it was created, and its last journal."""
+
+    snapshot: EventSnapshot
+    created_at: str | None = None
+    journal: Journal | None = None
+    #: The lowest capacity the event has had, once it was changed (None: never changed).
+    min_capacity: int | None = None
+    #: Who created it (``Attr.CREATED_BY``); None for an event item written by other means.
+    created_by: str | None = None
+
+    @classmethod
+    def from_item(cls, raw: Mapping[str, Any]) -> EventRecord:
+        """From the event item as stored (typed)."""
+        return cls.from_values(from_item(raw))
+
+    @classmethod
+    def from_values(cls, item: Mapping[str, Any]) -> EventRecord:
+        """From the event item as plain Python values (what ``from_item`` returns)."""
+        journal_blob = item.get(Attr.JOURNAL)
+        return cls(
+            snapshot=EventSnapshot(
+                event_id=item[Attr.EVENT_ID],
+                capacity=int(item.get(Attr.CAPACITY, 0)),
+                taken=int(item.get(Attr.TAKEN, 0)),
+                accepted=int(item.get(Attr.ACCEPTED, 0)),
+                state=str(item.get(Attr.STATE, EventState.OPEN)),
+                version=int(item.get(Attr.VERSION, 0)),
+            ),
+            created_at=item.get(Attr.CREATED_AT),
+            journal=Journal.decode(bytes(journal_blob)) if journal_blob is not None else None,
+            min_capacity=(
+                int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
+            ),
+            created_by=_text_or_none(item.get(Attr.CREATED_BY)),
+        )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def is_or_absent_as(name: str, placeholder: str, value: Any, default: Any) -> str:
+    """``name = placeholder``; when ``value`` is what an absent attribute reads as
+    (``default``), its absence matches too (an event item written by hand)."""
+    if value == default:
+        return f"(attribute_not_exists({name}) OR {name} = {placeholder})"
+    return f"{name} = {placeholder}"
+
+
+class EventItems:
+    """The event items of the control table; a part of ``SignupStore``, which gives it
+    ``dynamo`` and ``control_table``."""
+
+    dynamo: Dynamo
+    control_table: str
+
+    def create_event(
+        self, event_id: str, capacity: int, now: str, created_by: str | None = None
+    ) -> EventRecord:
+        """Create an OPEN event; raise ``EventExistsError`` if the id is taken.
+
+        An ``UpdateItem`` that names only the event's configuration
+        (``contract.EVENT_CONFIG_ATTRIBUTES``): the counters, ``version`` and the journal
+        are the processor's, absent until its first commit (they read as 0). So the API's
+        role needs no write on any attribute the processor owns (docs/design.md, §5).
+        """
+        snapshot = EventSnapshot(event_id=event_id, capacity=capacity)
+        names = {
+            "#pk": ControlKey.PK,
+            "#event": Attr.EVENT_ID,
+            "#capacity": Attr.CAPACITY,
+            "#state": Attr.STATE,
+            "#created": Attr.CREATED_AT,
+        }
+        values: dict[str, Any] = {
+            ":event": {"S": event_id},
+            ":capacity": {"N": str(capacity)},
+            ":open": {"S": EventState.OPEN},
+            ":now": {"S": now},
+        }
+        expression = "SET #event = :event, #capacity = :capacity, #state = :open, #created = :now"
+        if created_by:
+            created_by = created_by[:MAX_CREATED_BY_CHARS]
+            names["#by"] = Attr.CREATED_BY
+            values[":by"] = {"S": created_by}
+            expression += ", #by = :by"
+        try:
+            self.dynamo.call(
+                "update_item",
+                TableName=self.control_table,
+                Key=event_key(event_id),
+                UpdateExpression=expression,
+                ConditionExpression="attribute_not_exists(#pk)",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ConditionFailed as exc:
+            raise EventExistsError(f"event {event_id!r} already exists") from exc
+        return EventRecord(snapshot=snapshot, created_at=now, created_by=created_by or None)
+
+    def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
+        """The event item, read strongly consistent by default, or None."""
+        item = self.dynamo.get(self.control_table, event_key(event_id), consistent)
+        return EventRecord.from_values(item) if item is not None else None
+
+    def scan_events(self) -> Iterator[EventRecord]:
+        """Every event (the audit's and the CLI's listing; never the decision path)."""
+        for item in self.event_items():
+            yield EventRecord.from_values(item)
+
+    def event_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Event items as plain values: one event's (if it exists) or all, read consistently."""
+        if event_id is not None:
+            item = self.dynamo.get(self.control_table, event_key(event_id))
+            if item is not None:
+                yield item
+            return
+        yield from self.dynamo.items(
+            "scan",
+            TableName=self.control_table,
+            ConsistentRead=True,
+            FilterExpression="begins_with(#pk, :prefix)",
+            ExpressionAttributeNames={"#pk": ControlKey.PK},
+            ExpressionAttributeValues={":prefix": {"S": ControlKey.EVENT_PREFIX}},
+        )
+
+    def close_event(self, event_id: str) -> tuple[EventRecord | None, bool]:
+        """OPEN -> CLOSED, conditionally; returns the event after the call and whether this
+        call closed it.
+
+        It leaves ``version`` (the processor's) alone: every commit is conditioned on the
+        state it decided from, so a commit that decided on the OPEN event and lands after
+        the close conflicts and decides again, rejecting ``event_closed``. No signup is
+        accepted once the close has been written (docs/design.md, §4).
+        """
+        try:
+            self.dynamo.call(
+                "update_item",
+                TableName=self.control_table,
+                Key=event_key(event_id),
+                UpdateExpression="SET #state = :closed",
+                ConditionExpression=(
+                    "attribute_exists(#pk) AND "
+                    + is_or_absent_as("#state", ":open", EventState.OPEN, EventState.OPEN)
+                ),
+                ExpressionAttributeNames={"#state": Attr.STATE, "#pk": ControlKey.PK},
+                ExpressionAttributeValues={
+                    ":closed": {"S": EventState.CLOSED},
+                    ":open": {"S": EventState.OPEN},
+                },
+            )
+        except ConditionFailed:
+            return self.get_event(event_id), False
+        return self.get_event(event_id), True
+
+    def update_capacity(self, event_id: str, capacity: int, attempts: int = 10) -> EventRecord:
+        """Set an event's capacity: up at any time, down to the seats taken and no lower.
+
+        Conditioned on the capacity it read (and the lowest capacity, ``min_capacity``, it
+        keeps for the audit) and on ``capacity_floor``, the seats taken that every commit
+        writes: so a commit that took seats meanwhile refuses a capacity below them. It
+        leaves ``version`` (the processor's) alone; a commit decided against the old
+        capacity conflicts anyway, since every commit is conditioned on the capacity it
+        read, and is decided again with the new one.
+        Raises ``EventNotFoundError``, ``CapacityBelowTakenError`` (with the seats taken),
+        or ``StoreUnavailableError`` if the event kept changing for ``attempts`` tries.
+        """
+        for _ in range(attempts):
+            current = self.get_event(event_id)
+            if current is None:
+                raise EventNotFoundError(f"no event {event_id!r}")
+            snapshot = current.snapshot
+            if capacity < snapshot.taken:
+                raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
+            lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
+            names = {
+                "#pk": ControlKey.PK,
+                "#capacity": Attr.CAPACITY,
+                "#min": Attr.MIN_CAPACITY,
+                "#floor": Attr.CAPACITY_FLOOR,
+            }
+            values = {
+                ":capacity": {"N": str(capacity)},
+                ":min": {"N": str(min(lowest, capacity))},
+                ":read": {"N": str(snapshot.capacity)},
+            }
+            if current.min_capacity is None:
+                min_unchanged = "attribute_not_exists(#min)"
+            else:
+                min_unchanged = "#min = :read_min"
+                values[":read_min"] = {"N": str(current.min_capacity)}
+            try:
+                self.dynamo.call(
+                    "update_item",
+                    TableName=self.control_table,
+                    Key=event_key(event_id),
+                    UpdateExpression="SET #capacity = :capacity, #min = :min",
+                    ConditionExpression=(
+                        "attribute_exists(#pk) AND "
+                        f"{is_or_absent_as('#capacity', ':read', snapshot.capacity, 0)} AND "
+                        f"{min_unchanged} AND "
+                        "(attribute_not_exists(#floor) OR #floor <= :capacity)"
+                    ),
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+            except ConditionFailed:
+                continue  # a commit or another change moved the event on: read again
+            updated = self.get_event(event_id)
+            if updated is None:  # pragma: no cover - event items are never deleted
+                raise EventNotFoundError(f"no event {event_id!r}")
+            return updated
+        raise StoreUnavailableError(
+            f"event {event_id!r} kept changing under the capacity update; try again"
+        )
