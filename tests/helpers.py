@@ -83,10 +83,9 @@ class FaultyClient:
         return call
 
 
-class WithoutCancellationReasons:
-    """Wraps a boto3 client: a cancelled transaction says nothing about which of its items
-    failed (some endpoints leave ``CancellationReasons`` out), so the store must tell by
-    itself whether the sweeper's lease or a record cancelled it."""
+class _TransactionErrors:
+    """Wraps a boto3 client: an error of ``transact_write_items`` goes through ``_failed``
+    (which raises), every other call is the client's own."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
@@ -100,13 +99,25 @@ class WithoutCancellationReasons:
             try:
                 return attr(**kwargs)
             except ClientError as exc:
-                exc.response.pop("CancellationReasons", None)
+                self._failed(exc, kwargs)
                 raise
 
         return call
 
+    def _failed(self, exc: ClientError, kwargs: dict[str, Any]) -> None:
+        raise NotImplementedError
 
-class CancelledLikeDynamoDB:
+
+class WithoutCancellationReasons(_TransactionErrors):
+    """Wraps a boto3 client: a cancelled transaction says nothing about which of its items
+    failed (some endpoints leave ``CancellationReasons`` out), so the store must tell by
+    itself whether the sweeper's lease or a record cancelled it."""
+
+    def _failed(self, exc: ClientError, kwargs: dict[str, Any]) -> None:
+        exc.response.pop("CancellationReasons", None)
+
+
+class CancelledLikeDynamoDB(_TransactionErrors):
     """Wraps a boto3 client: a transaction with an update that an item's attribute types
     refuse (``ADD`` to a counter a producer wrote as text) is cancelled as DynamoDB cancels
     it, not as moto refuses it. moto answers ``ValidationException`` for the whole call;
@@ -114,42 +125,33 @@ class CancelledLikeDynamoDB:
     ``ValidationError`` at that item and ``None`` at every other one (the message reads
     "... cancellation reasons for specific reasons [None, ValidationError]")."""
 
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._client, name)
-        if name != "transact_write_items":
-            return attr
-
-        def call(**kwargs: Any) -> Any:
-            try:
-                return attr(**kwargs)
-            except ClientError as exc:
-                if exc.response["Error"]["Code"] != "ValidationException":
-                    raise
-                reasons = [self._reason(item) for item in kwargs["TransactItems"]]
-                if "ValidationError" not in reasons:
-                    raise
-                codes = ", ".join(reasons)
-                raise ClientError(
-                    {
-                        "Error": {
-                            "Code": "TransactionCanceledException",
-                            "Message": "Transaction cancelled, please refer cancellation "
-                            f"reasons for specific reasons [{codes}]",
-                        },
-                        "CancellationReasons": [
-                            {"Code": code} if code == "None" else
-                            {"Code": code, "Message": "An operand in the update expression "
-                             "has an incorrect data type"}
-                            for code in reasons
-                        ],
-                    },
-                    name,
-                ) from exc
-
-        return call
+    def _failed(self, exc: ClientError, kwargs: dict[str, Any]) -> None:
+        if exc.response["Error"]["Code"] != "ValidationException":
+            return
+        reasons = [self._reason(item) for item in kwargs["TransactItems"]]
+        if "ValidationError" not in reasons:
+            return
+        codes = ", ".join(reasons)
+        raise ClientError(
+            {
+                "Error": {
+                    "Code": "TransactionCanceledException",
+                    "Message": "Transaction cancelled, please refer cancellation "
+                    f"reasons for specific reasons [{codes}]",
+                },
+                "CancellationReasons": [
+                    {"Code": code}
+                    if code == "None"
+                    else {
+                        "Code": code,
+                        "Message": "An operand in the update expression has an incorrect "
+                        "data type",
+                    }
+                    for code in reasons
+                ],
+            },
+            "transact_write_items",
+        ) from exc
 
     def _reason(self, item: dict[str, Any]) -> str:
         """``ValidationError`` for an update that ADDs to an attribute holding no number."""
