@@ -27,6 +27,8 @@ __all__ = [
     "INTAKE_TABLE",
     "MAIN_TABLE",
     "MAX_ATTRIBUTES_BYTES",
+    "MAX_HOLD_SECONDS",
+    "MAX_LINEUP_ENTRIES",
     "STREAM_SOURCE",
     "UNDECIDED_INDEX",
     "UNDECIDED_SHARDS",
@@ -34,10 +36,12 @@ __all__ = [
     "ControlKey",
     "EventSourceSettings",
     "EventState",
+    "HistoryKey",
     "HoldAttr",
     "IndexSpec",
     "LeaseAttr",
     "Reason",
+    "RequestKind",
     "RunAttr",
     "RunStatus",
     "Status",
@@ -145,6 +149,47 @@ class Attr:
     DECIDED_AT = "decided_at"
     SEQUENCE_NUMBER = "sequence_number"
 
+    # -- the lifecycle (docs/lifecycle.md) -----------------------------------------------
+    # event item, the organizer's (in EVENT_CONFIG_ATTRIBUTES): the event's options
+    #: How many signups may wait for seats at once (absent: 0, no waitlist).
+    WAITLIST = "waitlist"
+    #: Seconds a granted signup holds its seats before it must be confirmed (absent: 0).
+    HOLD_SECONDS = "hold_seconds"
+    #: The most seats one signup may ask for (absent: only the capacity bounds it).
+    MAX_SEATS = "max_seats"
+    # event item, the processor's (written by every commit, like ``taken``)
+    #: The current holds and the waitlist, compressed (``turnstile.lineup``).
+    LINEUP = "lineup"
+    #: How many signups are in each status now (a map, status -> count), from the commits
+    #: made since the lifecycle was wired in.
+    STATUS_COUNTS = "status_counts"
+    #: The earliest ``hold_expires_at`` of the event's holds (epoch milliseconds) and the
+    #: signup that holds it; with ``HOLD_DUE_SHARD`` the key of ``DUE_HOLDS_INDEX``. Absent
+    #: when the event holds nothing, so the index holds only events with a hold to lapse.
+    HOLD_DUE_AT = "hold_due_at"
+    HOLD_DUE_SIGNUP = "hold_due_signup"
+    HOLD_DUE_SHARD = "hold_due_shard"
+    # intake item, the producer's: a request to confirm or cancel the signup
+    #: ``confirm`` or ``cancel`` (``RequestKind``): what the latest request asks.
+    REQUEST = "request"
+    #: On intake: how many requests were made (every request adds one). On the decision
+    #: item: how many of them the processor has answered (applied or refused).
+    REQUEST_COUNT = "request_count"
+    # decision item, the processor's
+    #: When a HELD signup's hold lapses (ISO-8601 UTC, the format of ``decided_at``).
+    HOLD_EXPIRES_AT = "hold_expires_at"
+    #: A WAITLISTED signup's place in line when it joined (1 = first).
+    WAITLIST_POSITION = "waitlist_position"
+    #: When the signup's last transition was made.
+    UPDATED_AT = "updated_at"
+    #: Every transition, oldest first, never rewritten: a list of maps (``HistoryKey``).
+    HISTORY = "history"
+    #: The greatest sequence number of the signup's own records answered (replays).
+    LAST_SEQUENCE_NUMBER = "last_sequence_number"
+    #: The last request refused (a map: ``request``, ``reason``, ``status``, ``at``,
+    #: ``sequence_number``): the answer a 409 gives.
+    LAST_REFUSAL = "last_refusal"
+
 
 #: The event item's attributes that creating, re-sizing and closing an event may name
 #: (keys included): the API's IAM policy allows its UpdateItem on ``EVENT#`` items to touch
@@ -163,6 +208,9 @@ EVENT_CONFIG_ATTRIBUTES = (
     Attr.CREATED_AT,
     Attr.CREATED_BY,
     Attr.CAPACITY_FLOOR,
+    Attr.WAITLIST,
+    Attr.HOLD_SECONDS,
+    Attr.MAX_SEATS,
 )
 
 #: What a listing of events reads of each control-table item (``GET /events``, ``turnstile
@@ -180,6 +228,10 @@ EVENT_LIST_ATTRIBUTES = (
     Attr.STATE,
     Attr.CREATED_AT,
     Attr.CREATED_BY,
+    Attr.WAITLIST,
+    Attr.HOLD_SECONDS,
+    Attr.MAX_SEATS,
+    Attr.STATUS_COUNTS,
 )
 
 #: Days an intake record is kept (its ``expires_at``), unless INTAKE_RETENTION_ENV says.
@@ -199,6 +251,36 @@ class HoldAttr:
     ERROR = "error"
     #: On a parked record: why the request is invalid (it is rejected when released).
     PROBLEM = "problem"
+
+
+class RequestKind:
+    """What a producer may ask of a signup already decided, by updating its intake item
+    (``Attr.REQUEST``; docs/lifecycle.md, "Requests")."""
+
+    CONFIRM = "confirm"
+    CANCEL = "cancel"
+    ALL = (CONFIRM, CANCEL)
+
+
+class HistoryKey:
+    """The keys of one entry of a decision item's ``history``."""
+
+    FROM = "from"
+    TO = "to"
+    AT = "at"
+    SEQUENCE_NUMBER = "sequence_number"
+    #: ``signup``, ``confirm``, ``cancel``, ``close``, ``expiry`` or ``promotion``.
+    CAUSE = "cause"
+    #: Present on a rejection.
+    REASON = "reason"
+
+
+#: The most entries (holds plus waiting signups) an event's lineup may need: the API and
+#: the CLI refuse options that could need more (``capacity + waitlist`` with holds,
+#: ``waitlist`` without), so the lineup always fits the event item beside its journal.
+MAX_LINEUP_ENTRIES = 1000
+#: The longest hold an event may give, in seconds (a day).
+MAX_HOLD_SECONDS = 86_400
 
 
 class LeaseAttr:
@@ -233,9 +315,8 @@ class RunStatus:
 
 
 class Status:
-    """A signup's status. The first three are today's decisions; the rest belong to the
-    lifecycle of holds, confirmations, cancellations and the waitlist (docs/lifecycle.md),
-    which ``turnstile.lifecycle`` decides and nothing writes yet."""
+    """A signup's status (docs/lifecycle.md): PENDING until its first decision, then
+    along the lifecycle's transitions (``turnstile.lifecycle.ALLOWED_TRANSITIONS``)."""
 
     PENDING = "PENDING"
     ACCEPTED = "ACCEPTED"
