@@ -23,6 +23,7 @@ __all__ = [
     "MAX_SUBMITTED_AT_CHARS",
     "Decision",
     "EventSnapshot",
+    "ItemUpdate",
     "Outcome",
     "SignupRequest",
     "attributes_problem",
@@ -79,6 +80,12 @@ class SignupRequest:
     problem: str | None = None
     #: A remark that is no reason to reject (a dropped field), kept in the decision's detail.
     note: str | None = None
+    #: What the record's latest request asks (``RequestKind``: confirm or cancel; any other
+    #: text is refused as invalid), or None: the record carries no request.
+    request: str | None = None
+    #: How many requests the producer has made of this signup (``Attr.REQUEST_COUNT``);
+    #: None when the record's count is not a whole number from 0 to 2**53 - 1.
+    request_count: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -99,11 +106,33 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class ItemUpdate:
+    """A change to a decision item that exists: the attributes to set (DynamoDB-typed)
+    and to remove, applied only while the item's status is still ``from_status`` (and, when
+    ``request_count`` is set, its answered requests below it): so applying it twice, or
+    after a later change, changes nothing."""
+
+    signup_id: str
+    from_status: str
+    set: Mapping[str, Any]
+    remove: tuple[str, ...] = ()
+    request_count: int | None = None
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What ``decide`` returns: the new decisions in stream order and the next state."""
+    """What ``decide`` returns: the new decisions in stream order and the next state.
+
+    The lifecycle's commits (``turnstile.transitions``) also carry, per decision, the
+    typed attributes its item has beyond today's (``extras``: a hold's expiry, a place in
+    line, a history), the changes to items decided before (``updates``) and the event's
+    lifecycle state (``lifecycle``: the attributes the commit sets on the event item)."""
 
     decisions: tuple[Decision, ...]
     state: EventSnapshot | None
+    extras: tuple[Mapping[str, Any], ...] | None = None
+    updates: tuple[ItemUpdate, ...] = ()
+    lifecycle: Mapping[str, Any] | None = None
 
 
 # -- the one validator of a signup (API, CLI and stream processor) --------------------
@@ -268,6 +297,7 @@ def parse_request(
     if attributes is None or (problems and attributes_problem(attributes)):
         attributes = {}  # never copied when invalid: only its problem is kept
     submitted_at, note = _submitted_at(image.get("submitted_at"))
+    request = image.get("request")
     return SignupRequest(
         event_id=str(event_id),
         signup_id=str(signup_id),
@@ -277,7 +307,21 @@ def parse_request(
         submitted_at=submitted_at,
         problem=_bounded("; ".join(problems)) if problems else None,
         note=note,
+        # Present but not text: a request all the same, refused as invalid.
+        request=_bounded(request, 64) if isinstance(request, str) else request and "",
+        request_count=_count(image.get("request_count")),
     )
+
+
+def _count(raw: Any) -> int | None:
+    """Rule: a request counter is a whole number from 0 to 2**53 - 1 (absent: 0)."""
+    if raw is None:
+        return 0
+    if isinstance(raw, bool) or not isinstance(raw, int | Decimal):
+        return None
+    if isinstance(raw, Decimal) and (not raw.is_finite() or raw != raw.to_integral_value()):
+        return None
+    return int(raw) if 0 <= raw <= MAX_CAPACITY else None
 
 
 def decide(

@@ -43,6 +43,16 @@ class EventRecord:
     min_capacity: int | None = None
     #: Who created it (``Attr.CREATED_BY``); None for an event item written by other means.
     created_by: str | None = None
+    #: The lifecycle's options (docs/lifecycle.md): absent on the item reads as 0, 0, None.
+    waitlist: int = 0
+    hold_seconds: int = 0
+    max_seats: int | None = None
+    #: Signups per status (the processor's ``Attr.STATUS_COUNTS``); None before any commit
+    #: of the lifecycle.
+    status_counts: dict[str, int] | None = None
+    #: The stored lineup (``turnstile.lineup``), compressed; None when the event holds
+    #: nothing and nobody waits.
+    lineup: bytes | None = None
 
     @classmethod
     def from_item(cls, raw: Mapping[str, Any]) -> EventRecord:
@@ -68,7 +78,24 @@ class EventRecord:
                 int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
             ),
             created_by=_text_or_none(item.get(Attr.CREATED_BY)),
+            waitlist=_whole(item.get(Attr.WAITLIST)) or 0,
+            hold_seconds=_whole(item.get(Attr.HOLD_SECONDS)) or 0,
+            max_seats=_whole(item.get(Attr.MAX_SEATS)),
+            status_counts=(
+                {str(k): int(v) for k, v in counts.items()}
+                if isinstance(counts := item.get(Attr.STATUS_COUNTS), Mapping)
+                else None
+            ),
+            lineup=bytes(lineup) if (lineup := item.get(Attr.LINEUP)) is not None else None,
         )
+
+
+def _whole(value: Any) -> int | None:
+    """An option as the event item holds it (a number), else None."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError, ArithmeticError):
+        return None
 
 
 def _text_or_none(value: Any) -> str | None:

@@ -34,6 +34,7 @@ from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from turnstile.clock import parse_timestamp
 from turnstile.contract import ID_PATTERN, Status
+from turnstile.transitions import iso_of_ms
 
 __all__ = [
     "LOG_FORMATS",
@@ -82,13 +83,28 @@ def waited_s(submitted_at: Any, decided_at: Any) -> float | None:
     return (end - start).total_seconds()
 
 
+def move_line(moved: Any) -> str:
+    """One line for a later move or a refusal (a processor's ``MovedSignup``), e.g.
+    ``12:01:09 concert  carol  WAITLISTED -> HELD #3 (promotion)``."""
+    t = moved.transition
+    at = parse_timestamp(iso_of_ms(t.at))
+    if t.refused:
+        outcome = f"{t.cause} refused: {t.reason} (is {t.from_status})"
+    else:
+        outcome = f"{t.from_status} -> {t.to_status}"
+        if t.to_status in (Status.HELD, Status.ACCEPTED) and t.position is not None:
+            outcome += f" #{t.position}"
+        outcome += f" ({t.cause})"
+    return f"{_clock(at)} {_shown(moved.event_id):<10} {_shown(t.signup_id):<10} {outcome}"
+
+
 def decision_line(decided: Any) -> str:
     """One line for one decision (a processor's ``DecidedSignup``), e.g.
     ``12:01:03 concert  alice  ACCEPTED #3  waited 0.41 s``."""
     decision = decided.decision
     at = parse_timestamp(decided.decided_at)
-    if decision.status == Status.ACCEPTED:
-        outcome = f"ACCEPTED #{decision.position}"
+    if decision.status in (Status.ACCEPTED, Status.HELD):
+        outcome = f"{decision.status} #{decision.position}"
     else:
         outcome = f"{decision.status} {decision.reason or ''}".rstrip()
     if decision.seats != 1:
@@ -212,6 +228,11 @@ class Console:
     def decided(self, decided: Any) -> None:
         """Called with each decision once it is committed (from the worker's threads)."""
         with self._lock:
+            if hasattr(decided, "transition"):  # a later move, or a refusal
+                if self.log_format == "text":
+                    with contextlib.suppress(OSError, ValueError):
+                        self._print(move_line(decided))
+                return
             if decided.decision.status == Status.ACCEPTED:
                 self.counts.accepted += 1
             else:

@@ -114,7 +114,8 @@ def counting_processor(
     made already.
     """
     from turnstile.personal_data import decision_retention_days
-    from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
+    from turnstile.contract import Status
+    from turnstile.processor import BatchResult, IntakeRecord, MovedSignup, StreamProcessor
 
     lock = threading.Lock()  # lanes (a parallelization factor) count at once
 
@@ -129,7 +130,13 @@ def counting_processor(
                 stats.failed_groups += len(result.failures)
                 stats.conflicts += result.conflicts
             if on_decided is not None:
-                for decided in result.decided:
+                # first decisions, then the later moves and refusals (the lifecycle's)
+                later = [
+                    MovedSignup(event_id, t)
+                    for event_id, t in result.transitions
+                    if t.from_status != Status.PENDING
+                ]
+                for decided in [*result.decided, *later]:
                     try:
                         on_decided(decided)
                     except Exception:  # committed already: a report must not fail the batch
