@@ -246,8 +246,8 @@ class SignupStore(Tables, EventItems, HeldEvents):
             fits = journal.longest_prefix(limit)
             raise JournalTooLargeError(
                 f"event {expected.event_id!r}: a journal of {len(outcome.decisions)} decisions"
-                f" and {len(outcome.updates)} changes is {len(blob)} bytes; {fits} fit in"
-                f" {limit}",
+                + (f" and {len(outcome.updates)} changes" if outcome.updates else "")
+                + f" is {len(blob)} bytes; {fits} fit in {limit}",
                 fits=fits,
             )
         names = {
