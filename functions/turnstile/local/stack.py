@@ -77,7 +77,7 @@ def _ensure_indexes(client: Any, spec: TableSpec) -> None:
         if index.name not in have:
             client.update_table(
                 TableName=spec.name,
-                AttributeDefinitions=[{"AttributeName": index.partition_key, "AttributeType": "S"}],
+                AttributeDefinitions=index.attribute_definitions(),
                 GlobalSecondaryIndexUpdates=[{"Create": index.create_kwargs()}],
             )
 
