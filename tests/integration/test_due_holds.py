@@ -194,3 +194,22 @@ def test_pages_of_the_index_are_all_read(store, client, monkeypatch):
     monkeypatch.setattr(client, "query", two_at_a_time)
     assert release_due_holds(store, NOW_MS) == 5
     assert len(pages) >= 3
+
+
+def test_the_local_stack_adds_the_index_to_a_control_table_made_without_it(aws):
+    """A state directory from before the index: ``ensure_resources`` adds it (with its
+    numeric sort key), and the due event is found through it."""
+    from dataclasses import replace
+
+    from turnstile.local.stack import _ensure_table
+
+    client = aws.client("dynamodb")
+    client.delete_table(TableName=CONTROL_TABLE.name)
+    client.create_table(**replace(CONTROL_TABLE, indexes=()).create_table_kwargs())
+    _ensure_table(client, CONTROL_TABLE)
+    table = client.describe_table(TableName=CONTROL_TABLE.name)["Table"]
+    assert [i["IndexName"] for i in table["GlobalSecondaryIndexes"]] == ["due-holds"]
+    assert {"AttributeName": "hold_due_at", "AttributeType": "N"} in table["AttributeDefinitions"]
+    put_event(client, "due", NOW_MS - 1)
+    store = SignupStore(client, sleep=lambda _: None)
+    assert [e["event_id"] for e in due_events(store, NOW_MS)] == ["due"]
