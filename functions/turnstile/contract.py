@@ -61,6 +61,7 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 MAX_ATTRIBUTES_BYTES = 4096
 
 
+
 class ControlKey:
     """Keys of the control table, the only home of the items turnstile keeps for itself.
 
