@@ -204,11 +204,13 @@ SWEEPER_GRANTS = (
             Attr.RE_EMITS,
             Attr.RE_EMITTED_AT,
             Attr.UNDECIDED,
+            Attr.REQUEST_COUNT,
         ),
         why="re-emits a record by bumping its re-emission counter and time (redrive, "
         "redriven_at) and setting the undecided marker (Ledger.fenced_re_emit_many, in "
-        "transactions), and removes the marker from a record it finds decided "
-        "(clear_undecided); it never deletes or replaces one",
+        "transactions), and removes the marker from a record it finds decided, conditioned "
+        "on its request_count being answered (clear_undecided: a condition names it, so IAM "
+        "counts it; the code never writes it); it never deletes or replaces one",
     ),
     TableGrant(MAIN, ("dynamodb:BatchGetItem",), why="reads which records are decided"),
     TableGrant(
