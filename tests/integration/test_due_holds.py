@@ -213,3 +213,17 @@ def test_the_local_stack_adds_the_index_to_a_control_table_made_without_it(aws):
     put_event(client, "due", NOW_MS - 1)
     store = SignupStore(client, sleep=lambda _: None)
     assert [e["event_id"] for e in due_events(store, NOW_MS)] == ["due"]
+
+
+def test_the_handler_releases_what_is_due_by_its_clock(client, monkeypatch):
+    from turnstile.handlers import due_holds as handler_module
+    from turnstile.local.context import LocalLambdaContext
+
+    put_raw_intake(client, "due", "holder", **SUBMITTED)
+    put_event(client, "due", NOW_MS - 1)
+    put_raw_intake(client, "later", "holder", **SUBMITTED)
+    put_event(client, "later", NOW_MS + 60_000)
+    monkeypatch.setattr(handler_module.time, "time", lambda: NOW_MS / 1000)
+    answer = handler_module.handler({}, LocalLambdaContext())
+    assert answer == {"re_emitted": 1, "now_ms": NOW_MS}
+    assert {k for k, n in re_emits(client).items() if n} == {("due", "holder")}
