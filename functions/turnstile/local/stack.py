@@ -381,7 +381,8 @@ class LocalStack:
             try:
                 release_due_holds(store, int(time.time() * 1000))
             except Exception as exc:
-                log.warning("releasing due holds failed (the next period retries): %s", exc)
+                if not self._stop.is_set():  # (the endpoint may be going away with us)
+                    log.warning("releasing due holds failed (the next period retries): %s", exc)
 
     def _sweep_forever(self) -> None:
         """The local stand-in for the CDK stack's schedule: a sweep every interval."""
@@ -413,6 +414,8 @@ class LocalStack:
         failed.
         """
         self._stop.set()
+        if self._due_holds_thread:
+            self._due_holds_thread.join(timeout=5)  # a period in progress ends first
         if self.worker:
             self.worker.stop()
         if self.api:
