@@ -326,7 +326,8 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
         DUE_HOLDS,
         lambda c: c.query(
             TableName=CONTROL,
-            KeyConditionExpression="pk = :pk",
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": "pk"},
             ExpressionAttributeValues={":pk": {"S": "EVENT#gig"}},
         ),
     ),
