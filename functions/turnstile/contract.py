@@ -23,7 +23,6 @@ __all__ = [
     "EVENT_CONFIG_ATTRIBUTES",
     "EVENT_LIST_ATTRIBUTES",
     "FAILURE_QUEUE_NAME",
-    "HOLD_DUE_SHARD",
     "ID_PATTERN",
     "INTAKE_RETENTION_DAYS",
     "INTAKE_RETENTION_ENV",
@@ -282,9 +281,6 @@ class HistoryKey:
 #: the CLI refuse options that could need more (``capacity + waitlist`` with holds,
 #: ``waitlist`` without), so the lineup always fits the event item beside its journal.
 MAX_LINEUP_ENTRIES = 1000
-#: The one value of ``Attr.HOLD_DUE_SHARD``: the due-holds index's single partition (only
-#: events holding seats are in it, a handful at a time).
-HOLD_DUE_SHARD = "0"
 #: The longest hold an event may give, in seconds (a day).
 MAX_HOLD_SECONDS = 86_400
 

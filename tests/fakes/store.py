@@ -26,7 +26,7 @@ from typing import Any
 from turnstile import dynamo, events, hold
 from turnstile import store as real
 from turnstile.contract import (
-    HOLD_DUE_SHARD,
+    DUE_HOLDS_SHARD,
     CONTROL_TABLE,
     INTAKE_TABLE,
     MAIN_TABLE,
@@ -378,7 +378,7 @@ class FakeStore:
             if due is not None:
                 item[Attr.HOLD_DUE_AT] = {"N": str(due)}
                 item[Attr.HOLD_DUE_SIGNUP] = {"S": str(lifecycle[Attr.HOLD_DUE_SIGNUP])}
-                item[Attr.HOLD_DUE_SHARD] = {"S": HOLD_DUE_SHARD}
+                item[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
             else:
                 for name in (Attr.HOLD_DUE_AT, Attr.HOLD_DUE_SIGNUP, Attr.HOLD_DUE_SHARD):
                     item.pop(name, None)
