@@ -21,9 +21,9 @@ from typing import Any
 
 from turnstile.clock import age_s
 from turnstile.contract import Attr, HistoryKey, HoldAttr, Reason, Status
-from turnstile.lifecycle import ALLOWED_TRANSITIONS, SEATED
 from turnstile.errors import EventNotFoundError
 from turnstile.events import EventRecord
+from turnstile.lifecycle import ALLOWED_TRANSITIONS, SEATED
 from turnstile.ports import AuditStore
 from turnstile.transitions import history_of
 

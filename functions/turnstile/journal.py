@@ -288,9 +288,7 @@ class Journal:
     @cached_property
     def _update_rows(self) -> tuple[str, ...]:
         return tuple(
-            typed_json(
-                [u.signup_id, u.from_status, dict(u.set), list(u.remove), u.request_count]
-            )
+            typed_json([u.signup_id, u.from_status, dict(u.set), list(u.remove), u.request_count])
             for u in self.updates
         )
 
@@ -351,7 +349,9 @@ class Journal:
                 copies.append(row[7])
             extras.append(row[8] if len(row) > 8 else None)
         updates = tuple(
-            ItemUpdate(signup_id=sid, from_status=st, set=fields, remove=tuple(rm), request_count=rc)
+            ItemUpdate(
+                signup_id=sid, from_status=st, set=fields, remove=tuple(rm), request_count=rc
+            )
             for sid, st, fields, rm, rc in doc.get("u", ())
         )
         expires_at = doc.get("e")

@@ -12,15 +12,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from turnstile import lifecycle
 from turnstile.clock import utc_now
 from turnstile.contract import ID_PATTERN
-from turnstile import lifecycle
 from turnstile.domain import Decision, Outcome, SignupRequest, decide, parse_request
 from turnstile.dynamo import refused_as_invalid
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.events import EventRecord
-from turnstile.personal_data import decision_expires_at
 from turnstile.lifecycle import Transition
+from turnstile.personal_data import decision_expires_at
 from turnstile.ports import ProcessorStore
 from turnstile.transitions import (
     Answered,
@@ -241,8 +241,8 @@ class StreamProcessor:
         now: str,
     ) -> tuple[Outcome | None, list[tuple[str, Transition]]]:
         """The lifecycle engine's step over ``chunk`` (docs/lifecycle.md), as a commit
-        (None when it changes nothing), and its transitions. Reads the items of the signups it moved by itself
-        (an expiry, a promotion) that ``decided`` does not hold yet."""
+        (None when it changes nothing), and its transitions. Reads the items of the
+        signups it moved by itself (an expiry, a promotion) that ``decided`` lacks."""
         requests, counts = engine_requests(chunk, decided)
         before = lifecycle_event(
             event.snapshot,

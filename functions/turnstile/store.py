@@ -35,6 +35,7 @@ The commit design (why each decision costs one write unit, and why that is safe)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
@@ -380,10 +381,8 @@ class SignupStore(Tables, EventItems, HeldEvents):
         is already as this write, or a later one, left it."""
         kwargs = dict(write)
         operation = kwargs.pop("op")
-        try:
+        with contextlib.suppress(ConditionFailed):
             self.dynamo.call(operation, **kwargs)
-        except ConditionFailed:
-            pass
 
     def reject_without_event(
         self,

@@ -50,6 +50,7 @@ __all__ = [
     "touched_without_state",
 ]
 
+
 def ms_of(timestamp: str) -> int:
     """Epoch milliseconds of one of turnstile's own timestamps (``clock.utc_now``)."""
     parsed = parse_timestamp(timestamp)
@@ -268,7 +269,9 @@ def outcome_of(
             if answered:
                 extra[Attr.REQUEST_COUNT] = answered
             if refusals:
-                extra[Attr.LAST_REFUSAL] = _refusal(refusals[-1], _requested(refusals[-1], requested))
+                extra[Attr.LAST_REFUSAL] = _refusal(
+                    refusals[-1], _requested(refusals[-1], requested)
+                )
             first = applied[0]
             decisions.append(
                 Decision(
@@ -354,4 +357,3 @@ def _next_counts(
         if t.from_status != Status.PENDING:
             out[t.from_status] = max(0, out.get(t.from_status, 0) - 1)
     return {k: v for k, v in sorted(out.items()) if v}
-

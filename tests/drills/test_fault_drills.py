@@ -212,9 +212,7 @@ class Drill:
             )
         return keys
 
-    def hostile_decided_as_they_must(
-        self, reserved: list[tuple[str, str]] = ()
-    ) -> dict[str, int]:
+    def hostile_decided_as_they_must(self, reserved: list[tuple[str, str]] = ()) -> dict[str, int]:
         """Every hostile and reserved-key record has its one decision, with the reason its kind
         must get; the count per kind, every kind at least once."""
         decided = self.decisions()
@@ -670,9 +668,9 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
                         request(key, "confirm")
                     else:
                         requested[key] = []  # left to lapse
-                elif status == "ACCEPTED" and "cancel" not in asked and rng.random() < 0.2:
-                    request(key, "cancel")
-                elif status == "WAITLISTED" and not asked and rng.random() < 0.1:
+                elif (status == "ACCEPTED" and "cancel" not in asked and rng.random() < 0.2) or (
+                    status == "WAITLISTED" and not asked and rng.random() < 0.1
+                ):
                     request(key, "cancel")
             time.sleep(0.5)
 
@@ -692,6 +690,8 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     # Every hold has lapsed by now (2 s): one more record of each event lets the
     # processor see it, as the due-holds re-emission does.
     time.sleep(2.5)
+    # every hold due before this moment must lapse at the tick that follows (invariant 4)
+    ticked_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
     for event_id in options:
         [some] = [k for k in drill.decisions() if k[0] == event_id][:1]
         request(some, "tick")  # an unknown request: refused, and a step of the event
@@ -716,14 +716,14 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     worker.wait(timeout=60)
     assert unanswered == [], unanswered[:10]
     statuses: dict[str, int] = {}
-    now_iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 60))
     for key, d in decided.items():
         status = d["status"]["S"]
         statuses[status] = statuses.get(status, 0) + 1
         plain = {
             "status": status,
             "history": [
-                {k: v.get("S") for k, v in h["M"].items()} for h in d.get("history", {}).get("L", [])
+                {k: v.get("S") for k, v in h["M"].items()}
+                for h in d.get("history", {}).get("L", [])
             ]
             or None,
             "decided_at": d.get("decided_at", {}).get("S"),
@@ -734,9 +734,9 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
         moves = [(h["from"], h["to"]) for h in history_of(plain)]
         assert all(m in ALLOWED_TRANSITIONS for m in moves), (key, moves)
         assert len(moves) == len(set(moves)), (key, moves)
-        # every hold ends: none is left more than a minute past its expiry
+        # every hold ends: the ones left were given at the last tick or after it
         if status == "HELD":
-            assert d["hold_expires_at"]["S"] > now_iso, (key, d)
+            assert d["hold_expires_at"]["S"] > ticked_at, (key, d)
     # the lifecycle was exercised: holds confirmed and lapsed, seats given back, promotions
     assert {"CANCELLED", "EXPIRED", "ACCEPTED"} <= set(statuses), statuses
     promoted = sum(

@@ -26,8 +26,8 @@ from typing import Any
 from turnstile import dynamo, events, hold
 from turnstile import store as real
 from turnstile.contract import (
-    DUE_HOLDS_SHARD,
     CONTROL_TABLE,
+    DUE_HOLDS_SHARD,
     INTAKE_TABLE,
     MAIN_TABLE,
     Attr,
@@ -223,9 +223,10 @@ class FakeStore:
             item = self.main.get((event_id, u.signup_id))
             if item is None or item.get(Attr.STATUS) != {"S": u.from_status}:
                 continue
-            if u.request_count is not None and Attr.REQUEST_COUNT in item:
-                if int(item[Attr.REQUEST_COUNT]["N"]) >= u.request_count:
-                    continue
+            answered = item.get(Attr.REQUEST_COUNT)
+            stale = answered is not None and int(answered["N"]) >= (u.request_count or 0)
+            if u.request_count is not None and stale:
+                continue
             for name, value in u.set.items():
                 item[name] = copy.deepcopy(value)
             for name in u.remove:

@@ -246,7 +246,10 @@ def test_one_cancellation_promotes_a_chain_in_waitlist_order(store, processor, f
     ]
     processor.process([feed.request("gig", "w3", "cancel")])
     # again three: the three 1-seat signups, in line order, positions 4, 5, 6
-    got = [(s, status(store, "gig", s), store.get_decision("gig", s)[Attr.POSITION]) for s in ("w1", "w2", "w4")]
+    got = [
+        (s, status(store, "gig", s), store.get_decision("gig", s)[Attr.POSITION])
+        for s in ("w1", "w2", "w4")
+    ]
     assert got == [("w1", Status.HELD, 4), ("w2", Status.HELD, 5), ("w4", Status.HELD, 6)]
     assert event_state(store, "gig") == (4, 6)
 
@@ -437,7 +440,12 @@ def test_the_audit_passes_a_lifecycle_and_catches_a_broken_history(store, proces
         UpdateExpression="SET #h = :h",
         ExpressionAttributeNames={"#h": Attr.HISTORY},
         ExpressionAttributeValues={
-            ":h": {"L": [{"M": {"from": {"S": "PENDING"}, "to": {"S": "HELD"}}}, {"M": {"from": {"S": "HELD"}, "to": {"S": "HELD"}}}]}
+            ":h": {
+                "L": [
+                    {"M": {"from": {"S": "PENDING"}, "to": {"S": "HELD"}}},
+                    {"M": {"from": {"S": "HELD"}, "to": {"S": "HELD"}}},
+                ]
+            }
         },
     )
     report = audit(store, pending_grace_s=3600)

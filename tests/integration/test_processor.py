@@ -13,8 +13,7 @@ from decimal import Decimal
 import pytest
 
 from tests.helpers import CallRecorder
-from turnstile.contract import main_table_name
-from turnstile.contract import Reason, Status
+from turnstile.contract import Reason, Status, main_table_name
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.processor import IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore

@@ -119,8 +119,8 @@ def counting_processor(
     committed, in the order it decided them: the decisions it made, never one it found
     made already.
     """
-    from turnstile.personal_data import decision_retention_days
     from turnstile.contract import Status
+    from turnstile.personal_data import decision_retention_days
     from turnstile.processor import BatchResult, IntakeRecord, MovedSignup, StreamProcessor
 
     lock = threading.Lock()  # lanes (a parallelization factor) count at once
