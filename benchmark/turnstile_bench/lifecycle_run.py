@@ -48,7 +48,7 @@ from turnstile.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
 from turnstile_bench.metering import ItemSizes, Meter, MeteredClient, MeterSnapshot, combine
 from turnstile_bench.progress import Progress
-from turnstile_bench.workload import Signup, Workload, event_ids, generate
+from turnstile_bench.workload import Signup, Workload, event_ids, generate, sizes_of
 
 __all__ = [
     "LIFECYCLE",
@@ -656,6 +656,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
             wall,
         )
     )
+    doc["decision_item_growth"] = item_growth(tables, sizes.sizes(endpoint.main_table), signups)
     doc["recount"] = recount(tables, workload, processor.moves, requester)
     doc["audit"] = audit_report
     doc["checks"] = lifecycle_checks(doc)
@@ -864,6 +865,35 @@ def asdict_snapshot(snapshot: MeterSnapshot) -> dict[str, Any]:
     }
 
 
+def item_growth(
+    tables: Tables, decision_sizes: Mapping[tuple[str, str], int], signups: Sequence[Signup]
+) -> dict[str, Any]:
+    """Decision item bytes beyond the intake item's (as submitted), by how many
+    transitions the signup made: the room a lifecycle item needs to stay within 1 KB."""
+    intake = {
+        (s.event_id, s.signup_id): size for s, size in zip(signups, sizes_of(signups), strict=True)
+    }
+    from turnstile.transitions import history_of
+
+    by_moves: dict[int, list[tuple[int, int]]] = {}
+    for item in tables.decisions:
+        key = (item[Attr.EVENT_ID], item[Attr.SIGNUP_ID])
+        if key in intake and key in decision_sizes:
+            moves = len(history_of(item))
+            by_moves.setdefault(moves, []).append((decision_sizes[key], intake[key]))
+    out = {}
+    for moves, pairs in sorted(by_moves.items()):
+        growth = [d - i for d, i in pairs]
+        out[str(moves)] = {
+            "items": len(pairs),
+            "growth_bytes_max": max(growth),
+            "growth_bytes_mean": round(sum(growth) / len(growth)),
+            "over_1kb": sum(1 for d, _ in pairs if d > 1024),
+            "one_unit_for_intake_up_to_bytes": 1024 - max(growth),
+        }
+    return out
+
+
 # -- the recount --------------------------------------------------------------------------
 
 
@@ -1067,6 +1097,11 @@ def render_lifecycle(doc: Mapping[str, Any]) -> str:
         f"{doc['releaser']['requests']} requests; decision items up to "
         f"{doc['decision_item_bytes']['max']} B "
         f"({doc['decision_item_bytes']['over_1kb']} over 1 KB)",
+        "decision item bytes beyond its intake item's, by transitions made: "
+        + ", ".join(
+            f"{n}: +{g['growth_bytes_max']} B max ({g['over_1kb']} of {g['items']} over 1 KB)"
+            for n, g in doc["decision_item_growth"].items()
+        ),
         f"promotions: {p['count']}, {_f(p['per_s_of_run'], 2)}/s over the run "
         f"({_f(p['per_s_while_promoting'], 2)}/s from the first to the last); release to "
         f"readable p50 {_f(p['release_to_readable_p50_s'])} s, p95 "

@@ -86,6 +86,12 @@ def test_the_figures_per_transition_are_there_and_sane(lifecycle):
     assert per["requests_with_requests"] > per["processor_requests"] > 0
     kinds = per["by_batch"]
     assert sum(k["transitions"] for k in kinds.values()) == lifecycle["transitions"]["all"]
+    # A decision item is bigger than its intake item, and grows with every move it makes.
+    growth = lifecycle["decision_item_growth"]
+    assert growth["1"]["growth_bytes_max"] > 0
+    most = max(growth, key=int)
+    assert int(most) >= 2
+    assert growth[most]["growth_bytes_mean"] > growth["1"]["growth_bytes_mean"]
     p = lifecycle["promotions"]
     assert p["count"] == lifecycle["transitions"]["by_cause"]["promotion"]
     assert p["measured"] == p["count"]  # every promoted item was seen promoted
