@@ -108,12 +108,16 @@ class MemoryDynamoDB:
         ):
             raise _condition_failed("UpdateItem")
         item = dict(existing) if existing is not None else dict(Key)
-        action, _, assignments = UpdateExpression.partition(" ")
+        # SET a = :v, ... [REMOVE b, ...]: what the commit and materialization send.
+        sets, _, removes = UpdateExpression.partition(" REMOVE ")
+        action, _, assignments = sets.partition(" ")
         if action.upper() != "SET":
             raise NotImplementedError(UpdateExpression)
         for assignment in assignments.split(","):
             target, _, source = (part.strip() for part in assignment.partition("="))
             item[names.get(target, target)] = values[source]
+        for name in filter(None, (part.strip() for part in removes.split(","))):
+            item.pop(names.get(name, name), None)
         table[self._key(Key)] = item
         return {}
 
