@@ -83,8 +83,8 @@ class SignupRequest:
     #: What the record's latest request asks (``RequestKind``: confirm or cancel; any other
     #: text is refused as invalid), or None: the record carries no request.
     request: str | None = None
-    #: How many requests the producer has made of this signup (``Attr.REQUEST_COUNT``);
-    #: None when the record's count is not a whole number from 0 to 2**53 - 1.
+    #: How many requests the producer has made of this signup (``Attr.REQUEST_COUNT``; a
+    #: fraction rounded up); None when the record's count is no number of 0 or more.
     request_count: int | None = 0
 
 
@@ -298,6 +298,9 @@ def parse_request(
         attributes = {}  # never copied when invalid: only its problem is kept
     submitted_at, note = _submitted_at(image.get("submitted_at"))
     request = image.get("request")
+    request_count, whole = _count(image.get("request_count"))
+    if not whole and request_count is not None:
+        request = ""  # a fraction of a request: refused as invalid
     return SignupRequest(
         event_id=str(event_id),
         signup_id=str(signup_id),
@@ -309,19 +312,25 @@ def parse_request(
         note=note,
         # Present but not text: a request all the same, refused as invalid.
         request=_bounded(request, 64) if isinstance(request, str) else request and "",
-        request_count=_count(image.get("request_count")),
+        request_count=request_count,
     )
 
 
-def _count(raw: Any) -> int | None:
-    """Rule: a request counter is a whole number from 0 to 2**53 - 1 (absent: 0)."""
+def _count(raw: Any) -> tuple[int | None, bool]:
+    """Rule: a request counter is a whole number, 0 or more (absent: 0). Returns the count
+    and whether it is whole. A fraction counts as the next whole number, and its request is
+    refused; anything else (text, a negative number) is no count at all: its record
+    carries no request the processor can tell from another."""
     if raw is None:
-        return 0
+        return 0, True
     if isinstance(raw, bool) or not isinstance(raw, int | Decimal):
-        return None
-    if isinstance(raw, Decimal) and (not raw.is_finite() or raw != raw.to_integral_value()):
-        return None
-    return int(raw) if 0 <= raw <= MAX_CAPACITY else None
+        return None, False
+    if isinstance(raw, Decimal) and not raw.is_finite():
+        return None, False
+    if raw < 0:
+        return None, False
+    whole = Decimal(raw).to_integral_value(rounding="ROUND_CEILING")
+    return int(whole), whole == raw
 
 
 def decide(

@@ -213,23 +213,22 @@ class StreamProcessor:
         outcome, moves = self._step(event, chunk, decided, now)
         if outcome is None:
             return [], len(chunk), []
-        try:
-            journal = self.store.commit(
-                event.snapshot, outcome, now, by_id, expires_at=expires_at
-            )
-        except JournalTooLargeError:
-            # Big copied fields: commit what the first half of the chunk decides, and
-            # leave the rest to the next round, which decides them from the new state.
-            if len(chunk) == 1:
-                raise
-            half = chunk[: len(chunk) // 2]
-            outcome, moves = self._step(event, half, decided, now)
-            if outcome is None:
-                return [], len(half), []
-            journal = self.store.commit(
-                event.snapshot, outcome, now, by_id, expires_at=expires_at
-            )
-            chunk = half
+        while True:
+            try:
+                journal = self.store.commit(
+                    event.snapshot, outcome, now, by_id, expires_at=expires_at
+                )
+                break
+            except JournalTooLargeError as too_big:
+                # Big copied fields: commit what a prefix of the chunk decides (deciding a
+                # prefix gives a prefix): up to the last first decision that fits, else
+                # half. The next round decides the rest from the new state.
+                if len(chunk) == 1:
+                    raise
+                chunk = chunk[: _prefix(chunk, outcome, too_big.fits)]
+                outcome, moves = self._step(event, chunk, dict(decided), now)
+                if outcome is None:
+                    return [], len(chunk), []
         self.store.materialize(event_id, journal, by_id)
         self._remember(cache_key, journal.version)
         return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
@@ -380,6 +379,18 @@ class StreamProcessor:
             return False
         finally:
             self._prefetched.pop(event_id, None)
+
+
+def _prefix(chunk: Sequence[SignupRequest], outcome: Outcome, fits: int) -> int:
+    """How many records of ``chunk`` to decide again when only ``fits`` of ``outcome``'s
+    first decisions fit a journal: those up to the last of them (fewer than all), else
+    half the chunk."""
+    if 0 < fits < len(outcome.decisions):
+        last = outcome.decisions[fits - 1].signup_id
+        cut = next(i for i, r in enumerate(chunk) if r.signup_id == last) + 1
+        if cut < len(chunk):
+            return cut
+    return max(1, len(chunk) // 2)
 
 
 def _with_problem(request: SignupRequest, problem: str) -> SignupRequest:

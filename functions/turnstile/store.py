@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
-from turnstile.contract import HOLD_DUE_SHARD, Attr, ControlKey, EventState, undecided_shard
+from turnstile.contract import DUE_HOLDS_SHARD, Attr, ControlKey, EventState, undecided_shard
 from turnstile.domain import Decision, EventSnapshot, ItemUpdate, Outcome, SignupRequest
 from turnstile.dynamo import (
     TRANSACTION_BYTES,
@@ -246,8 +246,8 @@ class SignupStore(Tables, EventItems, HeldEvents):
             fits = journal.longest_prefix(limit)
             raise JournalTooLargeError(
                 f"event {expected.event_id!r}: a journal of {len(outcome.decisions)} decisions"
-                f" and {len(outcome.updates)} changes is {len(blob)} bytes; {fits} fit in"
-                f" {limit}",
+                + (f" and {len(outcome.updates)} changes" if outcome.updates else "")
+                + f" is {len(blob)} bytes; {fits} fit in {limit}",
                 fits=fits,
             )
         names = {
@@ -465,7 +465,7 @@ def _lifecycle_expression(
     if due is not None:
         values[":due"] = {"N": str(int(due))}
         values[":due_signup"] = {"S": str(lifecycle[Attr.HOLD_DUE_SIGNUP])}
-        values[":due_shard"] = {"S": HOLD_DUE_SHARD}
+        values[":due_shard"] = {"S": DUE_HOLDS_SHARD}
         sets += ["#due = :due", "#due_signup = :due_signup", "#due_shard = :due_shard"]
     else:
         removes += ["#due", "#due_signup", "#due_shard"]

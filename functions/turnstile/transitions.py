@@ -150,7 +150,10 @@ def engine_requests(
                     Kind.CONFIRM,
                     record.sequence_number,
                     sid,
-                    problem=f"request must be one of {', '.join(RequestKind.ALL)}",
+                    problem=(
+                        f"request must be one of {', '.join(RequestKind.ALL)}, "
+                        "with a whole request_count"
+                    ),
                 )
             )
     # A first record that also carries a request (a re-emission of a record whose signup

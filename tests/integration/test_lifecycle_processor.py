@@ -444,3 +444,75 @@ def test_the_audit_passes_a_lifecycle_and_catches_a_broken_history(store, proces
     assert not report.ok
     [event] = report.events
     assert any("history moves HELD -> HELD" in v for v in event.violations), event.violations
+
+
+# -- through the stream and the handler, as a producer writes --------------------------
+
+
+def test_a_producer_s_documented_request_reaches_the_handler_through_the_filter(aws, stream):
+    """The intake update the docs give a producer: its MODIFY passes the event-source
+    filter and the handler applies it; a MODIFY without the marker does not pass."""
+    import json
+
+    from tests.helpers import put_raw_intake
+    from turnstile.contract import STREAM_SOURCE, undecided_shard
+    from turnstile.eventfilter import matches_any
+    from turnstile.handlers import stream as stream_handler
+    from turnstile.local.context import LocalLambdaContext
+
+    client = aws.client("dynamodb")
+    store = SignupStore(client, sleep=lambda _: None)
+    make_event(store, "gig", 1, waitlist=1)
+    stream_handler._processor = None
+
+    def deliver() -> list[dict[str, Any]]:
+        records = [r for r in stream.read_new() if matches_any(STREAM_SOURCE.filter_patterns, r)]
+        event = json.loads(json.dumps({"Records": records}, default=str))
+        assert stream_handler.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
+        return records
+
+    for sid in ("a", "b"):
+        put_raw_intake(client, "gig", sid, seats={"N": "1"}, submitted_at={"S": T0})
+    deliver()
+    assert statuses(store, "gig", "a", "b") == [Status.ACCEPTED, Status.WAITLISTED]
+    # the producer of "a" cancels, exactly as the docs say
+    client.update_item(
+        TableName=store.intake_table,
+        Key={"event_id": {"S": "gig"}, "signup_id": {"S": "a"}},
+        UpdateExpression="SET #request = :kind, #undecided = :shard ADD #request_count :one",
+        ExpressionAttributeNames={
+            "#request": "request",
+            "#undecided": "undecided",
+            "#request_count": "request_count",
+        },
+        ExpressionAttributeValues={
+            ":kind": {"S": "cancel"},
+            ":shard": {"S": undecided_shard("gig", "a")},
+            ":one": {"N": "1"},
+        },
+    )
+    assert len(deliver()) == 1
+    assert statuses(store, "gig", "a", "b") == [Status.CANCELLED, Status.ACCEPTED]
+    assert store.get_decision("gig", "a")[Attr.REQUEST_COUNT] == 1
+    stream_handler._processor = None
+
+
+@pytest.mark.parametrize(
+    ("count", "answered"),
+    [(Decimal("1.5"), 2), (Decimal(10**30), 10**30), (Decimal(-1), None), ("2", None)],
+)
+def test_a_request_counter_a_producer_got_wrong_is_answered_or_ignored(
+    store, processor, feed, count, answered
+):
+    """A fraction is refused and answered as the next whole number (so the sweeper sees
+    it answered); a huge whole number is an ordinary count; a negative or text count is
+    no request at all (a tick), as the sweeper also reads it."""
+    make_event(store, "gig", 1)
+    processor.process([feed.signup("gig", "a")])
+    processor.process([feed.request("gig", "a", "cancel", count=count)])
+    item = store.get_decision("gig", "a")
+    assert item.get(Attr.REQUEST_COUNT) == answered
+    expected = Status.CANCELLED if count == Decimal(10**30) else Status.ACCEPTED
+    assert item[Attr.STATUS] == expected
+    if count == Decimal("1.5"):
+        assert item[Attr.LAST_REFUSAL]["reason"] == Reason.INVALID_REQUEST

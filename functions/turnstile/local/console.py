@@ -206,11 +206,16 @@ class SessionCounts:
 
     accepted: int = 0
     rejected: int = 0
+    #: First decisions that held seats or joined the waitlist (the lifecycle's).
+    held: int = 0
+    waitlisted: int = 0
+    #: Later moves (confirmations, cancellations, expiries, promotions) and refusals.
+    moved: int = 0
     events: set[str] = field(default_factory=set)
 
     @property
     def decided(self) -> int:
-        return self.accepted + self.rejected
+        return self.accepted + self.rejected + self.held + self.waitlisted
 
 
 class Console:
@@ -229,12 +234,18 @@ class Console:
         """Called with each decision once it is committed (from the worker's threads)."""
         with self._lock:
             if hasattr(decided, "transition"):  # a later move, or a refusal
+                self.counts.moved += 1
                 if self.log_format == "text":
                     with contextlib.suppress(OSError, ValueError):
                         self._print(move_line(decided))
                 return
-            if decided.decision.status == Status.ACCEPTED:
+            status = decided.decision.status
+            if status == Status.ACCEPTED:
                 self.counts.accepted += 1
+            elif status == Status.HELD:
+                self.counts.held += 1
+            elif status == Status.WAITLISTED:
+                self.counts.waitlisted += 1
             else:
                 self.counts.rejected += 1
             self.counts.events.add(decided.event_id)
@@ -254,10 +265,20 @@ class Console:
         a ``TableCounts``, or None when they could not be counted), where the state is."""
         c = self.counts
         if worker:
+            more = "".join(
+                f", {n} {what}"
+                for n, what in ((c.held, "held"), (c.waitlisted, "waitlisted"))
+                if n
+            )
             lines = [
                 f"this session decided {_plural(c.decided, 'signup')} ({c.accepted} accepted, "
-                f"{c.rejected} rejected) in {_plural(len(c.events), 'event')}"
+                f"{c.rejected} rejected{more}) in {_plural(len(c.events), 'event')}"
             ]
+            if c.moved:
+                lines.append(
+                    f"and {_plural(c.moved, 'later move')} (confirmations, cancellations, "
+                    "expiries, promotions, refused requests)"
+                )
         else:
             lines = ["this session decided nothing: no worker (--no-worker)"]
         if counts is None:
