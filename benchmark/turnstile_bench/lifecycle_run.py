@@ -8,9 +8,9 @@ hold lasts, so every confirm would come too late); a watcher polls every signup'
 up front (seeded): of the signups it sees HELD, ``confirm_share`` confirm and the others let
 the hold lapse; of those it sees ACCEPTED, ``cancel_share`` cancel. A request is the
 producer's update of its own intake item (docs/lifecycle.md §10, "Requests"). Waitlisted
-signups are promoted by the processor as seats come back. Due holds are released as the
-due-holds scheduler does: a releaser reads each event item's ``hold_due_at`` and, once it
-has passed, re-emits the intake record of the signup that holds it (``SignupStore.re_emit``).
+signups are promoted by the processor as seats come back. Due holds are released by the
+due-holds scheduler's own code (``turnstile.due_holds.release_due_holds``), every second as
+``turnstile local`` runs it.
 
 Every transition the processor commits is counted from its batches (the engine's moves, by
 cause); units and requests are metered per role (processor, producers' signups, producers'
@@ -91,8 +91,8 @@ class LifecycleWorkload:
     seats: tuple[tuple[int, float], ...] = ((1, 0.7), (2, 0.2), (4, 0.1))
     intake_bytes: tuple[int, int] = (350, 900)
     seed: int = 6
-    #: How often the releaser looks for due holds (the local scheduler's period is 1 s).
-    release_period_s: float = 0.5
+    #: How often the releaser looks for due holds (``turnstile local``'s period).
+    release_period_s: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -419,47 +419,21 @@ class _Requester:
 
 
 class _Releaser:
-    """What the due-holds scheduler does: an event whose earliest hold is due gets the
-    intake record of the signup holding it re-emitted (a tick; the step's expiry does the
-    rest). Reads each event item's due hold, every ``period_s``."""
+    """The due-holds scheduler, as ``turnstile local`` runs it: every ``period_s``,
+    ``turnstile.due_holds.release_due_holds`` reads the control table's due-holds index and
+    re-emits the intake record of each due event's holding signup (a tick; the step's
+    expiry does the rest)."""
 
-    def __init__(self, store: SignupStore, events: Sequence[str], period_s: float) -> None:
+    def __init__(self, store: SignupStore, period_s: float) -> None:
         self.store = store
-        self.events = events
         self.period_s = period_s
         self.re_emits = 0
-        self._last: dict[str, tuple[str, int, float]] = {}
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.wait(self.period_s):
-            for event_id in self.events:
-                self._check(event_id)
+        from turnstile.due_holds import release_due_holds
 
-    def _check(self, event_id: str) -> None:
-        pk, sk = ControlKey.event(event_id)
-        item = (
-            self.store.dynamo.call(
-                "get_item",
-                TableName=self.store.control_table,
-                Key={ControlKey.PK: {"S": pk}, ControlKey.SK: {"S": sk}},
-                ConsistentRead=True,
-                ProjectionExpression="#due, #who",
-                ExpressionAttributeNames={"#due": Attr.HOLD_DUE_AT, "#who": Attr.HOLD_DUE_SIGNUP},
-            ).get("Item")
-            or {}
-        )
-        if Attr.HOLD_DUE_AT not in item:
-            return
-        due, who = int(item[Attr.HOLD_DUE_AT]["N"]), item[Attr.HOLD_DUE_SIGNUP]["S"]
-        now = time.time()
-        if due > now * 1000:
-            return
-        last = self._last.get(event_id)
-        if last is not None and last[:2] == (who, due) and now - last[2] < 2.0:
-            return  # re-emitted already; give the stream a moment before trying again
-        self._last[event_id] = (who, due, now)
-        if self.store.re_emit(event_id, who):
-            self.re_emits += 1
+        while not stop.wait(self.period_s):
+            self.re_emits += release_due_holds(self.store, int(time.time() * 1000))
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -558,7 +532,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
             requester,
             progress,
         )
-        releaser = _Releaser(store("releaser"), events, workload.release_period_s)
+        releaser = _Releaser(store("releaser"), workload.release_period_s)
         producers = store("signups")
         stop = threading.Event()
         previous = stream_module._processor
@@ -810,7 +784,7 @@ def figures(
             "request_index_write_units": requests.total_index_write_units,
         },
         "releaser": {
-            "note": "the due-holds scheduler's part: reads of the event items, re-emissions",
+            "note": "the due-holds scheduler's part: Query of the due-holds index, re-emissions",
             "re_emits": re_emits,
             "write_units_per_expiry": _per(releaser.total_write_units, causes.get("expiry", 0)),
             "requests": releaser.total_requests,
