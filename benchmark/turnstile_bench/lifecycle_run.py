@@ -774,6 +774,7 @@ def figures(
                 n,
             ),
             "commits": meters["event_item"].requests.get("update_item", 0),
+            "due_holds_index_write_units": _per(meters["event_item"].total_index_write_units, n),
             "by_batch": by_kind,
         },
         "producers": {
@@ -815,6 +816,8 @@ def figures(
             name: {
                 "requests": m.total_requests,
                 "write_units": m.total_write_units,
+                "index_write_units_by_index": dict(sorted(m.index_write_units.items())),
+                "write_units_by_operation": dict(sorted(m.write_units.items())),
                 "read_units": round(m.total_read_units, 2),
                 "failed_conditional_writes": m.failed_conditional_writes,
             }
@@ -1064,7 +1067,9 @@ def render_lifecycle(doc: Mapping[str, Any]) -> str:
         f"(processor only: {_f(per['processor_write_units'])} WU, "
         f"{_f(per['processor_requests'])} req; goal <= {WRITE_UNITS_PER_TRANSITION_GOAL})",
         f"processor WU per transition: event item {_f(per['event_item_write_units'])} "
-        f"({per['commits']} commits) + decision items {_f(per['decision_item_write_units'])} "
+        f"({per['commits']} commits; of which its due-holds index entry "
+        f"{_f(per['due_holds_index_write_units'])}) + decision items "
+        f"{_f(per['decision_item_write_units'])} "
         f"({_f(per['decision_item_writes'])} writes)",
         f"releaser (due holds): {doc['releaser']['re_emits']} re-emissions, "
         f"{_f(doc['releaser']['write_units_per_expiry'])} WU per expiry, "

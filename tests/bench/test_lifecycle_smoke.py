@@ -78,6 +78,8 @@ def test_the_figures_per_transition_are_there_and_sane(lifecycle):
     # Each transition is one decision item write (two of one signup in one step share it).
     assert 0.5 < per["decision_item_writes"] <= 1.0
     assert per["commits"] >= 1
+    # Commits that move the earliest hold also write the event's due-holds index entry.
+    assert 0 < per["due_holds_index_write_units"] < per["event_item_write_units"]
     assert per["processor_write_units"] == pytest.approx(
         per["event_item_write_units"] + per["decision_item_write_units"], abs=1e-3
     )
