@@ -631,6 +631,13 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
         )
     )
     doc["decision_item_growth"] = item_growth(tables, sizes.sizes(endpoint.main_table), signups)
+    commits = doc["per_transition"]["commits"]
+    doc["event_item"] = {
+        "bytes_max": max(
+            sizes.largest((endpoint.control_table, *ControlKey.event(e))) for e in events
+        ),
+        "write_units_per_commit": _per(snapshots["event_item"].total_write_units, commits),
+    }
     doc["recount"] = recount(tables, workload, processor.moves, requester)
     doc["audit"] = audit_report
     doc["checks"] = lifecycle_checks(doc)
@@ -1070,7 +1077,9 @@ def render_lifecycle(doc: Mapping[str, Any]) -> str:
         f"({per['commits']} commits; of which its due-holds index entry "
         f"{_f(per['due_holds_index_write_units'])}) + decision items "
         f"{_f(per['decision_item_write_units'])} "
-        f"({_f(per['decision_item_writes'])} writes)",
+        f"({_f(per['decision_item_writes'])} writes); the event item up to "
+        f"{doc['event_item']['bytes_max']} B, {_f(doc['event_item']['write_units_per_commit'], 1)}"
+        " WU per commit",
         f"releaser (due holds): {doc['releaser']['re_emits']} re-emissions, "
         f"{_f(doc['releaser']['write_units_per_expiry'])} WU per expiry, "
         f"{doc['releaser']['requests']} requests; decision items up to "

@@ -80,6 +80,8 @@ def test_the_figures_per_transition_are_there_and_sane(lifecycle):
     assert per["commits"] >= 1
     # Commits that move the earliest hold also write the event's due-holds index entry.
     assert 0 < per["due_holds_index_write_units"] < per["event_item_write_units"]
+    assert lifecycle["event_item"]["bytes_max"] > 0
+    assert lifecycle["event_item"]["write_units_per_commit"] >= 1
     assert per["processor_write_units"] == pytest.approx(
         per["event_item_write_units"] + per["decision_item_write_units"], abs=1e-3
     )
