@@ -111,6 +111,7 @@ class MemoryDynamoDB:
         ):
             raise _condition_failed("UpdateItem")
         item = dict(existing) if existing is not None else dict(Key)
+        # SET a = :v, ... [REMOVE b, ...]: what the commit and materialization send.
         sets, _, removes = UpdateExpression.partition(" REMOVE ")
         action, _, assignments = sets.partition(" ")
         if action.upper() != "SET":
