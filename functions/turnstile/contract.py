@@ -182,12 +182,12 @@ class Attr:
     HOLD_EXPIRES_AT = "hold_expires_at"
     #: A WAITLISTED signup's place in line when it joined (1 = first).
     WAITLIST_POSITION = "waitlist_position"
-    #: When the signup's last transition was made.
+    #: When the signup's last transition was made: not stored (every byte of a decision
+    #: item is a write unit's share), the API reads it off the history's last entry.
     UPDATED_AT = "updated_at"
     #: Every transition, oldest first, never rewritten: a list of maps (``HistoryKey``).
     HISTORY = "history"
-    #: The greatest sequence number of the signup's own records answered (replays).
-    LAST_SEQUENCE_NUMBER = "last_sequence_number"
+
     #: The last request refused (a map: ``request``, ``reason``, ``status``, ``at``,
     #: ``sequence_number``): the answer a 409 gives.
     LAST_REFUSAL = "last_refusal"

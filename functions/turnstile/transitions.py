@@ -11,8 +11,8 @@ and how its answer becomes a commit. Pure, no I/O.
 * ``outcome_of``: the engine's step as an ``Outcome`` the store commits: first decisions
   (whole items, with their lifecycle attributes), changes to items decided before (each
   conditioned on the status it was decided from), and the event item's lifecycle state.
-* ``history_of``: a decision item's transitions (an item decided once, before it moved,
-  carries none: its one transition is its decision).
+* ``history_of``: a decision item's transitions (it stores those after its first
+  decision; the first is read off the item).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def signup_state(item: Mapping[str, Any]) -> Answered:
         signup_id=str(item[Attr.SIGNUP_ID]),
         status=str(item.get(Attr.STATUS, Status.REJECTED)),
         seats=int(item.get(Attr.SEATS, 0)),
-        last_sequence_number=str(item.get(Attr.LAST_SEQUENCE_NUMBER, sequence_number)),
+        last_sequence_number=_last_own_record(item, sequence_number),
         arrival=sequence_number,
         position=_int_or_none(item.get(Attr.POSITION)),
         waitlist_position=_int_or_none(item.get(Attr.WAITLIST_POSITION)),
@@ -97,6 +97,28 @@ def signup_state(item: Mapping[str, Any]) -> Answered:
         detail=item.get("detail"),
     )
     return Answered(state, int(item.get(Attr.REQUEST_COUNT, 0)), item)
+
+
+def _last_own_record(item: Mapping[str, Any], sequence_number: str) -> str:
+    """The greatest sequence number of the signup's own records answered (the engine's
+    replay guard), from what the item keeps anyway: its first record, the records of its
+    own transitions (a signup, a confirm, a cancel) and of its last refusal. (Records of one
+    event share a shard, so a new record's number is above every one answered before.)"""
+    numbers = [sequence_number]
+    history = item.get(Attr.HISTORY)
+    if isinstance(history, list):
+        numbers += [
+            str(h.get(HistoryKey.SEQUENCE_NUMBER))
+            for h in history
+            if isinstance(h, Mapping) and h.get(HistoryKey.CAUSE) in _OWN_CAUSES
+        ]
+    refusal = item.get(Attr.LAST_REFUSAL)
+    if isinstance(refusal, Mapping):
+        numbers.append(str(refusal.get("sequence_number")))
+    return max((n for n in numbers if n.isdigit()), key=int, default=sequence_number)
+
+
+_OWN_CAUSES = (Cause.SIGNUP, Cause.CONFIRM, Cause.CANCEL)
 
 
 def lifecycle_event(
@@ -191,15 +213,17 @@ def _entry(t: Transition) -> dict[str, Any]:
 
 
 def history_of(item: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A decision item's transitions, oldest first (plain values). An item that carries
-    none was decided once and has not moved since: its one transition is its decision."""
-    history = item.get(Attr.HISTORY)
-    if isinstance(history, list):
-        return [dict(h) for h in history]
-    status = item.get(Attr.STATUS)
+    """A decision item's transitions, oldest first (plain values).
+
+    The item stores only the moves after its first decision (``history``); the first is
+    read off the item itself (``decided_at``, ``sequence_number``, and the status it left
+    at its first move, or its status if it never moved), so no byte is stored twice."""
+    stored = item.get(Attr.HISTORY)
+    later = [dict(h) for h in stored if isinstance(h, Mapping)] if isinstance(stored, list) else []
+    status = later[0].get(HistoryKey.FROM) if later else item.get(Attr.STATUS)
     if not isinstance(status, str):
-        return []
-    entry: dict[str, Any] = {
+        return later
+    first: dict[str, Any] = {
         HistoryKey.FROM: Status.PENDING,
         HistoryKey.TO: status,
         HistoryKey.AT: item.get(Attr.DECIDED_AT),
@@ -207,8 +231,13 @@ def history_of(item: Mapping[str, Any]) -> list[dict[str, Any]]:
         HistoryKey.CAUSE: Cause.SIGNUP,
     }
     if status == Status.REJECTED and item.get(Attr.REASON):
-        entry[HistoryKey.REASON] = item.get(Attr.REASON)
-    return [entry]
+        first[HistoryKey.REASON] = item.get(Attr.REASON)
+    return [first, *later]
+
+
+def _stored_history(item: Mapping[str, Any]) -> list[dict[str, Any]]:
+    stored = item.get(Attr.HISTORY)
+    return [dict(h) for h in stored if isinstance(h, Mapping)] if isinstance(stored, list) else []
 
 
 def _refusal(t: Transition, request: str) -> dict[str, Any]:
@@ -252,7 +281,6 @@ def outcome_of(
         assert state is not None
         applied = [t for t in moves if not t.refused]
         refusals = [t for t in moves if t.refused]
-        last_at = iso_of_ms(moves[-1].at)
         answered = counts.get(sid)
         if old is None:
             if not applied:
@@ -262,10 +290,8 @@ def outcome_of(
                 extra[Attr.HOLD_EXPIRES_AT] = iso_of_ms(state.hold_expires_at)
             if state.waitlist_position is not None:
                 extra[Attr.WAITLIST_POSITION] = state.waitlist_position
-            if len(applied) > 1:
-                extra[Attr.HISTORY] = [_entry(t) for t in applied]
-            if state.last_sequence_number != state.arrival:
-                extra[Attr.LAST_SEQUENCE_NUMBER] = state.last_sequence_number
+            if len(applied) > 1:  # moved on in the commit that decided it
+                extra[Attr.HISTORY] = [_entry(t) for t in applied[1:]]
             if answered:
                 extra[Attr.REQUEST_COUNT] = answered
             if refusals:
@@ -290,8 +316,7 @@ def outcome_of(
         remove: list[str] = []
         if applied:
             sets[Attr.STATUS] = state.status
-            sets[Attr.UPDATED_AT] = last_at
-            sets[Attr.HISTORY] = history_of(old.item) + [_entry(t) for t in applied]
+            sets[Attr.HISTORY] = _stored_history(old.item) + [_entry(t) for t in applied]
             if state.position is not None:
                 sets[Attr.POSITION] = state.position
             if state.status == Status.HELD and state.hold_expires_at is not None:
@@ -300,8 +325,6 @@ def outcome_of(
                 remove.append(Attr.HOLD_EXPIRES_AT)
             if state.status == Status.REJECTED and state.reason:
                 sets[Attr.REASON] = state.reason
-        if state.last_sequence_number != old.state.last_sequence_number:
-            sets[Attr.LAST_SEQUENCE_NUMBER] = state.last_sequence_number
         new_count = answered if answered is not None and answered > old.request_count else None
         if new_count is not None:
             sets[Attr.REQUEST_COUNT] = new_count

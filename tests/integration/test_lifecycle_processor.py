@@ -141,7 +141,7 @@ def test_a_hold_is_confirmed(store, processor, feed, clock):
     assert (item[Attr.STATUS], item[Attr.POSITION]) == (Status.ACCEPTED, 1)
     assert Attr.HOLD_EXPIRES_AT not in item
     assert item[Attr.REQUEST_COUNT] == 1
-    assert item[Attr.UPDATED_AT] == clock()
+    assert history_of(item)[-1][HistoryKey.AT] == clock()
     assert moves(store, "gig", "a") == [
         (Status.PENDING, Status.HELD, "signup"),
         (Status.HELD, Status.ACCEPTED, "confirm"),
