@@ -9,6 +9,24 @@ from botocore.exceptions import ClientError
 
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, undecided_shard
 
+#: What the ``Event`` shape shows of an event created without options, before the stream
+#: processor has counted any status (docs/lifecycle.md, §1 and §10).
+NO_EVENT_OPTIONS: dict[str, Any] = {
+    "waitlist": 0,
+    "hold_seconds": 0,
+    "max_seats": None,
+    "status_counts": {},
+}
+#: What the ``Signup`` shape shows of the lifecycle's fields before any is written.
+NO_LIFECYCLE_FIELDS: dict[str, Any] = {
+    "hold_expires_at": None,
+    "waitlist_position": None,
+    "updated_at": None,
+    "request_count": None,
+    "history": [],
+    "last_refusal": None,
+}
+
 #: Whether ``put_raw_intake`` writes the ``undecided`` marker, as the README asks producers
 #: that write intake directly to do (the ``sweep_path`` fixture turns it on).
 MARK_RAW_INTAKE = False

@@ -12,21 +12,29 @@ makes it decide again (docs/design.md, section 4).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
-from turnstile.contract import Attr, ControlKey, EventState
+from turnstile.contract import MAX_LINEUP_ENTRIES, Attr, ControlKey, EventState, Status
 from turnstile.domain import EventSnapshot
 from turnstile.dynamo import ConditionFailed, Dynamo, event_key, from_item
 from turnstile.errors import (
     CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
+    InvalidRequestError,
     StoreUnavailableError,
 )
 from turnstile.journal import Journal
 
-__all__ = ["MAX_CREATED_BY_CHARS", "EventItems", "EventRecord", "is_or_absent_as"]
+__all__ = [
+    "MAX_CREATED_BY_CHARS",
+    "EventItems",
+    "EventRecord",
+    "is_or_absent_as",
+    "lineup_problem",
+]
 
 #: ``created_by`` is cut to this: an IAM ARN or a token subject is far shorter.
 MAX_CREATED_BY_CHARS = 512
@@ -43,6 +51,13 @@ class EventRecord:
     min_capacity: int | None = None
     #: Who created it (``Attr.CREATED_BY``); None for an event item written by other means.
     created_by: str | None = None
+    #: The event's options (docs/lifecycle.md, §1): absent on the item reads as 0, 0, None.
+    waitlist: int = 0
+    hold_seconds: int = 0
+    max_seats: int | None = None
+    #: Signups in each status now (``Attr.STATUS_COUNTS``, the processor's); empty until
+    #: its first lifecycle commit.
+    status_counts: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_item(cls, raw: Mapping[str, Any]) -> EventRecord:
@@ -68,11 +83,51 @@ class EventRecord:
                 int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
             ),
             created_by=_text_or_none(item.get(Attr.CREATED_BY)),
+            waitlist=_count(item.get(Attr.WAITLIST)) or 0,
+            hold_seconds=_count(item.get(Attr.HOLD_SECONDS)) or 0,
+            max_seats=_count(item.get(Attr.MAX_SEATS)),
+            status_counts=_status_counts(item.get(Attr.STATUS_COUNTS)),
         )
 
 
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _count(value: Any) -> int | None:
+    """A whole number of the item as an int, else None (absent, or not a count)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    return None
+
+
+def _status_counts(value: Any) -> dict[str, int]:
+    """``status_counts`` as {status: count}, in ``Status.ALL``'s order, known statuses only."""
+    if not isinstance(value, Mapping):
+        return {}
+    counts = {status: _count(value.get(status)) for status in Status.ALL}
+    return {status: count for status, count in counts.items() if count is not None}
+
+
+def lineup_problem(capacity: int, waitlist: int, hold_seconds: int) -> str | None:
+    """Why these options could need a lineup longer than ``MAX_LINEUP_ENTRIES``, or None.
+
+    The lineup holds every hold and every waiting signup (docs/lifecycle.md, §10): with
+    holds, up to ``capacity + waitlist`` entries (one seat each); without, ``waitlist``.
+    """
+    if waitlist > MAX_LINEUP_ENTRIES:
+        return f"waitlist must be at most {MAX_LINEUP_ENTRIES}"
+    if hold_seconds > 0 and capacity + waitlist > MAX_LINEUP_ENTRIES:
+        return (
+            f"an event with holds (hold_seconds above 0) may have capacity + waitlist of at "
+            f"most {MAX_LINEUP_ENTRIES}; this one would have {capacity} + {waitlist} = "
+            f"{capacity + waitlist}"
+        )
+    return None
 
 
 def is_or_absent_as(name: str, placeholder: str, value: Any, default: Any) -> str:
@@ -91,7 +146,15 @@ class EventItems:
     control_table: str
 
     def create_event(
-        self, event_id: str, capacity: int, now: str, created_by: str | None = None
+        self,
+        event_id: str,
+        capacity: int,
+        now: str,
+        created_by: str | None = None,
+        *,
+        waitlist: int = 0,
+        hold_seconds: int = 0,
+        max_seats: int | None = None,
     ) -> EventRecord:
         """Create an OPEN event; raise ``EventExistsError`` if the id is taken.
 
@@ -120,6 +183,18 @@ class EventItems:
             names["#by"] = Attr.CREATED_BY
             values[":by"] = {"S": created_by}
             expression += ", #by = :by"
+        # The options only when they are not their defaults: an event without them is
+        # written (and read back) exactly as before they existed.
+        options = {
+            Attr.WAITLIST: waitlist or None,
+            Attr.HOLD_SECONDS: hold_seconds or None,
+            Attr.MAX_SEATS: max_seats,
+        }
+        for name, value in options.items():
+            if value is not None:
+                names[f"#{name}"] = name
+                values[f":{name}"] = {"N": str(value)}
+                expression += f", #{name} = :{name}"
         try:
             self.dynamo.call(
                 "update_item",
@@ -132,7 +207,14 @@ class EventItems:
             )
         except ConditionFailed as exc:
             raise EventExistsError(f"event {event_id!r} already exists") from exc
-        return EventRecord(snapshot=snapshot, created_at=now, created_by=created_by or None)
+        return EventRecord(
+            snapshot=snapshot,
+            created_at=now,
+            created_by=created_by or None,
+            waitlist=waitlist,
+            hold_seconds=hold_seconds,
+            max_seats=max_seats,
+        )
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item, read strongly consistent by default, or None."""
@@ -208,6 +290,10 @@ class EventItems:
             snapshot = current.snapshot
             if capacity < snapshot.taken:
                 raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
+            # The options never change once created, so the ones read here stand.
+            problem = lineup_problem(capacity, current.waitlist, current.hold_seconds)
+            if problem:
+                raise InvalidRequestError([f"capacity {capacity}: {problem}"])
             lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
             names = {
                 "#pk": ControlKey.PK,

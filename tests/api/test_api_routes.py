@@ -10,6 +10,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.api.helpers import Invoke, decide_pending, v2_event
+from tests.helpers import NO_EVENT_OPTIONS
 from turnstile import api
 from turnstile.dynamo import event_key
 from turnstile.handlers import api as api_handler
@@ -48,6 +49,7 @@ def test_create_event_answers_201_with_the_event_and_its_location(invoke: Invoke
         "state": "OPEN",
         # The handler saw no authorizer (the local stack's API has none).
         "created_by": None,
+        **NO_EVENT_OPTIONS,
     }
 
 

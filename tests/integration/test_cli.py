@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.helpers import NO_LIFECYCLE_FIELDS
 from turnstile import cli
 
 
@@ -251,6 +252,7 @@ def test_status_of_a_raw_pending_signup_is_bounded(aws, capsys):
         "submitted_at": None,
         "decided_at": None,
         "attributes": {},
+        **NO_LIFECYCLE_FIELDS,
     }
 
 

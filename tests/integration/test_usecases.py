@@ -9,6 +9,7 @@ import boto3
 import pytest
 
 from tests.api.helpers import decide_pending
+from tests.helpers import NO_EVENT_OPTIONS, NO_LIFECYCLE_FIELDS
 from turnstile import usecases
 from turnstile.domain import MAX_CAPACITY, MAX_SEATS
 from turnstile.errors import (
@@ -48,6 +49,7 @@ def test_create_show_update_close_answer_the_event_shape(store):
         "state": "OPEN",
         "created_at": NOW,
         "created_by": "cli:ada",
+        **NO_EVENT_OPTIONS,
     }
     assert usecases.show_event(store, "gig") == created
     assert usecases.update_capacity(store, "gig", 5) == {**created, "capacity": 5, "remaining": 5}
@@ -210,6 +212,7 @@ def test_status_pending_then_decided(store):
         "submitted_at": NOW,
         "decided_at": None,
         "attributes": {"n": 1.5},
+        **NO_LIFECYCLE_FIELDS,
     }
     decide_pending(store, "gig", decided_at="2026-11-21T21:30:00Z")
     accepted = usecases.signup_status(store, "gig", "u1")
