@@ -649,7 +649,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--status",
         metavar="STATUS",
-        help="only signups in this status: PENDING, ACCEPTED or REJECTED",
+        help="only signups in this status: PENDING, HELD, ACCEPTED, WAITLISTED, REJECTED, "
+        "CANCELLED or EXPIRED",
     )
     _page_arguments(p)
     p.set_defaults(func=cmd_signups_list)
