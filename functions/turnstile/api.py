@@ -952,7 +952,6 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "integer",
                 "minimum": 1,
                 "maximum": MAX_SEATS,
-                "nullable": True,
                 "description": "The most seats one signup may ask for (default: no limit "
                 "but the capacity).",
             },

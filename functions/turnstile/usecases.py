@@ -123,8 +123,9 @@ def event_options(
     capacity: int, waitlist: Any = ABSENT, hold_seconds: Any = ABSENT, max_seats: Any = ABSENT
 ) -> EventOptions:
     """The options of a new event of ``capacity`` seats; ``InvalidRequestError`` naming
-    every problem. ``ABSENT`` (or None) is the default. The lineup the processor keeps on
-    the event item is bounded (``MAX_LINEUP_ENTRIES``), so are the options that feed it."""
+    every problem. ``ABSENT`` is the default; None (JSON null) is refused, as for every
+    optional field: leave it out. The lineup the processor keeps on the event item is
+    bounded (``MAX_LINEUP_ENTRIES``), so are the options that feed it."""
     problems: list[str] = []
     values: dict[str, int | None] = {}
     for name, value, low, high in (
@@ -132,7 +133,7 @@ def event_options(
         ("hold_seconds", hold_seconds, 0, MAX_HOLD_SECONDS),
         ("max_seats", max_seats, 1, MAX_SEATS),
     ):
-        if value is ABSENT or value is None:
+        if value is ABSENT:
             values[name] = None
             continue
         problem = _integer_problem(value, name, low, high)

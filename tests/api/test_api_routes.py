@@ -709,6 +709,7 @@ def test_an_event_is_created_with_its_options_and_shows_them(invoke: Invoke):
         ({"hold_seconds": -1}, "hold_seconds must be an integer from 0 to 86400"),
         ({"max_seats": 0}, "max_seats must be an integer from 1 to"),
         ({"max_seats": 1.5}, "max_seats must be an integer"),
+        ({"hold_seconds": None}, "hold_seconds must be an integer"),
         ({"hold": 60}, "unknown field(s): hold"),
     ],
 )

@@ -411,6 +411,9 @@ def test_status_counts_are_shown_as_the_processor_keeps_them(store, aws):
         (10, {"max_seats": 0}, f"max_seats must be an integer from 1 to {MAX_SEATS}"),
         (10, {"max_seats": MAX_SEATS + 1}, "max_seats must be an integer"),
         (10, {"waitlist": "3"}, "waitlist must be an integer"),
+        # null is no default: leave an option out
+        (10, {"max_seats": None}, "max_seats must be an integer"),
+        (10, {"waitlist": None}, "waitlist must be an integer"),
         # with holds the lineup holds capacity + waitlist entries at most
         (1000, {"hold_seconds": 60, "waitlist": 1}, "capacity + waitlist of at most 1000"),
         (1001, {"hold_seconds": 1}, "1001 + 0 = 1001"),
