@@ -47,7 +47,8 @@ test: setup node_modules/.installed
 	$(PY) -m pytest
 
 # `make bench`: the quick preset (6 events) and the hot one (one event, 32 producers, far
-# fewer seats than asked), drawn in one figure. New runs go to $(BENCH_OUT), which git
+# fewer seats than asked), drawn in one figure, then the lifecycle preset (holds, confirms,
+# cancels, a waitlist: about a minute). New runs go to $(BENCH_OUT), which git
 # ignores; the reference run that results/README.md quotes (results/bench*.json, bench.png)
 # changes only when someone copies a new run over it and updates the README's figures.
 BENCH_OUT := results/latest
@@ -58,6 +59,7 @@ bench: setup
 	$(VENV)/bin/turnstile bench --hot --json $(BENCH_OUT)/bench-hot.json
 	$(PY) -m turnstile_bench.plot $(BENCH_OUT)/bench.json $(BENCH_OUT)/bench-hot.json \
 		--out $(BENCH_OUT)/bench.png
+	$(VENV)/bin/turnstile bench --lifecycle --json $(BENCH_OUT)/bench-lifecycle.json
 
 drills: setup
 	TURNSTILE_DRILL_SCALE=$${TURNSTILE_DRILL_SCALE:-5} $(PY) -m pytest tests/drills -s -q

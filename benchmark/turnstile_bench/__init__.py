@@ -71,6 +71,14 @@ def register(subparsers: Any) -> None:
         help="one event, 32 producers, capacity far below demand: only the ways (and slots "
         "claimed lowest first, slots:order)",
     )
+    preset.add_argument(
+        "--lifecycle",
+        action="store_true",
+        help="holds, confirmations, cancellations and a waitlist through the stream "
+        "processor: one event of 100 seats, a waitlist of 50, 5-second holds, 400 signups at 40/s; "
+        "of those held 70%% confirm and the rest lapse, 20%% of the accepted cancel; write "
+        "units and requests per transition, promotions, and a recount of every history",
+    )
     p.add_argument(
         "--scale",
         action="store_true",
@@ -117,6 +125,19 @@ def register(subparsers: Any) -> None:
         "--intake-bytes", type=_intake_range, help="intake item size range, e.g. 350-900"
     )
     knobs.add_argument("--seed", type=int, help="seed of the random workload")
+    knobs.add_argument("--waitlist", type=int, help="--lifecycle: signups that may wait")
+    knobs.add_argument(
+        "--hold-seconds", type=int, help="--lifecycle: seconds a hold lasts unconfirmed"
+    )
+    knobs.add_argument(
+        "--rate", type=float, help="--lifecycle: signups submitted per second (0: a burst)"
+    )
+    knobs.add_argument(
+        "--confirm-share", type=float, help="--lifecycle: share of the held that confirm"
+    )
+    knobs.add_argument(
+        "--cancel-share", type=float, help="--lifecycle: share of the accepted that cancel"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bench)
 
@@ -144,6 +165,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.sweeper:
         return _sweeper(args, Progress(enabled=not args.quiet))
+    if args.lifecycle:
+        return _lifecycle(args, Progress(enabled=not args.quiet))
 
     options = HOT if args.hot else QUICK if args.quick else FULL
     options = with_knobs(
@@ -218,3 +241,38 @@ def _sweeper(args: argparse.Namespace, progress: Any) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
+
+
+def _lifecycle(args: argparse.Namespace, progress: Any) -> int:
+    """``--lifecycle``: the lifecycle workload, its table and JSON; exit 1 if a check
+    failed (the recount, the audit, or a run that never settled)."""
+    from turnstile_bench.lifecycle_run import LIFECYCLE, render_lifecycle, run_lifecycle
+
+    knobs = {
+        "events": args.events,
+        "capacity": args.capacity,
+        "signups": args.signups,
+        "producers": args.producers,
+        "seats": args.seats,
+        "intake_bytes": args.intake_bytes,
+        "seed": args.seed,
+        "waitlist": args.waitlist,
+        "hold_seconds": args.hold_seconds,
+        "rate": args.rate,
+        "confirm_share": args.confirm_share,
+        "cancel_share": args.cancel_share,
+    }
+    workload = replace(LIFECYCLE, **{k: v for k, v in knobs.items() if v is not None})
+    if workload.events < 1 or workload.signups < 1 or workload.hold_seconds < 1:
+        print(
+            "turnstile: --lifecycle needs events, signups and --hold-seconds of 1 or more",
+            file=sys.stderr,
+        )
+        return 2
+    doc = run_lifecycle(workload, progress)
+    print(render_lifecycle(doc))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0 if all(doc["checks"].values()) else 1

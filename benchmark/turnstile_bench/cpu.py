@@ -2,7 +2,8 @@
 
 Two figures, on synthetic batches of 100 Lambda-shaped records for one event:
 
-* ``engine``: the pure work of a decision: parse the image, decide, encode the journal;
+* ``engine``: the pure work of a decision: parse the image, the lifecycle engine's step,
+  encode the journal;
 * ``handler``: the whole Lambda handler (Powertools decorators and event parsing, the
   processor, the store building every request) over an in-memory DynamoDB client that
   answers instantly, so what remains is the handler's own CPU.
@@ -21,7 +22,9 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
-from turnstile.domain import EventSnapshot, decide, parse_request
+from turnstile import lifecycle, transitions
+from turnstile.contract import Attr
+from turnstile.domain import EventSnapshot, parse_request
 from turnstile.journal import Journal
 from turnstile.processor import StreamProcessor, utc_now
 from turnstile.store import SignupStore
@@ -108,12 +111,16 @@ class MemoryDynamoDB:
         ):
             raise _condition_failed("UpdateItem")
         item = dict(existing) if existing is not None else dict(Key)
-        action, _, assignments = UpdateExpression.partition(" ")
+        # SET a = :v, ... [REMOVE b, ...]: what the commit and materialization send.
+        sets, _, removes = UpdateExpression.partition(" REMOVE ")
+        action, _, assignments = sets.partition(" ")
         if action.upper() != "SET":
             raise NotImplementedError(UpdateExpression)
         for assignment in assignments.split(","):
             target, _, source = (part.strip() for part in assignment.partition("="))
             item[names.get(target, target)] = values[source]
+        for name in filter(None, (part.strip() for part in removes.split(","))):
+            item.pop(names.get(name, name), None)
         table[self._key(Key)] = item
         return {}
 
@@ -182,7 +189,7 @@ class CpuProfile:
         return {
             "method": (
                 "time.thread_time around synthetic batches of 100 records for one event; "
-                "engine = parse_request + decide + Journal.encode; handler = the Lambda "
+                "engine = parse_request + lifecycle.step + Journal.encode; handler = the Lambda "
                 "handler with an in-memory DynamoDB client (no I/O)"
             ),
             "batches": self.batches,
@@ -213,8 +220,11 @@ def _records(batches: int) -> list[list[dict[str, Any]]]:
 
 
 def _engine(batches: Sequence[Sequence[dict[str, Any]]], capacity: int) -> float:
-    """Thread CPU seconds for parse + decide + journal encode over every batch."""
+    """Thread CPU seconds for parse + the lifecycle engine's step + journal encode over
+    every batch (what the processor does for a chunk, without I/O)."""
     event = EventSnapshot(event_id="bench-ev00", capacity=capacity)
+    counts: dict[str, int] | None = None
+    lineup = None
     started = time.thread_time()
     for batch in batches:
         requests = [
@@ -224,16 +234,24 @@ def _engine(batches: Sequence[Sequence[dict[str, Any]]], capacity: int) -> float
             )
             for r in batch
         ]
-        outcome = decide(event, requests)
+        engine_requests, answered = transitions.engine_requests(requests, {})
+        before = transitions.lifecycle_event(event, lineup=lineup)
+        now = utc_now()
+        result = lifecycle.step(before, {}, engine_requests, transitions.ms_of(now))
+        outcome = transitions.outcome_of(before, event, counts, result, {}, answered, {})
         Journal.build(
             event.event_id,
             event.version + 1,
-            utc_now(),
+            now,
             outcome.decisions,
             {r.signup_id: r for r in requests},
+            extras=outcome.extras,
+            updates=outcome.updates,
         ).encode()
-        assert outcome.state is not None
+        assert outcome.state is not None and outcome.lifecycle is not None
         event = outcome.state
+        counts = dict(outcome.lifecycle[Attr.STATUS_COUNTS])
+        lineup = outcome.lifecycle[Attr.LINEUP]
     return time.thread_time() - started
 
 

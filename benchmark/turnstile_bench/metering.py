@@ -97,15 +97,21 @@ Item = Mapping[str, Mapping[str, Any]]
 
 def index_entry(item: Item | None, index: IndexSpec, table_keys: tuple[str, str]) -> Item | None:
     """An item's entry in a global secondary index: the table's key, the index key and the
-    projected attributes; None when the item is absent or lacks the index key (sparse)."""
-    if item is None or index.partition_key not in item:
+    projected attributes; None when the item is absent or lacks an attribute of the index
+    key (sparse: an item is in the index only with its partition and sort key)."""
+    keys = _index_keys(index)
+    if item is None or any(k not in item for k in keys):
         return None
     if index.projection_type == "ALL":
         return dict(item)
-    kept = {*table_keys, index.partition_key}
+    kept = {*table_keys, *keys}
     if index.projection_type == "INCLUDE":
         kept |= set(index.non_key_attributes)
     return {k: v for k, v in item.items() if k in kept}
+
+
+def _index_keys(index: IndexSpec) -> tuple[str, ...]:
+    return (index.partition_key, index.sort_key) if index.sort_key else (index.partition_key,)
 
 
 def index_write_units(index: IndexSpec, before: Item | None, after: Item | None) -> int:
@@ -118,8 +124,9 @@ def index_write_units(index: IndexSpec, before: Item | None, after: Item | None)
         return write_units(item_size(after))  # put into the index
     if after is None:
         return write_units(item_size(before))  # deleted from the index
-    if before[index.partition_key] != after[index.partition_key]:
-        # The key moved: the old entry deleted, the new one put.
+    if any(before[k] != after[k] for k in _index_keys(index)):
+        # The key moved (its partition or its sort key): the old entry deleted, the new
+        # one put.
         return write_units(item_size(before)) + write_units(item_size(after))
     if before == after:
         return 0  # the index does not change

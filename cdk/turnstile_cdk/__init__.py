@@ -7,6 +7,7 @@ constructs deploy. The function constructs share one ``FunctionConstructProps``.
 
 from .api import ApiAuth, ApiConstruct, ApiThrottling, CallerRole
 from .application import add_turnstile_stack, create_app, enable_nag
+from .due_holds import DueHoldsConstruct
 from .event_source import event_source_mapping_properties
 from .functions import FunctionCommons, FunctionConstruct, FunctionConstructProps
 from .monitoring import MonitoringConstruct
@@ -22,6 +23,7 @@ __all__ = [
     "ApiThrottling",
     "CallerRole",
     "ContextKey",
+    "DueHoldsConstruct",
     "FunctionCommons",
     "FunctionConstruct",
     "FunctionConstructProps",

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnstile.contract import (
+    DUE_HOLDS_INDEX,
     EVENT_CONFIG_ATTRIBUTES,
     EVENT_LIST_ATTRIBUTES,
     UNDECIDED_INDEX,
@@ -46,6 +47,7 @@ from turnstile.contract import (
 __all__ = [
     "API_GRANTS",
     "CONTROL",
+    "DUE_HOLDS_GRANTS",
     "INTAKE",
     "MAIN",
     "PROCESSOR_GRANTS",
@@ -220,11 +222,13 @@ SWEEPER_GRANTS = (
             Attr.RE_EMITS,
             Attr.RE_EMITTED_AT,
             Attr.UNDECIDED,
+            Attr.REQUEST_COUNT,
         ),
         why="re-emits a record by bumping its re-emission counter and time (redrive, "
         "redriven_at) and setting the undecided marker (Ledger.fenced_re_emit_many, in "
-        "transactions), and removes the marker from a record it finds decided "
-        "(clear_undecided); it never deletes or replaces one",
+        "transactions), and removes the marker from a record it finds decided, conditioned "
+        "on its request_count being answered (clear_undecided: a condition names it, so IAM "
+        "counts it; the code never writes it); it never deletes or replaces one",
     ),
     TableGrant(MAIN, ("dynamodb:BatchGetItem",), why="reads which records are decided"),
     TableGrant(
@@ -254,5 +258,25 @@ SWEEPER_GRANTS = (
         ),
         why="lifts a hold with nothing parked under it (lift_hold: clears the marker's "
         "fields, conditioned on its version); it never writes a parked record's content",
+    ),
+)
+
+#: Releasing due holds (``turnstile.due_holds``): it reads the control table's ``due-holds``
+#: index and nothing else of control, and re-emits intake records, naming only their keys,
+#: the re-emissions' counter and the marker (``SignupStore.re_emit``).
+DUE_HOLDS_GRANTS = (
+    TableGrant(
+        CONTROL,
+        ("dynamodb:Query",),
+        index=DUE_HOLDS_INDEX.name,
+        why="finds the events whose earliest hold is due (due_events: a Query of the index, "
+        "which projects an event's id and its holding signup only)",
+    ),
+    TableGrant(
+        INTAKE,
+        ("dynamodb:UpdateItem",),
+        attributes=(Attr.EVENT_ID, Attr.SIGNUP_ID, Attr.RE_EMITS, Attr.UNDECIDED),
+        why="re-emits the holding signup's intake record (SignupStore.re_emit: ADD redrive, "
+        "SET undecided, conditioned on the record existing); it never deletes or replaces one",
     ),
 )

@@ -11,6 +11,7 @@ from constructs import Construct
 from turnstile.stack_outputs import OutputKey
 
 from .api import ApiAuth, ApiConstruct, ApiThrottling
+from .due_holds import DueHoldsConstruct
 from .functions import FunctionCommons, FunctionConstructProps
 from .monitoring import MonitoringConstruct
 from .settings import TurnstileSettings
@@ -22,7 +23,8 @@ __all__ = ["TurnstileStack"]
 
 
 class TurnstileStack(Stack):
-    """Tables, stream processor, HTTP API, sweeper and monitoring; no resource defined here."""
+    """Tables, stream processor, HTTP API, sweeper, the release of due holds and
+    monitoring; no resource defined here."""
 
     def __init__(
         self,
@@ -86,6 +88,7 @@ class TurnstileStack(Stack):
             props,
             reserved_concurrency=settings.sweeper_reserved_concurrency,
         )
+        self.due_holds = DueHoldsConstruct(self, "DueHolds", props)
         self.monitoring = MonitoringConstruct(
             self,
             "Monitoring",
@@ -94,6 +97,7 @@ class TurnstileStack(Stack):
                 "Processor": self.processor.function,
                 "Api": self.api.function,
                 "Sweeper": self.sweeper.function,
+                "DueHolds": self.due_holds.function,
             },
             failure_queue=self.processor.failure_queue,
             tables={

@@ -20,10 +20,12 @@ from decimal import Decimal
 from typing import Any
 
 from turnstile.clock import age_s
-from turnstile.contract import Attr, HoldAttr, Reason, Status
+from turnstile.contract import Attr, HistoryKey, HoldAttr, Reason, Status
 from turnstile.errors import EventNotFoundError
 from turnstile.events import EventRecord
+from turnstile.lifecycle import ALLOWED_TRANSITIONS, SEATED
 from turnstile.ports import AuditStore
+from turnstile.transitions import history_of
 
 __all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event", "audit_hold"]
 
@@ -37,6 +39,8 @@ class EventAudit:
     capacity: int | None = None
     taken: int | None = None
     accepted_seats: int = 0
+    #: Signups that moved after their first decision (a lifecycle transition).
+    moved: int = 0
     accepted: int = 0
     rejected: int = 0
     pending: int = 0
@@ -154,17 +158,30 @@ def audit_event(
         if seats is None or (status == Status.ACCEPTED and seats < 1):
             # (an invalid_request rejection may carry 0 seats: its seats were the problem)
             v.append(f"{d[sid]}: seats {d.get(Attr.SEATS)!r} is not a seat count")
-        if status == Status.ACCEPTED:
+        if status in SEATED:
+            # a hold's seats are taken as an acceptance's are (invariant 1)
             report.accepted += 1
             report.accepted_seats += seats or 0
             if _whole(d.get(Attr.POSITION)) is None:
-                v.append(f"{d[sid]}: accepted without a position")
+                v.append(f"{d[sid]}: {str(status).lower()} without a position")
         elif status == Status.REJECTED:
             report.rejected += 1
-            if d.get(Attr.REASON) not in Reason.ALL:
+            if d.get(Attr.REASON) not in Reason.REJECTIONS:
                 v.append(f"{d[sid]}: rejected with unknown reason {d.get(Attr.REASON)!r}")
-        else:
+        elif status not in (Status.WAITLISTED, Status.CANCELLED, Status.EXPIRED):
             v.append(f"{d[sid]}: status {status!r}")
+        # Invariant 2: only the allowed transitions, each once, ending where it is now.
+        history = history_of(d)
+        if len(history) > 1:
+            report.moved += 1
+        status_now = Status.PENDING
+        for h in history:
+            step = (h.get(HistoryKey.FROM), h.get(HistoryKey.TO))
+            if step[0] != status_now or step not in ALLOWED_TRANSITIONS:
+                v.append(f"{d[sid]}: history moves {step[0]} -> {step[1]} from {status_now}")
+            status_now = str(step[1])
+        if history and status_now != status:
+            v.append(f"{d[sid]}: history ends at {status_now}, but the status is {status}")
         if _whole(d.get(Attr.SEQUENCE_NUMBER)) is None:
             v.append(f"{d[sid]}: decision has no sequence number")
 
@@ -192,7 +209,15 @@ def audit_event(
     # rejected capacity_full while it fitted into what was left at its turn. Capacity may
     # have changed since: judged against the lowest it has been, a rejection made before
     # a raise is not taken for one that fitted.
-    ordered = sorted(decided.values(), key=lambda d: _whole(d.get(Attr.SEQUENCE_NUMBER)) or 0)
+    # Once seats came back (a cancellation, an expiry), an arrival scan no longer knows
+    # what was free at each turn, and promotions take positions out of arrival order: only
+    # signups granted seats at their first decision are checked for position order, and
+    # capacity_full only while nothing ever moved (the engine's property tests cover the
+    # rest: docs/lifecycle.md §9).
+    ordered = sorted(
+        (d for d in decided.values() if _granted_first(d)),
+        key=lambda d: _whole(d.get(Attr.SEQUENCE_NUMBER)) or 0,
+    )
     capacity = report.capacity
     if capacity is not None and event_item is not None:
         lowest = _whole(event_item.get(Attr.MIN_CAPACITY))
@@ -201,14 +226,15 @@ def audit_event(
     last_position = 0
     for d in ordered:
         seats = _whole(d.get(Attr.SEATS)) or 0
-        if d.get(Attr.STATUS) == Status.ACCEPTED:
+        if d.get(Attr.STATUS) in SEATED or len(history_of(d)) > 1:
             position = _whole(d.get(Attr.POSITION)) or 0
             if position <= last_position:
                 v.append(f"{d[sid]}: position {position} out of stream order")
             last_position = position
             taken += seats
         elif (
-            d.get(Attr.REASON) == Reason.CAPACITY_FULL
+            not report.moved
+            and d.get(Attr.REASON) == Reason.CAPACITY_FULL
             and capacity is not None
             and seats <= capacity - taken
         ):
@@ -242,6 +268,13 @@ def audit_event(
             f"({known}{undated})"
         )
     return report
+
+
+def _granted_first(item: Mapping[str, Any]) -> bool:
+    """Whether the signup's first decision granted it seats (a hold or an acceptance), or
+    it is a rejection (which takes part in the capacity_full check)."""
+    history = history_of(item)
+    return bool(history) and history[0].get(HistoryKey.TO) in (*SEATED, Status.REJECTED)
 
 
 def _check_journal(
@@ -300,6 +333,15 @@ def audit_stable(
             continue  # a commit landed while we read: read it all again
         journal = before.journal if before is not None else None
         journal_ids = {d.signup_id for d in journal.decisions} if journal else set()
+        if journal is not None and journal.updates:
+            # a change of the last commit not written yet counts as unmaterialized
+            status_of = {d.get(Attr.SIGNUP_ID): d.get(Attr.STATUS) for d in decisions}
+            journal_ids |= {
+                u.signup_id
+                for u in journal.updates
+                if status_of.get(u.signup_id) == u.from_status and Attr.STATUS in u.set
+            }
+            decisions = [d for d in decisions if d.get(Attr.SIGNUP_ID) not in journal_ids]
         hold = store.get_hold(event_id)
         held_ids: set[str] = set()
         if hold is not None:

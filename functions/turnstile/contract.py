@@ -18,6 +18,8 @@ __all__ = [
     "ALL_TABLES",
     "CONTROL_TABLE",
     "DECISION_RETENTION_ENV",
+    "DUE_HOLDS_INDEX",
+    "DUE_HOLDS_SHARD",
     "EVENT_CONFIG_ATTRIBUTES",
     "EVENT_LIST_ATTRIBUTES",
     "FAILURE_QUEUE_NAME",
@@ -350,7 +352,7 @@ class Reason:
     #: The reasons of a REJECTED status in the lifecycle engine: today's and ``max_seats``'.
     REJECTIONS = (*ALL, SEATS_ABOVE_MAX)
     #: The reasons of a refused request (a confirm or cancel that changed nothing).
-    REFUSALS = (HOLD_EXPIRED, TRANSITION_NOT_ALLOWED)
+    REFUSALS = (HOLD_EXPIRED, TRANSITION_NOT_ALLOWED, INVALID_REQUEST)
 
 
 class EventState:
@@ -360,24 +362,36 @@ class EventState:
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """A global secondary index: its key (a string attribute) and what it projects."""
+    """A global secondary index: its key (a string partition key, and optionally a sort key
+    of its own type) and what it projects."""
 
     name: str
     partition_key: str
     #: ``KEYS_ONLY``, or ``INCLUDE`` with ``non_key_attributes``.
     projection_type: str = "KEYS_ONLY"
     non_key_attributes: tuple[str, ...] = ()
+    #: The index's sort key, if any, and its DynamoDB type (``S``, ``N`` or ``B``).
+    sort_key: str | None = None
+    sort_key_type: str = "S"
+
+    def attribute_definitions(self) -> list[dict[str, str]]:
+        """The ``AttributeDefinitions`` entries of the index's key attributes."""
+        definitions = [{"AttributeName": self.partition_key, "AttributeType": "S"}]
+        if self.sort_key:
+            definitions.append(
+                {"AttributeName": self.sort_key, "AttributeType": self.sort_key_type}
+            )
+        return definitions
 
     def create_kwargs(self) -> dict[str, Any]:
         """The index as boto3 ``create_table``'s ``GlobalSecondaryIndexes`` entry."""
         projection: dict[str, Any] = {"ProjectionType": self.projection_type}
         if self.non_key_attributes:
             projection["NonKeyAttributes"] = list(self.non_key_attributes)
-        return {
-            "IndexName": self.name,
-            "KeySchema": [{"AttributeName": self.partition_key, "KeyType": "HASH"}],
-            "Projection": projection,
-        }
+        key_schema = [{"AttributeName": self.partition_key, "KeyType": "HASH"}]
+        if self.sort_key:
+            key_schema.append({"AttributeName": self.sort_key, "KeyType": "RANGE"})
+        return {"IndexName": self.name, "KeySchema": key_schema, "Projection": projection}
 
 
 #: Marker values the API, the CLI and the local producers write: 16 shards, so the index's
@@ -397,6 +411,25 @@ UNDECIDED_INDEX = IndexSpec(
     partition_key=Attr.UNDECIDED,
     projection_type="INCLUDE",
     non_key_attributes=(Attr.SUBMITTED_AT, Attr.RE_EMITTED_AT, Attr.RE_EMITS),
+)
+
+
+#: The one value of ``Attr.HOLD_DUE_SHARD`` the processor writes: every event with a hold
+#: to lapse is in one partition of ``DUE_HOLDS_INDEX``, read by one Query sorted by time.
+#: (An event item changes once per commit, so the index's write rate is the commits'.)
+DUE_HOLDS_SHARD = "0"
+
+#: The sparse index of events holding seats: an event item is in it only while it carries
+#: ``hold_due_at`` (the processor removes it with the event's last hold), sorted by when its
+#: earliest hold lapses, with the signup that holds it (docs/lifecycle.md §10, "Releasing
+#: due holds"; ``turnstile.due_holds``).
+DUE_HOLDS_INDEX = IndexSpec(
+    name="due-holds",
+    partition_key=Attr.HOLD_DUE_SHARD,
+    sort_key=Attr.HOLD_DUE_AT,
+    sort_key_type="N",
+    projection_type="INCLUDE",
+    non_key_attributes=(Attr.EVENT_ID, Attr.HOLD_DUE_SIGNUP),
 )
 
 
@@ -433,9 +466,9 @@ class TableSpec:
             "BillingMode": "PAY_PER_REQUEST",
         }
         for index in self.indexes:
-            kwargs["AttributeDefinitions"].append(
-                {"AttributeName": index.partition_key, "AttributeType": "S"}
-            )
+            for definition in index.attribute_definitions():
+                if definition not in kwargs["AttributeDefinitions"]:
+                    kwargs["AttributeDefinitions"].append(definition)
         if self.indexes:
             kwargs["GlobalSecondaryIndexes"] = [index.create_kwargs() for index in self.indexes]
         if self.stream_view_type:
@@ -465,13 +498,15 @@ MAIN_TABLE = TableSpec(
     env_var="TURNSTILE_MAIN_TABLE",
 )
 
-#: Event items and the sweeper's lease and run history (keys: ``ControlKey``).
+#: Event items and the sweeper's lease and run history (keys: ``ControlKey``); the sparse
+#: index of events holding seats (``DUE_HOLDS_INDEX``).
 CONTROL_TABLE = TableSpec(
     logical_id="ControlTable",
     default_name="turnstile-control",
     env_var="TURNSTILE_CONTROL_TABLE",
     partition_key=ControlKey.PK,
     sort_key=ControlKey.SK,
+    indexes=(DUE_HOLDS_INDEX,),
 )
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_SUBMITTED_AT_CHARS",
     "Decision",
     "EventSnapshot",
+    "ItemUpdate",
     "Outcome",
     "SignupRequest",
     "attributes_problem",
@@ -79,6 +80,12 @@ class SignupRequest:
     problem: str | None = None
     #: A remark that is no reason to reject (a dropped field), kept in the decision's detail.
     note: str | None = None
+    #: What the record's latest request asks (``RequestKind``: confirm or cancel; any other
+    #: text is refused as invalid), or None: the record carries no request.
+    request: str | None = None
+    #: How many requests the producer has made of this signup (``Attr.REQUEST_COUNT``; a
+    #: fraction rounded up); None when the record's count is no number of 0 or more.
+    request_count: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -99,11 +106,33 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class ItemUpdate:
+    """A change to a decision item that exists: the attributes to set (DynamoDB-typed)
+    and to remove, applied only while the item's status is still ``from_status`` (and, when
+    ``request_count`` is set, its answered requests below it): so applying it twice, or
+    after a later change, changes nothing."""
+
+    signup_id: str
+    from_status: str
+    set: Mapping[str, Any]
+    remove: tuple[str, ...] = ()
+    request_count: int | None = None
+
+
+@dataclass(frozen=True)
 class Outcome:
-    """What ``decide`` returns: the new decisions in stream order and the next state."""
+    """What ``decide`` returns: the new decisions in stream order and the next state.
+
+    The lifecycle's commits (``turnstile.transitions``) also carry, per decision, the
+    typed attributes its item has beyond today's (``extras``: a hold's expiry, a place in
+    line, a history), the changes to items decided before (``updates``) and the event's
+    lifecycle state (``lifecycle``: the attributes the commit sets on the event item)."""
 
     decisions: tuple[Decision, ...]
     state: EventSnapshot | None
+    extras: tuple[Mapping[str, Any], ...] | None = None
+    updates: tuple[ItemUpdate, ...] = ()
+    lifecycle: Mapping[str, Any] | None = None
 
 
 # -- the one validator of a signup (API, CLI and stream processor) --------------------
@@ -268,6 +297,10 @@ def parse_request(
     if attributes is None or (problems and attributes_problem(attributes)):
         attributes = {}  # never copied when invalid: only its problem is kept
     submitted_at, note = _submitted_at(image.get("submitted_at"))
+    request = image.get("request")
+    request_count, whole = _count(image.get("request_count"))
+    if not whole and request_count is not None:
+        request = ""  # a fraction of a request: refused as invalid
     return SignupRequest(
         event_id=str(event_id),
         signup_id=str(signup_id),
@@ -277,7 +310,27 @@ def parse_request(
         submitted_at=submitted_at,
         problem=_bounded("; ".join(problems)) if problems else None,
         note=note,
+        # Present but not text: a request all the same, refused as invalid.
+        request=_bounded(request, 64) if isinstance(request, str) else request and "",
+        request_count=request_count,
     )
+
+
+def _count(raw: Any) -> tuple[int | None, bool]:
+    """Rule: a request counter is a whole number, 0 or more (absent: 0). Returns the count
+    and whether it is whole. A fraction counts as the next whole number, and its request is
+    refused; anything else (text, a negative number) is no count at all: its record
+    carries no request the processor can tell from another."""
+    if raw is None:
+        return 0, True
+    if isinstance(raw, bool) or not isinstance(raw, int | Decimal):
+        return None, False
+    if isinstance(raw, Decimal) and not raw.is_finite():
+        return None, False
+    if raw < 0:
+        return None, False
+    whole = Decimal(raw).to_integral_value(rounding="ROUND_CEILING")
+    return int(whole), whole == raw
 
 
 def decide(

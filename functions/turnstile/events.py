@@ -12,11 +12,10 @@ makes it decide again (docs/design.md, section 4).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from decimal import Decimal
+from dataclasses import dataclass
 from typing import Any
 
-from turnstile.contract import MAX_LINEUP_ENTRIES, Attr, ControlKey, EventState, Status
+from turnstile.contract import MAX_LINEUP_ENTRIES, Attr, ControlKey, EventState
 from turnstile.domain import EventSnapshot
 from turnstile.dynamo import ConditionFailed, Dynamo, event_key, from_item
 from turnstile.errors import (
@@ -51,13 +50,16 @@ class EventRecord:
     min_capacity: int | None = None
     #: Who created it (``Attr.CREATED_BY``); None for an event item written by other means.
     created_by: str | None = None
-    #: The event's options (docs/lifecycle.md, §1): absent on the item reads as 0, 0, None.
+    #: The lifecycle's options (docs/lifecycle.md): absent on the item reads as 0, 0, None.
     waitlist: int = 0
     hold_seconds: int = 0
     max_seats: int | None = None
-    #: Signups in each status now (``Attr.STATUS_COUNTS``, the processor's); empty until
-    #: its first lifecycle commit.
-    status_counts: Mapping[str, int] = field(default_factory=dict)
+    #: Signups per status (the processor's ``Attr.STATUS_COUNTS``); None before any commit
+    #: of the lifecycle.
+    status_counts: dict[str, int] | None = None
+    #: The stored lineup (``turnstile.lineup``), compressed; None when the event holds
+    #: nothing and nobody waits.
+    lineup: bytes | None = None
 
     @classmethod
     def from_item(cls, raw: Mapping[str, Any]) -> EventRecord:
@@ -83,34 +85,28 @@ class EventRecord:
                 int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
             ),
             created_by=_text_or_none(item.get(Attr.CREATED_BY)),
-            waitlist=_count(item.get(Attr.WAITLIST)) or 0,
-            hold_seconds=_count(item.get(Attr.HOLD_SECONDS)) or 0,
-            max_seats=_count(item.get(Attr.MAX_SEATS)),
-            status_counts=_status_counts(item.get(Attr.STATUS_COUNTS)),
+            waitlist=_whole(item.get(Attr.WAITLIST)) or 0,
+            hold_seconds=_whole(item.get(Attr.HOLD_SECONDS)) or 0,
+            max_seats=_whole(item.get(Attr.MAX_SEATS)),
+            status_counts=(
+                {str(k): int(v) for k, v in counts.items()}
+                if isinstance(counts := item.get(Attr.STATUS_COUNTS), Mapping)
+                else None
+            ),
+            lineup=bytes(lineup) if (lineup := item.get(Attr.LINEUP)) is not None else None,
         )
+
+
+def _whole(value: Any) -> int | None:
+    """An option as the event item holds it (a number), else None."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError, ArithmeticError):
+        return None
 
 
 def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def _count(value: Any) -> int | None:
-    """A whole number of the item as an int, else None (absent, or not a count)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
-        return int(value)
-    return None
-
-
-def _status_counts(value: Any) -> dict[str, int]:
-    """``status_counts`` as {status: count}, in ``Status.ALL``'s order, known statuses only."""
-    if not isinstance(value, Mapping):
-        return {}
-    counts = {status: _count(value.get(status)) for status in Status.ALL}
-    return {status: count for status, count in counts.items() if count is not None}
 
 
 def lineup_problem(capacity: int, waitlist: int, hold_seconds: int) -> str | None:

@@ -95,6 +95,8 @@ class HeldEvents:
                         Attr.ATTRIBUTES: dict(request.attributes) or None,
                         Attr.SUBMITTED_AT: request.submitted_at,
                         HoldAttr.PROBLEM: request.problem,
+                        Attr.REQUEST: request.request,
+                        Attr.REQUEST_COUNT: request.request_count,
                     }
                 ),
             )
@@ -157,6 +159,10 @@ class HeldEvents:
                     attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
                     submitted_at=item.get(Attr.SUBMITTED_AT),
                     problem=item.get(HoldAttr.PROBLEM),
+                    request=item.get(Attr.REQUEST),
+                    request_count=(
+                        int(item[Attr.REQUEST_COUNT]) if Attr.REQUEST_COUNT in item else None
+                    ),
                 )
             )
         return requests

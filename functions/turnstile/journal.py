@@ -15,6 +15,11 @@ every decision item, whatever a producer wrote into intake:
 * It is stored bzip2-compressed, as JSON with a format tag (``"f"``): ``Journal.FORMAT``
   is written, and every format written before is still read (format 1, zlib-compressed,
   has no copied fields). A new kind of row is a new format, never a change to an old one.
+* Format 3 (the lifecycle, docs/lifecycle.md §10) adds to a first decision's row the
+  attributes its item has beyond format 2's (a hold's expiry, a place in line, a history
+  when it moved on within the commit), and a list of changes (``"u"``) to items decided
+  by earlier commits, each applied only while the item's status is the one it was
+  decided from.
 
 The bound on a whole journal (``store.MAX_JOURNAL_BYTES``) is the commit's: the journal
 only says how many of its decisions fit (``Journal.longest_prefix``).
@@ -31,7 +36,7 @@ from functools import cached_property
 from typing import Any
 
 from turnstile.contract import Attr, Status
-from turnstile.domain import Decision, SignupRequest
+from turnstile.domain import Decision, ItemUpdate, SignupRequest
 from turnstile.dynamo import to_item, typed_json, typed_json_hook
 from turnstile.itemsize import text_size, typed_item_size
 
@@ -88,7 +93,11 @@ def _without_copies(decision: Decision, why: str) -> Decision:
 
 
 def base_item(
-    event_id: str, decision: Decision, decided_at: str, expires_at: int | None = None
+    event_id: str,
+    decision: Decision,
+    decided_at: str,
+    expires_at: int | None = None,
+    extras: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The decision item without its copied fields, typed (what ``to_item`` would give,
     built directly: this runs for every decision). ``expires_at``: when TTL deletes it."""
@@ -108,6 +117,8 @@ def base_item(
     item[Attr.SEQUENCE_NUMBER] = {"S": decision.sequence_number}
     if expires_at is not None:
         item[Attr.EXPIRES_AT] = {"N": str(int(expires_at))}
+    if extras:
+        item.update(extras)
     return item
 
 
@@ -117,6 +128,7 @@ def _bounded(
     decided_at: str,
     request: SignupRequest | Mapping[str, Any] | None,
     expires_at: int | None = None,
+    extras: Mapping[str, Any] | None = None,
 ) -> tuple[Decision, dict[str, Any], str]:
     """``bounded_decision``, and the copied fields as journal JSON."""
     try:
@@ -131,7 +143,7 @@ def _bounded(
     # The JSON is never shorter than the item size (tags, quotes, base64): the exact size
     # is needed only when the JSON alone would go over.
     json_bytes = text_size(text)
-    base = typed_item_size(base_item(event_id, decision, decided_at, expires_at))
+    base = typed_item_size(base_item(event_id, decision, decided_at, expires_at, extras))
     if base + json_bytes > MAX_DECISION_ITEM_BYTES:
         if base + typed_item_size(copies) > MAX_DECISION_ITEM_BYTES:
             why = f"item over {MAX_DECISION_ITEM_BYTES} bytes"
@@ -191,10 +203,23 @@ class Journal:
     #: commit like every other byte of the items (header key "e", absent when None).
     expires_at: int | None = None
 
-    #: Format 2: rows carry the copied fields. Format 1 (no "f"): rows without them.
-    FORMAT = 2
-    _STATUS = {Status.ACCEPTED: "A", Status.REJECTED: "R"}
-    _STATUS_BACK = {"A": Status.ACCEPTED, "R": Status.REJECTED}
+    #: Format 3: the lifecycle's rows (below). Format 2: rows carry the copied fields.
+    #: Format 1 (no "f"): rows without them.
+    FORMAT = 3
+    #: Format 3: a first decision's row may end with its item's other attributes, and
+    #: the journal may change items decided before (``updates``).
+    extras: tuple[Mapping[str, Any] | None, ...] | None = None
+    updates: tuple[ItemUpdate, ...] = ()
+
+    _STATUS = {
+        Status.ACCEPTED: "A",
+        Status.REJECTED: "R",
+        Status.HELD: "H",
+        Status.WAITLISTED: "W",
+        Status.CANCELLED: "C",
+        Status.EXPIRED: "X",
+    }
+    _STATUS_BACK = {v: k for k, v in _STATUS.items()}
 
     @classmethod
     def build(
@@ -205,11 +230,16 @@ class Journal:
         decisions: Sequence[Decision],
         requests: Mapping[str, SignupRequest | Mapping[str, Any]],
         expires_at: int | None = None,
+        extras: Sequence[Mapping[str, Any] | None] | None = None,
+        updates: Sequence[ItemUpdate] = (),
     ) -> Journal:
-        """The journal of ``decisions``, each with its copied fields (bounded) fixed now."""
+        """The journal of ``decisions``, each with its copied fields (bounded) fixed now,
+        its ``extras`` (the lifecycle's attributes, by position) and the ``updates`` of
+        items decided before."""
+        more: Sequence[Mapping[str, Any] | None] = extras or [None] * len(decisions)
         bounded = [
-            _bounded(event_id, d, decided_at, requests.get(d.signup_id), expires_at)
-            for d in decisions
+            _bounded(event_id, d, decided_at, requests.get(d.signup_id), expires_at, x)
+            for d, x in zip(decisions, more, strict=True)
         ]
         return cls(
             version=version,
@@ -218,13 +248,26 @@ class Journal:
             copies=tuple(c for _, c, _ in bounded),
             copies_json=tuple(j for _, _, j in bounded),
             expires_at=expires_at,
+            extras=tuple(dict(x) if x else None for x in more),
+            updates=tuple(updates),
         )
+
+    def items(self, event_id: str) -> list[dict[str, Any]]:
+        """The decision items of the first decisions (a journal of format 2 or 3)."""
+        if self.copies is None:
+            raise ValueError("a journal of format 1 takes its copied fields from intake")
+        extras = self.extras or (None,) * len(self.decisions)
+        return [
+            {**base_item(event_id, d, self.decided_at, self.expires_at, x), **c}
+            for d, c, x in zip(self.decisions, self.copies, extras, strict=True)
+        ]
 
     @cached_property
     def _rows(self) -> tuple[str, ...]:
         if self.copies is None:
             raise ValueError("a journal without copied fields is format 1: decode only")
         texts = self.copies_json or tuple(typed_json(c) for c in self.copies)
+        extras = self.extras or (None,) * len(self.decisions)
         return tuple(
             typed_json(
                 [
@@ -237,8 +280,16 @@ class Journal:
                     d.detail,
                 ]
             )[:-1]
-            + f",{text}]"
-            for d, text in zip(self.decisions, texts, strict=True)
+            + f",{text}"
+            + (f",{typed_json(x)}]" if x else "]")
+            for d, text, x in zip(self.decisions, texts, extras, strict=True)
+        )
+
+    @cached_property
+    def _update_rows(self) -> tuple[str, ...]:
+        return tuple(
+            typed_json([u.signup_id, u.from_status, dict(u.set), list(u.remove), u.request_count])
+            for u in self.updates
         )
 
     def encode(self, count: int | None = None) -> bytes:
@@ -248,7 +299,8 @@ class Journal:
         if self.expires_at is not None:
             header["e"] = self.expires_at
         head = typed_json(header)
-        doc = f'{head[:-1]},"d":[{",".join(rows)}]}}'
+        updates = f',"u":[{",".join(self._update_rows)}]' if self.updates else ""
+        doc = f'{head[:-1]},"d":[{",".join(rows)}]{updates}}}'
         # bzip2: copied fields (text, mostly) come out ~30% smaller than with zlib, and
         # every KB of journal is a write unit per commit; the CPU is a few ms per commit.
         return bz2.compress(doc.encode("utf-8", "surrogatepass"), 9)
@@ -275,10 +327,11 @@ class Journal:
         has_binary = b'"B":"' in raw or b'"BS":[' in raw
         doc = json.loads(raw, object_hook=typed_json_hook if has_binary else None)
         fmt = doc.get("f", 1)
-        if fmt not in (1, cls.FORMAT):
+        if fmt not in (1, 2, cls.FORMAT):
             raise ValueError(f"journal format {fmt!r} is newer than this code")
         decisions: list[Decision] = []
         copies: list[dict[str, Any]] = []
+        extras: list[dict[str, Any] | None] = []
         for row in doc["d"]:
             sid, st, reason, seats, position, seq, detail = row[:7]
             decisions.append(
@@ -294,6 +347,13 @@ class Journal:
             )
             if fmt != 1:
                 copies.append(row[7])
+            extras.append(row[8] if len(row) > 8 else None)
+        updates = tuple(
+            ItemUpdate(
+                signup_id=sid, from_status=st, set=fields, remove=tuple(rm), request_count=rc
+            )
+            for sid, st, fields, rm, rc in doc.get("u", ())
+        )
         expires_at = doc.get("e")
         return cls(
             version=int(doc["v"]),
@@ -301,4 +361,6 @@ class Journal:
             decisions=tuple(decisions),
             copies=tuple(copies) if fmt != 1 else None,
             expires_at=int(expires_at) if expires_at is not None else None,
+            extras=tuple(extras) if fmt == 3 else None,
+            updates=updates,
         )

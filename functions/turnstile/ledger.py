@@ -15,7 +15,8 @@ and the one index it reads, are here:
 * **Run history** (``ControlKey.sweep_run``): immutable items, one per start and one per
   outcome; an atomic counter on the start item catches a duplicate concurrent start.
 * **The undecided index**: the sparse index of intake records that carry the marker, and
-  the removal of the marker from records found decided.
+  the removal of the marker from records found decided, with every request they carry
+  answered (``Attr.REQUEST_COUNT``, docs/lifecycle.md §10).
 * **The full-scan note** on the lease item: when the last full scan of intake finished.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import json
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -380,31 +382,62 @@ class Ledger(Tables):
             "scan", TableName=self.intake_table, IndexName=UNDECIDED_INDEX.name
         )
 
-    def clear_undecided(self, keys: Sequence[tuple[str, str]], workers: int = 8) -> int:
-        """Remove the ``undecided`` marker from these (decided) intake records; how many
-        carried it.
+    def clear_undecided(
+        self,
+        answered: Mapping[tuple[str, str], Decimal | int],
+        workers: int = 8,
+        unanswered: list[tuple[str, str]] | None = None,
+    ) -> int:
+        """Remove the ``undecided`` marker from these decided intake records, each only if
+        every request it carries is answered; how many carried the marker.
 
-        ``attribute_exists`` on the marker: a record that lost it meanwhile costs no write
-        beyond the failed condition, and an update never creates an item that is gone.
-        Each removal is a MODIFY without the marker, which the stream filter drops.
+        ``answered`` maps a record's key to its decision item's ``request_count`` (the
+        requests the processor answered; absent on the decision item: 0). The removal is
+        conditioned on the record existing (an update never creates an item that is gone)
+        and on its own ``request_count`` (a producer's) being absent, not a number, or at
+        most that: a string or a negative count is no request the processor can answer, so
+        it never keeps a record marked. A record whose condition fails has a request not
+        answered yet (or is gone): its key is appended to ``unanswered``, for the caller to
+        re-emit. Each removal is a MODIFY without the marker, which the stream filter drops.
         """
 
-        def clear(key: tuple[str, str]) -> bool:
+        def clear(item: tuple[tuple[str, str], Decimal | int]) -> tuple[bool, bool]:
+            """(carried the marker, answered)"""
+            key, count = item
             try:
-                self.dynamo.call(
+                response = self.dynamo.call(
                     "update_item",
                     TableName=self.intake_table,
                     Key=signup_key(*key),
                     UpdateExpression="REMOVE #mark",
-                    ConditionExpression="attribute_exists(#mark)",
-                    ExpressionAttributeNames={"#mark": Attr.UNDECIDED},
+                    ConditionExpression=(
+                        "attribute_exists(#sk) AND (attribute_not_exists(#requests) "
+                        "OR NOT attribute_type(#requests, :number) OR #requests <= :answered)"
+                    ),
+                    ExpressionAttributeNames={
+                        "#mark": Attr.UNDECIDED,
+                        "#sk": Attr.SIGNUP_ID,
+                        "#requests": Attr.REQUEST_COUNT,
+                    },
+                    ExpressionAttributeValues={
+                        ":number": {"S": "N"},
+                        ":answered": {"N": str(count)},
+                    },
+                    # Only what it removed comes back: whether the record carried the marker.
+                    ReturnValues="UPDATED_OLD",
                 )
             except ConditionFailed:
-                return False
-            return True
+                return False, False
+            return Attr.UNDECIDED in response.get("Attributes", {}), True
 
-        if len(keys) <= 1 or workers <= 1:
-            return sum(clear(k) for k in keys)
-        # One UpdateItem per record (BatchWriteItem has no update): a few at a time.
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            return sum(pool.map(clear, keys))
+        items = list(answered.items())
+        if len(items) <= 1 or workers <= 1:
+            outcomes = [clear(i) for i in items]
+        else:
+            # One UpdateItem per record (BatchWriteItem has no update): a few at a time.
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                outcomes = list(pool.map(clear, items))
+        if unanswered is not None:
+            pairs = zip(items, outcomes, strict=True)
+            unanswered.extend(key for (key, _), (_, ok) in pairs if not ok)
+        return sum(carried for carried, _ in outcomes)

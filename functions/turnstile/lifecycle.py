@@ -567,6 +567,8 @@ def step(
       ``seats_above_max`` (only when ``max_seats`` is set), else it fits (HELD with
       ``hold_seconds``, else ACCEPTED, with the next position), else WAITLISTED when it
       could ever fit and the waitlist has room, else ``capacity_full``;
+    - a confirm or cancel with a ``problem`` (a request the producer got wrong) is refused
+      ``invalid_request``;
     - a confirm: HELD → ACCEPTED; a cancel: HELD, ACCEPTED or WAITLISTED → CANCELLED, and
       the freed seats go down the waitlist at once; anything else is refused, with the
       current status and a reason, and changes nothing;
@@ -599,6 +601,8 @@ def step(
         if request.kind == Kind.SIGNUP:
             if state is None or state.status == Status.PENDING:
                 run.first_decision(request)
+        elif request.problem:
+            run._refuse(request, state, Reason.INVALID_REQUEST)
         elif request.kind == Kind.CONFIRM:
             run.confirm(request, state)
         else:

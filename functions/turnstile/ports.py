@@ -16,6 +16,7 @@ signatures (``tests/unit/test_ports.py`` checks both).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
@@ -216,8 +217,15 @@ class SweeperLedger(Protocol):
         """Every entry of the sparse index of records marked ``undecided``."""
         ...
 
-    def clear_undecided(self, keys: Sequence[tuple[str, str]], workers: int = 8) -> int:
-        """Remove the marker from these decided records; how many carried it."""
+    def clear_undecided(
+        self,
+        answered: Mapping[tuple[str, str], Decimal | int],
+        workers: int = 8,
+        unanswered: list[tuple[str, str]] | None = None,
+    ) -> int:
+        """Remove the marker from these decided records whose requests are all answered
+        (``answered``: each one's decision's ``request_count``); how many carried it. The
+        others (a request unanswered, or gone) are appended to ``unanswered``."""
         ...
 
 

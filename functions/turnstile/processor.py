@@ -12,16 +12,34 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from turnstile import lifecycle
 from turnstile.clock import utc_now
 from turnstile.contract import ID_PATTERN
-from turnstile.domain import Decision, SignupRequest, decide, parse_request
+from turnstile.domain import Decision, Outcome, SignupRequest, decide, parse_request
 from turnstile.dynamo import refused_as_invalid
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.events import EventRecord
+from turnstile.lifecycle import Transition
 from turnstile.personal_data import decision_expires_at
 from turnstile.ports import ProcessorStore
+from turnstile.transitions import (
+    Answered,
+    engine_requests,
+    lifecycle_event,
+    ms_of,
+    outcome_of,
+    signup_state,
+    touched_without_state,
+)
 
-__all__ = ["BatchResult", "DecidedSignup", "IntakeRecord", "StreamProcessor", "utc_now"]
+__all__ = [
+    "BatchResult",
+    "DecidedSignup",
+    "IntakeRecord",
+    "MovedSignup",
+    "StreamProcessor",
+    "utc_now",
+]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +68,15 @@ class DecidedSignup:
     submitted_at: str | None
 
 
+@dataclass(frozen=True)
+class MovedSignup:
+    """A signup's later move (a confirmation, cancellation, expiry, promotion, close) or
+    a refused request, as a report of what a batch did."""
+
+    event_id: str
+    transition: Transition
+
+
 @dataclass
 class BatchResult:
     """What one batch came to: failed sequence numbers (one per failed event group)."""
@@ -62,6 +89,9 @@ class BatchResult:
     held: list[tuple[str, str]] = field(default_factory=list)
     parked: int = 0
     released: int = 0
+    #: (event_id, transition) of every move and refusal the lifecycle made, in order
+    #: (first decisions included: ``decided`` has them as decisions).
+    transitions: list[tuple[str, Transition]] = field(default_factory=list)
 
 
 class StreamProcessor:
@@ -138,14 +168,17 @@ class StreamProcessor:
     ) -> tuple[list[DecidedSignup], int]:
         for _ in range(self.max_conflicts):
             try:
-                return self._try_chunk(event_id, chunk)
+                decided, consumed, moves = self._try_chunk(event_id, chunk)
             except CommitConflictError:
                 result.conflicts += 1
+                continue
+            result.transitions.extend(moves)
+            return decided, consumed
         raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
 
     def _try_chunk(
         self, event_id: str, chunk: Sequence[SignupRequest]
-    ) -> tuple[list[DecidedSignup], int]:
+    ) -> tuple[list[DecidedSignup], int, list[tuple[str, Transition]]]:
         """Decide and commit ``chunk``, or the longest prefix of it whose journal fits.
 
         Returns what was decided and how many requests of ``chunk`` that covers; the
@@ -164,38 +197,75 @@ class StreamProcessor:
                 self.store.reject_without_event(
                     event_id, outcome.decisions, by_id, now, expires_at=expires_at
                 )
-            return self._decided(event_id, outcome.decisions, now, by_id), len(chunk)
+            return self._decided(event_id, outcome.decisions, now, by_id), len(chunk), []
 
         cache_key = (event_id, event.created_at)
-        in_journal: set[str] = set()
-        if event.journal is not None:
-            in_journal = {d.signup_id for d in event.journal.decisions}
-            if self._materialized.get(cache_key) != event.journal.version:
-                # The last commit may not have reached its items (a crash, another
-                # processor): write them before anything new is decided.
-                self.store.materialize(event_id, event.journal, by_id)
-                self._remember(cache_key, event.journal.version)
-        existing = self.store.get_decisions(event_id, [s for s in by_id if s not in in_journal])
-        already = set(existing) | in_journal
-        outcome = decide(event.snapshot, chunk, already)
-        if not outcome.decisions:
-            return [], len(chunk)
-        try:
-            journal = self.store.commit(
-                event.snapshot, outcome, now, by_id, expires_at=expires_at
-            )
-        except JournalTooLargeError as too_big:
-            # Big copied fields: commit the decisions that fit, by deciding only the
-            # requests up to the last of them (deciding a prefix gives a prefix).
-            last = outcome.decisions[too_big.fits - 1].signup_id
-            chunk = chunk[: next(i for i, r in enumerate(chunk) if r.signup_id == last) + 1]
-            outcome = decide(event.snapshot, chunk, already)
-            journal = self.store.commit(
-                event.snapshot, outcome, now, by_id, expires_at=expires_at
-            )
+        if event.journal is not None and self._materialized.get(cache_key) != event.journal.version:
+            # The last commit may not have reached its items (a crash, another processor):
+            # write them before anything new is decided.
+            self.store.materialize(event_id, event.journal, by_id)
+            self._remember(cache_key, event.journal.version)
+        # Every signup the chunk names, as its item says now (the last journal is written).
+        decided = {
+            sid: signup_state(item)
+            for sid, item in self.store.get_decisions(event_id, by_id).items()
+        }
+        outcome, moves = self._step(event, chunk, decided, now)
+        if outcome is None:
+            return [], len(chunk), []
+        while True:
+            try:
+                journal = self.store.commit(
+                    event.snapshot, outcome, now, by_id, expires_at=expires_at
+                )
+                break
+            except JournalTooLargeError as too_big:
+                # Big copied fields: commit what a prefix of the chunk decides (deciding a
+                # prefix gives a prefix): up to the last first decision that fits, else
+                # half. The next round decides the rest from the new state.
+                if len(chunk) == 1:
+                    raise
+                chunk = chunk[: _prefix(chunk, outcome, too_big.fits)]
+                outcome, moves = self._step(event, chunk, dict(decided), now)
+                if outcome is None:
+                    return [], len(chunk), []
         self.store.materialize(event_id, journal, by_id)
         self._remember(cache_key, journal.version)
-        return self._decided(event_id, journal.decisions, now, by_id), len(chunk)
+        return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
+
+    def _step(
+        self,
+        event: EventRecord,
+        chunk: Sequence[SignupRequest],
+        decided: dict[str, Answered],
+        now: str,
+    ) -> tuple[Outcome | None, list[tuple[str, Transition]]]:
+        """The lifecycle engine's step over ``chunk`` (docs/lifecycle.md), as a commit
+        (None when it changes nothing), and its transitions. Reads the items of the
+        signups it moved by itself (an expiry, a promotion) that ``decided`` lacks."""
+        requests, counts = engine_requests(chunk, decided)
+        before = lifecycle_event(
+            event.snapshot,
+            waitlist=event.waitlist,
+            hold_seconds=event.hold_seconds,
+            max_seats=event.max_seats,
+            lineup=event.lineup,
+        )
+        result = lifecycle.step(
+            before, {sid: a.state for sid, a in decided.items()}, requests, ms_of(now)
+        )
+        moves = [(event.snapshot.event_id, t) for t in result.transitions]
+        if not result.transitions:
+            return None, moves
+        missing = touched_without_state(result, decided)
+        if missing:
+            for sid, item in self.store.get_decisions(event.snapshot.event_id, missing).items():
+                decided[sid] = signup_state(item)
+        requested = {r.sequence_number: r.request for r in chunk if r.request is not None}
+        outcome = outcome_of(
+            before, event.snapshot, event.status_counts, result, decided, counts, requested
+        )
+        return outcome, moves
 
     def _remember(self, key: tuple[str, str | None], version: int) -> None:
         self._materialized[key] = version
@@ -309,6 +379,18 @@ class StreamProcessor:
             return False
         finally:
             self._prefetched.pop(event_id, None)
+
+
+def _prefix(chunk: Sequence[SignupRequest], outcome: Outcome, fits: int) -> int:
+    """How many records of ``chunk`` to decide again when only ``fits`` of ``outcome``'s
+    first decisions fit a journal: those up to the last of them (fewer than all), else
+    half the chunk."""
+    if 0 < fits < len(outcome.decisions):
+        last = outcome.decisions[fits - 1].signup_id
+        cut = next(i for i, r in enumerate(chunk) if r.signup_id == last) + 1
+        if cut < len(chunk):
+            return cut
+    return max(1, len(chunk) // 2)
 
 
 def _with_problem(request: SignupRequest, problem: str) -> SignupRequest:

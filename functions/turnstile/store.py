@@ -14,9 +14,14 @@ The commit design (why each decision costs one write unit, and why that is safe)
   touching ``version``: their IAM role may not write it) and, when it takes seats, on
   ``taken <= capacity``; the update stores the new counters and a compact *journal*
   (``turnstile.journal``) of exactly the decisions that commit made.
-* The decision items are then *materialized* from that journal with plain batch writes:
-  one write unit per decision item of up to 1 KB, instead of the two a transaction
-  charges. Materializing is idempotent: the journal fixes every byte of every item.
+* The decision items are then *materialized* from that journal with single conditional
+  writes, a few at a time in parallel: one write unit per decision item of up to 1 KB,
+  instead of the two a transaction charges. A first decision is written only where no
+  item exists; a change to an item decided before (the lifecycle: a confirmation, a
+  cancellation, an expiry, a promotion) only while its status is the one the change was
+  decided from. No transition returns to a status a signup left, so materializing is
+  idempotent, and a stale materialization (a slower processor writing an older journal)
+  can never undo a newer one.
 * Nothing a producer writes can make an item too big to write: the journal bounds every
   decision, and a commit whose journal would exceed ``MAX_JOURNAL_BYTES`` raises
   ``JournalTooLargeError`` saying how many decisions fit; the processor commits those and
@@ -30,12 +35,14 @@ The commit design (why each decision costs one write unit, and why that is safe)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
-from turnstile.contract import Attr, ControlKey, EventState, undecided_shard
-from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.contract import DUE_HOLDS_SHARD, Attr, ControlKey, EventState, undecided_shard
+from turnstile.domain import Decision, EventSnapshot, ItemUpdate, Outcome, SignupRequest
 from turnstile.dynamo import (
     TRANSACTION_BYTES,
     TRANSACTION_LIMIT,
@@ -51,7 +58,7 @@ from turnstile.dynamo import (
 from turnstile.errors import CommitConflictError, JournalTooLargeError, SignupConflictError
 from turnstile.events import EventItems, is_or_absent_as
 from turnstile.hold import HeldEvents
-from turnstile.journal import Journal, base_item
+from turnstile.journal import Journal
 from turnstile.journal import decision_item as _decision_item
 
 __all__ = ["MAX_JOURNAL_BYTES", "SignupStore"]
@@ -60,6 +67,11 @@ __all__ = ["MAX_JOURNAL_BYTES", "SignupStore"]
 #: stays under 300 KB, far from DynamoDB's 400 KB item limit (and under it where binary is
 #: counted as its base64 text, as moto does).
 MAX_JOURNAL_BYTES = 192 * 1024
+#: The journal and the lineup together stay under this: a big lineup shrinks the journal's
+#: bound (the lineup is bounded by the event's options, ``MAX_LINEUP_ENTRIES``).
+MAX_JOURNAL_AND_LINEUP_BYTES = 300 * 1024
+#: Conditional writes of one materialization sent at once.
+MATERIALIZE_THREADS = 8
 
 
 class SignupStore(Tables, EventItems, HeldEvents):
@@ -224,13 +236,19 @@ class SignupStore(Tables, EventItems, HeldEvents):
             outcome.decisions,
             requests,
             expires_at,
+            extras=outcome.extras,
+            updates=outcome.updates,
         )
         blob = journal.encode()
-        if len(blob) > MAX_JOURNAL_BYTES:
-            fits = journal.longest_prefix(MAX_JOURNAL_BYTES)
+        lifecycle = dict(outcome.lifecycle or {})
+        lineup = lifecycle.get(Attr.LINEUP)
+        limit = min(MAX_JOURNAL_BYTES, MAX_JOURNAL_AND_LINEUP_BYTES - len(lineup or b""))
+        if len(blob) > limit:
+            fits = journal.longest_prefix(limit)
             raise JournalTooLargeError(
                 f"event {expected.event_id!r}: a journal of {len(outcome.decisions)} decisions"
-                f" is {len(blob)} bytes; {fits} fit in {MAX_JOURNAL_BYTES}",
+                + (f" and {len(outcome.updates)} changes" if outcome.updates else "")
+                + f" is {len(blob)} bytes; {fits} fit in {limit}",
                 fits=fits,
             )
         names = {
@@ -257,28 +275,39 @@ class SignupStore(Tables, EventItems, HeldEvents):
             # Only a commit that takes seats depends on room for them: one that only
             # rejects must go through even when an operator left capacity below taken.
             condition += " AND #capacity >= :taken"
+        values: dict[str, Any] = {
+            ":taken": {"N": str(outcome.state.taken)},
+            ":accepted": {"N": str(outcome.state.accepted)},
+            ":next": {"N": str(journal.version)},
+            ":expected": {"N": str(expected.version)},
+            ":capacity": {"N": str(expected.capacity)},
+            ":state": {"S": expected.state},
+            ":j": {"B": blob},
+        }
+        # capacity_floor: what a capacity change is conditioned on (it may not read taken,
+        # see update_capacity).
+        sets = [
+            "#taken = :taken",
+            "#accepted = :accepted",
+            "#version = :next",
+            "#journal = :j",
+            "#floor = :taken",
+        ]
+        removes: list[str] = []
+        if outcome.lifecycle is not None:
+            _lifecycle_expression(lifecycle, names, values, sets, removes)
+        expression = "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
         try:
             self.dynamo.call(
                 "update_item",
                 TableName=self.control_table,
                 Key=event_key(expected.event_id),
-                # capacity_floor: what a capacity change is conditioned on (it may not
-                # read taken, see update_capacity).
-                UpdateExpression=(
-                    "SET #taken = :taken, #accepted = :accepted, #version = :next, "
-                    "#journal = :j, #floor = :taken"
-                ),
+                UpdateExpression=expression,
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
-                ExpressionAttributeValues={
-                    ":taken": {"N": str(outcome.state.taken)},
-                    ":accepted": {"N": str(outcome.state.accepted)},
-                    ":next": {"N": str(journal.version)},
-                    ":expected": {"N": str(expected.version)},
-                    ":capacity": {"N": str(expected.capacity)},
-                    ":state": {"S": expected.state},
-                    ":j": {"B": blob},
-                },
+                ExpressionAttributeValues=values,
             )
         except ConditionFailed as exc:
             raise CommitConflictError(
@@ -307,10 +336,7 @@ class SignupStore(Tables, EventItems, HeldEvents):
         """The journal's decision items. A journal fixes them to the byte; only one of
         format 1 takes the copied fields from ``requests``, or else from intake."""
         if journal.copies is not None:
-            return [
-                {**base_item(event_id, d, journal.decided_at, journal.expires_at), **c}
-                for d, c in zip(journal.decisions, journal.copies, strict=True)
-            ]
+            return journal.items(event_id)
         requests = requests or {}
         missing = [d.signup_id for d in journal.decisions if d.signup_id not in requests]
         sources: dict[str, SignupRequest | Mapping[str, Any]] = dict(requests)
@@ -327,11 +353,36 @@ class SignupStore(Tables, EventItems, HeldEvents):
         journal: Journal,
         requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
     ) -> None:
-        """Write the journal's decision items (idempotent: the journal fixes their content).
+        """Write the journal's decision items and changes (idempotent: the journal fixes
+        their content, and each write is conditioned, see the module's notes).
 
         ``requests`` is read only for a journal of format 1 (see ``journal_items``).
         """
-        self.dynamo.put_all(self.main_table, self.journal_items(event_id, journal, requests))
+        writes: list[dict[str, Any]] = [
+            {
+                "op": "put_item",
+                "TableName": self.main_table,
+                "Item": item,
+                "ConditionExpression": "attribute_not_exists(#sk)",
+                "ExpressionAttributeNames": {"#sk": Attr.SIGNUP_ID},
+            }
+            for item in self.journal_items(event_id, journal, requests)
+        ]
+        writes += [_update_call(self.main_table, event_id, u) for u in journal.updates]
+        if len(writes) <= 1:
+            for write in writes:
+                self._conditional(write)
+            return
+        with ThreadPoolExecutor(min(MATERIALIZE_THREADS, len(writes))) as pool:
+            list(pool.map(self._conditional, writes))
+
+    def _conditional(self, write: Mapping[str, Any]) -> None:
+        """One conditional write of a materialization; a false condition means the item
+        is already as this write, or a later one, left it."""
+        kwargs = dict(write)
+        operation = kwargs.pop("op")
+        with contextlib.suppress(ConditionFailed):
+            self.dynamo.call(operation, **kwargs)
 
     def reject_without_event(
         self,
@@ -379,6 +430,78 @@ class SignupStore(Tables, EventItems, HeldEvents):
                 raise CommitConflictError(
                     f"event {event_id!r} appeared, or a signup was decided, meanwhile"
                 ) from exc
+
+
+def _lifecycle_expression(
+    lifecycle: Mapping[str, Any],
+    names: dict[str, str],
+    values: dict[str, Any],
+    sets: list[str],
+    removes: list[str],
+) -> None:
+    """The commit's writes of the event's lifecycle state: the lineup, the counts per
+    status, and the earliest hold due (the key of the due-holds index), each removed when
+    there is none."""
+    names.update(
+        {
+            "#lineup": Attr.LINEUP,
+            "#counts": Attr.STATUS_COUNTS,
+            "#due": Attr.HOLD_DUE_AT,
+            "#due_signup": Attr.HOLD_DUE_SIGNUP,
+            "#due_shard": Attr.HOLD_DUE_SHARD,
+        }
+    )
+    counts = lifecycle.get(Attr.STATUS_COUNTS) or {}
+    values[":counts"] = {"M": {k: {"N": str(int(v))} for k, v in counts.items()}}
+    sets.append("#counts = :counts")
+    lineup = lifecycle.get(Attr.LINEUP)
+    if lineup:
+        values[":lineup"] = {"B": lineup}
+        sets.append("#lineup = :lineup")
+    else:
+        removes.append("#lineup")
+    due = lifecycle.get(Attr.HOLD_DUE_AT)
+    if due is not None:
+        values[":due"] = {"N": str(int(due))}
+        values[":due_signup"] = {"S": str(lifecycle[Attr.HOLD_DUE_SIGNUP])}
+        values[":due_shard"] = {"S": DUE_HOLDS_SHARD}
+        sets += ["#due = :due", "#due_signup = :due_signup", "#due_shard = :due_shard"]
+    else:
+        removes += ["#due", "#due_signup", "#due_shard"]
+
+
+def _update_call(table: str, event_id: str, update: ItemUpdate) -> dict[str, Any]:
+    """A journal's change to an item decided before, as one conditional ``UpdateItem``:
+    applied only while the item's status is the one it was decided from (and its answered
+    requests below the change's)."""
+    names = {"#status": Attr.STATUS}
+    values: dict[str, Any] = {":from": {"S": update.from_status}}
+    sets = []
+    for i, (name, value) in enumerate(sorted(update.set.items())):
+        names[f"#s{i}"] = name
+        values[f":s{i}"] = value
+        sets.append(f"#s{i} = :s{i}")
+    removes = []
+    for i, name in enumerate(update.remove):
+        names[f"#r{i}"] = name
+        removes.append(f"#r{i}")
+    expression = "SET " + ", ".join(sets) if sets else ""
+    if removes:
+        expression += " REMOVE " + ", ".join(removes)
+    condition = "#status = :from"
+    if update.request_count is not None:
+        names["#rc"] = Attr.REQUEST_COUNT
+        values[":rc"] = {"N": str(update.request_count)}
+        condition += " AND (attribute_not_exists(#rc) OR #rc < :rc)"
+    return {
+        "op": "update_item",
+        "TableName": table,
+        "Key": signup_key(event_id, update.signup_id),
+        "UpdateExpression": expression.strip(),
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
 
 
 def _version_is(expected: int) -> str:

@@ -71,6 +71,9 @@ class Undecided:
     #: False when a producer wrote the re-emissions' counter (``Attr.RE_EMITS``) as
     #: something that is not a number.
     counter_ok: bool = True
+    #: True when the record is decided but carries a request (``Attr.REQUEST_COUNT``) its
+    #: decision has not answered yet: undecided all the same.
+    request_unanswered: bool = False
 
 
 @dataclass
@@ -87,6 +90,8 @@ class SweepResult:
     full_scan: bool = False
     #: Decided records whose ``undecided`` marker this run removed.
     unmarked: int = 0
+    #: Of ``undecided``, the decided records carrying a request not answered yet.
+    unanswered: int = 0
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +113,28 @@ def _seconds_since(value: Any, now: float) -> float | None:
     return max(0.0, since)
 
 
+def _count(value: Any) -> Decimal | None:
+    """A ``request_count`` as a number, or None when it is none (a string, a map, ...)."""
+    if isinstance(value, Decimal) and value.is_finite():
+        return value
+    return None
+
+
+def requests_answered(decision: dict[str, Any] | None) -> Decimal:
+    """How many requests a decision item answered (``Attr.REQUEST_COUNT``; absent: 0)."""
+    answered = _count((decision or {}).get(Attr.REQUEST_COUNT))
+    return answered if answered is not None else Decimal(0)
+
+
+def request_unanswered(intake: dict[str, Any], answered: Decimal) -> bool:
+    """Whether an intake record carries a request its decision has not answered: its
+    ``request_count`` is a number above ``answered``. A count that is no number, or one at
+    or below it (a negative one too), is nothing the processor could answer: not a request.
+    """
+    made = _count(intake.get(Attr.REQUEST_COUNT))
+    return made is not None and made > answered
+
+
 def _ledger_beside(store: SweeperStore) -> SweeperLedger:
     """The ledger on a ``SignupStore``'s connection: the default of a sweeper's."""
     if not isinstance(store, Tables):
@@ -122,7 +149,7 @@ def find_undecided(
     *,
     from_index: bool = False,
     ledger: SweeperLedger | None = None,
-    decided_marked: list[tuple[str, str]] | None = None,
+    decided_marked: dict[tuple[str, str], Decimal] | None = None,
 ) -> Iterator[Undecided]:
     """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
 
@@ -135,8 +162,15 @@ def find_undecided(
     index of records marked ``undecided`` (``ledger.undecided_marked``; by default the
     ledger beside ``store``): work in proportion to what is undecided, but
     blind to records whose producer left the marker out (the full read finds those). Ages
-    are judged first, so only old enough records cost a read of their decision. Records
-    found decided that still carry the marker are appended to ``decided_marked``.
+    are judged first, so only old enough records cost a read of their decision.
+
+    A decided record is undecided all the same while it carries a request its decision
+    item has not answered (``request_unanswered``): the full read sees the record's
+    ``request_count``; the index does not project it, so a record found there is judged
+    when its marker is removed (``ledger.clear_undecided``, conditioned on it). Its age is
+    the record's (``submitted_at``, or the last re-emission): a request has no time of its
+    own. Records found decided that still carry the marker are put in ``decided_marked``
+    with the requests their decision answered.
     """
     now = time.time() if now is None else now
     now_at = datetime.fromtimestamp(now, UTC)
@@ -162,14 +196,19 @@ def find_undecided(
             decided |= {d.signup_id for d in event.journal.decisions}
         for item, age in found:
             signup_id = item[Attr.SIGNUP_ID]
+            unanswered = False
             if signup_id in decided:
-                # Only a decision item (not a journal row yet to be written) unmarks it.
-                if decided_marked is not None and Attr.UNDECIDED in item and signup_id in items:
-                    decided_marked.append((eid, signup_id))
-                continue
+                decision = items.get(signup_id)
+                answered = requests_answered(decision)
+                unanswered = decision is not None and request_unanswered(item, answered)
+                if not unanswered:
+                    # Only a decision item (not a journal row yet to be written) unmarks it.
+                    if decided_marked is not None and Attr.UNDECIDED in item and decision:
+                        decided_marked[(eid, signup_id)] = answered
+                    continue
             counter = item.get(Attr.RE_EMITS)
             ok = counter is None or (isinstance(counter, Decimal) and counter.is_finite())
-            yield Undecided(eid, signup_id, age, counter_ok=ok)
+            yield Undecided(eid, signup_id, age, counter_ok=ok, request_unanswered=unanswered)
 
 
 class Sweeper:
@@ -257,7 +296,7 @@ class Sweeper:
         batch: list[tuple[str, str]] = []
         junk: set[tuple[str, str]] = set()  # records whose re-emissions' counter is no number
         left = 0  # undecided records counted but left for the next run
-        decided_marked: list[tuple[str, str]] = []
+        decided_marked: dict[tuple[str, str], Decimal] = {}
         result.full_scan = self.full_scan_due(started)
 
         def flush() -> None:
@@ -286,26 +325,40 @@ class Sweeper:
             ledger=self.ledger,
             decided_marked=decided_marked,
         )
-        for undecided in found:
-            if (undecided.event_id, undecided.signup_id) in parked:
-                continue  # waits in order behind its event's hold: released, not re-emitted
+        def re_emit(key: tuple[str, str], counter_ok: bool, unanswered: bool) -> None:
+            nonlocal left
+            if key in parked:
+                return  # waits in order behind its event's hold: released, not re-emitted
             result.undecided += 1
+            result.unanswered += unanswered
             out_of_budget = self.clock() - started > self.max_run_s
             if out_of_budget or result.re_emitted + len(batch) >= self.max_re_emits:
                 left += 1
-                continue  # counted, left for the next run
-            batch.append((undecided.event_id, undecided.signup_id))
-            if not undecided.counter_ok:
-                junk.add(batch[-1])
+                return  # counted, left for the next run
+            batch.append(key)
+            if not counter_ok:
+                junk.add(key)
             if len(batch) == self.chunk:
                 flush()
+
+        for undecided in found:
+            key = (undecided.event_id, undecided.signup_id)
+            re_emit(key, undecided.counter_ok, undecided.request_unanswered)
         if batch:
             flush()
-        for start in range(0, len(decided_marked), UNMARK_CHUNK):
+        # Decided records lose their marker, those whose request is unanswered excepted:
+        # those are undecided, and re-emitted (the full read knew them already).
+        unanswered: list[tuple[str, str]] = []
+        marked = list(decided_marked.items())
+        for start in range(0, len(marked), UNMARK_CHUNK):
             if self.clock() - started > self.max_run_s:
                 break  # still in the index: a later run removes the rest
-            chunk = decided_marked[start : start + UNMARK_CHUNK]
-            result.unmarked += self.ledger.clear_undecided(chunk)
+            chunk = dict(marked[start : start + UNMARK_CHUNK])
+            result.unmarked += self.ledger.clear_undecided(chunk, unanswered=unanswered)
+        for key in unanswered:
+            re_emit(key, True, True)
+        if batch:
+            flush()
         if result.full_scan and not left:
             # Every unmarked record it found is re-emitted, and so marked: the index sees
             # it from now on. Records written since ``started`` are the next scan's.

@@ -187,7 +187,7 @@ def event_view(record: EventRecord) -> dict[str, Any]:
         "waitlist": record.waitlist,
         "hold_seconds": record.hold_seconds,
         "max_seats": record.max_seats,
-        "status_counts": dict(record.status_counts),
+        "status_counts": dict(record.status_counts or {}),
     }
 
 

@@ -11,13 +11,21 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, UNDECIDED_INDEX, Attr
+from turnstile.contract import (
+    DUE_HOLDS_INDEX,
+    INTAKE_TABLE,
+    MAIN_TABLE,
+    UNDECIDED_INDEX,
+    Attr,
+    ControlKey,
+)
 from turnstile_bench.metering import (
     ItemSizes,
     Meter,
     MeteredClient,
     attribute_value_size,
     index_entry,
+    index_write_units,
     item_size,
     read_units,
     write_units,
@@ -292,6 +300,43 @@ def test_index_entry_is_the_keys_the_marker_and_the_included_attributes():
     }
     unmarked = intake("b", 900, marker=None)
     assert index_entry(unmarked, UNDECIDED_INDEX, (Attr.EVENT_ID, Attr.SIGNUP_ID)) is None
+
+
+def _event_item(due: str | None, signup: str = "s1") -> dict[str, Any]:
+    item: dict[str, Any] = {
+        ControlKey.PK: {"S": "EVENT#e1"},
+        ControlKey.SK: {"S": "EVENT"},
+        Attr.EVENT_ID: {"S": "e1"},
+        Attr.HOLD_DUE_SHARD: {"S": "0"},
+        Attr.HOLD_DUE_SIGNUP: {"S": signup},
+        "journal": {"B": b"x" * 2000},
+    }
+    if due is not None:
+        item[Attr.HOLD_DUE_AT] = {"N": due}
+    return item
+
+
+def test_an_index_with_a_sort_key_counts_a_moved_sort_key_as_a_delete_and_a_put():
+    # GIVEN the control table's due-holds index: shard (partition) and hold_due_at (sort)
+    keys = (ControlKey.PK, ControlKey.SK)
+    before = index_entry(_event_item("1000"), DUE_HOLDS_INDEX, keys)
+    # THEN its entry is the keys, both index keys and the projected ids, not the journal
+    assert before is not None and set(before) == {
+        *keys,
+        Attr.HOLD_DUE_SHARD,
+        Attr.HOLD_DUE_AT,
+        Attr.EVENT_ID,
+        Attr.HOLD_DUE_SIGNUP,
+    }
+    # and an item without the sort key is not in the index (sparse)
+    assert index_entry(_event_item(None), DUE_HOLDS_INDEX, keys) is None
+    # WHEN only the sort key moves (a later hold is due next): a delete and a put
+    later = index_entry(_event_item("2000"), DUE_HOLDS_INDEX, keys)
+    assert index_write_units(DUE_HOLDS_INDEX, before, later) == 2
+    # a projected attribute changes, the key does not: one write; nothing changes: none
+    other = index_entry(_event_item("1000", signup="s2"), DUE_HOLDS_INDEX, keys)
+    assert index_write_units(DUE_HOLDS_INDEX, before, other) == 1
+    assert index_write_units(DUE_HOLDS_INDEX, before, before) == 0
 
 
 def test_put_with_the_marker_writes_the_index_entry_too(metered):

@@ -262,7 +262,7 @@ def test_make_bench_leaves_the_committed_reference_run_alone():
         if line.startswith("BENCH_OUT :=")
     )
     # THEN both presets run, into a folder git ignores, never over results/bench.*
-    assert "--quick" in recipe and "--hot" in recipe
+    assert "--quick" in recipe and "--hot" in recipe and "--lifecycle" in recipe
     assert "results/bench" not in recipe
     assert recipe.count("$(BENCH_OUT)/") >= 4
     ignored = subprocess.run(

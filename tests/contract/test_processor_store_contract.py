@@ -482,3 +482,54 @@ def test_the_fake_and_the_real_store_end_with_the_same_items(aws):
     _scenario(moto.store)
     assert fake.state() == moto.state()
     assert len(fake.items(MAIN_TABLE.name)) == 7
+
+
+def _lifecycle_scenario(store: Any) -> None:
+    """Holds, a waitlist, requests, an expiry and promotions, through the processor."""
+    from turnstile.dynamo import event_key
+
+    def record(signup_id: str, seq: int, kind: str | None = None, count: int = 0):
+        keys = {"event_id": "life", "signup_id": signup_id}
+        image: dict[str, Any] = {**keys, "seats": Decimal(1)}
+        if kind is not None:
+            image.update(request=kind, request_count=Decimal(count), undecided="0")
+        return IntakeRecord(str(seq), "MODIFY" if kind else "INSERT", keys, image)
+
+    store.create_event("life", 2, NOW)
+    item = store.control[store._event_key("life")] if hasattr(store, "control") else None
+    if item is not None:  # the fake: the organizer's options, written on its item
+        item.update({"waitlist": {"N": "2"}, "hold_seconds": {"N": "5"}})
+    else:
+        store.dynamo.call(
+            "update_item",
+            TableName=store.control_table,
+            Key=event_key("life"),
+            UpdateExpression="SET waitlist = :w, hold_seconds = :h",
+            ExpressionAttributeValues={":w": {"N": "2"}, ":h": {"N": "5"}},
+        )
+    at = {"now": NOW}
+    processor = StreamProcessor(store, clock=lambda: at["now"], chunk_size=3)
+    processor.process([record(s, 200 + i) for i, s in enumerate("abcde")])
+    processor.process([record("a", 210, "confirm", 1), record("b", 211, "cancel", 1)])
+    processor.process([record("e", 212, "confirm", 1), record("c", 213, "confirm", 1)])
+    at["now"] = LATER  # a cancels: d, waiting, is promoted to a hold of 5 s ...
+    processor.process([record("a", 214, "cancel", 2)])
+    at["now"] = "2026-01-01T00:06:00.000000Z"  # ... which lapses at the next record
+    processor.process([record("e", 215, "confirm", 1)])  # a re-emission: a tick
+
+
+def test_the_fake_and_the_real_store_agree_on_the_lifecycle(aws):
+    fake, moto = fake_backend(), moto_backend(aws)
+    _lifecycle_scenario(fake.store)
+    _lifecycle_scenario(moto.store)
+    assert fake.state() == moto.state()
+    statuses = sorted(
+        (i["signup_id"]["S"], i["status"]["S"]) for i in moto.items(MAIN_TABLE.name).values()
+    )
+    assert statuses == [
+        ("a", "CANCELLED"),
+        ("b", "CANCELLED"),
+        ("c", "ACCEPTED"),
+        ("d", "EXPIRED"),
+        ("e", "REJECTED"),
+    ]

@@ -27,6 +27,7 @@ from turnstile import dynamo, events, hold
 from turnstile import store as real
 from turnstile.contract import (
     CONTROL_TABLE,
+    DUE_HOLDS_SHARD,
     INTAKE_TABLE,
     MAIN_TABLE,
     Attr,
@@ -209,9 +210,27 @@ class FakeStore:
         return hold._held(from_item(item)) if item is not None else None
 
     def _put_decisions(self, items: Iterable[Item]) -> None:
+        """First decisions: written only where no item exists (as the real store's
+        conditional puts)."""
         for item in items:
             key = (item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"])
-            self.main[key] = copy.deepcopy(item)
+            self.main.setdefault(key, copy.deepcopy(item))
+
+    def _apply_updates(self, event_id: str, updates: Iterable[Any]) -> None:
+        """Changes to items decided before, each only while the item's status is the one
+        it was decided from (and its answered requests below the change's)."""
+        for u in updates:
+            item = self.main.get((event_id, u.signup_id))
+            if item is None or item.get(Attr.STATUS) != {"S": u.from_status}:
+                continue
+            answered = item.get(Attr.REQUEST_COUNT)
+            stale = answered is not None and int(answered["N"]) >= (u.request_count or 0)
+            if u.request_count is not None and stale:
+                continue
+            for name, value in u.set.items():
+                item[name] = copy.deepcopy(value)
+            for name in u.remove:
+                item.pop(name, None)
 
     # -- events (set-up; not part of ProcessorStore) -----------------------------------
 
@@ -309,13 +328,19 @@ class FakeStore:
             outcome.decisions,
             requests,
             expires_at,
+            extras=outcome.extras,
+            updates=outcome.updates,
         )
         blob = journal.encode()
-        if len(blob) > real.MAX_JOURNAL_BYTES:
-            fits = journal.longest_prefix(real.MAX_JOURNAL_BYTES)
+        lifecycle = dict(outcome.lifecycle or {})
+        lineup = lifecycle.get(Attr.LINEUP)
+        limit = min(real.MAX_JOURNAL_BYTES, real.MAX_JOURNAL_AND_LINEUP_BYTES - len(lineup or b""))
+        if len(blob) > limit:
+            fits = journal.longest_prefix(limit)
             raise JournalTooLargeError(
                 f"event {expected.event_id!r}: a journal of {len(outcome.decisions)} decisions"
-                f" is {len(blob)} bytes; {fits} fit in {real.MAX_JOURNAL_BYTES}",
+                + (f" and {len(outcome.updates)} changes" if outcome.updates else "")
+                + f" is {len(blob)} bytes; {fits} fit in {limit}",
                 fits=fits,
             )
         item = self._event_item(expected.event_id)
@@ -343,6 +368,21 @@ class FakeStore:
                 Attr.CAPACITY_FLOOR: {"N": str(outcome.state.taken)},
             }
         )
+        if outcome.lifecycle is not None:
+            counts = lifecycle.get(Attr.STATUS_COUNTS) or {}
+            item[Attr.STATUS_COUNTS] = {"M": {k: {"N": str(v)} for k, v in counts.items()}}
+            if lineup:
+                item[Attr.LINEUP] = {"B": lineup}
+            else:
+                item.pop(Attr.LINEUP, None)
+            due = lifecycle.get(Attr.HOLD_DUE_AT)
+            if due is not None:
+                item[Attr.HOLD_DUE_AT] = {"N": str(due)}
+                item[Attr.HOLD_DUE_SIGNUP] = {"S": str(lifecycle[Attr.HOLD_DUE_SIGNUP])}
+                item[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
+            else:
+                for name in (Attr.HOLD_DUE_AT, Attr.HOLD_DUE_SIGNUP, Attr.HOLD_DUE_SHARD):
+                    item.pop(name, None)
         self._exit(fault)
         return journal
 
@@ -366,6 +406,7 @@ class FakeStore:
                 for d in journal.decisions
             ]
         self._put_decisions(items)
+        self._apply_updates(event_id, journal.updates)
         self._exit(fault)
 
     def reject_without_event(

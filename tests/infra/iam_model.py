@@ -48,6 +48,12 @@ _EXPRESSIONS = (
     "ProjectionExpression",
 )
 _PARTITION_KEYS = {spec.default_name: spec.partition_key for spec in ALL_TABLES}
+#: A Query of an index names the index's partition key: (table, index) -> its name.
+_INDEX_PARTITION_KEYS = {
+    (spec.default_name, index.name): index.partition_key
+    for spec in ALL_TABLES
+    for index in spec.indexes
+}
 _RESOURCES = {spec.default_name: f"${{{spec.logical_id}.Arn}}" for spec in ALL_TABLES}
 
 
@@ -154,7 +160,8 @@ def requests_of(operation: str, kwargs: Mapping[str, Any]) -> list[Request]:
     if operation == "query":
         table = kwargs["TableName"]
         names = dict(kwargs.get("ExpressionAttributeNames") or {})
-        pk = _PARTITION_KEYS[table]
+        index = kwargs.get("IndexName")
+        pk = _INDEX_PARTITION_KEYS[table, index] if index else _PARTITION_KEYS[table]
         placeholder = next(p for p, n in names.items() if n == pk)
         value = re.search(rf"{placeholder}\s*=\s*(:\w+)", kwargs["KeyConditionExpression"])
         assert value is not None, kwargs["KeyConditionExpression"]

@@ -62,6 +62,7 @@ def test_acknowledgments_are_specific_and_explained(synthesized: Synthesized) ->
         r"|AwsSolutions-SQS3"  # the on-failure queue is itself the dead-letter destination
         r"|AwsSolutions-IAM5\[Resource::\*\]"  # X-Ray / dynamodb:ListStreams
         r"|AwsSolutions-IAM5\[Resource::<Sweeper\w+\.Arn>:\*\]"  # invoke the sweeper's versions
+        r"|AwsSolutions-IAM5\[Resource::<DueHolds\w+\.Arn>:\*\]"  # ... the due-holds function's
         # A caller role's route: this API, the $default stage, one method; '*' only as a
         # whole path segment (a path parameter).
         r"|AwsSolutions-IAM5\[Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:"

@@ -16,11 +16,13 @@ MAIN = "${MainTable.Arn}"
 CONTROL = "${ControlTable.Arn}"
 STREAM = "${IntakeTable.StreamArn}"
 UNDECIDED_INDEX = "${IntakeTable.Arn}/index/undecided"
+DUE_HOLDS_INDEX = "${ControlTable.Arn}/index/due-holds"
 XRAY = {("xray:PutTraceSegments", "*", "{}"), ("xray:PutTelemetryRecords", "*", "{}")}
 
 PROCESSOR = "turnstile.handlers.stream.handler"
 API = "turnstile.handlers.api.handler"
 SWEEPER = "turnstile.handlers.sweeper.handler"
+DUE_HOLDS = "turnstile.handlers.due_holds.handler"
 
 #: Writes of data (a transaction's items are authorized by these actions too).
 WRITES = {
@@ -171,7 +173,11 @@ def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Tem
         | _on(
             INTAKE,
             "UpdateItem",
-            conditions=_attributes("event_id", "signup_id", "redrive", "redriven_at", "undecided"),
+            # request_count: only read, by the condition of a marker's removal (IAM counts
+            # an attribute a condition names as one the request may write).
+            conditions=_attributes(
+                "event_id", "signup_id", "redrive", "redriven_at", "undecided", "request_count"
+            ),
         )
         | _on(MAIN, "BatchGetItem")
         | _on(CONTROL, "GetItem", "Query", "Scan")
@@ -192,6 +198,19 @@ def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Tem
                     "pk", "sk", "held_since", "first_sequence_number", "error", "version"
                 ),
             },
+        )
+    )
+
+
+def test_due_holds_reads_its_index_and_only_bumps_intake(template: Template):
+    assert _role_statements(template, DUE_HOLDS) == (
+        # The due-holds index only: never an event item, a journal, the sweeper's items.
+        _on(DUE_HOLDS_INDEX, "Query")
+        # SignupStore.re_emit: the keys, the counter and the marker, nothing else.
+        | _on(
+            INTAKE,
+            "UpdateItem",
+            conditions=_attributes("event_id", "signup_id", "redrive", "undecided"),
         )
     )
 
@@ -245,7 +264,7 @@ def test_no_wildcard_actions_anywhere(templates: list[tuple[str, Template]]) -> 
         assert "dynamodb:*" not in json.dumps(template.to_json())
 
 
-@pytest.mark.parametrize("handler", [PROCESSOR, API, SWEEPER])
+@pytest.mark.parametrize("handler", [PROCESSOR, API, SWEEPER, DUE_HOLDS])
 def test_only_stream_listing_uses_resource_star(template: Template, handler: str) -> None:
     granted = _role_statements(template, handler)
     assert {a for a, resource, _ in granted if resource == "*"} <= {"dynamodb:ListStreams"}
@@ -254,5 +273,5 @@ def test_only_stream_listing_uses_resource_star(template: Template, handler: str
 
 def test_the_variant_stack_grants_the_same(templates: list[tuple[str, Template]]) -> None:
     (_, default), (_, variant) = templates
-    for handler in (PROCESSOR, API, SWEEPER):
+    for handler in (PROCESSOR, API, SWEEPER, DUE_HOLDS):
         assert _role_statements(variant, handler) == _role_statements(default, handler)

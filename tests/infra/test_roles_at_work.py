@@ -22,6 +22,7 @@ from tests.helpers import put_raw_intake
 from turnstile.api import create_app
 from turnstile.audit import audit
 from turnstile.domain import EventSnapshot, SignupRequest, decide
+from turnstile.due_holds import release_due_holds
 from turnstile.errors import StoreUnavailableError
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers.stream import to_intake_record
@@ -35,6 +36,7 @@ from .iam_model import CheckedClient, RoleModel
 API = "turnstile.handlers.api.handler"
 PROCESSOR = "turnstile.handlers.stream.handler"
 SWEEPER = "turnstile.handlers.sweeper.handler"
+DUE_HOLDS = "turnstile.handlers.due_holds.handler"
 NOW = "2026-01-01T00:00:00.000000Z"
 OLD = "2020-01-01T00:00:00Z"
 
@@ -245,6 +247,33 @@ def test_the_sweeper_role_reads_the_undecided_index_and_clears_markers(
     assert intake["lost"]["redrive"] == {"N": "1"} and "undecided" in intake["lost"]
 
 
+def test_the_due_holds_role_finds_due_events_and_re_emits_their_holders(
+    aws, as_role, plain, stream
+):
+    due_store, due_client = as_role(DUE_HOLDS)
+    client = aws.client("dynamodb")
+    for event_id, due_at in (("due", 1_000), ("later", 9_000)):
+        plain.create_event(event_id, 5, NOW)
+        put_raw_intake(client, event_id, "holder", submitted_at={"S": NOW})
+        client.update_item(
+            TableName=CONTROL,
+            Key={"pk": {"S": f"EVENT#{event_id}"}, "sk": {"S": "EVENT"}},
+            UpdateExpression="SET hold_due_at = :at, hold_due_signup = :s, hold_due_shard = :z",
+            ExpressionAttributeValues={
+                ":at": {"N": str(due_at)},
+                ":s": {"S": "holder"},
+                ":z": {"S": "0"},
+            },
+        )
+    stream.read_new()
+    # WHEN due holds are released under the function's role
+    assert release_due_holds(due_store, 5_000) == 1
+    # THEN nothing it needed was refused, and the due event's holder came down the stream
+    assert due_client.denied == []
+    assert {r.action for r in due_client.allowed} == {"dynamodb:Query", "dynamodb:UpdateItem"}
+    assert {(r.event_id, r.signup_id) for r in _re_emitted(stream)} == {("due", "holder")}
+
+
 def _re_emitted(stream) -> list[SignupRequest]:
     records = DynamoDBStreamEvent({"Records": stream.read_new()}).records
     return [
@@ -323,6 +352,35 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "sweeper-deletes-intake": (
         SWEEPER,
         lambda c: c.delete_item(TableName=INTAKE_TABLE, Key=INTAKE_KEY),
+    ),
+    # Releasing due holds: the index and intake's counter and marker, nothing else.
+    "due-holds-reads-event": (DUE_HOLDS, lambda c: c.get_item(TableName=CONTROL, Key=EVENT_KEY)),
+    "due-holds-queries-control": (
+        DUE_HOLDS,
+        lambda c: c.query(
+            TableName=CONTROL,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": "pk"},
+            ExpressionAttributeValues={":pk": {"S": "EVENT#gig"}},
+        ),
+    ),
+    "due-holds-scans-its-index": (
+        DUE_HOLDS,
+        lambda c: c.scan(TableName=CONTROL, IndexName="due-holds"),
+    ),
+    "due-holds-edits-event": (DUE_HOLDS, _update(CONTROL, EVENT_KEY, "SET #hold_due_at = :v")),
+    "due-holds-edits-intake": (DUE_HOLDS, _update(INTAKE_TABLE, INTAKE_KEY, "SET #seats = :v")),
+    "due-holds-sets-a-request": (
+        DUE_HOLDS,
+        _update(INTAKE_TABLE, INTAKE_KEY, "ADD #redrive :v, #request_count :v"),
+    ),
+    "due-holds-puts-intake": (
+        DUE_HOLDS,
+        lambda c: c.put_item(TableName=INTAKE_TABLE, Item=INTAKE_KEY),
+    ),
+    "due-holds-writes-decision": (
+        DUE_HOLDS,
+        lambda c: c.put_item(TableName=MAIN_TABLE, Item=DECISION),
     ),
     # The processor: never intake, never the sweeper's lease.
     "processor-touches-lease": (PROCESSOR, _update(CONTROL, LEASE_KEY, "SET #fence = :v")),

@@ -19,8 +19,8 @@ def _keys(spec: TableSpec) -> dict[str, object]:
         "AttributeDefinitions": [
             {"AttributeName": spec.partition_key, "AttributeType": "S"},
             {"AttributeName": spec.sort_key, "AttributeType": "S"},
-            # An index's key is a string attribute too.
-            *({"AttributeName": i.partition_key, "AttributeType": "S"} for i in spec.indexes),
+            # An index's keys: its partition key a string, its sort key of its own type.
+            *(d for i in spec.indexes for d in i.attribute_definitions()),
         ],
     }
 
@@ -63,7 +63,8 @@ def test_main_and_control_have_no_stream_and_no_ttl(template: Template, spec: Ta
     properties = template.to_json()["Resources"][spec.logical_id]["Properties"]
     assert "StreamSpecification" not in properties
     assert "TimeToLiveSpecification" not in properties
-    assert "GlobalSecondaryIndexes" not in properties
+    if spec is MAIN_TABLE:
+        assert "GlobalSecondaryIndexes" not in properties
 
 
 def test_intake_has_the_sparse_undecided_index_the_sweeper_reads(template: Template) -> None:
@@ -87,6 +88,35 @@ def test_intake_has_the_sparse_undecided_index_the_sweeper_reads(template: Templ
     assert INTAKE_TABLE.create_table_kwargs()["GlobalSecondaryIndexes"] == properties[
         "GlobalSecondaryIndexes"
     ]
+
+
+def test_control_has_the_sparse_due_holds_index_that_releasing_due_holds_reads(
+    template: Template,
+) -> None:
+    properties = template.to_json()["Resources"][CONTROL_TABLE.logical_id]["Properties"]
+    # Keyed by the one shard and the earliest hold's expiry (a number: sorted by time),
+    # present only on event items holding seats; it carries the event and its holder.
+    assert properties["GlobalSecondaryIndexes"] == [
+        {
+            "IndexName": "due-holds",
+            "KeySchema": [
+                {"AttributeName": "hold_due_shard", "KeyType": "HASH"},
+                {"AttributeName": "hold_due_at", "KeyType": "RANGE"},
+            ],
+            "Projection": {
+                "ProjectionType": "INCLUDE",
+                "NonKeyAttributes": ["event_id", "hold_due_signup"],
+            },
+        }
+    ]
+    assert properties["AttributeDefinitions"][2:] == [
+        {"AttributeName": "hold_due_shard", "AttributeType": "S"},
+        {"AttributeName": "hold_due_at", "AttributeType": "N"},
+    ]
+    # The local stack creates the same index from the same spec.
+    kwargs = CONTROL_TABLE.create_table_kwargs()
+    assert kwargs["GlobalSecondaryIndexes"] == properties["GlobalSecondaryIndexes"]
+    assert kwargs["AttributeDefinitions"] == properties["AttributeDefinitions"]
 
 
 def test_control_table_keys_cannot_be_reached_from_intake_keys() -> None:

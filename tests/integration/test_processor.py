@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 
 from tests.helpers import CallRecorder
-from turnstile.contract import Reason, Status
+from turnstile.contract import Reason, Status, main_table_name
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.processor import IntakeRecord, StreamProcessor
 from turnstile.store import SignupStore
@@ -130,7 +130,12 @@ def test_a_conflict_storm_holds_the_group_and_says_so(aws, caplog):
 
 
 def writes(recorder: CallRecorder) -> int:
-    return len(recorder.sizes("batch_write_item", "RequestItems"))
+    """Writes of decision items: each is one conditional PutItem or UpdateItem."""
+    return sum(
+        1
+        for op, kwargs in recorder.calls
+        if op in ("put_item", "update_item") and kwargs["TableName"] == main_table_name()
+    )
 
 
 def test_each_journal_is_written_out_once_per_process(store, recorder):

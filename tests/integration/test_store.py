@@ -226,7 +226,7 @@ def unprocessed(store: SignupStore, journal: Journal) -> dict:
     return {"turnstile-main": [{"PutRequest": {"Item": i}} for i in items]}
 
 
-def test_unprocessed_decision_items_are_written_again_until_none_is_left(stubbed):
+def test_unprocessed_items_of_a_batch_write_are_written_again_until_none_is_left(stubbed):
     store, stubber = stubbed
     journal = Journal.build("gig", 1, NOW, (Decision("s1", "1", "ACCEPTED", 1, position=1),), {})
     left = unprocessed(store, journal)
@@ -234,18 +234,43 @@ def test_unprocessed_decision_items_are_written_again_until_none_is_left(stubbed
     stubber.add_response("batch_write_item", {"UnprocessedItems": left}, {"RequestItems": ANY})
     stubber.add_response("batch_write_item", {"UnprocessedItems": left}, {"RequestItems": left})
     stubber.add_response("batch_write_item", {"UnprocessedItems": {}}, {"RequestItems": left})
-    store.materialize("e1", journal, {"s1": SignupRequest("e1", "s1", "1")})
+    store.dynamo.put_all("turnstile-main", store.journal_items("e1", journal))
     assert store.retries == 2
 
 
-def test_decision_items_never_written_make_the_store_unavailable(stubbed):
+def test_items_a_batch_write_never_writes_make_the_store_unavailable(stubbed):
     store, stubber = stubbed
     journal = Journal.build("gig", 1, NOW, (Decision("s1", "1", "ACCEPTED", 1, position=1),), {})
     left = unprocessed(store, journal)
     for _ in range(3):
         stubber.add_response("batch_write_item", {"UnprocessedItems": left})
     with pytest.raises(StoreUnavailableError, match="batch_write_item left unprocessed items"):
-        store.materialize("e1", journal, {"s1": SignupRequest("e1", "s1", "1")})
+        store.dynamo.put_all("turnstile-main", store.journal_items("e1", journal))
+
+
+def test_a_decision_item_write_is_conditional_and_a_false_condition_is_no_error(stubbed):
+    """Materializing writes each first decision only where no item exists: an item that is
+    there already (written before, or moved on since) is left as it is."""
+    store, stubber = stubbed
+    journal = Journal.build("gig", 1, NOW, (Decision("s1", "1", "ACCEPTED", 1, position=1),), {})
+    [item] = store.journal_items("e1", journal)
+    expected = {
+        "TableName": "turnstile-main",
+        "Item": item,
+        "ConditionExpression": "attribute_not_exists(#sk)",
+        "ExpressionAttributeNames": {"#sk": "signup_id"},
+    }
+    stubber.add_client_error(
+        "put_item", service_error_code="ProvisionedThroughputExceededException",
+        expected_params=expected,
+    )
+    stubber.add_client_error(
+        "put_item", service_error_code="ConditionalCheckFailedException",
+        expected_params=expected,
+    )
+    store.materialize("e1", journal)
+    assert store.retries == 1
+    stubber.assert_no_pending_responses()
 
 
 def test_an_event_item_reads_missing_counters_as_a_fresh_open_event():

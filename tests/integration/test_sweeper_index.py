@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from decimal import Decimal
 
 import pytest
 
@@ -154,7 +155,8 @@ def test_removing_a_marker_never_creates_a_record(store, ledger, client):
     put_raw_intake(client, "gig", "gone", marked=True)
     put_raw_intake(client, "gig", "plain", marked=False)
     # WHEN the sweeper removes the markers THEN only records that carry one are touched
-    assert ledger.clear_undecided([("gig", "gone"), ("gig", "plain"), ("gig", "never")]) == 1
+    keys = [("gig", "gone"), ("gig", "plain"), ("gig", "never")]
+    assert ledger.clear_undecided(dict.fromkeys(keys, 0)) == 1
     assert store.get_intake("gig", "never") is None
     assert store.get_intake("gig", "plain") == {"event_id": "gig", "signup_id": "plain"}
 
@@ -168,9 +170,9 @@ def test_a_decision_only_in_the_journal_keeps_the_marker(store, client):
     decision = Decision("u1", "1", "ACCEPTED", 1, position=1)
     outcome = Outcome((decision,), replace(expected, taken=1, accepted=1))
     store.commit(expected, outcome, NOW, {})
-    marked: list[tuple[str, str]] = []
+    marked: dict[tuple[str, str], Decimal] = {}
     assert list(find_undecided(store, 0, from_index=True, decided_marked=marked)) == []
-    assert marked == []
+    assert marked == {}
 
 
 def test_put_intake_writes_the_marker_and_does_not_return_it(store):
@@ -246,10 +248,10 @@ def test_removing_many_markers_counts_those_that_carried_one(store, ledger, clie
     keys = [("gig", f"u{i}") for i in range(10)]
     for i, (_, signup_id) in enumerate(keys):
         put_raw_intake(client, "gig", signup_id, marked=i % 2 == 0)
-    assert ledger.clear_undecided(keys, workers=workers) == 5
+    assert ledger.clear_undecided(dict.fromkeys(keys, 0), workers=workers) == 5
     assert all(Attr.UNDECIDED not in store.get_intake(*k) for k in keys)
-    assert ledger.clear_undecided(keys, workers=workers) == 0
-    assert ledger.clear_undecided([], workers=workers) == 0
+    assert ledger.clear_undecided(dict.fromkeys(keys, 0), workers=workers) == 0
+    assert ledger.clear_undecided({}, workers=workers) == 0
 
 
 def test_a_full_scan_is_recorded_only_by_the_lease_holder_with_its_token(store, ledger):

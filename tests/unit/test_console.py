@@ -112,3 +112,37 @@ def test_the_console_counts_decisions_and_prints_them_only_as_text(log_format, p
     assert (console.counts.accepted, console.counts.rejected) == (1, 1)
     assert console.counts.events == {"concert", "other"}
     assert len(capsys.readouterr().out.splitlines()) == printed
+
+
+def test_later_moves_and_refusals_have_their_own_lines_and_counts():
+    import io
+
+    from turnstile.lifecycle import Transition
+    from turnstile.local.console import move_line
+    from turnstile.processor import MovedSignup
+    from turnstile.transitions import ms_of
+
+    at = ms_of(DECIDED_AT)
+    promoted = MovedSignup(
+        "concert",
+        Transition("carol", Status.WAITLISTED, Status.HELD, at, "9", "promotion", 1, position=3),
+    )
+    refused = MovedSignup(
+        "concert",
+        Transition(
+            "bob", Status.EXPIRED, Status.EXPIRED, at, "10", "confirm", 1,
+            reason="hold_expired", refused=True,
+        ),
+    )
+    assert move_line(promoted) == (
+        f"{clock(DECIDED_AT)} concert    carol      WAITLISTED -> HELD #3 (promotion)"
+    )
+    assert move_line(refused) == (
+        f"{clock(DECIDED_AT)} concert    bob        confirm refused: hold_expired (is EXPIRED)"
+    )
+    out = io.StringIO()
+    console = Console(out=out)
+    for item in (decided(status=Status.HELD), promoted, refused):
+        console.decided(item)
+    assert (console.counts.held, console.counts.moved, console.counts.decided) == (1, 2, 1)
+    assert out.getvalue().splitlines()[1:] == [move_line(promoted), move_line(refused)]

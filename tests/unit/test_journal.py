@@ -88,9 +88,42 @@ def test_a_format_2_journal_as_stored_today_still_decodes_and_encodes_the_same()
     assert (journal.version, journal.decided_at, journal.expires_at) == (8, NOW, 1_790_000_000)
     assert journal.decisions == V1_DECISIONS
     assert journal.copies == V2_COPIES
-    # ... and this code writes the same journal the same way, byte for byte
-    assert journal.encode() == V2_JOURNAL
-    assert Journal.FORMAT == 2
+    # ... and this code writes it again as format 3, which reads back the same
+    assert Journal.FORMAT == 3
+    again = Journal.decode(journal.encode())
+    assert (again.version, again.decided_at, again.expires_at) == (8, NOW, 1_790_000_000)
+    assert (again.decisions, again.copies, again.updates) == (V1_DECISIONS, V2_COPIES, ())
+    assert journal.items("gig") == again.items("gig")
+
+
+def test_a_format_3_journal_carries_lifecycle_attributes_and_changes():
+    from turnstile.domain import ItemUpdate
+    from turnstile.dynamo import to_item
+
+    held = Decision("u1", "100", Status.HELD, 2, position=1)
+    waiting = Decision("u2", "101", Status.WAITLISTED, 1)
+    extras = [
+        to_item({"hold_expires_at": "2026-01-01T00:00:04.000000Z"}),
+        to_item({"waitlist_position": 1}),
+    ]
+    change = ItemUpdate(
+        "u0",
+        Status.HELD,
+        to_item({"status": Status.CANCELLED, "history": [{"from": "HELD", "to": "CANCELLED"}]}),
+        ("hold_expires_at",),
+        3,
+    )
+    journal = Journal.build(
+        "gig", 5, NOW, [held, waiting], {"u1": request("u1")}, extras=extras, updates=[change]
+    )
+    again = Journal.decode(journal.encode())
+    assert again.decisions == (held, waiting)
+    assert again.updates == (change,)
+    items = again.items("gig")
+    assert items[0]["hold_expires_at"] == {"S": "2026-01-01T00:00:04.000000Z"}
+    assert items[0]["status"] == {"S": Status.HELD}
+    assert items[1]["waitlist_position"] == {"N": "1"}
+    assert "hold_expires_at" not in items[1]
 
 def test_copied_fields_are_fixed_in_typed_form_binary_sets_and_numbers_included():
     # GIVEN attributes of every DynamoDB type, binary and sets among them
@@ -292,8 +325,8 @@ def test_text_with_lone_surrogates_round_trips():
 def test_a_journal_of_a_newer_format_is_refused_by_name():
     import bz2
 
-    blob = bz2.compress(b'{"f":3,"v":1,"t":"x","d":[]}')
-    with pytest.raises(ValueError, match=r"^journal format 3 is newer than this code$"):
+    blob = bz2.compress(b'{"f":4,"v":1,"t":"x","d":[]}')
+    with pytest.raises(ValueError, match=r"^journal format 4 is newer than this code$"):
         Journal.decode(blob)
 
 

@@ -160,7 +160,9 @@ class Model:
             self._signup(r)
             return
         self.seen.setdefault(sid, set()).add(int(seq))
-        if r.kind == Kind.CONFIRM:
+        if r.problem:
+            self._out(sid, status, r.kind, seq, Reason.INVALID_REQUEST, refused=True)
+        elif r.kind == Kind.CONFIRM:
             if status == Status.HELD:
                 self._out(sid, Status.ACCEPTED, Cause.CONFIRM, seq)
             else:
@@ -267,6 +269,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         if kind == "tick":
             return Request.tick(seq)
         sid = self._signup_id(kind, pick)
+        if kind in ("confirm", "cancel") and invalid == 0:
+            # a request the producer got wrong (neither confirm nor cancel)
+            return Request(kind, seq, sid, problem="request must be one of confirm, cancel")
         if kind == "confirm":
             return Request.confirm(sid, seq)
         if kind == "cancel":

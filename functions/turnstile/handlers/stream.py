@@ -107,6 +107,15 @@ def record_metrics(result: BatchResult, received: int) -> None:
         metrics.add_metric(name="GroupFailed", unit=MetricUnit.Count, value=len(result.failures))
     if result.conflicts:
         metrics.add_metric(name="CommitConflicted", unit=MetricUnit.Count, value=result.conflicts)
+    later = [t for _, t in result.transitions if t.from_status != Status.PENDING]
+    for name, count in (
+        ("SignupMoved", sum(1 for t in later if not t.refused)),
+        ("RequestRefused", sum(1 for t in later if t.refused)),
+        ("HoldExpired", sum(1 for t in later if t.to_status == Status.EXPIRED)),
+        ("SignupPromoted", sum(1 for t in later if t.cause == "promotion")),
+    ):
+        if count:
+            metrics.add_metric(name=name, unit=MetricUnit.Count, value=count)
     # Always one metric, so a batch of replays alone does not log "no metrics to publish".
     metrics.add_metric(name="RecordsReceived", unit=MetricUnit.Count, value=received)
     latencies = [_latency_ms(d.submitted_at, d.decided_at) for d in result.decided]
@@ -159,6 +168,18 @@ def _handle(event: DynamoDBStreamEvent, context: LambdaContext) -> dict[str, Any
             signup_ref=signup_ref(decided.event_id, decided.decision.signup_id),
             status=decided.decision.status,
             reason=decided.decision.reason,
+        )
+    for event_id, t in result.transitions:
+        if t.from_status == Status.PENDING:
+            continue  # a first decision: logged above
+        logger.debug(
+            "request refused" if t.refused else "signup moved",
+            event_id=event_id,
+            signup_ref=signup_ref(event_id, t.signup_id),
+            from_status=t.from_status,
+            to_status=t.to_status,
+            cause=t.cause,
+            reason=t.reason,
         )
     logger.info(
         "batch processed",

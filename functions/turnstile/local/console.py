@@ -34,6 +34,7 @@ from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from turnstile.clock import parse_timestamp
 from turnstile.contract import ID_PATTERN, Status
+from turnstile.transitions import iso_of_ms
 
 __all__ = [
     "LOG_FORMATS",
@@ -82,13 +83,28 @@ def waited_s(submitted_at: Any, decided_at: Any) -> float | None:
     return (end - start).total_seconds()
 
 
+def move_line(moved: Any) -> str:
+    """One line for a later move or a refusal (a processor's ``MovedSignup``), e.g.
+    ``12:01:09 concert  carol  WAITLISTED -> HELD #3 (promotion)``."""
+    t = moved.transition
+    at = parse_timestamp(iso_of_ms(t.at))
+    if t.refused:
+        outcome = f"{t.cause} refused: {t.reason} (is {t.from_status})"
+    else:
+        outcome = f"{t.from_status} -> {t.to_status}"
+        if t.to_status in (Status.HELD, Status.ACCEPTED) and t.position is not None:
+            outcome += f" #{t.position}"
+        outcome += f" ({t.cause})"
+    return f"{_clock(at)} {_shown(moved.event_id):<10} {_shown(t.signup_id):<10} {outcome}"
+
+
 def decision_line(decided: Any) -> str:
     """One line for one decision (a processor's ``DecidedSignup``), e.g.
     ``12:01:03 concert  alice  ACCEPTED #3  waited 0.41 s``."""
     decision = decided.decision
     at = parse_timestamp(decided.decided_at)
-    if decision.status == Status.ACCEPTED:
-        outcome = f"ACCEPTED #{decision.position}"
+    if decision.status in (Status.ACCEPTED, Status.HELD):
+        outcome = f"{decision.status} #{decision.position}"
     else:
         outcome = f"{decision.status} {decision.reason or ''}".rstrip()
     if decision.seats != 1:
@@ -190,11 +206,16 @@ class SessionCounts:
 
     accepted: int = 0
     rejected: int = 0
+    #: First decisions that held seats or joined the waitlist (the lifecycle's).
+    held: int = 0
+    waitlisted: int = 0
+    #: Later moves (confirmations, cancellations, expiries, promotions) and refusals.
+    moved: int = 0
     events: set[str] = field(default_factory=set)
 
     @property
     def decided(self) -> int:
-        return self.accepted + self.rejected
+        return self.accepted + self.rejected + self.held + self.waitlisted
 
 
 class Console:
@@ -212,8 +233,19 @@ class Console:
     def decided(self, decided: Any) -> None:
         """Called with each decision once it is committed (from the worker's threads)."""
         with self._lock:
-            if decided.decision.status == Status.ACCEPTED:
+            if hasattr(decided, "transition"):  # a later move, or a refusal
+                self.counts.moved += 1
+                if self.log_format == "text":
+                    with contextlib.suppress(OSError, ValueError):
+                        self._print(move_line(decided))
+                return
+            status = decided.decision.status
+            if status == Status.ACCEPTED:
                 self.counts.accepted += 1
+            elif status == Status.HELD:
+                self.counts.held += 1
+            elif status == Status.WAITLISTED:
+                self.counts.waitlisted += 1
             else:
                 self.counts.rejected += 1
             self.counts.events.add(decided.event_id)
@@ -233,10 +265,20 @@ class Console:
         a ``TableCounts``, or None when they could not be counted), where the state is."""
         c = self.counts
         if worker:
+            more = "".join(
+                f", {n} {what}"
+                for n, what in ((c.held, "held"), (c.waitlisted, "waitlisted"))
+                if n
+            )
             lines = [
                 f"this session decided {_plural(c.decided, 'signup')} ({c.accepted} accepted, "
-                f"{c.rejected} rejected) in {_plural(len(c.events), 'event')}"
+                f"{c.rejected} rejected{more}) in {_plural(len(c.events), 'event')}"
             ]
+            if c.moved:
+                lines.append(
+                    f"and {_plural(c.moved, 'later move')} (confirmations, cancellations, "
+                    "expiries, promotions, refused requests)"
+                )
         else:
             lines = ["this session decided nothing: no worker (--no-worker)"]
         if counts is None:

@@ -30,6 +30,8 @@ from turnstile.local.poller import CheckpointStore, StreamPoller
 from turnstile.local.server import WAL_NAME, EmbeddedAws, ListenError
 
 __all__ = [
+    "DUE_HOLDS_INTERVAL_ENV",
+    "DUE_HOLDS_INTERVAL_S",
     "ListenError",
     "LocalStack",
     "TableCounts",
@@ -41,6 +43,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: How often ``turnstile local`` releases due holds (seconds): the variable and its default.
+DUE_HOLDS_INTERVAL_ENV = "TURNSTILE_DUE_HOLDS_INTERVAL_S"
+DUE_HOLDS_INTERVAL_S = 1.0
 
 
 def local_aws_environment(endpoint_url: str) -> dict[str, str]:
@@ -77,7 +83,7 @@ def _ensure_indexes(client: Any, spec: TableSpec) -> None:
         if index.name not in have:
             client.update_table(
                 TableName=spec.name,
-                AttributeDefinitions=[{"AttributeName": index.partition_key, "AttributeType": "S"}],
+                AttributeDefinitions=index.attribute_definitions(),
                 GlobalSecondaryIndexUpdates=[{"Create": index.create_kwargs()}],
             )
 
@@ -113,8 +119,9 @@ def counting_processor(
     committed, in the order it decided them: the decisions it made, never one it found
     made already.
     """
+    from turnstile.contract import Status
     from turnstile.personal_data import decision_retention_days
-    from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
+    from turnstile.processor import BatchResult, IntakeRecord, MovedSignup, StreamProcessor
 
     lock = threading.Lock()  # lanes (a parallelization factor) count at once
 
@@ -129,7 +136,13 @@ def counting_processor(
                 stats.failed_groups += len(result.failures)
                 stats.conflicts += result.conflicts
             if on_decided is not None:
-                for decided in result.decided:
+                # first decisions, then the later moves and refusals (the lifecycle's)
+                later = [
+                    MovedSignup(event_id, t)
+                    for event_id, t in result.transitions
+                    if t.from_status != Status.PENDING
+                ]
+                for decided in [*result.decided, *later]:
                     try:
                         on_decided(decided)
                     except Exception:  # committed already: a report must not fail the batch
@@ -309,6 +322,7 @@ class LocalStack:
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._sweeper_thread: threading.Thread | None = None
+        self._due_holds_thread: threading.Thread | None = None
 
     def health(self) -> dict[str, bool]:
         checks = {"tables": self._ready.is_set()}
@@ -356,6 +370,26 @@ class LocalStack:
                 target=self._sweep_forever, name="sweeper", daemon=True
             )
             self._sweeper_thread.start()
+            self._due_holds_thread = threading.Thread(
+                target=self._release_due_holds_forever, name="due-holds", daemon=True
+            )
+            self._due_holds_thread.start()
+
+    def _release_due_holds_forever(self) -> None:
+        """The local stand-in for the CDK stack's due-holds schedule (every minute there):
+        every ``TURNSTILE_DUE_HOLDS_INTERVAL_S`` seconds (default 1), re-emit the holding
+        signup of each event whose earliest hold is due (``turnstile.due_holds``)."""
+        from turnstile.due_holds import release_due_holds
+        from turnstile.store import SignupStore
+
+        interval = float(os.environ.get(DUE_HOLDS_INTERVAL_ENV, DUE_HOLDS_INTERVAL_S))
+        store = SignupStore()
+        while not self._stop.wait(interval):
+            try:
+                release_due_holds(store, int(time.time() * 1000))
+            except Exception as exc:
+                if not self._stop.is_set():  # (the endpoint may be going away with us)
+                    log.warning("releasing due holds failed (the next period retries): %s", exc)
 
     def _sweep_forever(self) -> None:
         """The local stand-in for the CDK stack's schedule: a sweep every interval."""
@@ -387,6 +421,8 @@ class LocalStack:
         failed.
         """
         self._stop.set()
+        if self._due_holds_thread:
+            self._due_holds_thread.join(timeout=5)  # a period in progress ends first
         if self.worker:
             self.worker.stop()
         if self.api:
