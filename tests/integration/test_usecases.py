@@ -26,6 +26,9 @@ from turnstile.errors import (
     SignupConflictError,
     SignupNotFoundError,
 )
+from turnstile.handlers import stream as stream_handler
+from turnstile.local.context import LocalLambdaContext
+from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 
 NOW = "2026-11-21T21:00:00.000000Z"
@@ -619,3 +622,39 @@ def test_the_status_shows_the_lifecycle_fields_of_the_decision(store, aws):
         "last_refusal": refusal,
     }
     assert usecases.list_signups(store, "gig", "EXPIRED")["signups"] == [status]
+
+
+def decide_stream(store: SignupStore, stream) -> None:
+    """What the intake stream delivered since the last call, through the stream handler."""
+    stream_handler._processor = StreamProcessor(store)
+    try:
+        answer = stream_handler.handler({"Records": stream.read_new()}, LocalLambdaContext())
+    finally:
+        stream_handler._processor = None
+    assert answer == {"batchItemFailures": []}
+
+
+def test_requests_made_here_are_applied_by_the_stream_processor(store, stream):
+    # GIVEN an event with holds and a waitlist of one: two signups hold its two seats,
+    # the third waits
+    usecases.create_event(store, "gig", 2, None, hold_seconds=600, waitlist=1)
+    for signup_id in ("u1", "u2", "u3"):
+        submit(store, "gig", signup_id)
+    decide_stream(store, stream)
+    states = [usecases.signup_status(store, "gig", s)["status"] for s in ("u1", "u2", "u3")]
+    assert states == ["HELD", "HELD", "WAITLISTED"]
+    # WHEN the first is confirmed and the second cancelled, here
+    usecases.request_signup(store, "gig", "u1", "confirm")
+    usecases.request_signup(store, "gig", "u2", "cancel")
+    decide_stream(store, stream)
+    # THEN the processor applied both: the cancelled seat went to the one waiting
+    u1, u2, u3 = (usecases.signup_status(store, "gig", s) for s in ("u1", "u2", "u3"))
+    assert (u1["status"], u2["status"], u3["status"]) == ("ACCEPTED", "CANCELLED", "HELD")
+    assert [h["to"] for h in u1["history"]] == ["HELD", "ACCEPTED"]
+    assert (u1["request_count"], u2["request_count"]) == (1, 1)
+    assert u3["hold_expires_at"] is not None
+    counts = usecases.show_event(store, "gig")["status_counts"]
+    assert {k: v for k, v in counts.items() if v} == {"ACCEPTED": 1, "CANCELLED": 1, "HELD": 1}
+    # and a request its new status refuses is refused here, with that status
+    with pytest.raises(RequestRefusedError, match="it is CANCELLED"):
+        usecases.request_signup(store, "gig", "u2", "cancel")
