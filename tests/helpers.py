@@ -8,6 +8,25 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, undecided_shard
+from turnstile.dynamo import to_item
+
+#: What the ``Event`` shape shows of an event created without options, before the stream
+#: processor has counted any status (docs/lifecycle.md, §1 and §10).
+NO_EVENT_OPTIONS: dict[str, Any] = {
+    "waitlist": 0,
+    "hold_seconds": 0,
+    "max_seats": None,
+    "status_counts": {},
+}
+#: What the ``Signup`` shape shows of the lifecycle's fields before any is written.
+NO_LIFECYCLE_FIELDS: dict[str, Any] = {
+    "hold_expires_at": None,
+    "waitlist_position": None,
+    "updated_at": None,
+    "request_count": None,
+    "history": [],
+    "last_refusal": None,
+}
 
 #: Whether ``put_raw_intake`` writes the ``undecided`` marker, as the README asks producers
 #: that write intake directly to do (the ``sweep_path`` fixture turns it on).
@@ -24,6 +43,19 @@ def put_raw_intake(
         item[Attr.UNDECIDED] = {"S": undecided_shard(event_id, signup_id)}
     item.update(attrs)
     client.put_item(TableName=INTAKE_TABLE.name, Item=item)
+
+
+def put_decision(
+    client: Any, event_id: str, signup_id: str, status: str, **fields: Any
+) -> dict[str, Any]:
+    """Write a decision item as the stream processor's lifecycle will (plain values: str,
+    int, list and dict; ``None`` left out), until it does: a signup HELD, WAITLISTED ...
+    Returns the item as typed values."""
+    values = {Attr.EVENT_ID: event_id, Attr.SIGNUP_ID: signup_id, Attr.STATUS: status}
+    values.update({k: v for k, v in fields.items() if v is not None})
+    item = to_item(values)
+    client.put_item(TableName=MAIN_TABLE.name, Item=item)
+    return item
 
 
 def table_items(client: Any, table: str) -> dict[tuple[str, str], dict[str, Any]]:

@@ -96,6 +96,9 @@ ROUTE_ROLES: Mapping[str, CallerRole] = {
     "PATCH /events/{event_id}": CallerRole.ORGANIZER,  # capacity update
     "POST /events/{event_id}/close": CallerRole.ORGANIZER,
     "POST /events/{event_id}/signups": CallerRole.PRODUCER,
+    # A producer confirms or cancels the signups it made (docs/lifecycle.md).
+    "POST /events/{event_id}/signups/{signup_id}/confirm": CallerRole.PRODUCER,
+    "POST /events/{event_id}/signups/{signup_id}/cancel": CallerRole.PRODUCER,
     "GET /events/{event_id}": CallerRole.READER,
     "GET /events/{event_id}/signups/{signup_id}": CallerRole.READER,
     # The lists are reads like the others. An organizer-only signup list could not be

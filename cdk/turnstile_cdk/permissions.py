@@ -11,11 +11,13 @@ docs/design.md (§5) holds in IAM, not only in the code:
   an attribute a condition reads counts too), with ``dynamodb:ReturnValues`` limited to
   NONE/UPDATED_*, so it cannot read the item's other attributes back either. The API
   may name only an event's configuration (``contract.EVENT_CONFIG_ATTRIBUTES``), never the
-  processor's ``taken``, ``accepted``, ``version`` or ``journal``; the sweeper only the
-  intake record's re-emission counter, and a hold marker's fields when it lifts an
-  empty hold. Neither gets ``PutItem`` there (a put replaces every attribute).
+  processor's ``taken``, ``accepted``, ``version`` or ``journal``, and of an intake record
+  only a confirm or cancel request (``request``, ``request_count``, the marker), never its
+  seats; the sweeper only the intake record's re-emission counter, and a hold marker's
+  fields when it lifts an empty hold. Neither gets ``PutItem`` on control (a put replaces
+  every attribute).
 - The main table's decisions are written by the stream processor alone; the others only
-  read them.
+  read them (the API's ConditionCheck of a confirm or cancel is a read).
 - ``dynamodb:Select`` (``SPECIFIC_ATTRIBUTES``) with ``dynamodb:Attributes`` keeps a Scan
   to the attributes it projects: the API lists events by scanning the control table (each
   event is a partition of its own, so no Query can), but may read nothing there beyond
@@ -151,10 +153,26 @@ API_GRANTS = (
         "(Query of the event's partition, listing.signup_rows)",
     ),
     TableGrant(
+        INTAKE,
+        ("dynamodb:UpdateItem",),
+        attributes=(
+            Attr.EVENT_ID,
+            Attr.SIGNUP_ID,
+            Attr.REQUEST,
+            Attr.REQUEST_COUNT,
+            Attr.UNDECIDED,
+        ),
+        why="records a confirm or cancel on the signup's intake record (request_transition, "
+        "a transaction): the request, its count and the undecided marker, conditioned on "
+        "the record existing; never the signup's seats or attributes",
+    ),
+    TableGrant(
         MAIN,
-        ("dynamodb:GetItem", "dynamodb:Query"),
-        why="reads a decision (get_decision, also while a status read waits) and lists an "
-        "event's decisions (Query of the event's partition, listing.signup_rows)",
+        ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"),
+        why="reads a decision (get_decision, also while a status read waits), lists an "
+        "event's decisions (Query of the event's partition, listing.signup_rows), and "
+        "checks that a signup's status allows a confirm or cancel (request_transition's "
+        "ConditionCheck, which returns the decision item when it fails)",
     ),
     TableGrant(
         CONTROL,

@@ -31,7 +31,14 @@ from aws_lambda_powertools.metrics import Metrics, MetricUnit
 from botocore.exceptions import BotoCoreError, ClientError
 
 from turnstile import usecases
-from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES
+from turnstile.contract import (
+    ID_PATTERN,
+    MAX_ATTRIBUTES_BYTES,
+    MAX_HOLD_SECONDS,
+    MAX_LINEUP_ENTRIES,
+    RequestKind,
+    Status,
+)
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
     MAX_CAPACITY,
@@ -42,6 +49,7 @@ from turnstile.errors import (
     EventExistsError,
     EventNotFoundError,
     InvalidRequestError,
+    RequestRefusedError,
     SignupConflictError,
     SignupNotFoundError,
     StoreUnavailableError,
@@ -388,10 +396,19 @@ def _index(call: _Call) -> Response[str]:
 
 
 def _create_event(call: _Call) -> Response[str]:
-    body = _json_object(call.raw_event, frozenset({"event_id", "capacity"}))
+    body = _json_object(
+        call.raw_event,
+        frozenset({"event_id", "capacity", "waitlist", "hold_seconds", "max_seats"}),
+    )
     creator = caller_identity(call.raw_event)
     result = usecases.create_event(
-        call.store(), body.get("event_id"), body.get("capacity"), created_by=creator
+        call.store(),
+        body.get("event_id"),
+        body.get("capacity"),
+        created_by=creator,
+        waitlist=body.get("waitlist", usecases.ABSENT),
+        hold_seconds=body.get("hold_seconds", usecases.ABSENT),
+        max_seats=body.get("max_seats", usecases.ABSENT),
     )
     event = result.body
     location = f"/events/{quote(event['event_id'], safe=':@')}"
@@ -477,6 +494,53 @@ def _get_signup(call: _Call, event_id: str, signup_id: str) -> Response[str]:
     if left is not None:
         wait = max(0.0, min(wait, left - WAIT_MARGIN_S))
     return _json(200, usecases.await_decision(call.store(), event_id, signup_id, wait))
+
+
+def _request(kind: str) -> Callable[..., Response[str]]:
+    """The handler of ``POST .../signups/{signup_id}/confirm`` (or ``/cancel``)."""
+
+    def handler(call: _Call, event_id: str, signup_id: str) -> Response[str]:
+        event_id, signup_id = unquote(event_id), unquote(signup_id)
+        body = usecases.request_signup(call.store(), event_id, signup_id, kind)
+        call.count("ConfirmRequested" if kind == RequestKind.CONFIRM else "CancelRequested")
+        logger.info(
+            f"{kind} recorded", event_id=event_id, signup_ref=signup_ref(event_id, signup_id)
+        )
+        return _json(202, body, {"Location": _signup_location(event_id, signup_id)})
+
+    return handler
+
+
+def _request_route(kind: str, operation_id: str, summary: str, description: str) -> Route:
+    return Route(
+        "POST",
+        f"/events/{{event_id}}/signups/{{signup_id}}/{kind}",
+        operation_id,
+        handler=_request(kind),
+        spec={
+            "summary": summary,
+            "description": description
+            + (
+                " Recorded on the signup's intake record and applied by the stream "
+                "processor, which judges it again (a request recorded a moment before a "
+                "hold lapses is refused there: the signup's `last_refusal` says so); poll "
+                "the Location for the outcome. No body is read."
+            ),
+            "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
+            "responses": {
+                "202": _ok("Recorded; poll the Location.", "RequestRecorded", _LOCATION),
+                "404": _error_response("No such signup (error: signup_not_found)."),
+                "409": {
+                    "description": (
+                        "The signup's current status does not allow it (error: "
+                        "request_refused); nothing recorded. The answer carries the status."
+                    ),
+                    "content": {JSON: {"schema": _ref("RequestRefused")}},
+                },
+                **_COMMON,
+            },
+        },
+    )
 
 
 def _openapi_document(call: _Call) -> Response[str]:
@@ -672,6 +736,20 @@ ROUTES: tuple[Route, ...] = (
             },
         },
     ),
+    _request_route(
+        RequestKind.CONFIRM,
+        "confirmSignup",
+        "Confirm a HELD signup before its hold expires: it becomes ACCEPTED.",
+        "Only a HELD signup whose hold_expires_at is still ahead may be confirmed; any "
+        "other answers 409 request_refused with its status.",
+    ),
+    _request_route(
+        RequestKind.CANCEL,
+        "cancelSignup",
+        "Cancel a HELD, ACCEPTED or WAITLISTED signup: its seats go to the next in line.",
+        "Any other status (PENDING, REJECTED, CANCELLED, EXPIRED) answers 409 "
+        "request_refused with its status.",
+    ),
     Route(
         "GET",
         "/openapi.json",
@@ -774,6 +852,21 @@ def create_app(
     def signup_conflict(exc: SignupConflictError) -> Response[str]:
         return _error(409, "signup_conflict", str(exc))
 
+    @app.exception_handler(RequestRefusedError)
+    def request_refused(exc: RequestRefusedError) -> Response[str]:
+        count("RequestRefused")
+        body = {
+            "error": "request_refused",
+            "message": str(exc),
+            "event_id": exc.event_id,
+            "signup_id": exc.signup_id,
+            "request": exc.request,
+            "status": exc.status,
+            "hold_expires_at": exc.hold_expires_at,
+            "reason": exc.reason,
+        }
+        return _json(409, body)
+
     @app.exception_handler([StoreUnavailableError, BotoCoreError])
     def unavailable(exc: Exception) -> Response[str]:
         # Throttled past the store's retries, or DynamoDB unreachable: transient.
@@ -819,7 +912,7 @@ _SCHEMAS: dict[str, Any] = {
                 "description": (
                     "invalid_request, capacity_below_taken, payload_too_large, not_found, "
                     "method_not_allowed, event_not_found, signup_not_found, event_exists, "
-                    "signup_conflict, unavailable, internal_error"
+                    "signup_conflict, request_refused, unavailable, internal_error"
                 ),
             },
             "message": {"type": "string"},
@@ -830,9 +923,38 @@ _SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "required": ["event_id", "capacity"],
         "example": {"event_id": "concert-2026", "capacity": 100},
+        "description": (
+            f"With holds (hold_seconds above 0), capacity + waitlist is at most "
+            f"{MAX_LINEUP_ENTRIES} (400 otherwise): the event item keeps every hold and "
+            "every waiting signup."
+        ),
         "properties": {
             "event_id": _ID_SCHEMA,
             "capacity": {"type": "integer", "minimum": 0, "maximum": MAX_CAPACITY},
+            "waitlist": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_LINEUP_ENTRIES,
+                "default": 0,
+                "description": "How many signups may wait for seats at once (0: none).",
+            },
+            "hold_seconds": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": MAX_HOLD_SECONDS,
+                "default": 0,
+                "description": (
+                    "Seconds a granted signup holds its seats (HELD) until confirmed; "
+                    "0: granted signups are ACCEPTED at once."
+                ),
+            },
+            "max_seats": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": MAX_SEATS,
+                "description": "The most seats one signup may ask for (default: no limit "
+                "but the capacity).",
+            },
         },
     },
     "EventUpdate": {
@@ -855,11 +977,19 @@ _SCHEMAS: dict[str, Any] = {
             "state",
             "created_at",
             "created_by",
+            "waitlist",
+            "hold_seconds",
+            "max_seats",
+            "status_counts",
         ],
         "properties": {
             "event_id": _ID_SCHEMA,
             "capacity": {"type": "integer", "minimum": 0},
-            "taken": {"type": "integer", "minimum": 0, "description": "Seats accepted."},
+            "taken": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Seats held or accepted.",
+            },
             "remaining": {"type": "integer"},
             "accepted": {"type": "integer", "minimum": 0, "description": "Signups accepted."},
             "state": {"type": "string", "enum": ["OPEN", "CLOSED"]},
@@ -871,6 +1001,17 @@ _SCHEMAS: dict[str, Any] = {
                     "Who created the event: the IAM caller's ARN or the token's subject "
                     "(as in the access log), `cli:<user>` for `turnstile event create`; "
                     "null when the request carried no identity (the local stack)."
+                ),
+            },
+            "waitlist": {"type": "integer", "minimum": 0},
+            "hold_seconds": {"type": "integer", "minimum": 0},
+            "max_seats": {"type": "integer", "minimum": 1, "nullable": True},
+            "status_counts": {
+                "type": "object",
+                "additionalProperties": {"type": "integer"},
+                "description": (
+                    "How many signups are in each status now, as the stream processor "
+                    "counts them (empty until it has decided some with the lifecycle)."
                 ),
             },
         },
@@ -950,11 +1091,17 @@ _SCHEMAS: dict[str, Any] = {
             "submitted_at",
             "decided_at",
             "attributes",
+            "hold_expires_at",
+            "waitlist_position",
+            "updated_at",
+            "request_count",
+            "history",
+            "last_refusal",
         ],
         "properties": {
             "event_id": _ID_SCHEMA,
             "signup_id": _ID_SCHEMA,
-            "status": {"type": "string", "enum": ["PENDING", "ACCEPTED", "REJECTED"]},
+            "status": {"type": "string", "enum": list(Status.ALL)},
             "seats": {"type": "integer", "nullable": True},
             "reason": {
                 "type": "string",
@@ -966,11 +1113,80 @@ _SCHEMAS: dict[str, Any] = {
             "position": {
                 "type": "integer",
                 "nullable": True,
-                "description": "ACCEPTED only: 1, 2, 3 ... in order of acceptance.",
+                "description": "Once granted seats (HELD or ACCEPTED): 1, 2, 3 ... in "
+                "order of the grants.",
             },
             "submitted_at": {"type": "string", "nullable": True},
             "decided_at": {"type": "string", "nullable": True},
             "attributes": {"type": "object"},
+            "hold_expires_at": {
+                "type": "string",
+                "nullable": True,
+                "description": "HELD: when the hold lapses unless confirmed (ISO-8601 UTC).",
+            },
+            "waitlist_position": {
+                "type": "integer",
+                "nullable": True,
+                "description": "Its place in line when it joined the waitlist (1 = first).",
+            },
+            "updated_at": {
+                "type": "string",
+                "nullable": True,
+                "description": "When its last transition was made.",
+            },
+            "request_count": {
+                "type": "integer",
+                "nullable": True,
+                "description": "How many of its confirm/cancel requests were answered.",
+            },
+            "history": {
+                "type": "array",
+                "description": "Its transitions, oldest first: from, to, at, "
+                "sequence_number, cause, and reason on a rejection.",
+                "items": {"type": "object"},
+            },
+            "last_refusal": {
+                "type": "object",
+                "nullable": True,
+                "description": "The last request the processor refused: request, reason "
+                "(hold_expired, transition_not_allowed), status, at, sequence_number.",
+            },
+        },
+    },
+    "RequestRecorded": {
+        "type": "object",
+        "required": ["event_id", "signup_id", "request"],
+        "properties": {
+            "event_id": _ID_SCHEMA,
+            "signup_id": _ID_SCHEMA,
+            "request": {"type": "string", "enum": list(RequestKind.ALL)},
+        },
+    },
+    "RequestRefused": {
+        "type": "object",
+        "required": [
+            "error",
+            "message",
+            "event_id",
+            "signup_id",
+            "request",
+            "status",
+            "hold_expires_at",
+            "reason",
+        ],
+        "properties": {
+            "error": {"type": "string", "enum": ["request_refused"]},
+            "message": {"type": "string"},
+            "event_id": _ID_SCHEMA,
+            "signup_id": _ID_SCHEMA,
+            "request": {"type": "string", "enum": list(RequestKind.ALL)},
+            "status": {
+                "type": "string",
+                "enum": list(Status.ALL),
+                "description": "The signup's status as the refusal saw it.",
+            },
+            "hold_expires_at": {"type": "string", "nullable": True},
+            "reason": {"type": "string", "nullable": True},
         },
     },
 }

@@ -223,9 +223,16 @@ def cli_identity() -> str:
 def cmd_event_create(args: argparse.Namespace) -> int:
     from turnstile import usecases
 
-    # The same capacity again prints the event as it is (idempotent, as POST /events).
+    # The same capacity and options again print the event as it is (idempotent, as
+    # POST /events); the options are checked by the use case, as the API's are.
     created = usecases.create_event(
-        _store(), args.event_id, args.capacity, created_by=cli_identity()
+        _store(),
+        args.event_id,
+        args.capacity,
+        created_by=cli_identity(),
+        waitlist=usecases.ABSENT if args.waitlist is None else args.waitlist,
+        hold_seconds=usecases.ABSENT if args.hold_seconds is None else args.hold_seconds,
+        max_seats=usecases.ABSENT if args.max_seats is None else args.max_seats,
     )
     _print_json(created.body)
     return 0
@@ -325,6 +332,21 @@ def cmd_submit(args: argparse.Namespace) -> int:
         retention_days=_retention_days(args),
     )
     _print_json(submitted.body)
+    return 0
+
+
+def cmd_request(args: argparse.Namespace) -> int:
+    """``turnstile confirm`` and ``turnstile cancel``: POST .../confirm (or /cancel)'s use
+    case, printing its answer; a refusal is an error line naming the current status."""
+    url = _api_url(args)
+    if url:
+        client = _api_client(url)
+        request = client.confirm if args.request == "confirm" else client.cancel
+        _print_json(request(args.event_id, args.signup_id))
+        return 0
+    from turnstile import usecases
+
+    _print_json(usecases.request_signup(_store(), args.event_id, args.signup_id, args.request))
     return 0
 
 
@@ -579,6 +601,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = event.add_parser("create", help="create an OPEN event")
     p.add_argument("event_id", help="the new event's id")
     p.add_argument("--capacity", type=int, required=True, help="seats (or units) to give out")
+    p.add_argument(
+        "--waitlist",
+        type=int,
+        metavar="W",
+        help="how many signups may wait for seats at once (default 0: no waitlist)",
+    )
+    p.add_argument(
+        "--hold-seconds",
+        type=int,
+        metavar="S",
+        help="a granted signup holds its seats S seconds until confirmed (default 0: "
+        "accepted at once)",
+    )
+    p.add_argument(
+        "--max-seats",
+        type=int,
+        metavar="M",
+        help="the most seats one signup may ask for (default: only the capacity bounds it)",
+    )
     p.set_defaults(func=cmd_event_create)
     p = event.add_parser(
         "update",
@@ -608,7 +649,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--status",
         metavar="STATUS",
-        help="only signups in this status: PENDING, ACCEPTED or REJECTED",
+        help="only signups in this status: PENDING, HELD, ACCEPTED, WAITLISTED, REJECTED, "
+        "CANCELLED or EXPIRED",
     )
     _page_arguments(p)
     p.set_defaults(func=cmd_signups_list)
@@ -630,6 +672,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="go through the HTTP API at this URL (default $TURNSTILE_API_URL, else the tables)",
     )
     p.set_defaults(func=cmd_submit)
+
+    for request, help_text in (
+        ("confirm", "confirm a HELD signup before its hold expires"),
+        ("cancel", "cancel a HELD, ACCEPTED or WAITLISTED signup"),
+    ):
+        p = sub.add_parser(
+            request,
+            help=help_text,
+            description=(
+                f"Record a {request} request for the stream processor (as POST "
+                f"/events/{{id}}/signups/{{sid}}/{request}): prints it as JSON. A status "
+                "that does not allow it is an error naming the status (exit 2)."
+            ),
+        )
+        p.add_argument("event_id", help="the event's id")
+        p.add_argument("signup_id", help="the signup's id")
+        p.add_argument(
+            "--api-url",
+            help="go through the HTTP API at this URL (default $TURNSTILE_API_URL, else the "
+            "tables)",
+        )
+        p.set_defaults(func=cmd_request, request=request)
 
     p = sub.add_parser("status", help="a signup's status as JSON")
     p.add_argument("event_id", help="the event's id")

@@ -16,7 +16,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -27,6 +27,7 @@ from botocore.awsrequest import AWSRequest
 from turnstile.contract import Status
 
 __all__ = [
+    "FINAL_STATUSES",
     "ApiError",
     "NotTurnstileApiError",
     "TurnstileClient",
@@ -154,9 +155,22 @@ class TurnstileClient:
 
     # -- the API ----------------------------------------------------------------------
 
-    def create_event(self, event_id: str, capacity: int) -> dict[str, Any]:
-        """Create an OPEN event (201); ``ApiError`` 409 ``event_exists`` if it exists."""
-        return self._call("POST", "/events", {"event_id": event_id, "capacity": capacity})
+    def create_event(
+        self,
+        event_id: str,
+        capacity: int,
+        *,
+        waitlist: int | None = None,
+        hold_seconds: int | None = None,
+        max_seats: int | None = None,
+    ) -> dict[str, Any]:
+        """Create an OPEN event (201); ``ApiError`` 409 ``event_exists`` if it exists with
+        another capacity or options. The options left None are not sent (their defaults:
+        no waitlist, no holds, no ``max_seats``)."""
+        body: dict[str, Any] = {"event_id": event_id, "capacity": capacity}
+        options = {"waitlist": waitlist, "hold_seconds": hold_seconds, "max_seats": max_seats}
+        body.update({name: value for name, value in options.items() if value is not None})
+        return self._call("POST", "/events", body)
 
     def get_event(self, event_id: str) -> dict[str, Any]:
         """The event: capacity, taken, remaining, accepted, state, created_at."""
@@ -184,6 +198,21 @@ class TurnstileClient:
             # Not a map: sent as it is, for the API to refuse by its rules.
             body["attributes"] = dict(attributes) if isinstance(attributes, Mapping) else attributes
         return self._call("POST", f"/events/{_segment(event_id)}/signups", body)
+
+    def confirm(self, event_id: str, signup_id: str) -> dict[str, Any]:
+        """Ask to confirm a HELD signup (202: recorded, the processor applies it);
+        ``ApiError`` 409 ``request_refused`` when its status does not allow it (the
+        error's ``body`` has the ``status``, ``hold_expires_at`` and ``reason``)."""
+        return self._request(event_id, signup_id, "confirm")
+
+    def cancel(self, event_id: str, signup_id: str) -> dict[str, Any]:
+        """Ask to cancel a HELD, ACCEPTED or WAITLISTED signup (202); ``ApiError`` 409
+        ``request_refused`` otherwise, as ``confirm``."""
+        return self._request(event_id, signup_id, "cancel")
+
+    def _request(self, event_id: str, signup_id: str, kind: str) -> dict[str, Any]:
+        path = f"/events/{_segment(event_id)}/signups/{_segment(signup_id)}/{kind}"
+        return self._call("POST", path)
 
     def get(self, event_id: str, signup_id: str, wait_s: float | None = None) -> dict[str, Any]:
         """The signup's status document: PENDING, ACCEPTED or REJECTED. With ``wait_s``
@@ -219,8 +248,14 @@ class TurnstileClient:
         timeout_s: float = 30.0,
         initial_delay_s: float = 0.05,
         max_delay_s: float = 2.0,
+        statuses: Collection[str] | None = None,
     ) -> dict[str, Any]:
-        """Wait until the signup is decided; return the ACCEPTED or REJECTED document.
+        """Wait until the signup is decided; return its status document.
+
+        With ``statuses``, wait until its status is one of them (for instance ACCEPTED
+        after a confirm); a final status that is not (REJECTED, CANCELLED, EXPIRED: it
+        will never change again) is returned at once too, so check the status returned.
+        Without, any decision will do (any status but PENDING).
 
         Each request asks the API to wait (``?wait=``, up to 20 s and never past the
         deadline), so a signup decided within 20 s costs one request. Between requests
@@ -240,7 +275,7 @@ class TurnstileClient:
             asked_at = self._clock()
             try:
                 last = self.get(event_id, signup_id, wait_s)
-                if last.get("status") != Status.PENDING:
+                if _reached(last.get("status"), statuses):
                     return last
             except ApiError as exc:
                 if not exc.transient:
@@ -304,6 +339,18 @@ class TurnstileClient:
         if self._session is None:
             self._session = boto3.Session()
         return self._session
+
+
+#: Statuses no transition leaves (docs/lifecycle.md, §3).
+FINAL_STATUSES = frozenset({Status.REJECTED, Status.CANCELLED, Status.EXPIRED})
+
+
+def _reached(status: Any, statuses: Collection[str] | None) -> bool:
+    """Whether ``wait`` is done: the status is wanted, or final; without ``statuses``,
+    any status but PENDING."""
+    if statuses is None:
+        return status != Status.PENDING
+    return status in statuses or status in FINAL_STATUSES
 
 
 def _query(**parameters: Any) -> str:

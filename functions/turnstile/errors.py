@@ -13,6 +13,7 @@ __all__ = [
     "JournalTooLargeError",
     "LeaseLostError",
     "NotFoundError",
+    "RequestRefusedError",
     "SignupConflictError",
     "SignupNotFoundError",
     "StoreUnavailableError",
@@ -75,6 +76,36 @@ class CapacityBelowTakenError(TurnstileError):
 
 class SignupConflictError(ConflictError):
     """The signup id was already submitted with a different body."""
+
+
+class RequestRefusedError(ConflictError):
+    """A confirm or cancel the signup's current status does not allow (docs/lifecycle.md,
+    §7): nothing was recorded. ``status`` is the signup's status as the refusal saw it
+    (PENDING when not decided yet), with its ``hold_expires_at`` and ``reason`` if any."""
+
+    def __init__(
+        self,
+        event_id: str,
+        signup_id: str,
+        request: str,
+        status: str,
+        hold_expires_at: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        why = f"it is {status}"
+        if hold_expires_at and status == "HELD":
+            # Only a confirm is refused while HELD: its hold lapsed (the processor will
+            # mark it EXPIRED at its next step).
+            why += f", but its hold expired at {hold_expires_at}"
+        elif reason:
+            why += f" ({reason})"
+        super().__init__(f"cannot {request} signup {signup_id!r} of event {event_id!r}: {why}")
+        self.event_id = event_id
+        self.signup_id = signup_id
+        self.request = request
+        self.status = status
+        self.hold_expires_at = hold_expires_at
+        self.reason = reason
 
 
 class LeaseLostError(TurnstileError):

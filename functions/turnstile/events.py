@@ -15,18 +15,25 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnstile.contract import Attr, ControlKey, EventState
+from turnstile.contract import MAX_LINEUP_ENTRIES, Attr, ControlKey, EventState
 from turnstile.domain import EventSnapshot
 from turnstile.dynamo import ConditionFailed, Dynamo, event_key, from_item
 from turnstile.errors import (
     CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
+    InvalidRequestError,
     StoreUnavailableError,
 )
 from turnstile.journal import Journal
 
-__all__ = ["MAX_CREATED_BY_CHARS", "EventItems", "EventRecord", "is_or_absent_as"]
+__all__ = [
+    "MAX_CREATED_BY_CHARS",
+    "EventItems",
+    "EventRecord",
+    "is_or_absent_as",
+    "lineup_problem",
+]
 
 #: ``created_by`` is cut to this: an IAM ARN or a token subject is far shorter.
 MAX_CREATED_BY_CHARS = 512
@@ -102,6 +109,23 @@ def _text_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def lineup_problem(capacity: int, waitlist: int, hold_seconds: int) -> str | None:
+    """Why these options could need a lineup longer than ``MAX_LINEUP_ENTRIES``, or None.
+
+    The lineup holds every hold and every waiting signup (docs/lifecycle.md, §10): with
+    holds, up to ``capacity + waitlist`` entries (one seat each); without, ``waitlist``.
+    """
+    if waitlist > MAX_LINEUP_ENTRIES:
+        return f"waitlist must be at most {MAX_LINEUP_ENTRIES}"
+    if hold_seconds > 0 and capacity + waitlist > MAX_LINEUP_ENTRIES:
+        return (
+            f"an event with holds (hold_seconds above 0) may have capacity + waitlist of at "
+            f"most {MAX_LINEUP_ENTRIES}; this one would have {capacity} + {waitlist} = "
+            f"{capacity + waitlist}"
+        )
+    return None
+
+
 def is_or_absent_as(name: str, placeholder: str, value: Any, default: Any) -> str:
     """``name = placeholder``; when ``value`` is what an absent attribute reads as
     (``default``), its absence matches too (an event item written by hand)."""
@@ -118,7 +142,15 @@ class EventItems:
     control_table: str
 
     def create_event(
-        self, event_id: str, capacity: int, now: str, created_by: str | None = None
+        self,
+        event_id: str,
+        capacity: int,
+        now: str,
+        created_by: str | None = None,
+        *,
+        waitlist: int = 0,
+        hold_seconds: int = 0,
+        max_seats: int | None = None,
     ) -> EventRecord:
         """Create an OPEN event; raise ``EventExistsError`` if the id is taken.
 
@@ -147,6 +179,18 @@ class EventItems:
             names["#by"] = Attr.CREATED_BY
             values[":by"] = {"S": created_by}
             expression += ", #by = :by"
+        # The options only when they are not their defaults: an event without them is
+        # written (and read back) exactly as before they existed.
+        options = {
+            Attr.WAITLIST: waitlist or None,
+            Attr.HOLD_SECONDS: hold_seconds or None,
+            Attr.MAX_SEATS: max_seats,
+        }
+        for name, value in options.items():
+            if value is not None:
+                names[f"#{name}"] = name
+                values[f":{name}"] = {"N": str(value)}
+                expression += f", #{name} = :{name}"
         try:
             self.dynamo.call(
                 "update_item",
@@ -159,7 +203,14 @@ class EventItems:
             )
         except ConditionFailed as exc:
             raise EventExistsError(f"event {event_id!r} already exists") from exc
-        return EventRecord(snapshot=snapshot, created_at=now, created_by=created_by or None)
+        return EventRecord(
+            snapshot=snapshot,
+            created_at=now,
+            created_by=created_by or None,
+            waitlist=waitlist,
+            hold_seconds=hold_seconds,
+            max_seats=max_seats,
+        )
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item, read strongly consistent by default, or None."""
@@ -235,6 +286,10 @@ class EventItems:
             snapshot = current.snapshot
             if capacity < snapshot.taken:
                 raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
+            # The options never change once created, so the ones read here stand.
+            problem = lineup_problem(capacity, current.waitlist, current.hold_seconds)
+            if problem:
+                raise InvalidRequestError([f"capacity {capacity}: {problem}"])
             lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
             names = {
                 "#pk": ControlKey.PK,

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from turnstile import listing
 from turnstile.clock import utc_now
-from turnstile.contract import Attr, Status
+from turnstile.contract import MAX_HOLD_SECONDS, MAX_LINEUP_ENTRIES, Attr, RequestKind, Status
 from turnstile.domain import (
     MAX_CAPACITY,
     MAX_SEATS,
@@ -39,9 +39,10 @@ from turnstile.errors import (
     InvalidRequestError,
     SignupNotFoundError,
 )
-from turnstile.events import EventRecord
+from turnstile.events import EventRecord, lineup_problem
 from turnstile.jsonable import plain
 from turnstile.personal_data import intake_expires_at
+from turnstile.requests import request_transition
 from turnstile.store import SignupStore
 
 __all__ = [
@@ -50,12 +51,14 @@ __all__ = [
     "LISTED_STATUSES",
     "MAX_PAGE_SIZE",
     "Created",
+    "EventOptions",
     "Submitted",
     "await_decision",
     "close_event",
     "create_event",
     "list_events",
     "list_signups",
+    "request_signup",
     "show_event",
     "signup_status",
     "submit_signup",
@@ -65,8 +68,8 @@ __all__ = [
 #: Page sizes of the lists (``limit``).
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
-#: What ``list_signups`` may filter on.
-LISTED_STATUSES = (Status.PENDING, Status.ACCEPTED, Status.REJECTED)
+#: What ``list_signups`` may filter on: every status (docs/lifecycle.md, §2).
+LISTED_STATUSES = Status.ALL
 
 
 class _Absent:
@@ -105,6 +108,55 @@ def _capacity(value: Any) -> int:
     return int(value)
 
 
+@dataclass(frozen=True)
+class EventOptions:
+    """An event's options (docs/lifecycle.md, §1), validated: ``waitlist`` and
+    ``hold_seconds`` 0 (none) by default, ``max_seats`` None (only the capacity bounds a
+    signup)."""
+
+    waitlist: int = 0
+    hold_seconds: int = 0
+    max_seats: int | None = None
+
+
+def event_options(
+    capacity: int, waitlist: Any = ABSENT, hold_seconds: Any = ABSENT, max_seats: Any = ABSENT
+) -> EventOptions:
+    """The options of a new event of ``capacity`` seats; ``InvalidRequestError`` naming
+    every problem. ``ABSENT`` is the default; None (JSON null) is refused, as for every
+    optional field: leave it out. The lineup the processor keeps on the event item is
+    bounded (``MAX_LINEUP_ENTRIES``), so are the options that feed it."""
+    problems: list[str] = []
+    values: dict[str, int | None] = {}
+    for name, value, low, high in (
+        ("waitlist", waitlist, 0, MAX_LINEUP_ENTRIES),
+        ("hold_seconds", hold_seconds, 0, MAX_HOLD_SECONDS),
+        ("max_seats", max_seats, 1, MAX_SEATS),
+    ):
+        if value is ABSENT:
+            values[name] = None
+            continue
+        problem = _integer_problem(value, name, low, high)
+        if problem:
+            problems.append(problem)
+        values[name] = None if problem else int(value)
+    if problems:
+        raise InvalidRequestError(problems)
+    options = EventOptions(
+        waitlist=values["waitlist"] or 0,
+        hold_seconds=values["hold_seconds"] or 0,
+        max_seats=values["max_seats"],
+    )
+    problem = lineup_problem(capacity, options.waitlist, options.hold_seconds)
+    if problem:
+        raise InvalidRequestError([problem])
+    return options
+
+
+def _options_of(record: EventRecord) -> EventOptions:
+    return EventOptions(record.waitlist, record.hold_seconds, record.max_seats)
+
+
 # -- views ----------------------------------------------------------------------------
 
 
@@ -132,6 +184,10 @@ def event_view(record: EventRecord) -> dict[str, Any]:
         "state": s.state,
         "created_at": record.created_at,
         "created_by": record.created_by,
+        "waitlist": record.waitlist,
+        "hold_seconds": record.hold_seconds,
+        "max_seats": record.max_seats,
+        "status_counts": dict(record.status_counts or {}),
     }
 
 
@@ -167,7 +223,30 @@ def signup_view(
         "submitted_at": submitted_at,
         "decided_at": decided.get(Attr.DECIDED_AT),
         "attributes": plain(attributes) if isinstance(attributes, Mapping) else {},
+        # The lifecycle's fields (docs/lifecycle.md, §10): null until the processor
+        # writes them.
+        "hold_expires_at": _text(decided.get(Attr.HOLD_EXPIRES_AT)),
+        "waitlist_position": _whole(decided.get(Attr.WAITLIST_POSITION)),
+        "updated_at": _text(decided.get(Attr.UPDATED_AT)),
+        "request_count": _whole(decided.get(Attr.REQUEST_COUNT)),
+        "history": _maps(decided.get(Attr.HISTORY)),
+        "last_refusal": _map(decided.get(Attr.LAST_REFUSAL)),
     }
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _map(value: Any) -> dict[str, Any] | None:
+    return plain(dict(value)) if isinstance(value, Mapping) else None
+
+
+def _maps(value: Any) -> list[dict[str, Any]]:
+    """A list of maps (``history``), its entries as plain values; anything else, none."""
+    if not isinstance(value, list | tuple):
+        return []
+    return [plain(dict(entry)) for entry in value if isinstance(entry, Mapping)]
 
 
 # -- events ---------------------------------------------------------------------------
@@ -188,16 +267,29 @@ def create_event(
     capacity: Any,
     created_by: str | None,
     now: str | None = None,
+    *,
+    waitlist: Any = ABSENT,
+    hold_seconds: Any = ABSENT,
+    max_seats: Any = ABSENT,
 ) -> Created:
-    """Create an OPEN event, idempotently: an event with this id and this capacity is
-    answered as it is now (``created`` False); with another capacity,
-    ``EventExistsError`` naming it. The capacity compared is the current one: a create
-    retried after the capacity was changed is a conflict. ``created_by`` stays the first
-    creator's."""
+    """Create an OPEN event, idempotently: an event with this id, this capacity and these
+    options is answered as it is now (``created`` False); with another capacity or other
+    options, ``EventExistsError`` naming them. The capacity compared is the current one: a
+    create retried after the capacity was changed is a conflict. ``created_by`` stays the
+    first creator's. The options (``event_options``) default to none."""
     event_id = _id(event_id, "event_id")
     capacity = _capacity(capacity)
+    options = event_options(capacity, waitlist, hold_seconds, max_seats)
     try:
-        record = store.create_event(event_id, capacity, now=now or utc_now(), created_by=created_by)
+        record = store.create_event(
+            event_id,
+            capacity,
+            now=now or utc_now(),
+            created_by=created_by,
+            waitlist=options.waitlist,
+            hold_seconds=options.hold_seconds,
+            max_seats=options.max_seats,
+        )
         return Created(body=event_view(record), created=True)
     except EventExistsError:
         existing = store.get_event(event_id)
@@ -207,6 +299,13 @@ def create_event(
             raise EventExistsError(
                 f"event {event_id!r} already exists with capacity "
                 f"{existing.snapshot.capacity}, not {capacity}"
+            ) from None
+        if _options_of(existing) != options:
+            theirs = _options_of(existing)
+            raise EventExistsError(
+                f"event {event_id!r} already exists with waitlist {theirs.waitlist}, "
+                f"hold_seconds {theirs.hold_seconds}, max_seats {theirs.max_seats}, not "
+                f"{options.waitlist}, {options.hold_seconds}, {options.max_seats}"
             ) from None
         return Created(body=event_view(existing), created=False)
 
@@ -220,7 +319,9 @@ def show_event(store: SignupStore, event_id: Any) -> dict[str, Any]:
 
 
 def update_capacity(store: SignupStore, event_id: Any, capacity: Any) -> dict[str, Any]:
-    """Up at any time, down to the seats taken (``CapacityBelowTakenError`` below)."""
+    """Up at any time, down to the seats taken (``CapacityBelowTakenError`` below); for
+    an event with holds, never so high that its lineup could pass ``MAX_LINEUP_ENTRIES``
+    (``InvalidRequestError``: the store checks it against the options it reads)."""
     event_id = _id(event_id, "event_id")
     capacity = _capacity(capacity)
     return event_view(store.update_capacity(event_id, capacity))
@@ -298,8 +399,29 @@ def submit_signup(
     return Submitted(body=body, created=created)
 
 
+def request_signup(
+    store: SignupStore, event_id: Any, signup_id: Any, kind: str, now: str | None = None
+) -> dict[str, Any]:
+    """Ask to confirm or cancel a signup (``kind``: a ``RequestKind``): the
+    ``RequestRecorded`` shape ``{event_id, signup_id, request}`` once it is recorded for
+    the stream processor to apply. Refused at once, nothing recorded, when the signup's
+    current status does not allow it (``RequestRefusedError``, with that status: a confirm
+    needs HELD before ``hold_expires_at``, a cancel HELD, ACCEPTED or WAITLISTED);
+    ``SignupNotFoundError`` if it was never submitted."""
+    event_id = _id(event_id, "event_id")
+    signup_id = _id(signup_id, "signup_id")
+    if kind not in RequestKind.ALL:
+        raise InvalidRequestError([f"request must be one of {', '.join(RequestKind.ALL)}"])
+    recorded = request_transition(store, event_id, signup_id, kind, now or utc_now())
+    return {
+        "event_id": recorded.event_id,
+        "signup_id": recorded.signup_id,
+        "request": recorded.request,
+    }
+
+
 def signup_status(store: SignupStore, event_id: Any, signup_id: Any) -> dict[str, Any]:
-    """PENDING, ACCEPTED or REJECTED; ``SignupNotFoundError`` if never submitted."""
+    """The signup's status (``Status``); ``SignupNotFoundError`` if never submitted."""
     event_id = _id(event_id, "event_id")
     signup_id = _id(signup_id, "signup_id")
     # Decision first: a decision never goes away, so if it is absent now and the intake

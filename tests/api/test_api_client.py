@@ -274,3 +274,68 @@ def test_wait_polls_through_a_proxys_503_page(server, scripted):
     )
     # THEN the page counts as a transient error, like the API's own 503
     assert decision["status"] == "ACCEPTED" and pauses == [1.0]
+
+
+def test_wait_for_statuses_polls_past_a_decision_until_one_of_them(server, scripted):
+    # GIVEN a signup HELD twice, then ACCEPTED (a confirm applied)
+    scripted.results = [
+        reply(200, {"status": "HELD"}),
+        reply(200, {"status": "HELD"}),
+        reply(200, {"status": "ACCEPTED"}),
+    ]
+    pauses: list[float] = []
+    client = TurnstileClient(server.url, sleep=pauses.append)
+    # WHEN the client waits for ACCEPTED
+    done = client.wait("e1", "u1", timeout_s=30, initial_delay_s=0.01, statuses={"ACCEPTED"})
+    # THEN it polled on past HELD (pausing: the server answers a decided signup at once)
+    assert done["status"] == "ACCEPTED"
+    assert len(scripted.events) == 3 and len(pauses) == 2
+    # and without statuses, any decision ends the wait (HELD here)
+    scripted.results = [reply(200, {"status": "HELD"})]
+    assert client.wait("e1", "u1", timeout_s=30)["status"] == "HELD"
+
+
+def test_wait_for_statuses_ends_at_a_final_status(server, scripted):
+    scripted.results = [reply(200, {"status": "WAITLISTED"}), reply(200, {"status": "EXPIRED"})]
+    client = TurnstileClient(server.url, sleep=lambda s: None)
+    done = client.wait("e1", "u1", timeout_s=30, statuses=("ACCEPTED",))
+    assert done["status"] == "EXPIRED"
+    assert len(scripted.events) == 2
+
+
+def test_confirm_and_cancel_post_to_their_routes_and_a_refusal_is_an_api_error(
+    server, scripted
+):
+    refused = {
+        "error": "request_refused",
+        "message": "cannot confirm signup 'u 1' of event 'e1': it is ACCEPTED",
+        "status": "ACCEPTED",
+        "hold_expires_at": None,
+    }
+    scripted.results = [
+        reply(202, {"event_id": "e1", "signup_id": "u 1", "request": "cancel"}),
+        reply(409, refused),
+    ]
+    client = TurnstileClient(server.url)
+    assert client.cancel("e1", "u 1")["request"] == "cancel"
+    with pytest.raises(ApiError) as error:
+        client.confirm("e1", "u 1")
+    assert (error.value.status, error.value.code) == (409, "request_refused")
+    assert error.value.body["status"] == "ACCEPTED"
+    sent = [(e["requestContext"]["http"]["method"], e["rawPath"]) for e in scripted.events]
+    assert sent == [
+        ("POST", "/events/e1/signups/u%201/cancel"),
+        ("POST", "/events/e1/signups/u%201/confirm"),
+    ]
+
+
+def test_create_event_sends_only_the_options_given(server, scripted):
+    scripted.results = [reply(201, {})]
+    client = TurnstileClient(server.url)
+    client.create_event("e1", 5)
+    client.create_event("e1", 5, waitlist=0, hold_seconds=60)
+    bodies = [json.loads(e["body"]) for e in scripted.events]
+    assert bodies == [
+        {"event_id": "e1", "capacity": 5},
+        {"event_id": "e1", "capacity": 5, "waitlist": 0, "hold_seconds": 60},
+    ]

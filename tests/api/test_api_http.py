@@ -272,3 +272,38 @@ def test_lists_page_over_http(client: TurnstileClient, live_api: LiveApi):
     with pytest.raises(ApiError) as refused:
         client.list_signups("listed", next=rejected["next"] or "bm9wZQ")
     assert (refused.value.status, refused.value.code) == (400, "invalid_request")
+
+
+def test_confirm_and_cancel_over_http_and_through_the_cli(
+    client: TurnstileClient, live_api: LiveApi, capsys: pytest.CaptureFixture[str]
+):
+    from tests.helpers import put_decision
+    from turnstile import cli
+
+    # GIVEN a HELD signup and an ACCEPTED one
+    client.create_event("holds", 4, hold_seconds=60)
+    for signup_id in ("h", "a"):
+        client.submit("holds", signup_id)
+    later = "2999-01-01T00:00:00.000000Z"
+    put_decision(live_api.store.client, "holds", "h", "HELD", position=1, hold_expires_at=later)
+    put_decision(live_api.store.client, "holds", "a", "ACCEPTED", position=2)
+    # WHEN / THEN the client confirms one; the other is refused with its status
+    assert client.confirm("holds", "h") == {
+        "event_id": "holds",
+        "signup_id": "h",
+        "request": "confirm",
+    }
+    with pytest.raises(ApiError) as refused:
+        client.confirm("holds", "a")
+    assert (refused.value.status, refused.value.body["status"]) == (409, "ACCEPTED")
+    # and the CLI through the API prints the same answers, a refusal as one line, exit 2
+    assert cli.main(["cancel", "holds", "a", "--api-url", live_api.url]) == 0
+    assert json.loads(capsys.readouterr().out)["request"] == "cancel"
+    assert cli.main(["confirm", "holds", "a", "--api-url", live_api.url]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err == (
+        "turnstile: API error 409 request_refused: cannot confirm signup 'a' of event "
+        "'holds': it is ACCEPTED\n"
+    )
+    intake = live_api.store.get_intake("holds", "a")
+    assert (intake["request"], intake["request_count"]) == ("cancel", 1)

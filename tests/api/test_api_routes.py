@@ -10,6 +10,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.api.helpers import Invoke, decide_pending, v2_event
+from tests.helpers import NO_EVENT_OPTIONS, put_decision
 from turnstile import api
 from turnstile.dynamo import event_key
 from turnstile.handlers import api as api_handler
@@ -48,6 +49,7 @@ def test_create_event_answers_201_with_the_event_and_its_location(invoke: Invoke
         "state": "OPEN",
         # The handler saw no authorizer (the local stack's API has none).
         "created_by": None,
+        **NO_EVENT_OPTIONS,
     }
 
 
@@ -680,3 +682,131 @@ def test_unexpected_store_error_is_a_json_500(invoke: Invoke, monkeypatch: pytes
     answer = invoke("GET", "/events/e1")
     assert answer.status == 500
     assert answer.body == {"error": "internal_error", "message": "the request failed on the server"}
+
+# -- the lifecycle: event options, confirm and cancel (docs/lifecycle.md) ----------------
+
+LATER = "2999-01-01T00:00:00.000000Z"
+EARLIER = "2000-01-01T00:00:00.000000Z"
+
+
+def test_an_event_is_created_with_its_options_and_shows_them(invoke: Invoke):
+    body = {"event_id": "gig", "capacity": 10, "waitlist": 5, "hold_seconds": 300, "max_seats": 2}
+    answer = invoke("POST", "/events", body)
+    assert answer.status == 201
+    options = {"waitlist": 5, "hold_seconds": 300, "max_seats": 2, "status_counts": {}}
+    assert {k: answer.body[k] for k in options} == options
+    shown = invoke("GET", "/events/gig").body
+    assert {k: shown[k] for k in options} == options
+    [listed] = invoke("GET", "/events").body["events"]
+    assert {k: listed[k] for k in options} == options
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"waitlist": 1001}, "waitlist must be an integer from 0 to 1000"),
+        ({"hold_seconds": 60, "capacity": 995, "waitlist": 6}, "capacity + waitlist of at most"),
+        ({"hold_seconds": -1}, "hold_seconds must be an integer from 0 to 86400"),
+        ({"max_seats": 0}, "max_seats must be an integer from 1 to"),
+        ({"max_seats": 1.5}, "max_seats must be an integer"),
+        ({"hold_seconds": None}, "hold_seconds must be an integer"),
+        ({"hold": 60}, "unknown field(s): hold"),
+    ],
+)
+def test_options_that_break_the_rules_answer_400(invoke: Invoke, body: dict, message: str):
+    answer = invoke("POST", "/events", {"event_id": "gig", "capacity": 10, **body})
+    assert (answer.status, answer.body["error"]) == (400, "invalid_request")
+    assert message in answer.body["message"]
+    assert invoke("GET", "/events/gig").status == 404
+
+
+def test_a_capacity_change_past_the_lineup_bound_answers_400(invoke: Invoke):
+    invoke("POST", "/events", {"event_id": "gig", "capacity": 10, "hold_seconds": 60})
+    answer = invoke("PATCH", "/events/gig", {"capacity": 1001})
+    assert (answer.status, answer.body["error"]) == (400, "invalid_request")
+    assert "capacity + waitlist of at most 1000" in answer.body["message"]
+    assert invoke("GET", "/events/gig").body["capacity"] == 10
+
+
+@pytest.fixture
+def lineup(invoke: Invoke, store: SignupStore) -> str:
+    """gig: h HELD until much later, late HELD until long ago, a ACCEPTED, p PENDING."""
+    invoke("POST", "/events", {"event_id": "gig", "capacity": 5, "hold_seconds": 60})
+    for signup_id in ("h", "late", "a", "p"):
+        assert invoke("POST", "/events/gig/signups", {"signup_id": signup_id}).status == 202
+    put_decision(store.client, "gig", "h", "HELD", position=1, hold_expires_at=LATER)
+    put_decision(store.client, "gig", "late", "HELD", position=2, hold_expires_at=EARLIER)
+    put_decision(store.client, "gig", "a", "ACCEPTED", position=3)
+    return "gig"
+
+
+@pytest.mark.parametrize(("kind", "signup_id"), [("confirm", "h"), ("cancel", "a")])
+def test_a_request_is_recorded_and_answered_202(
+    invoke: Invoke, store: SignupStore, lineup: str, kind: str, signup_id: str
+):
+    answer = invoke("POST", f"/events/gig/signups/{signup_id}/{kind}")
+    assert answer.status == 202
+    assert answer.body == {"event_id": "gig", "signup_id": signup_id, "request": kind}
+    assert answer.headers["location"] == f"/events/gig/signups/{signup_id}"
+    intake = store.get_intake("gig", signup_id)
+    assert (intake["request"], intake["request_count"]) == (kind, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "signup_id", "status", "expires"),
+    [
+        ("confirm", "late", "HELD", EARLIER),
+        ("confirm", "a", "ACCEPTED", None),
+        ("confirm", "p", "PENDING", None),
+        ("cancel", "p", "PENDING", None),
+    ],
+)
+def test_a_request_the_status_refuses_answers_409_with_the_status(
+    invoke: Invoke, store: SignupStore, lineup: str, kind, signup_id, status, expires
+):
+    answer = invoke("POST", f"/events/gig/signups/{signup_id}/{kind}")
+    assert answer.status == 409
+    message = answer.body.pop("message")
+    assert message.startswith(f"cannot {kind} signup '{signup_id}' of event 'gig': it is {status}")
+    assert answer.body == {
+        "error": "request_refused",
+        "event_id": "gig",
+        "signup_id": signup_id,
+        "request": kind,
+        "status": status,
+        "hold_expires_at": expires,
+        "reason": None,
+    }
+    assert "request" not in store.get_intake("gig", signup_id)
+
+
+def test_a_request_for_an_unknown_signup_answers_404(invoke: Invoke, lineup: str):
+    for path in ("/events/gig/signups/ghost/confirm", "/events/nope/signups/h/cancel"):
+        answer = invoke("POST", path)
+        assert (answer.status, answer.body["error"]) == (404, "signup_not_found")
+
+
+def test_a_request_route_takes_only_post(invoke: Invoke, lineup: str):
+    answer = invoke("GET", "/events/gig/signups/h/confirm")
+    assert (answer.status, answer.headers["allow"]) == (405, "POST")
+
+
+def test_the_signup_shows_the_lifecycle_fields(invoke: Invoke, store: SignupStore, lineup: str):
+    history = [
+        {"from": "PENDING", "to": "HELD", "at": EARLIER, "sequence_number": "1", "cause": "signup"}
+    ]
+    put_decision(
+        store.client,
+        "gig",
+        "h",
+        "HELD",
+        position=1,
+        hold_expires_at=LATER,
+        history=history,
+        updated_at=EARLIER,
+        request_count=0,
+    )
+    body = invoke("GET", "/events/gig/signups/h").body
+    assert (body["status"], body["hold_expires_at"], body["history"]) == ("HELD", LATER, history)
+    assert (body["updated_at"], body["request_count"], body["last_refusal"]) == (EARLIER, 0, None)
+    assert body["waitlist_position"] is None

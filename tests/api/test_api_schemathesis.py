@@ -9,6 +9,8 @@ Cases come from ``as_strategy`` under a plain ``@given``: schemathesis' pytest
 ``attributes`` has limits JSON Schema cannot state (size, depth, non-empty names, the
 numbers DynamoDB can hold); the document names them in prose, the API answers 400 past
 them, and valid-mode cases are kept inside them so "valid must be accepted" still holds.
+So has an event's lineup bound (with holds, ``capacity + waitlist`` at most
+``MAX_LINEUP_ENTRIES``): valid-mode cases past it leave ``hold_seconds`` out.
 So has a list's ``next``: only a token the API gave out is valid (the document says so),
 so valid-mode cases leave it out. The known signup is decided (rejected: no seat taken),
 so a generated ``?wait=`` on it answers at once.
@@ -28,6 +30,7 @@ from schemathesis import GenerationMode
 from tests.api.helpers import LiveApi, decide_pending
 from turnstile.api import ROUTES
 from turnstile.domain import attributes_problem
+from turnstile.events import lineup_problem
 
 KNOWN_EVENT = "concert-2026"
 KNOWN_SIGNUP = "user-42"
@@ -44,6 +47,11 @@ def within_documented_limits(case: Any) -> Any:
         parsed = json.loads(json.dumps(body["attributes"]), parse_float=Decimal)
         if attributes_problem(parsed) is not None:
             case.body = {k: v for k, v in body.items() if k != "attributes"}
+    body = case.body
+    if isinstance(body, dict) and isinstance(body.get("hold_seconds"), int):
+        capacity, waitlist = body.get("capacity", 0), body.get("waitlist") or 0
+        if lineup_problem(capacity, waitlist, body["hold_seconds"]) is not None:
+            case.body = {k: v for k, v in body.items() if k != "hold_seconds"}
     if isinstance(case.query, dict) and "next" in case.query:
         case.query = {k: v for k, v in case.query.items() if k != "next"}
     return case

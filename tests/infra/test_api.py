@@ -29,6 +29,8 @@ ROUTE_KEYS = {
     "POST /events/{event_id}/signups",
     "GET /events/{event_id}/signups",
     "GET /events/{event_id}/signups/{signup_id}",
+    "POST /events/{event_id}/signups/{signup_id}/confirm",
+    "POST /events/{event_id}/signups/{signup_id}/cancel",
     "GET /openapi.json",
     "ANY /{proxy+}",  # the API's own JSON 404/405 for anything else
 }
@@ -185,10 +187,13 @@ def test_a_route_without_a_role_fails_the_synthesis() -> None:
 
 
 def test_roles_in_words() -> None:
-    """Organizers manage events and read everything; producers only submit; readers only read."""
+    """Organizers manage events and read everything; producers submit, confirm and cancel
+    signups; readers only read."""
     reach = {role: {k for k in SERVED if role in allowed_roles(k)} for role in CallerRole}
     assert reach[CallerRole.PRODUCER] == {
         "POST /events/{event_id}/signups",
+        "POST /events/{event_id}/signups/{signup_id}/confirm",
+        "POST /events/{event_id}/signups/{signup_id}/cancel",
         "GET /openapi.json",
         "GET /",
     }
@@ -233,6 +238,8 @@ def test_each_role_may_invoke_exactly_its_routes(template: Template) -> None:
     assert _policy_arns(template) == expected
     assert expected[CallerRole.PRODUCER] == {
         stage + "POST/events/*/signups",
+        stage + "POST/events/*/signups/*/confirm",
+        stage + "POST/events/*/signups/*/cancel",
         stage + "GET/openapi.json",
         stage + "GET/",
     }
@@ -282,6 +289,8 @@ def test_jwt_routes_require_their_roles_scopes(variant_template: Template) -> No
         "POST /events/{event_id}/close": ["turnstile/organizer"],
         "PATCH /events/{event_id}": ["turnstile/organizer"],
         "POST /events/{event_id}/signups": ["turnstile/producer"],
+        "POST /events/{event_id}/signups/{signup_id}/confirm": ["turnstile/producer"],
+        "POST /events/{event_id}/signups/{signup_id}/cancel": ["turnstile/producer"],
         "GET /events/{event_id}": ["turnstile/organizer", "turnstile/reader"],
         "GET /events/{event_id}/signups/{signup_id}": ["turnstile/organizer", "turnstile/reader"],
         # Any valid token: the API's document and index, its own 404/405 for unknown paths.
@@ -311,6 +320,9 @@ def test_signups_and_reads_are_throttled_apart(template: Template) -> None:
     reads = {"ThrottlingRateLimit": 1000, "ThrottlingBurstLimit": 2000}
     assert _route_settings(template) == {
         "POST /events/{event_id}/signups": signups,
+        # A producer's requests share its signups' limits.
+        "POST /events/{event_id}/signups/{signup_id}/confirm": signups,
+        "POST /events/{event_id}/signups/{signup_id}/cancel": signups,
         "GET /events": reads,
         "GET /events/{event_id}": reads,
         "GET /events/{event_id}/signups": reads,

@@ -35,7 +35,10 @@ WRITES = {
     "dynamodb:PartiQLDelete",
 }
 #: What only the stream processor may write on an event item.
-PROCESSOR_OWNED = {"taken", "accepted", "version", "journal"}
+PROCESSOR_OWNED = {
+    "taken", "accepted", "version", "journal", "lineup", "status_counts", "hold_due_at",
+    "hold_due_signup", "hold_due_shard",
+}  # fmt: skip
 
 
 def _canonical(conditions: dict[str, Any]) -> str:
@@ -93,7 +96,7 @@ def _role_statements(template: Template, handler: str) -> set[tuple[str, str, st
 
 EVENT_CONFIG = (
     "pk", "sk", "event_id", "capacity", "min_capacity", "state", "created_at", "created_by",
-    "capacity_floor",
+    "capacity_floor", "waitlist", "hold_seconds", "max_seats",
 )  # fmt: skip
 
 
@@ -125,7 +128,7 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
 #: What a listing of events may read of each control-table item it scans.
 EVENT_LIST = (
     "pk", "sk", "event_id", "capacity", "min_capacity", "taken", "accepted", "state",
-    "created_at", "created_by",
+    "created_at", "created_by", "waitlist", "hold_seconds", "max_seats", "status_counts",
 )  # fmt: skip
 
 
@@ -133,7 +136,15 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
     assert _role_statements(template, API) == (
         # Query: an event's signups, pending (intake) and decided (main); one partition.
         _on(INTAKE, "GetItem", "PutItem", "Query")
-        | _on(MAIN, "GetItem", "Query")
+        # A confirm or cancel: the request on intake, a check of the decision's status.
+        | _on(
+            INTAKE,
+            "UpdateItem",
+            conditions=_attributes(
+                "event_id", "signup_id", "request", "request_count", "undecided"
+            ),
+        )
+        | _on(MAIN, "GetItem", "Query", "ConditionCheckItem")
         | _on(CONTROL, "GetItem", conditions=_keys("EVENT#*"))
         # Listing events scans control, projecting an event's public fields only.
         | _on(

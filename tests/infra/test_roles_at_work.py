@@ -93,6 +93,11 @@ def test_the_api_role_runs_every_route(as_role, stream):
     assert [s["signup_id"] for s in rest[1]["signups"]] == ["bob"]
     assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
     assert call("GET", "/events/gala/signups/bob")[1]["status"] == "ACCEPTED"
+    # A confirm or cancel: recorded on intake (202), or refused with the status (409)
+    assert call("POST", "/events/gala/signups/bob/cancel")[0] == 202
+    status, body = call("POST", "/events/gala/signups/bob/confirm")
+    assert (status, body["status"]) == (409, "ACCEPTED")
+    assert call("POST", "/events/gala/signups/ghost/cancel")[0] == 404
     accepted = call("GET", "/events/gala/signups", query="status=ACCEPTED")[1]["signups"]
     assert [s["signup_id"] for s in accepted] == ["ada", "bob"]
     listed = call("GET", "/events", query="limit=5")[1]
@@ -109,6 +114,23 @@ def test_the_api_role_runs_every_route(as_role, stream):
     # It wrote event items only through the attribute-restricted UpdateItem.
     control_writes = {r.action for r in api_client.allowed if r.table == "turnstile-control"}
     assert control_writes == {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}
+    # Intake: the submissions' puts and the requests' attribute-restricted updates; main:
+    # reads and the requests' condition checks, never a write.
+    intake = {r.action for r in api_client.allowed if r.table == "turnstile-intake"}
+    assert intake == {
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:Query",
+        "dynamodb:UpdateItem",
+    }
+    main = {r.action for r in api_client.allowed if r.table == "turnstile-main"}
+    assert main == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"}
+    (update,) = {
+        r
+        for r in api_client.allowed
+        if r.action == "dynamodb:UpdateItem" and r.table == "turnstile-intake"
+    }
+    assert update.attributes == {"event_id", "signup_id", "request", "request_count", "undecided"}
     # Its Scan of control projects an event's public fields only, never the journal.
     (scan,) = {r for r in api_client.allowed if r.action == "dynamodb:Scan"}
     assert scan.select == "SPECIFIC_ATTRIBUTES" and "journal" not in scan.attributes
@@ -306,6 +328,17 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "api-touches-lease": (API, _update(CONTROL, LEASE_KEY, "SET #fence = :v")),
     "api-writes-decision": (API, lambda c: c.put_item(TableName=MAIN_TABLE, Item=DECISION)),
     "api-edits-decision": (API, _update(MAIN_TABLE, INTAKE_KEY, "SET #position = :v")),
+    # Of an intake record, the API updates only a request: never the seats or attributes.
+    "api-sets-seats": (API, _update(INTAKE_TABLE, INTAKE_KEY, "SET #request = :v, #seats = :v")),
+    "api-sets-attributes": (API, _update(INTAKE_TABLE, INTAKE_KEY, "SET #attributes = :v")),
+    "api-reads-intake-back": (
+        API,
+        _update(INTAKE_TABLE, INTAKE_KEY, "SET #request = :v", ReturnValues="ALL_OLD"),
+    ),
+    "api-deletes-intake": (
+        API,
+        lambda c: c.delete_item(TableName=INTAKE_TABLE, Key=INTAKE_KEY),
+    ),
     # The sweeper: no event item, no decision, no intake field but its counter.
     "sweeper-commits": (SWEEPER, lambda c: _commit_as(SignupStore(c))),
     "sweeper-edits-event": (SWEEPER, _update(CONTROL, EVENT_KEY, "SET #capacity = :v")),

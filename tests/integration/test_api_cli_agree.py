@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.api.helpers import decide_pending, v2_event
+from tests.helpers import put_decision
 from turnstile.contract import ALL_TABLES
 from turnstile.dynamo import default_client
 from turnstile.handlers import api as api_handler
@@ -42,9 +43,17 @@ class Op:
     query: str = ""
 
 
-def create(event_id: str, capacity: Any) -> Op:
-    body = {"event_id": event_id, "capacity": capacity}
-    return Op("POST", "/events", body, ("event", "create", event_id, "--capacity", str(capacity)))
+def create(event_id: str, capacity: Any, **options: int) -> Op:
+    body = {"event_id": event_id, "capacity": capacity, **options}
+    argv = ["event", "create", event_id, "--capacity", str(capacity)]
+    for name, value in options.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return Op("POST", "/events", body, tuple(argv))
+
+
+def request(kind: str, event_id: str, signup_id: str) -> Op:
+    path = f"/events/{event_id}/signups/{signup_id}/{kind}"
+    return Op("POST", path, None, (kind, event_id, signup_id))
 
 
 def show(event_id: str) -> Op:
@@ -117,6 +126,27 @@ def decided(event_id: str = "gig") -> Setup:
     return lambda store: decide_pending(store, event_id) and None
 
 
+def a_decision(signup_id: str, status: str, **fields: Any) -> Setup:
+    """A decision item as the lifecycle's processor writes it (HELD, WAITLISTED ...)."""
+    return lambda store: put_decision(store.client, "gig", signup_id, status, **fields) and None
+
+
+#: gig (holds): h HELD until much later, late HELD until long ago, a ACCEPTED, p PENDING.
+HELD_AND_OTHERS: tuple[Setup, ...] = (
+    lambda store: store.create_event(
+        "gig", 5, "2026-11-21T21:00:00Z", created_by=f"cli:{USER}", hold_seconds=60
+    )
+    and None,
+    signed_up("h"),
+    signed_up("late"),
+    signed_up("a"),
+    signed_up("p"),
+    a_decision("h", "HELD", position=1, hold_expires_at="2999-01-01T00:00:00.000000Z"),
+    a_decision("late", "HELD", position=2, hold_expires_at="2000-01-01T00:00:00.000000Z"),
+    a_decision("a", "ACCEPTED", position=3),
+)
+
+
 #: gig (1 seat): u1 accepted, u2 rejected, u3 pending.
 DECIDED_AND_PENDING: tuple[Setup, ...] = (
     an_event("gig", 1),
@@ -134,6 +164,44 @@ CASES: list[tuple[str, tuple[Setup, ...], Op, int, str | None]] = [
     ("capacity-too-large", (), create("gig", 2**53), 400, "invalid_request"),
     ("capacity-huge", (), create("gig", 10**20), 400, "invalid_request"),
     ("bad-event-id", (), create("bad id", 2), 400, "invalid_request"),
+    (
+        "create-with-options",
+        (),
+        create("gig", 10, waitlist=5, hold_seconds=300, max_seats=2),
+        201,
+        None,
+    ),
+    (
+        "create-past-the-lineup-bound",
+        (),
+        create("gig", 1000, waitlist=1, hold_seconds=60),
+        400,
+        "invalid_request",
+    ),
+    ("create-waitlist-too-long", (), create("gig", 1, waitlist=1001), 400, "invalid_request"),
+    ("create-max-seats-zero", (), create("gig", 1, max_seats=0), 400, "invalid_request"),
+    (
+        "create-twice-other-options",
+        (an_event("gig", 2),),
+        create("gig", 2, waitlist=3),
+        409,
+        "event_exists",
+    ),
+    ("update-past-the-lineup-bound", HELD_AND_OTHERS, update("gig", 1001), 400, "invalid_request"),
+    ("confirm", HELD_AND_OTHERS, request("confirm", "gig", "h"), 202, None),
+    (
+        "confirm-too-late",
+        HELD_AND_OTHERS,
+        request("confirm", "gig", "late"),
+        409,
+        "request_refused",
+    ),
+    ("confirm-accepted", HELD_AND_OTHERS, request("confirm", "gig", "a"), 409, "request_refused"),
+    ("confirm-unknown", HELD_AND_OTHERS, request("confirm", "gig", "x"), 404, "signup_not_found"),
+    ("cancel", HELD_AND_OTHERS, request("cancel", "gig", "a"), 202, None),
+    ("cancel-pending", HELD_AND_OTHERS, request("cancel", "gig", "p"), 409, "request_refused"),
+    ("cancel-bad-id", HELD_AND_OTHERS, request("cancel", "gig", "a b"), 400, "invalid_request"),
+    ("status-held", HELD_AND_OTHERS, status("gig", "h"), 200, None),
     ("show", (an_event(),), show("gig"), 200, None),
     ("show-unknown", (), show("nope"), 404, "event_not_found"),
     ("update", (an_event(),), update("gig", 5), 200, None),

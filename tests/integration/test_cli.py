@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.helpers import NO_LIFECYCLE_FIELDS
 from turnstile import cli
 
 
@@ -98,6 +99,16 @@ def test_submit_sets_expires_at_on_the_intake_record(
         (["signups", "list", "gig", "--limit", "0"], "limit must be an integer from 1 to 100"),
         (["event", "list", "--limit", "101"], "limit must be an integer from 1 to 100"),
         (["event", "list", "--next", "bm9wZQ"], "next is not a token this listing gave out"),
+        (
+            ["event", "create", "g2", "--capacity", "1001", "--hold-seconds", "5"],
+            "an event with holds (hold_seconds above 0) may have capacity + waitlist of at most",
+        ),
+        (
+            ["event", "create", "g2", "--capacity", "5", "--waitlist", "1001"],
+            "waitlist must be an integer from 0 to 1000",
+        ),
+        (["confirm", "gig", "ghost"], "no signup 'ghost' for event 'gig'"),
+        (["cancel", "gig", "u 1"], "signup_id must match"),
     ],
 )
 def test_errors_are_one_line_and_exit_2(aws, capsys, argv, message):
@@ -251,6 +262,7 @@ def test_status_of_a_raw_pending_signup_is_bounded(aws, capsys):
         "submitted_at": None,
         "decided_at": None,
         "attributes": {},
+        **NO_LIFECYCLE_FIELDS,
     }
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import time
 from decimal import Decimal
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.api.helpers import decide_pending
+from tests.helpers import NO_EVENT_OPTIONS, NO_LIFECYCLE_FIELDS, put_decision
 from turnstile import usecases
+from turnstile.contract import undecided_shard
 from turnstile.domain import MAX_CAPACITY, MAX_SEATS
 from turnstile.errors import (
     CapacityBelowTakenError,
@@ -18,9 +22,13 @@ from turnstile.errors import (
     EventNotFoundError,
     InvalidRequestError,
     NotFoundError,
+    RequestRefusedError,
     SignupConflictError,
     SignupNotFoundError,
 )
+from turnstile.handlers import stream as stream_handler
+from turnstile.local.context import LocalLambdaContext
+from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 
 NOW = "2026-11-21T21:00:00.000000Z"
@@ -48,6 +56,7 @@ def test_create_show_update_close_answer_the_event_shape(store):
         "state": "OPEN",
         "created_at": NOW,
         "created_by": "cli:ada",
+        **NO_EVENT_OPTIONS,
     }
     assert usecases.show_event(store, "gig") == created
     assert usecases.update_capacity(store, "gig", 5) == {**created, "capacity": 5, "remaining": 5}
@@ -210,6 +219,7 @@ def test_status_pending_then_decided(store):
         "submitted_at": NOW,
         "decided_at": None,
         "attributes": {"n": 1.5},
+        **NO_LIFECYCLE_FIELDS,
     }
     decide_pending(store, "gig", decided_at="2026-11-21T21:30:00Z")
     accepted = usecases.signup_status(store, "gig", "u1")
@@ -346,3 +356,305 @@ def test_lists_refuse_bad_parameters(store, call, problem):
     with pytest.raises(InvalidRequestError) as info:
         call(store)
     assert str(info.value).startswith(problem)
+
+
+# -- event options (docs/lifecycle.md, §1) -----------------------------------------------
+
+
+def test_options_are_written_read_and_shown(store, aws):
+    # WHEN an event is created with every option
+    body = usecases.create_event(
+        store, "gig", 10, None, now=NOW, waitlist=5, hold_seconds=300, max_seats=4
+    ).body
+    # THEN the answer, the event as read back, and the item all have them
+    options = {"waitlist": 5, "hold_seconds": 300, "max_seats": 4, "status_counts": {}}
+    assert {k: body[k] for k in options} == options
+    assert usecases.show_event(store, "gig") == body
+    record = store.get_event("gig")
+    assert (record.waitlist, record.hold_seconds, record.max_seats) == (5, 300, 4)
+    # and the same body again is the event as it is; other options are a conflict
+    again = usecases.create_event(store, "gig", 10, None, waitlist=5, hold_seconds=300, max_seats=4)
+    assert (again.created, again.body) == (False, body)
+    with pytest.raises(EventExistsError, match="hold_seconds 300"):
+        usecases.create_event(store, "gig", 10, None, waitlist=5, max_seats=4)
+
+
+def test_an_event_without_options_is_written_as_before(store, aws):
+    # WHEN an event is created with the options at their defaults
+    usecases.create_event(store, "gig", 3, "cli:ada", now=NOW, waitlist=0, hold_seconds=0)
+    # THEN its item names none of them (the item an older turnstile wrote)
+    item = aws.client("dynamodb").get_item(
+        TableName="turnstile-control", Key={"pk": {"S": "EVENT#gig"}, "sk": {"S": "EVENT"}}
+    )["Item"]
+    assert set(item) == {"pk", "sk", "event_id", "capacity", "state", "created_at", "created_by"}
+
+
+def test_status_counts_are_shown_as_the_processor_keeps_them(store, aws):
+    usecases.create_event(store, "gig", 3, None)
+    aws.client("dynamodb").update_item(
+        TableName="turnstile-control",
+        Key={"pk": {"S": "EVENT#gig"}, "sk": {"S": "EVENT"}},
+        UpdateExpression="SET status_counts = :counts",
+        ExpressionAttributeValues={
+            ":counts": {"M": {"HELD": {"N": "2"}, "WAITLISTED": {"N": "1"}}}
+        },
+    )
+    assert usecases.show_event(store, "gig")["status_counts"] == {"HELD": 2, "WAITLISTED": 1}
+    [listed] = usecases.list_events(store)["events"]
+    assert listed["status_counts"] == {"HELD": 2, "WAITLISTED": 1}
+
+
+@pytest.mark.parametrize(
+    ("capacity", "options", "problem"),
+    [
+        (10, {"waitlist": 1001}, "waitlist must be an integer from 0 to 1000"),
+        (10, {"waitlist": -1}, "waitlist must be an integer from 0 to 1000"),
+        (10, {"hold_seconds": 86_401}, "hold_seconds must be an integer from 0 to 86400"),
+        (10, {"hold_seconds": True}, "hold_seconds must be an integer"),
+        (10, {"max_seats": 0}, f"max_seats must be an integer from 1 to {MAX_SEATS}"),
+        (10, {"max_seats": MAX_SEATS + 1}, "max_seats must be an integer"),
+        (10, {"waitlist": "3"}, "waitlist must be an integer"),
+        # null is no default: leave an option out
+        (10, {"max_seats": None}, "max_seats must be an integer"),
+        (10, {"waitlist": None}, "waitlist must be an integer"),
+        # with holds the lineup holds capacity + waitlist entries at most
+        (1000, {"hold_seconds": 60, "waitlist": 1}, "capacity + waitlist of at most 1000"),
+        (1001, {"hold_seconds": 1}, "1001 + 0 = 1001"),
+    ],
+)
+def test_options_that_break_the_rules_or_the_lineup_bound_are_refused(
+    store, capacity, options, problem
+):
+    with pytest.raises(InvalidRequestError, match=re.escape(problem)):
+        usecases.create_event(store, "gig", capacity, None, **options)
+    assert store.get_event("gig") is None
+
+
+def test_the_lineup_bound_allows_its_limit_and_no_bound_without_holds(store):
+    usecases.create_event(store, "held", 999, None, hold_seconds=60, waitlist=1)
+    usecases.create_event(store, "big", 10**6, None, waitlist=1000)
+    assert store.get_event("held").hold_seconds == 60
+    assert store.get_event("big").waitlist == 1000
+
+
+def test_a_capacity_update_may_not_break_the_lineup_bound_of_an_event_with_holds(store):
+    usecases.create_event(store, "held", 900, None, hold_seconds=60, waitlist=100)
+    usecases.create_event(store, "plain", 900, None, waitlist=100)
+    with pytest.raises(InvalidRequestError, match=r"capacity 901: .* 901 \+ 100 = 1001"):
+        usecases.update_capacity(store, "held", 901)
+    assert store.get_event("held").snapshot.capacity == 900
+    assert usecases.update_capacity(store, "held", 899)["capacity"] == 899
+    assert usecases.update_capacity(store, "plain", 5000)["capacity"] == 5000
+
+
+# -- confirm and cancel (docs/lifecycle.md, §10) -----------------------------------------
+
+LATER = "2999-01-01T00:00:00.000000Z"
+EARLIER = "2000-01-01T00:00:00.000000Z"
+
+
+class CallCounting:
+    """A DynamoDB client that records the operations called (and can hide the
+    cancellation reasons, as an endpoint that names none would)."""
+
+    def __init__(self, client, hide_reasons: bool = False) -> None:
+        self.client = client
+        self.hide_reasons = hide_reasons
+        self.calls: list[str] = []
+
+    def __getattr__(self, name):
+        method = getattr(self.client, name)
+
+        def call(**kwargs):
+            self.calls.append(name)
+            try:
+                return method(**kwargs)
+            except ClientError as exc:
+                if self.hide_reasons:
+                    exc.response.pop("CancellationReasons", None)
+                raise
+
+        return call
+
+
+@pytest.fixture
+def held(store, aws) -> SignupStore:
+    """gig: h HELD until much later, late HELD until long ago, a ACCEPTED, w WAITLISTED,
+    r REJECTED, c CANCELLED, p PENDING (no decision item yet)."""
+    client = aws.client("dynamodb")
+    usecases.create_event(store, "gig", 10, None, hold_seconds=60, waitlist=5)
+    for signup_id in ("h", "late", "a", "w", "r", "c", "p"):
+        submit(store, "gig", signup_id, now=NOW)
+    put_decision(client, "gig", "h", "HELD", position=1, hold_expires_at=LATER)
+    put_decision(client, "gig", "late", "HELD", position=2, hold_expires_at=EARLIER)
+    put_decision(client, "gig", "a", "ACCEPTED", position=3)
+    put_decision(client, "gig", "w", "WAITLISTED", waitlist_position=1)
+    put_decision(client, "gig", "r", "REJECTED", reason="seats_above_max")
+    put_decision(client, "gig", "c", "CANCELLED", position=4)
+    return store
+
+
+def test_a_confirm_of_a_held_signup_is_recorded_on_its_intake_item(held, aws):
+    # WHEN a HELD signup is confirmed, twice
+    answer = usecases.request_signup(held, "gig", "h", "confirm", now=NOW)
+    # THEN it is recorded: the request, its count, and the marker that puts the record back
+    # in the sweeper's index
+    assert answer == {"event_id": "gig", "signup_id": "h", "request": "confirm"}
+    intake = held.get_intake("gig", "h")
+    assert (intake["request"], intake["request_count"]) == ("confirm", 1)
+    assert intake["undecided"] == undecided_shard("gig", "h")
+    usecases.request_signup(held, "gig", "h", "confirm", now=NOW)
+    assert held.get_intake("gig", "h")["request_count"] == 2
+    # and the intake record is otherwise as it was submitted
+    assert (intake["seats"], intake["submitted_at"]) == (1, NOW)
+
+
+@pytest.mark.parametrize("signup_id", ["h", "late", "a", "w"])
+def test_a_cancel_is_recorded_from_held_accepted_or_waitlisted(held, signup_id):
+    usecases.request_signup(held, "gig", signup_id, "cancel", now=NOW)
+    intake = held.get_intake("gig", signup_id)
+    assert (intake["request"], intake["request_count"]) == ("cancel", 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "signup_id", "status", "expires", "reason"),
+    [
+        ("confirm", "late", "HELD", EARLIER, None),  # its hold lapsed: too late
+        ("confirm", "a", "ACCEPTED", None, None),
+        ("confirm", "w", "WAITLISTED", None, None),
+        ("confirm", "r", "REJECTED", None, "seats_above_max"),
+        ("confirm", "p", "PENDING", None, None),  # not decided yet
+        ("cancel", "r", "REJECTED", None, "seats_above_max"),
+        ("cancel", "c", "CANCELLED", None, None),
+        ("cancel", "p", "PENDING", None, None),
+    ],
+)
+def test_a_request_the_status_refuses_records_nothing_and_says_the_status(
+    held, aws, kind, signup_id, status, expires, reason
+):
+    # GIVEN a client that counts the calls made
+    counting = CallCounting(aws.client("dynamodb"))
+    store = SignupStore(client=counting)
+    before = held.get_intake("gig", signup_id)
+    # WHEN
+    with pytest.raises(RequestRefusedError) as refused:
+        usecases.request_signup(store, "gig", signup_id, kind, now=NOW)
+    # THEN the refusal has the status as the transaction saw it, from its own answer (no
+    # second read), and nothing was written
+    error = refused.value
+    assert (error.status, error.hold_expires_at, error.reason) == (status, expires, reason)
+    assert (error.event_id, error.signup_id, error.request) == ("gig", signup_id, kind)
+    assert f"cannot {kind} signup '{signup_id}' of event 'gig': it is {status}" in str(error)
+    assert isinstance(error, ConflictError)
+    assert counting.calls == ["transact_write_items"]
+    assert held.get_intake("gig", signup_id) == before
+
+
+def test_a_refusal_is_told_by_reads_only_where_the_endpoint_names_no_reasons(held, aws):
+    # GIVEN an endpoint whose cancellations name no reasons
+    counting = CallCounting(aws.client("dynamodb"), hide_reasons=True)
+    store = SignupStore(client=counting)
+    # WHEN / THEN the same answers, from one read of each item
+    with pytest.raises(RequestRefusedError) as refused:
+        usecases.request_signup(store, "gig", "late", "confirm", now=NOW)
+    assert (refused.value.status, refused.value.hold_expires_at) == ("HELD", EARLIER)
+    assert counting.calls == ["transact_write_items", "get_item", "get_item"]
+    with pytest.raises(SignupNotFoundError):
+        usecases.request_signup(store, "gig", "ghost", "cancel", now=NOW)
+
+
+def test_a_request_for_a_signup_never_submitted_is_not_found(held, aws):
+    counting = CallCounting(aws.client("dynamodb"))
+    store = SignupStore(client=counting)
+    with pytest.raises(SignupNotFoundError, match="no signup 'ghost' for event 'gig'"):
+        usecases.request_signup(store, "gig", "ghost", "confirm", now=NOW)
+    assert counting.calls == ["transact_write_items"]
+    # nothing was written for it either
+    assert held.get_intake("gig", "ghost") is None
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (("bad id", "h", "confirm"), "event_id must match"),
+        (("gig", "bad id", "cancel"), "signup_id must match"),
+        (("gig", "h", "hold"), "request must be one of confirm, cancel"),
+    ],
+)
+def test_a_request_with_bad_input_is_invalid(held, args, problem):
+    with pytest.raises(InvalidRequestError, match=problem):
+        usecases.request_signup(held, *args)
+
+
+def test_the_status_shows_the_lifecycle_fields_of_the_decision(store, aws):
+    usecases.create_event(store, "gig", 2, None, hold_seconds=60)
+    submit(store, "gig", "u1", now=NOW)
+    history = [
+        {"from": "PENDING", "to": "HELD", "at": NOW, "sequence_number": "100", "cause": "signup"}
+    ]
+    refusal = {
+        "request": "confirm",
+        "reason": "hold_expired",
+        "status": "EXPIRED",
+        "at": LATER,
+        "sequence_number": "200",
+    }
+    put_decision(
+        aws.client("dynamodb"),
+        "gig",
+        "u1",
+        "EXPIRED",
+        seats=1,
+        position=1,
+        hold_expires_at=EARLIER,
+        updated_at=LATER,
+        request_count=1,
+        history=history,
+        last_refusal=refusal,
+    )
+    status = usecases.signup_status(store, "gig", "u1")
+    assert {k: status[k] for k in NO_LIFECYCLE_FIELDS} == {
+        "hold_expires_at": EARLIER,
+        "waitlist_position": None,
+        "updated_at": LATER,
+        "request_count": 1,
+        "history": history,
+        "last_refusal": refusal,
+    }
+    assert usecases.list_signups(store, "gig", "EXPIRED")["signups"] == [status]
+
+
+def decide_stream(store: SignupStore, stream) -> None:
+    """What the intake stream delivered since the last call, through the stream handler."""
+    stream_handler._processor = StreamProcessor(store)
+    try:
+        answer = stream_handler.handler({"Records": stream.read_new()}, LocalLambdaContext())
+    finally:
+        stream_handler._processor = None
+    assert answer == {"batchItemFailures": []}
+
+
+def test_requests_made_here_are_applied_by_the_stream_processor(store, stream):
+    # GIVEN an event with holds and a waitlist of one: two signups hold its two seats,
+    # the third waits
+    usecases.create_event(store, "gig", 2, None, hold_seconds=600, waitlist=1)
+    for signup_id in ("u1", "u2", "u3"):
+        submit(store, "gig", signup_id)
+    decide_stream(store, stream)
+    states = [usecases.signup_status(store, "gig", s)["status"] for s in ("u1", "u2", "u3")]
+    assert states == ["HELD", "HELD", "WAITLISTED"]
+    # WHEN the first is confirmed and the second cancelled, here
+    usecases.request_signup(store, "gig", "u1", "confirm")
+    usecases.request_signup(store, "gig", "u2", "cancel")
+    decide_stream(store, stream)
+    # THEN the processor applied both: the cancelled seat went to the one waiting
+    u1, u2, u3 = (usecases.signup_status(store, "gig", s) for s in ("u1", "u2", "u3"))
+    assert (u1["status"], u2["status"], u3["status"]) == ("ACCEPTED", "CANCELLED", "HELD")
+    assert [h["to"] for h in u1["history"]] == ["HELD", "ACCEPTED"]
+    assert (u1["request_count"], u2["request_count"]) == (1, 1)
+    assert u3["hold_expires_at"] is not None
+    counts = usecases.show_event(store, "gig")["status_counts"]
+    assert {k: v for k, v in counts.items() if v} == {"ACCEPTED": 1, "CANCELLED": 1, "HELD": 1}
+    # and a request its new status refuses is refused here, with that status
+    with pytest.raises(RequestRefusedError, match="it is CANCELLED"):
+        usecases.request_signup(store, "gig", "u2", "cancel")
