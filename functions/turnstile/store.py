@@ -59,6 +59,7 @@ from turnstile.errors import CommitConflictError, JournalTooLargeError, SignupCo
 from turnstile.events import EventItems, is_or_absent_as
 from turnstile.hold import HeldEvents
 from turnstile.journal import Journal
+from turnstile.requests import SignupRequests
 from turnstile.journal import decision_item as _decision_item
 
 __all__ = ["MAX_JOURNAL_BYTES", "SignupStore"]
@@ -74,7 +75,7 @@ MAX_JOURNAL_AND_LINEUP_BYTES = 300 * 1024
 MATERIALIZE_THREADS = 8
 
 
-class SignupStore(Tables, EventItems, HeldEvents):
+class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
     """DynamoDB access for the three tables. Pass ``client`` to use a stubbed or local one.
 
     ``intake`` and ``main`` are keyed by ``(event_id, signup_id)``: the producer's record and

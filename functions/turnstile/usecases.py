@@ -44,6 +44,7 @@ from turnstile.jsonable import plain
 from turnstile.personal_data import intake_expires_at
 from turnstile.requests import request_transition
 from turnstile.store import SignupStore
+from turnstile.transitions import history_of
 
 __all__ = [
     "ABSENT",
@@ -212,6 +213,8 @@ def signup_view(
     if not isinstance(submitted_at, str) or len(submitted_at) > MAX_SUBMITTED_AT_CHARS:
         submitted_at = None
     decided = decision or {}
+    # every transition, the first (the decision itself) read off the item; none pending
+    history = [plain(h) for h in history_of(decided)] if decision is not None else []
     return {
         "event_id": event_id,
         "signup_id": signup_id,
@@ -227,9 +230,10 @@ def signup_view(
         # writes them.
         "hold_expires_at": _text(decided.get(Attr.HOLD_EXPIRES_AT)),
         "waitlist_position": _whole(decided.get(Attr.WAITLIST_POSITION)),
-        "updated_at": _text(decided.get(Attr.UPDATED_AT)),
+        # when it last moved: the history's last entry (not stored twice)
+        "updated_at": _text(history[-1].get("at")) if history else None,
         "request_count": _whole(decided.get(Attr.REQUEST_COUNT)),
-        "history": _maps(decided.get(Attr.HISTORY)),
+        "history": history,
         "last_refusal": _map(decided.get(Attr.LAST_REFUSAL)),
     }
 
@@ -240,13 +244,6 @@ def _text(value: Any) -> str | None:
 
 def _map(value: Any) -> dict[str, Any] | None:
     return plain(dict(value)) if isinstance(value, Mapping) else None
-
-
-def _maps(value: Any) -> list[dict[str, Any]]:
-    """A list of maps (``history``), its entries as plain values; anything else, none."""
-    if not isinstance(value, list | tuple):
-        return []
-    return [plain(dict(entry)) for entry in value if isinstance(entry, Mapping)]
 
 
 # -- events ---------------------------------------------------------------------------

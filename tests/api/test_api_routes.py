@@ -792,8 +792,18 @@ def test_a_request_route_takes_only_post(invoke: Invoke, lineup: str):
 
 
 def test_the_signup_shows_the_lifecycle_fields(invoke: Invoke, store: SignupStore, lineup: str):
-    history = [
-        {"from": "PENDING", "to": "HELD", "at": EARLIER, "sequence_number": "1", "cause": "signup"}
+    """As the processor stores a signup promoted from the waitlist: its decision (joined the
+    line) on the item itself, the later move in ``history``; the API shows every transition,
+    and ``updated_at`` is the last one's time."""
+    promoted = "2001-01-01T00:00:00.000000Z"
+    later = [
+        {
+            "from": "WAITLISTED",
+            "to": "HELD",
+            "at": promoted,
+            "sequence_number": "5",
+            "cause": "promotion",
+        }
     ]
     put_decision(
         store.client,
@@ -802,11 +812,20 @@ def test_the_signup_shows_the_lifecycle_fields(invoke: Invoke, store: SignupStor
         "HELD",
         position=1,
         hold_expires_at=LATER,
-        history=history,
-        updated_at=EARLIER,
+        history=later,
+        decided_at=EARLIER,
+        sequence_number="1",
         request_count=0,
     )
     body = invoke("GET", "/events/gig/signups/h").body
-    assert (body["status"], body["hold_expires_at"], body["history"]) == ("HELD", LATER, history)
-    assert (body["updated_at"], body["request_count"], body["last_refusal"]) == (EARLIER, 0, None)
+    first = {
+        "from": "PENDING",
+        "to": "WAITLISTED",
+        "at": EARLIER,
+        "sequence_number": "1",
+        "cause": "signup",
+    }
+    assert (body["status"], body["hold_expires_at"]) == ("HELD", LATER)
+    assert body["history"] == [first, *later]
+    assert (body["updated_at"], body["request_count"], body["last_refusal"]) == (promoted, 0, None)
     assert body["waitlist_position"] is None

@@ -223,11 +223,22 @@ def test_status_pending_then_decided(store):
     }
     decide_pending(store, "gig", decided_at="2026-11-21T21:30:00Z")
     accepted = usecases.signup_status(store, "gig", "u1")
+    decided_at = "2026-11-21T21:30:00Z"
+    [decision] = accepted["history"]  # its one transition, read off the item
+    assert decision == {
+        "from": "PENDING",
+        "to": "ACCEPTED",
+        "at": decided_at,
+        "sequence_number": decision["sequence_number"],
+        "cause": "signup",
+    }
     assert accepted == {
         **pending,
         "status": "ACCEPTED",
         "position": 1,
-        "decided_at": "2026-11-21T21:30:00Z",
+        "decided_at": decided_at,
+        "updated_at": decided_at,
+        "history": [decision],
     }
     rejected = usecases.signup_status(store, "gig", "u2")
     assert (rejected["status"], rejected["reason"], rejected["position"]) == (
@@ -589,9 +600,15 @@ def test_a_request_with_bad_input_is_invalid(held, args, problem):
 def test_the_status_shows_the_lifecycle_fields_of_the_decision(store, aws):
     usecases.create_event(store, "gig", 2, None, hold_seconds=60)
     submit(store, "gig", "u1", now=NOW)
-    history = [
-        {"from": "PENDING", "to": "HELD", "at": NOW, "sequence_number": "100", "cause": "signup"}
-    ]
+    # as the processor stores it: the decision on the item, the later moves in history
+    held = {"from": "PENDING", "to": "HELD", "at": NOW, "sequence_number": "100", "cause": "signup"}
+    lapsed = {
+        "from": "HELD",
+        "to": "EXPIRED",
+        "at": LATER,
+        "sequence_number": "150",
+        "cause": "expiry",
+    }
     refusal = {
         "request": "confirm",
         "reason": "hold_expired",
@@ -607,9 +624,10 @@ def test_the_status_shows_the_lifecycle_fields_of_the_decision(store, aws):
         seats=1,
         position=1,
         hold_expires_at=EARLIER,
-        updated_at=LATER,
+        decided_at=NOW,
+        sequence_number="100",
         request_count=1,
-        history=history,
+        history=[lapsed],
         last_refusal=refusal,
     )
     status = usecases.signup_status(store, "gig", "u1")
@@ -618,7 +636,7 @@ def test_the_status_shows_the_lifecycle_fields_of_the_decision(store, aws):
         "waitlist_position": None,
         "updated_at": LATER,
         "request_count": 1,
-        "history": history,
+        "history": [held, lapsed],
         "last_refusal": refusal,
     }
     assert usecases.list_signups(store, "gig", "EXPIRED")["signups"] == [status]
