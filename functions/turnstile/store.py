@@ -59,8 +59,8 @@ from turnstile.errors import CommitConflictError, JournalTooLargeError, SignupCo
 from turnstile.events import EventItems, is_or_absent_as
 from turnstile.hold import HeldEvents
 from turnstile.journal import Journal
-from turnstile.requests import SignupRequests
 from turnstile.journal import decision_item as _decision_item
+from turnstile.requests import SignupRequests
 
 __all__ = ["MAX_JOURNAL_BYTES", "SignupStore"]
 
