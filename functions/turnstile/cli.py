@@ -364,6 +364,18 @@ def _retention_days(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from exc
 
 
+def _statuses(text: str) -> frozenset[str]:
+    """``--until``'s statuses (argparse turns a ValueError into one line and exit 2)."""
+    wanted = frozenset(s.strip().upper() for s in text.split(",") if s.strip())
+    unknown = sorted(wanted - set(Status.ALL))
+    if not wanted or unknown:
+        named = ", ".join(unknown) or repr(text)
+        raise argparse.ArgumentTypeError(
+            f"not a status: {named} (one of {', '.join(Status.ALL)})"
+        )
+    return wanted
+
+
 def _status_via_api(args: argparse.Namespace, url: str) -> int:
     from turnstile.client import WaitTimeoutError
 
@@ -372,7 +384,9 @@ def _status_via_api(args: argparse.Namespace, url: str) -> int:
         _print_json(client.get(args.event_id, args.signup_id))
         return 0
     try:
-        _print_json(client.wait(args.event_id, args.signup_id, timeout_s=args.wait))
+        _print_json(
+            client.wait(args.event_id, args.signup_id, timeout_s=args.wait, statuses=args.until)
+        )
         return 0
     except WaitTimeoutError:
         _print_json(client.get(args.event_id, args.signup_id))
@@ -387,10 +401,16 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     # What GET .../signups/{id}?wait= runs, without its 20 s bound.
     status = usecases.await_decision(
-        _store(), args.event_id, args.signup_id, args.wait or 0, max_delay_s=2.0
+        _store(),
+        args.event_id,
+        args.signup_id,
+        args.wait or 0,
+        max_delay_s=2.0,
+        statuses=args.until,
     )
     _print_json(status)
-    return EXIT_STILL_PENDING if status[Attr.STATUS] == Status.PENDING and args.wait else 0
+    waited_in_vain = args.wait and not Status.reached(status[Attr.STATUS], args.until)
+    return EXIT_STILL_PENDING if waited_in_vain else 0
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -700,6 +720,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("signup_id", help="the signup's id")
     p.add_argument(
         "--wait", type=float, default=0, metavar="SECONDS", help="wait up to SECONDS for a decision"
+    )
+    p.add_argument(
+        "--until",
+        type=_statuses,
+        metavar="STATUS[,STATUS]",
+        help="with --wait: wait for one of these statuses (or a final one: REJECTED, "
+        "CANCELLED, EXPIRED) instead of any decision, e.g. --until ACCEPTED",
     )
     p.add_argument(
         "--api-url",

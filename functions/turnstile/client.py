@@ -342,15 +342,8 @@ class TurnstileClient:
 
 
 #: Statuses no transition leaves (docs/lifecycle.md, §3).
-FINAL_STATUSES = frozenset({Status.REJECTED, Status.CANCELLED, Status.EXPIRED})
-
-
-def _reached(status: Any, statuses: Collection[str] | None) -> bool:
-    """Whether ``wait`` is done: the status is wanted, or final; without ``statuses``,
-    any status but PENDING."""
-    if statuses is None:
-        return status != Status.PENDING
-    return status in statuses or status in FINAL_STATUSES
+FINAL_STATUSES = Status.FINAL
+_reached = Status.reached
 
 
 def _query(**parameters: Any) -> str:

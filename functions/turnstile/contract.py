@@ -332,6 +332,16 @@ class Status:
     EXPIRED = "EXPIRED"
 
     ALL = (PENDING, HELD, ACCEPTED, WAITLISTED, REJECTED, CANCELLED, EXPIRED)
+    #: Statuses a signup never leaves.
+    FINAL = frozenset({REJECTED, CANCELLED, EXPIRED})
+
+    @classmethod
+    def reached(cls, status: Any, wanted: Any = None) -> bool:
+        """Whether a client waiting for ``wanted`` statuses is done: the status is one of
+        them, or final; without ``wanted``, any status but PENDING (a decision)."""
+        if wanted is None:
+            return status != cls.PENDING
+        return status in wanted or status in cls.FINAL
 
 
 class Reason:

@@ -17,7 +17,7 @@ the adapters' (the CLI's stdout is its JSON).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
@@ -440,15 +440,17 @@ def await_decision(
     clock: Callable[[], float] = time.monotonic,
     first_delay_s: float = 0.05,
     max_delay_s: float = 0.5,
+    statuses: Collection[str] | None = None,
 ) -> dict[str, Any]:
-    """``signup_status``, waiting up to ``wait_s`` seconds for a decision: the decision as
-    soon as it is read, else the PENDING status at the deadline. After the first read
-    (which 404s an unknown signup at once) it polls only the decision item, a strongly
-    consistent point read every ``first_delay_s`` doubling to ``max_delay_s``."""
+    """``signup_status``, waiting up to ``wait_s`` seconds for a decision (or, with
+    ``statuses``, for one of them or a final status): as soon as it is read, else the
+    status at the deadline. After the first read (which 404s an unknown signup at once) it
+    polls only the decision item, a strongly consistent point read every ``first_delay_s``
+    doubling to ``max_delay_s``."""
     deadline = clock() + max(0.0, wait_s)
     status = signup_status(store, event_id, signup_id)
     delay = first_delay_s
-    while status[Attr.STATUS] == Status.PENDING:
+    while not Status.reached(status[Attr.STATUS], statuses):
         remaining = deadline - clock()
         if remaining <= 0:
             break
@@ -456,7 +458,7 @@ def await_decision(
         delay = min(delay * 2, max_delay_s)
         decision = store.get_decision(status["event_id"], status["signup_id"])
         if decision is not None:
-            return signup_view(status["event_id"], status["signup_id"], decision, None)
+            status = signup_view(status["event_id"], status["signup_id"], decision, None)
     return status
 
 

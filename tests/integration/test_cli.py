@@ -284,3 +284,24 @@ def test_status_prints_binary_and_set_attributes_as_the_api_does(aws, capsys):
     code, out, err = run(capsys, "status", "gig", "bin")
     assert (code, err) == (0, "")
     assert json.loads(out)["attributes"] == {"b": "AAH/", "tags": ["a", "z"]}
+
+
+def test_status_until_waits_for_the_statuses_asked_or_a_final_one(aws, capsys):
+    from tests.helpers import put_decision
+
+    assert run(capsys, "event", "create", "gig", "--capacity", "1", "--hold-seconds", "60")[0] == 0
+    assert run(capsys, "submit", "gig", "h")[0] == 0
+    put_decision(aws.client("dynamodb"), "gig", "h", "HELD", seats=1, position=1)
+    # decided (HELD), but not what was asked: still waiting at the deadline, exit 3
+    code, out, _ = run(capsys, "status", "gig", "h", "--wait", "0.3", "--until", "accepted")
+    assert (code, json.loads(out)["status"]) == (3, "HELD")
+    code, out, _ = run(capsys, "status", "gig", "h", "--wait", "0.3", "--until", "HELD,ACCEPTED")
+    assert (code, json.loads(out)["status"]) == (0, "HELD")
+    # a final status ends any wait
+    put_decision(aws.client("dynamodb"), "gig", "h", "EXPIRED", seats=1, position=1)
+    code, out, _ = run(capsys, "status", "gig", "h", "--wait", "5", "--until", "ACCEPTED")
+    assert (code, json.loads(out)["status"]) == (0, "EXPIRED")
+    with pytest.raises(SystemExit) as bad:
+        cli.main(["status", "gig", "h", "--until", "DONE"])
+    assert bad.value.code == 2
+    assert "not a status: DONE" in capsys.readouterr().err
