@@ -88,6 +88,27 @@ def test_readme_sessions_work_verbatim(tmp_path):
     assert by_signup["carol"]["reason"] == "capacity_full"
     assert '"taken": 2' in out
     assert "audit OK: 1 events, 2 accepted, 1 rejected, 0 pending, 0 violations" in out
+    # The lifecycle part: a hold, a place in line, a cancellation that promotes, a confirm.
+    gig = [s for s in statuses if s.get("event_id") == "gig" and "status" in s]
+    seen = [(s["signup_id"], s["status"]) for s in gig]
+    assert seen[-4:] == [
+        ("dave", "HELD"),
+        ("erin", "WAITLISTED"),
+        ("erin", "HELD"),
+        ("erin", "ACCEPTED"),
+    ], seen
+    dave, erin = gig[-4], gig[-3]
+    assert dave["position"] == 1 and dave["hold_expires_at"]
+    assert erin["waitlist_position"] == 1
+    final = [s for s in gig if s["signup_id"] == "erin"][-1]
+    assert (final["status"], final["position"]) == ("ACCEPTED", 2)
+    assert [(h["to"], h["cause"]) for h in final["history"]] == [
+        ("WAITLISTED", "signup"),
+        ("HELD", "promotion"),
+        ("ACCEPTED", "confirm"),
+    ]
+    assert "cannot confirm signup 'dave' of event 'gig': it is CANCELLED" in result.stderr
+    assert "audit OK: 2 events, 3 accepted, 1 rejected, 0 pending, 0 violations" in out
     # The HTTP API block: the producer's 202 with a Location, then the polled decisions.
     assert http.returncode == 0, http.stdout + http.stderr
     assert "HTTP/1.1 202" in http.stdout or "HTTP/1.0 202" in http.stdout
@@ -99,4 +120,4 @@ def test_readme_sessions_work_verbatim(tmp_path):
     assert status["reason"] == "capacity_full"
     assert [s["signup_id"] for s in rejected["signups"]] == ["eve"]
     assert rejected["next"] is None
-    assert sorted(e["event_id"] for e in events["events"]) == ["concert", "gala"]
+    assert sorted(e["event_id"] for e in events["events"]) == ["concert", "gala", "gig"]

@@ -297,6 +297,16 @@ def test_status_until_waits_for_the_statuses_asked_or_a_final_one(aws, capsys):
     assert (code, json.loads(out)["status"]) == (3, "HELD")
     code, out, _ = run(capsys, "status", "gig", "h", "--wait", "0.3", "--until", "HELD,ACCEPTED")
     assert (code, json.loads(out)["status"]) == (0, "HELD")
+    # it keeps polling past the first decision until the status asked for comes
+    import threading
+
+    confirm = threading.Timer(
+        0.4, put_decision, (aws.client("dynamodb"), "gig", "h", "ACCEPTED"), {"position": 1}
+    )
+    confirm.start()
+    code, out, _ = run(capsys, "status", "gig", "h", "--wait", "10", "--until", "ACCEPTED")
+    confirm.join()
+    assert (code, json.loads(out)["status"]) == (0, "ACCEPTED")
     # a final status ends any wait
     put_decision(aws.client("dynamodb"), "gig", "h", "EXPIRED", seats=1, position=1)
     code, out, _ = run(capsys, "status", "gig", "h", "--wait", "5", "--until", "ACCEPTED")
