@@ -66,7 +66,7 @@ def test_holds_confirmations_cancellations_and_the_waitlist_over_http(local_stac
     assert call(stack, "POST", f"/events/{EVENT}/signups/a/confirm")[0] == 202
     got = {
         sid: wait_for(stack, sid, s)
-        for sid, s in zip("bcde", ["HELD", "WAITLISTED", "WAITLISTED", "REJECTED"])
+        for sid, s in zip("bcde", ["HELD", "WAITLISTED", "WAITLISTED", "REJECTED"], strict=True)
     }
     assert got["b"]["position"] == 2
     assert [got[s]["waitlist_position"] for s in "cd"] == [1, 2]
