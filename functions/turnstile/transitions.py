@@ -290,7 +290,11 @@ def outcome_of(
                 extra[Attr.HOLD_EXPIRES_AT] = iso_of_ms(state.hold_expires_at)
             if state.waitlist_position is not None:
                 extra[Attr.WAITLIST_POSITION] = state.waitlist_position
-            if len(applied) > 1:  # moved on in the commit that decided it
+            if applied[0].from_status != Status.PENDING:
+                # moved by the engine, its item gone (deleted by hand, or by a retention
+                # TTL): written again with the moves known, the first read off them
+                extra[Attr.HISTORY] = [_entry(t) for t in applied]
+            elif len(applied) > 1:  # moved on in the commit that decided it
                 extra[Attr.HISTORY] = [_entry(t) for t in applied[1:]]
             if answered:
                 extra[Attr.REQUEST_COUNT] = answered

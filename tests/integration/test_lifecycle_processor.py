@@ -524,3 +524,22 @@ def test_a_request_counter_a_producer_got_wrong_is_answered_or_ignored(
     assert item[Attr.STATUS] == expected
     if count == Decimal("1.5"):
         assert item[Attr.LAST_REFUSAL]["reason"] == Reason.INVALID_REQUEST
+
+
+def test_a_promoted_signup_whose_item_is_gone_gets_an_item_again(store, processor, feed):
+    """A decision item deleted by hand (or by a retention TTL) while its signup waits: the
+    promotion writes it again, its history starting from what is known."""
+    make_event(store, "gig", 1, waitlist=1)
+    processor.process([feed.signup("gig", "a"), feed.signup("gig", "b")])
+    store.dynamo.call(
+        "delete_item",
+        TableName=store.main_table,
+        Key={"event_id": {"S": "gig"}, "signup_id": {"S": "b"}},
+    )
+    processor.process([feed.request("gig", "a", "cancel")])
+    b = store.get_decision("gig", "b")
+    assert (b[Attr.STATUS], b[Attr.POSITION]) == (Status.ACCEPTED, 2)
+    assert [(h["from"], h["to"]) for h in history_of(b)] == [
+        (Status.PENDING, Status.WAITLISTED),
+        (Status.WAITLISTED, Status.ACCEPTED),
+    ]
