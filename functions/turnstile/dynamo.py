@@ -23,6 +23,7 @@ import json
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
@@ -82,7 +83,32 @@ TRANSACTION_LIMIT = 100
 #: A transaction's items together; DynamoDB's limit is 4 MB.
 TRANSACTION_BYTES = 3 * 1024 * 1024
 
-_serializer = TypeSerializer()
+
+def number_text(value: int) -> str:
+    """A whole number as DynamoDB's ``N`` text: exact, with trailing zeros as an exponent.
+
+    DynamoDB holds 38 significant digits and magnitudes up to 1e125, so 10**125 is a
+    number it stores (a producer may write ``request_count`` = 1E+125), but its 126
+    digits written out are refused (boto3 raises ``Rounded``). ``1E+125`` is the same
+    number in 1 digit; a number that really needs more than 38 still fails when written.
+    """
+    text = str(value)
+    if len(text.lstrip("-")) <= 38:
+        return text
+    return str(Decimal(value).normalize(Context(prec=len(text))))
+
+
+class _Serializer(TypeSerializer):
+    """boto3's serializer, with whole numbers beyond 38 digits written as ``number_text``
+    does (when they are exact in 38 significant digits)."""
+
+    def _serialize_n(self, value: Any) -> str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = Decimal(number_text(value))
+        return super()._serialize_n(value)
+
+
+_serializer = _Serializer()
 _deserializer = TypeDeserializer()
 
 

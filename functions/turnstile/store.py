@@ -52,6 +52,7 @@ from turnstile.dynamo import (
     chunks_within,
     event_key,
     from_item,
+    number_text,
     signup_key,
     to_item,
 )
@@ -492,7 +493,7 @@ def _update_call(table: str, event_id: str, update: ItemUpdate) -> dict[str, Any
     condition = "#status = :from"
     if update.request_count is not None:
         names["#rc"] = Attr.REQUEST_COUNT
-        values[":rc"] = {"N": str(update.request_count)}
+        values[":rc"] = {"N": number_text(update.request_count)}
         condition += " AND (attribute_not_exists(#rc) OR #rc < :rc)"
     return {
         "op": "update_item",
