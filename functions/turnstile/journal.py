@@ -59,6 +59,16 @@ MAX_JOURNAL_ROW_BYTES = 128 * 1024
 COPIED_FIELDS = (Attr.SUBMITTED_AT, Attr.ATTRIBUTES)
 
 
+#: Statuses of signups the event's lineup still holds: their items never expire.
+IN_LINEUP = (Status.HELD, Status.WAITLISTED)
+
+
+def retained(status: str, expires_at: int | None) -> int | None:
+    """The ``expires_at`` of a decision item in ``status``: none while the signup holds
+    seats or waits for them (the event's lineup names it; TTL must not delete it)."""
+    return None if status in IN_LINEUP else expires_at
+
+
 def _check_storable(value: Mapping[str, Any]) -> None:
     """Raise ``ValueError`` for what the serializer accepts and DynamoDB refuses."""
     (kind, raw), *_ = value.items()
@@ -253,14 +263,32 @@ class Journal:
         )
 
     def items(self, event_id: str) -> list[dict[str, Any]]:
-        """The decision items of the first decisions (a journal of format 2 or 3)."""
+        """The decision items of the first decisions (a journal of format 2 or 3). A
+        signup still in the event's lineup (HELD, WAITLISTED) has no ``expires_at``: TTL
+        must not delete an item the event still counts on (``retained``)."""
         if self.copies is None:
             raise ValueError("a journal of format 1 takes its copied fields from intake")
         extras = self.extras or (None,) * len(self.decisions)
         return [
-            {**base_item(event_id, d, self.decided_at, self.expires_at, x), **c}
+            {**base_item(event_id, d, self.decided_at, retained(d.status, self.expires_at), x), **c}
             for d, c, x in zip(self.decisions, self.copies, extras, strict=True)
         ]
+
+    def retained_updates(self) -> tuple[ItemUpdate, ...]:
+        """The changes, each with the item's retention as its new status asks: a move out
+        of the lineup sets ``expires_at`` (this commit's: retention counts from the last
+        move), a move into it removes it."""
+        out = []
+        for u in self.updates:
+            status = u.set.get(Attr.STATUS, {}).get("S")
+            if status is None:
+                out.append(u)
+            elif retained(status, self.expires_at) is None:
+                out.append(replace(u, remove=(*u.remove, Attr.EXPIRES_AT)))
+            else:
+                when = {"N": str(int(self.expires_at or 0))}
+                out.append(replace(u, set={**u.set, Attr.EXPIRES_AT: when}))
+        return tuple(out)
 
     @cached_property
     def _rows(self) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from turnstile.domain import Decision, Outcome, SignupRequest, decide, parse_req
 from turnstile.dynamo import refused_as_invalid
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.events import EventRecord
+from turnstile.journal import Journal
 from turnstile.lifecycle import Transition
 from turnstile.personal_data import decision_expires_at
 from turnstile.ports import ProcessorStore
@@ -28,6 +29,7 @@ from turnstile.transitions import (
     lifecycle_event,
     ms_of,
     outcome_of,
+    refusals_without_event,
     signup_state,
     touched_without_state,
 )
@@ -197,6 +199,13 @@ class StreamProcessor:
                 self.store.reject_without_event(
                     event_id, outcome.decisions, by_id, now, expires_at=expires_at
                 )
+            # Requests on signups rejected before (no event: nothing to lock, nothing to
+            # move) are answered all the same, refused, so none stays unanswered.
+            answers = refusals_without_event(chunk, existing, ms_of(now))
+            if answers:
+                self.store.materialize(
+                    event_id, Journal(0, now, (), (), expires_at=expires_at, updates=answers)
+                )
             return self._decided(event_id, outcome.decisions, now, by_id), len(chunk), []
 
         cache_key = (event_id, event.created_at)
@@ -280,9 +289,12 @@ class StreamProcessor:
         decided_at: str,
         by_id: Mapping[str, SignupRequest],
     ) -> list[DecidedSignup]:
+        # A signup moved by the engine whose item had to be written again (it was gone)
+        # has no record in the chunk: it is no first decision (its move is reported).
         return [
             DecidedSignup(event_id, d, decided_at, by_id[d.signup_id].submitted_at)
             for d in decisions
+            if d.signup_id in by_id
         ]
 
     # -- held events: park, then release in arrival order (docs/arrival-order.md) --------

@@ -370,7 +370,9 @@ class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
             }
             for item in self.journal_items(event_id, journal, requests)
         ]
-        writes += [_update_call(self.main_table, event_id, u) for u in journal.updates]
+        writes += [
+            _update_call(self.main_table, event_id, u) for u in journal.retained_updates()
+        ]
         if len(writes) <= 1:
             for write in writes:
                 self._conditional(write)

@@ -23,7 +23,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from turnstile.clock import parse_timestamp, utc_now
-from turnstile.contract import Attr, HistoryKey, RequestKind, Status
+from turnstile.contract import (
+    MAX_HOLD_SECONDS,
+    MAX_LINEUP_ENTRIES,
+    Attr,
+    HistoryKey,
+    Reason,
+    RequestKind,
+    Status,
+)
 from turnstile.domain import Decision, EventSnapshot, ItemUpdate, Outcome, SignupRequest
 from turnstile.dynamo import to_item
 from turnstile.lifecycle import (
@@ -129,8 +137,14 @@ def lifecycle_event(
     max_seats: int | None = None,
     lineup: Any = None,
 ) -> LifecycleEvent:
-    """The engine's view of an event item: its snapshot, options and stored lineup."""
+    """The engine's view of an event item: its snapshot, options and stored lineup.
+
+    Options an organizer wrote by hand past the API's bounds are read within them (a
+    waitlist of at most ``MAX_LINEUP_ENTRIES``, holds of at most ``MAX_HOLD_SECONDS``):
+    the item is inside the trust boundary, but no option may make deciding fail."""
     holds, waiting = decode_lineup(lineup)
+    waitlist = min(max(waitlist, 0), MAX_LINEUP_ENTRIES)
+    hold_seconds = min(max(hold_seconds, 0), MAX_HOLD_SECONDS)
     return replace(
         LifecycleEvent.from_snapshot(
             snapshot, waitlist=waitlist, hold_seconds=hold_seconds, max_seats=max_seats
@@ -183,6 +197,40 @@ def engine_requests(
     # was never decided, made after the request): its signup is decided now, its request
     # when the sweeper re-emits the record again (its counter is then above the answered).
     return requests, counts
+
+
+def refusals_without_event(
+    chunk: Sequence[SignupRequest], items: Mapping[str, Mapping[str, Any]], now: int
+) -> tuple[ItemUpdate, ...]:
+    """The answers to requests on signups of an event with no event item (each rejected
+    before, ``unknown_event`` or ``invalid_request``): refused, as the engine refuses a
+    request of a REJECTED signup, with the item's ``request_count`` moved to the last one."""
+    answers: dict[str, ItemUpdate] = {}
+    for record in chunk:
+        item = items.get(record.signup_id)
+        count = record.request_count
+        if item is None or count is None:
+            continue
+        earlier = answers.get(record.signup_id)
+        answered = earlier.request_count if earlier else int(item.get(Attr.REQUEST_COUNT, 0))
+        if count <= (answered or 0):
+            continue
+        status = str(item.get(Attr.STATUS, Status.REJECTED))
+        valid = record.request in RequestKind.ALL
+        refusal = {
+            "request": record.request if record.request is not None else "",
+            "reason": Reason.TRANSITION_NOT_ALLOWED if valid else Reason.INVALID_REQUEST,
+            "status": status,
+            "at": iso_of_ms(now),
+            "sequence_number": record.sequence_number,
+        }
+        answers[record.signup_id] = ItemUpdate(
+            signup_id=record.signup_id,
+            from_status=status,
+            set=to_item({Attr.REQUEST_COUNT: count, Attr.LAST_REFUSAL: refusal}),
+            request_count=count,
+        )
+    return tuple(answers.values())
 
 
 def touched_without_state(step: Step, decided: Mapping[str, Answered]) -> list[str]:

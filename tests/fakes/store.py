@@ -406,7 +406,7 @@ class FakeStore:
                 for d in journal.decisions
             ]
         self._put_decisions(items)
-        self._apply_updates(event_id, journal.updates)
+        self._apply_updates(event_id, journal.retained_updates())
         self._exit(fault)
 
     def reject_without_event(

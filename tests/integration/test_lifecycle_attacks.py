@@ -177,47 +177,29 @@ def _ttl_delete(store: SignupStore, event_id: str, signup_id: str) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "decision retention (expires_at) is fixed at the first decision, so TTL may delete "
-        "the item of a signup still in the event's lineup (WAITLISTED longer than the "
-        "retention); its next record is then taken for a first record (engine_requests: "
-        "not decided) and decided again while the lineup still has it: it waits twice"
-    ),
-)
-def test_a_waitlisted_signup_whose_decision_expired_is_not_decided_again(aws, feed, clock):
-    """Decision retention counts from ``decided_at``; a signup can wait longer than that.
-    TTL deletes its item while the event's lineup still has it in line."""
+def test_a_signup_in_the_lineup_never_expires_and_its_retention_counts_from_its_last_move(
+    aws, feed, clock
+):
+    """Decision retention must never let TTL delete the item of a signup the event's lineup
+    still names (WAITLISTED or HELD longer than the retention): such items carry no
+    ``expires_at``; a move out of the lineup sets it, counted from that move."""
     store = SignupStore(aws.client("dynamodb"), sleep=lambda _: None)
     processor = StreamProcessor(store, clock=clock, decision_retention_days=1)
     make_event(store, "gig", 1, waitlist=2)
-    w = feed.signup("gig", "w")
-    processor.process([feed.signup("gig", "a"), w])
+    processor.process([feed.signup("gig", "a"), feed.signup("gig", "w")])
     assert statuses(store, "gig", "a", "w") == [Status.ACCEPTED, Status.WAITLISTED]
-    assert store.get_decision("gig", "w")[Attr.EXPIRES_AT] is not None
+    a_expires = store.get_decision("gig", "a")[Attr.EXPIRES_AT]
+    assert a_expires is not None
+    assert Attr.EXPIRES_AT not in store.get_decision("gig", "w")
     clock.advance(3 * 86_400)
-    _ttl_delete(store, "gig", "w")
-    # the producer's record comes round again (its own request, a sweep): not a new signup
-    processor.process([feed.re_emit(w)])
-    event = store.get_event("gig")
-    from turnstile.lineup import decode_lineup
-
-    _, waiting = decode_lineup(event.lineup)
-    assert [x.signup_id for x in waiting].count("w") == 1
-    assert status(store, "gig", "w") in (None, Status.WAITLISTED)
+    processor.process([feed.request("gig", "a", "cancel")])
+    w = store.get_decision("gig", "w")
+    assert w[Attr.STATUS] == Status.ACCEPTED
+    # retention from the promotion (three days after a's first decision)
+    assert w[Attr.EXPIRES_AT] == a_expires + 3 * 86_400
+    assert store.get_decision("gig", "a")[Attr.EXPIRES_AT] == a_expires + 3 * 86_400
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a promotion (or expiry, or close) of a signup whose decision item TTL deleted "
-        "finds no item (touched_without_state), so outcome_of writes it as a first "
-        "decision: PENDING -> ACCEPTED by 'signup' under another record's sequence number, "
-        "and _decided then raises KeyError (the signup is not in the chunk), failing and "
-        "holding the event after its commit landed"
-    ),
-)
 def test_a_promotion_of_a_signup_whose_decision_expired_keeps_a_true_history(aws, feed, clock):
     store = SignupStore(aws.client("dynamodb"), sleep=lambda _: None)
     processor = StreamProcessor(store, clock=clock, decision_retention_days=1)
@@ -556,19 +538,25 @@ def test_a_request_count_of_1e125_is_answered_and_the_sweeper_then_unmarks_it(
 # -- a request on a signup of an event that does not exist ---------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a signup rejected unknown_event is decided by the path without an event item "
-        "(domain.decide + reject_without_event), which never answers a request: its "
-        "decision item never gets request_count, so the sweeper keeps its intake record "
-        "marked and re-emits it every min_age_s for as long as the record lives (a record "
-        "a producer writes without expires_at: forever)"
-    ),
-)
 def test_a_request_on_a_signup_of_an_unknown_event_is_answered(store, processor, feed):
     _intake(store, "nowhere", "a")
     processor.process([feed.signup("nowhere", "a")])
     assert store.get_decision("nowhere", "a")[Attr.REASON] == Reason.UNKNOWN_EVENT
     processor.process([feed.request("nowhere", "a", "cancel")])
     assert store.get_decision("nowhere", "a").get(Attr.REQUEST_COUNT) == 1
+
+
+def test_options_written_by_hand_past_the_bounds_are_read_within_them(aws, feed, clock):
+    """An organizer's item with a hold of 10**20 seconds and a waitlist of 10**9: deciding
+    must not fail (a hold that long overflows any clock); they are read as a day's hold
+    and the longest lineup."""
+    store = SignupStore(aws.client("dynamodb"), sleep=lambda _: None)
+    make_event(store, "gig", 1, hold_seconds=10**20, waitlist=10**9)
+    result = StreamProcessor(store, clock=clock).process(
+        [feed.signup("gig", "a"), feed.signup("gig", "b")]
+    )
+    assert (result.failures, result.held) == ([], [])
+    a = store.get_decision("gig", "a")
+    assert a[Attr.STATUS] == Status.HELD
+    assert a[Attr.HOLD_EXPIRES_AT] == iso_of_ms(clock.ms + 86_400_000)
+    assert status(store, "gig", "b") == Status.WAITLISTED

@@ -543,3 +543,22 @@ def test_a_promoted_signup_whose_item_is_gone_gets_an_item_again(store, processo
         (Status.PENDING, Status.WAITLISTED),
         (Status.WAITLISTED, Status.ACCEPTED),
     ]
+
+
+def test_rewriting_a_gone_item_holds_nothing_up(store, processor, feed):
+    """The promotion that writes a gone item again commits, reports, and holds no event."""
+    make_event(store, "gig", 1, waitlist=1)
+    processor.process([feed.signup("gig", "a"), feed.signup("gig", "b")])
+    store.dynamo.call(
+        "delete_item",
+        TableName=store.main_table,
+        Key={"event_id": {"S": "gig"}, "signup_id": {"S": "b"}},
+    )
+    result = processor.process([feed.request("gig", "a", "cancel")])
+    assert (result.held, result.parked, result.failures) == ([], 0, [])
+    assert store.get_hold("gig") is None
+    assert [(t.signup_id, t.cause) for _, t in result.transitions] == [
+        ("a", "cancel"),
+        ("b", "promotion"),
+    ]
+    assert result.decided == []
