@@ -299,7 +299,9 @@ def _refusal(t: Transition, request: str) -> dict[str, Any]:
 
 
 def _requested(t: Transition, kinds: Mapping[str, str]) -> str:
-    return kinds.get(t.sequence_number, t.cause)
+    """What the refused record asked, as its producer wrote it ("" when it named nothing:
+    a counter without a request)."""
+    return kinds.get(t.sequence_number, "")
 
 
 def outcome_of(

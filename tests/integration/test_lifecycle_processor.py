@@ -302,11 +302,13 @@ def test_a_refused_request_changes_nothing_and_says_why(
     assert item[Attr.STATUS] == current
     assert event_state(store, "gig") == before
     refusal = item[Attr.LAST_REFUSAL]
-    assert (refusal["request"], refusal["reason"], refusal["status"]) == (
-        request_kind,
-        reason,
-        current,
-    )
+    assert refusal == {
+        "request": request_kind,
+        "reason": reason,
+        "status": current,
+        "at": clock(),
+        "sequence_number": str(feed.seq),
+    }
     assert item[Attr.REQUEST_COUNT] == 1
     assert all(h[HistoryKey.CAUSE] != request_kind for h in history_of(item))
 
@@ -562,3 +564,15 @@ def test_rewriting_a_gone_item_holds_nothing_up(store, processor, feed):
         ("b", "promotion"),
     ]
     assert result.decided == []
+
+
+def test_a_counter_without_a_request_is_refused_as_naming_nothing(store, processor, feed):
+    make_event(store, "gig", 1)
+    processor.process([feed.signup("gig", "a")])
+    processor.process([feed.request("gig", "a", None)])
+    item = store.get_decision("gig", "a")
+    assert item[Attr.STATUS] == Status.ACCEPTED
+    assert (item[Attr.LAST_REFUSAL]["request"], item[Attr.LAST_REFUSAL]["reason"]) == (
+        "",
+        Reason.INVALID_REQUEST,
+    )

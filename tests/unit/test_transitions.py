@@ -1,0 +1,198 @@
+"""``turnstile.transitions`` on its own: the pieces between the stream and the lifecycle
+engine that the processor tests reach only as a whole (the exact answers to requests on an
+event that does not exist, the history entries, what is read off an item)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from turnstile.contract import Attr, EventState, Reason, Status
+from turnstile.domain import EventSnapshot, ItemUpdate, SignupRequest
+from turnstile.dynamo import to_item
+from turnstile.lifecycle import Hold, Request, Waiting, step
+from turnstile.lineup import encode_lineup
+from turnstile.transitions import (
+    engine_requests,
+    history_of,
+    iso_of_ms,
+    lifecycle_event,
+    outcome_of,
+    refusals_without_event,
+    signup_state,
+    touched_without_state,
+)
+
+NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+
+
+def record(sid: str, seq: str, request: str | None = None, count: int | None = 0):
+    return SignupRequest("gone", sid, seq, request=request, request_count=count)
+
+
+def rejected(sid: str, count: int | None = None) -> dict:
+    item = {Attr.SIGNUP_ID: sid, Attr.STATUS: Status.REJECTED, Attr.SEQUENCE_NUMBER: "1"}
+    if count is not None:
+        item[Attr.REQUEST_COUNT] = Decimal(count)
+    return item
+
+
+def refusal(request: str, reason: str, seq: str) -> dict:
+    return {
+        "request": request,
+        "reason": reason,
+        "status": Status.REJECTED,
+        "at": iso_of_ms(NOW),
+        "sequence_number": seq,
+    }
+
+
+def test_requests_on_an_event_that_does_not_exist_are_each_answered_once():
+    items = {"a": rejected("a"), "b": rejected("b", 2), "c": rejected("c"), "d": rejected("d")}
+    chunk = [
+        record("nobody", "10", "cancel", 1),  # no item: no decision to carry an answer
+        record("a", "11", "cancel", 1),
+        record("a", "12", "confirm", 2),  # a second request of a in the same chunk
+        record("a", "13", "cancel", 2),  # ... and a re-emission of it: answered already
+        record("b", "14", "cancel", 2),  # answered before (the item says 2)
+        record("c", "15", None, 1),  # a count and no request: invalid
+        record("c", "16", "cancel", None),  # a count that is no number: nothing to answer
+        record("d", "17", "refund", 3),
+    ]
+    answers = refusals_without_event(chunk, items, NOW)
+    assert answers == (
+        ItemUpdate(
+            "a",
+            Status.REJECTED,
+            to_item(
+                {
+                    Attr.REQUEST_COUNT: 2,
+                    Attr.LAST_REFUSAL: refusal("confirm", Reason.TRANSITION_NOT_ALLOWED, "12"),
+                }
+            ),
+            request_count=2,
+        ),
+        ItemUpdate(
+            "c",
+            Status.REJECTED,
+            to_item(
+                {
+                    Attr.REQUEST_COUNT: 1,
+                    Attr.LAST_REFUSAL: refusal("", Reason.INVALID_REQUEST, "15"),
+                }
+            ),
+            request_count=1,
+        ),
+        ItemUpdate(
+            "d",
+            Status.REJECTED,
+            to_item(
+                {
+                    Attr.REQUEST_COUNT: 3,
+                    Attr.LAST_REFUSAL: refusal("refund", Reason.INVALID_REQUEST, "17"),
+                }
+            ),
+            request_count=3,
+        ),
+    )
+    # an item without a status reads as REJECTED (the only status without an event) ...
+    bare = {"e": {Attr.SIGNUP_ID: "e"}}
+    [answer] = refusals_without_event([record("e", "18", "cancel", 1)], bare, NOW)
+    assert answer.from_status == Status.REJECTED
+    # ... and one with a status (its event item deleted by hand) keeps it
+    kept = {"f": {Attr.SIGNUP_ID: "f", Attr.STATUS: Status.ACCEPTED}}
+    [answer] = refusals_without_event([record("f", "19", "cancel", 1)], kept, NOW)
+    assert answer.from_status == Status.ACCEPTED
+    assert answer.set[Attr.LAST_REFUSAL]["M"]["status"] == {"S": Status.ACCEPTED}
+
+
+def test_a_signup_decided_and_moved_in_one_step_is_not_read_again():
+    """Its item does not exist yet: only signups decided before and moved by the engine
+    itself are read."""
+    before = lifecycle_event(EventSnapshot("gig", 1))
+    chunk = [record("a", "1"), record("a", "2", "cancel", 1)]
+    requests, _ = engine_requests(chunk, {})
+    result = step(before, {}, requests, NOW)
+    assert [t.to_status for t in result.transitions] == [Status.ACCEPTED, Status.CANCELLED]
+    assert touched_without_state(result, {}) == []
+
+
+def test_history_entries_carry_every_field_and_a_rejection_its_reason():
+    """A close rejects the waitlist: the entry has from, to, at, sequence_number, cause and
+    the reason; an entry of any other move has no reason."""
+    snapshot = EventSnapshot("gig", 1, taken=1, accepted=1, state=EventState.CLOSED)
+    w_item = {
+        Attr.SIGNUP_ID: "w",
+        Attr.STATUS: Status.WAITLISTED,
+        Attr.SEATS: Decimal(1),
+        Attr.SEQUENCE_NUMBER: "5",
+        Attr.DECIDED_AT: iso_of_ms(NOW - 1000),
+        Attr.WAITLIST_POSITION: Decimal(1),
+    }
+    before = lifecycle_event(
+        snapshot, waitlist=1, lineup=encode_lineup((), (Waiting("w", 1, "5"),))
+    )
+    result = step(before, {}, [Request.tick("9")], NOW)
+    assert touched_without_state(result, {}) == ["w"]
+    decided = {"w": signup_state(w_item)}
+    outcome = outcome_of(before, snapshot, None, result, decided, {}, {})
+    [update] = outcome.updates
+    history = update.set[Attr.HISTORY]["L"]
+    assert history == [
+        to_item(
+            {
+                "e": {
+                    "from": Status.WAITLISTED,
+                    "to": Status.REJECTED,
+                    "at": iso_of_ms(NOW),
+                    "sequence_number": "9",
+                    "cause": "close",
+                    "reason": Reason.EVENT_CLOSED,
+                }
+            }
+        )["e"]
+    ]
+
+
+def test_a_third_move_keeps_the_moves_stored_before():
+    item = {
+        Attr.SIGNUP_ID: "h",
+        Attr.STATUS: Status.HELD,
+        Attr.SEATS: Decimal(1),
+        Attr.POSITION: Decimal(2),
+        Attr.SEQUENCE_NUMBER: "5",
+        Attr.DECIDED_AT: iso_of_ms(NOW - 9000),
+        Attr.HOLD_EXPIRES_AT: iso_of_ms(NOW + 5000),
+        Attr.HISTORY: [
+            {
+                "from": Status.WAITLISTED,
+                "to": Status.HELD,
+                "at": iso_of_ms(NOW - 1000),
+                "sequence_number": "7",
+                "cause": "promotion",
+            }
+        ],
+    }
+    snapshot = EventSnapshot("gig", 1, taken=1, accepted=2)
+    before = lifecycle_event(
+        snapshot, hold_seconds=10, lineup=encode_lineup((Hold("h", 1, 2, NOW + 5000),), ())
+    )
+    decided = {"h": signup_state(item)}
+    requests, counts = engine_requests([record("h", "9", "confirm", 1)], decided)
+    result = step(before, {"h": decided["h"].state}, requests, NOW)
+    outcome = outcome_of(before, snapshot, None, result, decided, counts, {})
+    [update] = outcome.updates
+    stored = [e["M"]["to"]["S"] for e in update.set[Attr.HISTORY]["L"]]
+    assert stored == [Status.HELD, Status.ACCEPTED]
+    # and read back, the first move is read off the item, before the stored ones
+    moved = {
+        **item,
+        Attr.STATUS: Status.ACCEPTED,
+        Attr.HISTORY: [
+            {k: v["S"] for k, v in e["M"].items()} for e in update.set[Attr.HISTORY]["L"]
+        ],
+    }
+    assert [(h["from"], h["to"]) for h in history_of(moved)] == [
+        (Status.PENDING, Status.WAITLISTED),
+        (Status.WAITLISTED, Status.HELD),
+        (Status.HELD, Status.ACCEPTED),
+    ]
