@@ -217,13 +217,13 @@ def refusals_without_event(
             continue
         status = str(item.get(Attr.STATUS, Status.REJECTED))
         valid = record.request in RequestKind.ALL
-        refusal = {
-            "request": record.request if record.request is not None else "",
-            "reason": Reason.TRANSITION_NOT_ALLOWED if valid else Reason.INVALID_REQUEST,
-            "status": status,
-            "at": iso_of_ms(now),
-            "sequence_number": record.sequence_number,
-        }
+        refusal = _answer(
+            record.request if record.request is not None else "",
+            Reason.TRANSITION_NOT_ALLOWED if valid else Reason.INVALID_REQUEST,
+            status,
+            now,
+            record.sequence_number,
+        )
         answers[record.signup_id] = ItemUpdate(
             signup_id=record.signup_id,
             from_status=status,
@@ -266,8 +266,7 @@ def history_of(item: Mapping[str, Any]) -> list[dict[str, Any]]:
     The item stores only the moves after its first decision (``history``); the first is
     read off the item itself (``decided_at``, ``sequence_number``, and the status it left
     at its first move, or its status if it never moved), so no byte is stored twice."""
-    stored = item.get(Attr.HISTORY)
-    later = [dict(h) for h in stored if isinstance(h, Mapping)] if isinstance(stored, list) else []
+    later = _stored_history(item)
     status = later[0].get(HistoryKey.FROM) if later else item.get(Attr.STATUS)
     if not isinstance(status, str):
         return later
@@ -289,12 +288,20 @@ def _stored_history(item: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _refusal(t: Transition, request: str) -> dict[str, Any]:
+    assert t.reason is not None
+    return _answer(request, t.reason, t.from_status, t.at, t.sequence_number)
+
+
+def _answer(
+    request: str, reason: str, status: str, at: int, sequence_number: str
+) -> dict[str, Any]:
+    """A decision item's ``last_refusal``: what was asked, why not, of which status."""
     return {
         "request": request,
-        "reason": t.reason,
-        "status": t.from_status,
-        "at": iso_of_ms(t.at),
-        "sequence_number": t.sequence_number,
+        "reason": reason,
+        "status": status,
+        "at": iso_of_ms(at),
+        "sequence_number": sequence_number,
     }
 
 
