@@ -11,7 +11,7 @@ PIP_INSTALL := $(PY) -m pip install --quiet -c requirements.txt
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: setup setup-local run test lint synth drills bench mutants clean
+.PHONY: setup setup-local run test lint synth roles drills bench mutants clean
 
 setup: $(DEV_STAMP)
 
@@ -74,6 +74,12 @@ mutants: setup
 
 synth: setup node_modules/.installed
 	npx --no-install cdk synth --quiet
+
+# The functions' IAM policies as `turnstile local` enforces them, written from a fresh
+# synthesis of the stack (functions/turnstile/local/roles.json; `make test` fails while it
+# differs). Run it after changing a grant (cdk/turnstile_cdk/permissions.py), and commit it.
+roles: setup
+	PYTHONPATH=cdk $(PY) -m turnstile_cdk.local_roles
 
 lint: setup
 	$(VENV)/bin/ruff check functions benchmark cdk tests

@@ -21,6 +21,7 @@ from constructs import Construct
 
 from turnstile.api import CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS, CORS_MAX_AGE_S
 from turnstile.api import ROUTES as API_ROUTES
+from turnstile.contract import FUNCTION_HANDLERS, Function
 
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import API_GRANTS
@@ -229,6 +230,7 @@ class ApiConstruct(Construct):
         auth: ApiAuth,
         throttling: ApiThrottling,
         cors_origins: Sequence[str] = (),
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         route_keys = [route_key(method.value, path) for method, path in ROUTES]
@@ -237,13 +239,14 @@ class ApiConstruct(Construct):
             self,
             "Handler",
             props,
-            handler="turnstile.handlers.api.handler",
+            handler=FUNCTION_HANDLERS[Function.API],
             description="turnstile HTTP API: create/close events, submit signups, read status",
             # Above the longest ?wait= of a status read, under API Gateway's 30 s.
             timeout=Duration.seconds(API_TIMEOUT_S),
             memory_size=256,
             # Responses carry signups' attributes (personal data): keep them out of traces.
             environment={"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"},
+            reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
         self.handler.grant_tables(API_GRANTS)

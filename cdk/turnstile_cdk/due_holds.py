@@ -6,6 +6,8 @@ from __future__ import annotations
 from aws_cdk import Duration
 from constructs import Construct
 
+from turnstile.contract import FUNCTION_HANDLERS, Function
+
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import DUE_HOLDS_GRANTS
 from .schedule import schedule_function
@@ -29,17 +31,20 @@ class DueHoldsConstruct(Construct):
         scope: Construct,
         construct_id: str,
         props: FunctionConstructProps,
+        *,
+        reserved_concurrency: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.handler = FunctionConstruct(
             self,
             "DueHolds",
             props,
-            handler="turnstile.handlers.due_holds.handler",
+            handler=FUNCTION_HANDLERS[Function.DUE_HOLDS],
             description="turnstile due holds: re-emits the holder of each event whose hold is due",
             # Less than the interval; overlapping runs are harmless (one more tick each).
             timeout=Duration.seconds(50),
             memory_size=256,
+            reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
         self.handler.grant_tables(DUE_HOLDS_GRANTS)

@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnstile.contract import (
+    DECISION_ATTRIBUTES,
     DUE_HOLDS_INDEX,
     EVENT_CONFIG_ATTRIBUTES,
     EVENT_LIST_ATTRIBUTES,
+    INTAKE_SUBMIT_ATTRIBUTES,
     UNDECIDED_INDEX,
     Attr,
     ControlKey,
@@ -88,23 +90,28 @@ class TableGrant:
     def conditions(self) -> dict[str, dict[str, Any]]:
         """The IAM ``Condition`` block; empty for an unconditioned grant."""
         conditions: dict[str, dict[str, Any]] = {}
+        # ForAllValues holds for a request that has no value for the key at all; every
+        # action granted with leading keys or attributes has them, and "Null": "false"
+        # says so, so a request without them is not let through by the empty set.
+        present: dict[str, str] = {}
         if self.leading_keys:
             conditions["ForAllValues:StringLike"] = {
                 "dynamodb:LeadingKeys": list(self.leading_keys)
             }
-            # ForAllValues holds for a request without keys; every action granted with
-            # leading keys has them, and this says so.
-            conditions["Null"] = {"dynamodb:LeadingKeys": "false"}
+            present["dynamodb:LeadingKeys"] = "false"
         if self.attributes:
             conditions["ForAllValues:StringEquals"] = {
                 "dynamodb:Attributes": list(self.attributes)
             }
+            present["dynamodb:Attributes"] = "false"
             if self.select:
                 conditions["StringEquals"] = {"dynamodb:Select": self.select}
             else:
                 conditions["StringEqualsIfExists"] = {
                     "dynamodb:ReturnValues": list(NARROW_RETURN_VALUES)
                 }
+        if present:
+            conditions["Null"] = present
         return conditions
 
 
@@ -119,10 +126,18 @@ PROCESSOR_GRANTS = (
     ),
     TableGrant(
         MAIN,
-        ("dynamodb:BatchGetItem", "dynamodb:BatchWriteItem", "dynamodb:PutItem"),
-        why="reads which signups are decided (get_decisions), writes decision items "
-        "(materialize) and the unknown-event rejections' conditional puts "
-        "(reject_without_event, a transaction)",
+        ("dynamodb:BatchGetItem",),
+        why="reads which signups are decided and how (get_decisions, strongly consistent)",
+    ),
+    TableGrant(
+        MAIN,
+        ("dynamodb:PutItem", "dynamodb:UpdateItem"),
+        attributes=DECISION_ATTRIBUTES,
+        why="writes decision items (materialize: a first decision's conditional PutItem, a "
+        "later move's conditional UpdateItem: a confirmation, cancellation, lapse, promotion "
+        "or a refused request's answer) and the unknown-event rejections' conditional puts "
+        "(reject_without_event, a transaction), each naming a decision's fields only; "
+        "nothing that deletes a decision (no DeleteItem, no BatchWriteItem)",
     ),
     TableGrant(
         CONTROL,
@@ -131,14 +146,19 @@ PROCESSOR_GRANTS = (
             "dynamodb:BatchGetItem",
             "dynamodb:Query",
             "dynamodb:UpdateItem",
-            "dynamodb:BatchWriteItem",
             "dynamodb:ConditionCheckItem",
         ),
         leading_keys=(_EVENT_ITEMS, _HELD_EVENTS),
         why="reads the event item with its hold marker (get_event_and_hold, get_event, "
         "get_hold), commits counters and journal (commit), checks an unknown event still "
-        "has no item (ConditionCheck), parks and unparks a held event's records "
-        "(BatchWriteItem), reads them in order (Query), sets and clears the hold marker",
+        "has no item (ConditionCheck), reads a held event's parked records in order "
+        "(Query), sets and clears the hold marker",
+    ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:BatchWriteItem",),
+        leading_keys=(_HELD_EVENTS,),
+        why="parks and unparks a held event's records (park, unpark): never an event item",
     ),
 )
 
@@ -147,10 +167,16 @@ PROCESSOR_GRANTS = (
 API_GRANTS = (
     TableGrant(
         INTAKE,
-        ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query"),
-        why="submits signups (put_intake, conditional PutItem), reads one back for "
-        "status and the 409 check (get_intake), and lists an event's pending signups "
-        "(Query of the event's partition, listing.signup_rows)",
+        ("dynamodb:GetItem", "dynamodb:Query"),
+        why="reads a signup back for status and the 409 check (get_intake), and lists an "
+        "event's pending signups (Query of the event's partition, listing.signup_rows)",
+    ),
+    TableGrant(
+        INTAKE,
+        ("dynamodb:PutItem",),
+        attributes=INTAKE_SUBMIT_ATTRIBUTES,
+        why="submits signups (put_intake, a conditional PutItem) naming what a submission "
+        "writes and nothing else",
     ),
     TableGrant(
         INTAKE,

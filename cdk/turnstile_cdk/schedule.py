@@ -9,7 +9,10 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_scheduler_targets as targets
 from constructs import Construct
 
-__all__ = ["schedule_function"]
+__all__ = ["SCHEDULE_GROUP", "schedule_function"]
+
+#: The schedule group turnstile's schedules are in (a schedule without a group is in it).
+SCHEDULE_GROUP = "default"
 
 
 def schedule_function(
@@ -26,10 +29,26 @@ def schedule_function(
     not retried: the next one comes at the next rate. ``what`` names it in descriptions."""
     # Our own role (rather than the stack-wide one the target would create), so its one
     # permission and the reason for its shape sit with the function it invokes.
+    stack = Stack.of(scope)
     role = iam.Role(
         scope,
         "ScheduleRole",
-        assumed_by=iam.ServicePrincipal("scheduler.amazonaws.com"),
+        # Only EventBridge Scheduler acting for this account's default schedule group (where
+        # the schedule lives) may assume it: no other account's schedule can borrow it (the
+        # confused deputy). Scheduler's condition names the group, never one schedule.
+        assumed_by=iam.ServicePrincipal(
+            "scheduler.amazonaws.com",
+            conditions={
+                "StringEquals": {
+                    "aws:SourceAccount": stack.account,
+                    "aws:SourceArn": stack.format_arn(
+                        service="scheduler",
+                        resource="schedule-group",
+                        resource_name=SCHEDULE_GROUP,
+                    ),
+                }
+            },
+        ),
         description=f"turnstile {what} schedule: may invoke the {what} function only",
     )
     Validations.of(role).acknowledge(

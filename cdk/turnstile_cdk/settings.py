@@ -39,9 +39,11 @@ class ContextKey:
     INTAKE_RETENTION_DAYS = "turnstile:intakeRetentionDays"
     #: Days a decision is kept; unset or "none": kept (the main table gets no TTL).
     DECISION_RETENTION_DAYS = "turnstile:decisionRetentionDays"
-    #: Reserved concurrency of the stream processor and the sweeper; 0 or "none": off.
+    #: Reserved concurrency of each function; 0 or "none": off.
     PROCESSOR_RESERVED_CONCURRENCY = "turnstile:processorReservedConcurrency"
     SWEEPER_RESERVED_CONCURRENCY = "turnstile:sweeperReservedConcurrency"
+    API_RESERVED_CONCURRENCY = "turnstile:apiReservedConcurrency"
+    DUE_HOLDS_RESERVED_CONCURRENCY = "turnstile:dueHoldsReservedConcurrency"
     #: Origins whose browsers may call the HTTP API (CORS), comma-separated or a list;
     #: ``*`` for any. Unset: none (no CORS configuration at all).
     API_CORS_ORIGINS = "turnstile:apiCorsOrigins"
@@ -82,6 +84,13 @@ class TurnstileSettings:
     #: One sweep at a time (its lease enforces it too); a second overlapping invocation
     #: is throttled and retried by Lambda instead of waiting for the lease.
     sweeper_reserved_concurrency: int | None = 1
+    #: A cap on the API: a status read may wait up to 20 s, so a flood of long polls holds
+    #: many instances at once; capped, it is throttled (HTTP 503) before it can use the
+    #: account's concurrency that the processor and the due-holds release need.
+    api_reserved_concurrency: int | None = 100
+    #: Room the release of due holds always has, whatever the API does (one run a minute;
+    #: two overlapping runs are harmless).
+    due_holds_reserved_concurrency: int | None = 1
     #: Browsers on these origins may call the API; none by default (no CORS at all).
     api_cors_origins: tuple[str, ...] = ()
 
@@ -120,6 +129,8 @@ class TurnstileSettings:
         for key, value in (
             (ContextKey.PROCESSOR_RESERVED_CONCURRENCY, self.processor_reserved_concurrency),
             (ContextKey.SWEEPER_RESERVED_CONCURRENCY, self.sweeper_reserved_concurrency),
+            (ContextKey.API_RESERVED_CONCURRENCY, self.api_reserved_concurrency),
+            (ContextKey.DUE_HOLDS_RESERVED_CONCURRENCY, self.due_holds_reserved_concurrency),
         ):
             if value is not None and value < 1:
                 raise ValueError(f'{key} must be a positive integer, or 0 / "none" for no limit')
@@ -196,6 +207,12 @@ class TurnstileSettings:
             ),
             sweeper_reserved_concurrency=limit(
                 ContextKey.SWEEPER_RESERVED_CONCURRENCY, default.sweeper_reserved_concurrency
+            ),
+            api_reserved_concurrency=limit(
+                ContextKey.API_RESERVED_CONCURRENCY, default.api_reserved_concurrency
+            ),
+            due_holds_reserved_concurrency=limit(
+                ContextKey.DUE_HOLDS_RESERVED_CONCURRENCY, default.due_holds_reserved_concurrency
             ),
             api_cors_origins=_words(get(ContextKey.API_CORS_ORIGINS)),
         )

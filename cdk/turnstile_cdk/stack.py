@@ -70,6 +70,7 @@ class TurnstileStack(Stack):
             props,
             auth=ApiAuth(jwt_issuer=settings.jwt_issuer, jwt_audience=settings.jwt_audience),
             cors_origins=settings.api_cors_origins,
+            reserved_concurrency=settings.api_reserved_concurrency,
             throttling=ApiThrottling(
                 default=apigwv2.ThrottleSettings(
                     rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit
@@ -88,7 +89,12 @@ class TurnstileStack(Stack):
             props,
             reserved_concurrency=settings.sweeper_reserved_concurrency,
         )
-        self.due_holds = DueHoldsConstruct(self, "DueHolds", props)
+        self.due_holds = DueHoldsConstruct(
+            self,
+            "DueHolds",
+            props,
+            reserved_concurrency=settings.due_holds_reserved_concurrency,
+        )
         self.monitoring = MonitoringConstruct(
             self,
             "Monitoring",

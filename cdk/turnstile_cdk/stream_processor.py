@@ -7,7 +7,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from turnstile.contract import STREAM_SOURCE, EventSourceSettings
+from turnstile.contract import FUNCTION_HANDLERS, STREAM_SOURCE, EventSourceSettings, Function
 
 from .event_source import event_source_mapping_properties
 from .functions import FunctionConstruct, FunctionConstructProps
@@ -56,7 +56,7 @@ class StreamProcessorConstruct(Construct):
             self,
             "Processor",
             props,
-            handler="turnstile.handlers.stream.handler",
+            handler=FUNCTION_HANDLERS[Function.PROCESSOR],
             description="turnstile stream processor: decides each signup exactly once, in order",
             # A batch is up to batch_size records, one conditional commit and a few batch
             # writes per event, with retries inside the invocation; far below the age limit.

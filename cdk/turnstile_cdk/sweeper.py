@@ -6,6 +6,8 @@ from aws_cdk import Duration
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
+from turnstile.contract import FUNCTION_HANDLERS, Function
+
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import SWEEPER_GRANTS
 from .schedule import schedule_function
@@ -40,7 +42,7 @@ class SweeperConstruct(Construct):
             self,
             "Sweeper",
             props,
-            handler="turnstile.handlers.sweeper.handler",
+            handler=FUNCTION_HANDLERS[Function.SWEEPER],
             description="turnstile sweeper: re-emits intake records still undecided",
             # Less than the interval, so two runs rarely overlap (its lease guards the rest).
             timeout=Duration.minutes(4),

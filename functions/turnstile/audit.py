@@ -81,11 +81,14 @@ class EventAudit:
 @dataclass
 class AuditReport:
     events: list[EventAudit]
+    #: Requests the local stack's endpoint refused a function's role during this run
+    #: (``turnstile.local.roles.endpoint_denials``): each a grant missing on AWS too.
+    denials: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def broken(self) -> bool:
-        """Some invariant is broken."""
-        return any(e.violations for e in self.events)
+        """Some invariant is broken, or some function was denied what it needed."""
+        return bool(self.denials) or any(e.violations for e in self.events)
 
     @property
     def inconclusive(self) -> bool:
@@ -105,7 +108,7 @@ class AuditReport:
             "rejected": sum(e.rejected for e in self.events),
             "pending": sum(e.pending for e in self.events),
             "held": sum(e.held for e in self.events),
-            "violations": sum(len(e.violations) for e in self.events),
+            "violations": sum(len(e.violations) for e in self.events) + len(self.denials),
             "inconclusive": sum(e.inconclusive for e in self.events),
         }
 
@@ -114,6 +117,7 @@ class AuditReport:
             "ok": self.ok,
             "inconclusive": self.inconclusive,
             "totals": self.totals,
+            "denials": self.denials,
             "events": [e.to_dict() for e in self.events],
         }
 
@@ -387,11 +391,19 @@ def audit_hold(
 
     They are waiting in arrival order, not lost; but a hold is a failure being ridden out,
     so one older than the pending grace period is a violation (invariants 3 and 4 wait on
-    it). Their order, once released, is checked like any decision's.
+    it), and one whose error is IAM's refusal is a violation at once. Their order, once
+    released, is checked like any decision's.
     """
     report.held = len(held_ids)
     report.held_for_s = age_s(hold.get(HoldAttr.HELD_SINCE), now)
-    if report.held_for_s is not None and report.held_for_s > pending_grace_s:
+    error = str(hold.get(HoldAttr.ERROR, ""))
+    if error.startswith("AccessDenied"):
+        # A missing grant, not a failure that passes: a violation from the first second.
+        report.violations.append(
+            f"held: {report.held} records parked since sequence number "
+            f"{hold.get(HoldAttr.FIRST_SEQUENCE_NUMBER)} because {error}"
+        )
+    elif report.held_for_s is not None and report.held_for_s > pending_grace_s:
         report.violations.append(
             f"held for {report.held_for_s:.0f} s (more than {pending_grace_s:.0f} s): "
             f"{report.held} records parked since sequence number "

@@ -415,8 +415,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     from turnstile.audit import audit
+    from turnstile.local.roles import endpoint_denials
 
     report = audit(_store(), args.event_id, pending_grace_s=args.pending_grace)
+    report.denials = endpoint_denials()
     if args.json:
         _print_json(report.to_dict())
     else:
@@ -433,6 +435,8 @@ def cmd_audit(args: argparse.Namespace) -> int:
             for note in e.notes:
                 label = "INCONCLUSIVE" if e.inconclusive else "note"
                 print(f"  {label} {e.event_id}: {note}")
+        for denial in report.denials:
+            print(f"  VIOLATION access denied to the {denial['role']} role: {denial['denied']}")
         t = report.totals
         verdict = "BROKEN" if report.broken else "INCONCLUSIVE" if report.inconclusive else "OK"
         inconclusive = f", {t['inconclusive']} inconclusive" if t["inconclusive"] else ""

@@ -17,15 +17,18 @@ from turnstile.eventfilter import parse_pattern
 __all__ = [
     "ALL_TABLES",
     "CONTROL_TABLE",
+    "DECISION_ATTRIBUTES",
     "DECISION_RETENTION_ENV",
     "DUE_HOLDS_INDEX",
     "DUE_HOLDS_SHARD",
     "EVENT_CONFIG_ATTRIBUTES",
     "EVENT_LIST_ATTRIBUTES",
     "FAILURE_QUEUE_NAME",
+    "FUNCTION_HANDLERS",
     "ID_PATTERN",
     "INTAKE_RETENTION_DAYS",
     "INTAKE_RETENTION_ENV",
+    "INTAKE_SUBMIT_ATTRIBUTES",
     "INTAKE_TABLE",
     "MAIN_TABLE",
     "MAX_ATTRIBUTES_BYTES",
@@ -38,6 +41,7 @@ __all__ = [
     "ControlKey",
     "EventSourceSettings",
     "EventState",
+    "Function",
     "HistoryKey",
     "HoldAttr",
     "IndexSpec",
@@ -150,6 +154,8 @@ class Attr:
     POSITION = "position"
     DECIDED_AT = "decided_at"
     SEQUENCE_NUMBER = "sequence_number"
+    #: Why a decision is what it is, in words (a rejection's problems; copied fields dropped).
+    DETAIL = "detail"
 
     # -- the lifecycle (docs/lifecycle.md) -----------------------------------------------
     # event item, the organizer's (in EVENT_CONFIG_ATTRIBUTES): the event's options
@@ -235,6 +241,61 @@ EVENT_LIST_ATTRIBUTES = (
     Attr.MAX_SEATS,
     Attr.STATUS_COUNTS,
 )
+
+#: Every attribute a decision item may have (keys included): the stream processor's IAM
+#: policy lets its writes on the main table (a first decision's PutItem, a later move's
+#: UpdateItem) name these and nothing else. ``attributes`` and ``submitted_at`` are copied
+#: from intake; the rest are the decision's and its lifecycle's.
+DECISION_ATTRIBUTES = (
+    Attr.EVENT_ID,
+    Attr.SIGNUP_ID,
+    Attr.STATUS,
+    Attr.REASON,
+    Attr.DETAIL,
+    Attr.SEATS,
+    Attr.POSITION,
+    Attr.DECIDED_AT,
+    Attr.SEQUENCE_NUMBER,
+    Attr.SUBMITTED_AT,
+    Attr.ATTRIBUTES,
+    Attr.EXPIRES_AT,
+    Attr.HOLD_EXPIRES_AT,
+    Attr.WAITLIST_POSITION,
+    Attr.HISTORY,
+    Attr.REQUEST_COUNT,
+    Attr.LAST_REFUSAL,
+)
+
+#: What a submission through the API or the CLI writes on intake (keys included): its
+#: IAM policy lets the API's PutItem name these and nothing else.
+INTAKE_SUBMIT_ATTRIBUTES = (
+    Attr.EVENT_ID,
+    Attr.SIGNUP_ID,
+    Attr.SEATS,
+    Attr.SUBMITTED_AT,
+    Attr.ATTRIBUTES,
+    Attr.EXPIRES_AT,
+    Attr.UNDECIDED,
+)
+
+
+class Function:
+    """turnstile's deployed functions, by the name their roles go by in the local stack
+    (``turnstile.local.roles``) and in docs/operations.md."""
+
+    PROCESSOR = "processor"
+    API = "api"
+    SWEEPER = "sweeper"
+    DUE_HOLDS = "due-holds"
+
+
+#: Each function's Lambda handler: the CDK stack deploys it, the local stack runs it.
+FUNCTION_HANDLERS = {
+    Function.PROCESSOR: "turnstile.handlers.stream.handler",
+    Function.API: "turnstile.handlers.api.handler",
+    Function.SWEEPER: "turnstile.handlers.sweeper.handler",
+    Function.DUE_HOLDS: "turnstile.handlers.due_holds.handler",
+}
 
 #: Days an intake record is kept (its ``expires_at``), unless INTAKE_RETENTION_ENV says.
 INTAKE_RETENTION_DAYS = 30

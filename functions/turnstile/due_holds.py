@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from turnstile.contract import DUE_HOLDS_INDEX, DUE_HOLDS_SHARD, ID_PATTERN, Attr, ControlKey
+from turnstile.dynamo import AccessDenied
+from turnstile.personal_data import signup_ref
 
 if TYPE_CHECKING:
     from turnstile.store import SignupStore
@@ -87,20 +89,23 @@ def release_due_holds(store: SignupStore, now_ms: int, limit: int | None = None)
         ids = _ids(entry)
         if ids is None:
             log.warning(
-                "due hold skipped: not an event item with valid ids (pk %.80r, signup %.80r)",
+                "due hold skipped: not an event item with valid ids (pk %.80r)",
                 entry.get(ControlKey.PK),
-                entry.get(Attr.HOLD_DUE_SIGNUP),
             )
             continue
         event_id, signup_id = ids
+        # Logs name a signup by its reference, never its id (personal data).
+        ref = signup_ref(event_id, signup_id)
         try:
             found = store.re_emit(event_id, signup_id)
+        except AccessDenied:
+            raise  # a missing grant is no bad entry: fail the run, loudly
         except Exception as exc:  # one bad entry never stops the others
-            log.warning("due hold of %s/%s not re-emitted: %s", event_id, signup_id, str(exc)[:200])
+            log.warning("due hold of %s (%s) not re-emitted: %s", event_id, ref, str(exc)[:200])
             continue
         if not found:
             log.warning(
-                "due hold of %s/%s not re-emitted: its intake record is gone", event_id, signup_id
+                "due hold of %s (%s) not re-emitted: its intake record is gone", event_id, ref
             )
             continue
         re_emitted += 1

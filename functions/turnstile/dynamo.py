@@ -6,7 +6,7 @@ Nothing here knows about signups, events or the sweeper; ``store``, ``events``, 
 * ``Dynamo.call`` is the one way to call the client: it retries throttling and 5xx answers
   with capped, jittered backoff (``max_attempts`` in all, then ``StoreUnavailableError``),
   and raises the errors callers branch on as types of their own (``ConditionFailed``,
-  ``TransactionCancelled``; both still ``ClientError``s).
+  ``TransactionCancelled``, ``AccessDenied``; all still ``ClientError``s).
 * ``Dynamo.get`` reads one item; ``Dynamo.batch_get`` and ``Dynamo.batch_write`` split a
   request into DynamoDB's chunks and ask again, with backoff, for what DynamoDB left
   unprocessed.
@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Context, Decimal
@@ -44,6 +45,7 @@ __all__ = [
     "RETRYABLE_CODES",
     "TRANSACTION_BYTES",
     "TRANSACTION_LIMIT",
+    "AccessDenied",
     "ConditionFailed",
     "Dynamo",
     "Tables",
@@ -53,6 +55,7 @@ __all__ = [
     "control_key",
     "default_client",
     "error_code",
+    "error_text",
     "event_key",
     "from_item",
     "refused_as_invalid",
@@ -112,9 +115,10 @@ _serializer = _Serializer()
 _deserializer = TypeDeserializer()
 
 
-def default_client(endpoint_url: str | None = None) -> DynamoDBClient:
-    """A DynamoDB client; our own loop retries throttling, so botocore retries little."""
-    return boto3.client(
+def default_client(endpoint_url: str | None = None, session: Any = None) -> DynamoDBClient:
+    """A DynamoDB client (of ``session``, default boto3's); our own loop retries
+    throttling, so botocore retries little."""
+    return (session or boto3).client(
         "dynamodb",
         endpoint_url=endpoint_url,
         config=Config(retries={"mode": "standard", "total_max_attempts": 2}),
@@ -182,6 +186,35 @@ def error_code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+class AccessDenied(ClientError):
+    """IAM refused the request (``AccessDeniedException``): the role lacks a grant. Never
+    transient: retrying cannot help, and the message names the role and the action."""
+
+    @property
+    def message(self) -> str:
+        return str(self.response.get("Error", {}).get("Message", ""))
+
+    @property
+    def summary(self) -> str:
+        """``AccessDenied: <principal> may not <action> on <resource>`` (from AWS's
+        message), as a held event's error names it."""
+        found = _DENIAL.search(self.message)
+        if found is None:
+            return f"AccessDenied: {self.message}"
+        principal, action, resource = found.groups()
+        return f"AccessDenied: {principal} may not {action} on {resource}"
+
+
+#: AWS's message for an IAM refusal.
+_DENIAL = re.compile(r"User: (\S+) is not authorized to perform: (\S+) on resource: (\S+)")
+
+
+def error_text(error: BaseException) -> str:
+    """What a failure is called where an operator reads it (a held event's error, the
+    audit): its class, or for an IAM refusal who was refused what."""
+    return error.summary if isinstance(error, AccessDenied) else type(error).__name__
+
+
 class ConditionFailed(ClientError):
     """A write's condition was false (``ConditionalCheckFailedException``): nothing written."""
 
@@ -197,6 +230,7 @@ class TransactionCancelled(ClientError):
 
 
 _TYPED: dict[str, type[ClientError]] = {
+    "AccessDeniedException": AccessDenied,
     "ConditionalCheckFailedException": ConditionFailed,
     "TransactionCanceledException": TransactionCancelled,
 }

@@ -17,7 +17,11 @@ from turnstile.domain import SignupRequest
 from turnstile.dynamo import ConditionFailed, Dynamo, control_key, event_key, from_item, to_item
 from turnstile.events import EventRecord
 
-__all__ = ["HeldEvents"]
+__all__ = ["MAX_HOLD_ERROR_CHARS", "HeldEvents"]
+
+#: A hold marker keeps this much of its last error: enough for IAM's refusal
+#: (``dynamo.error_text``), which names the role, the action and the resource.
+MAX_HOLD_ERROR_CHARS = 400
 
 
 class HeldEvents:
@@ -121,7 +125,7 @@ class HeldEvents:
         if error:
             expression += ", #error = :error"
             names["#error"] = HoldAttr.ERROR
-            values[":error"] = {"S": error[:200]}
+            values[":error"] = {"S": error[:MAX_HOLD_ERROR_CHARS]}
         response = self.dynamo.call(
             "update_item",
             TableName=self.control_table,

@@ -119,7 +119,7 @@ def base_item(
     if decision.reason is not None:
         item[Attr.REASON] = {"S": decision.reason}
     if decision.detail is not None:
-        item["detail"] = {"S": decision.detail}
+        item[Attr.DETAIL] = {"S": decision.detail}
     item[Attr.SEATS] = {"N": str(int(decision.seats))}
     if decision.position is not None:
         item[Attr.POSITION] = {"N": str(int(decision.position))}

@@ -16,7 +16,7 @@ from turnstile import lifecycle
 from turnstile.clock import utc_now
 from turnstile.contract import ID_PATTERN
 from turnstile.domain import Decision, Outcome, SignupRequest, decide, parse_request
-from turnstile.dynamo import refused_as_invalid
+from turnstile.dynamo import AccessDenied, error_text, refused_as_invalid
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.events import EventRecord
 from turnstile.journal import Journal
@@ -347,7 +347,10 @@ class StreamProcessor:
         be decided: they take the event source's retries, bisect and on-failure queue)."""
         if not ID_PATTERN.fullmatch(event_id) or refused_as_invalid(error):
             return False
-        error_class = type(error).__name__ if error is not None else None
+        error_class = error_text(error) if error is not None else None
+        if isinstance(error, AccessDenied):
+            # Not a failure to ride out: a grant is missing. Say so at once, loudly.
+            log.error("event held: %s", error_class, extra={"event_id": event_id})
         try:
             self.store.park(event_id, requests, self.clock(), error_class)
         except Exception:
@@ -387,7 +390,7 @@ class StreamProcessor:
             return self.store.lift_hold(event_id, version)
         except Exception as exc:
             log.exception("release failed", extra={"event_id": event_id})
-            result.held.append((event_id, type(exc).__name__))
+            result.held.append((event_id, error_text(exc)))
             return False
         finally:
             self._prefetched.pop(event_id, None)

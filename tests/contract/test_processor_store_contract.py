@@ -37,6 +37,7 @@ from turnstile.errors import (
     EventExistsError,
     JournalTooLargeError,
 )
+from turnstile.hold import MAX_HOLD_ERROR_CHARS
 from turnstile.journal import Journal
 from turnstile.ports import ProcessorStore
 from turnstile.processor import IntakeRecord, StreamProcessor
@@ -405,8 +406,8 @@ def test_unparking_deletes_exactly_those_records_and_keeps_the_hold(backend):
 
 
 def test_a_hold_is_lifted_only_at_its_version_and_keeps_it(backend):
-    version = backend.store.park("gig", [req("a", 100)], NOW, "X" * 300)
-    assert backend.store.get_hold("gig")["error"] == "X" * 200
+    version = backend.store.park("gig", [req("a", 100)], NOW, "X" * 500)
+    assert backend.store.get_hold("gig")["error"] == "X" * MAX_HOLD_ERROR_CHARS
     assert backend.store.lift_hold("gig", version + 1) is False
     assert backend.store.lift_hold("gig", version - 1) is False
     assert backend.store.get_hold("gig") is not None

@@ -46,6 +46,7 @@ from turnstile.errors import (
     StoreUnavailableError,
 )
 from turnstile.events import EventRecord
+from turnstile.hold import MAX_HOLD_ERROR_CHARS
 from turnstile.journal import Journal
 from turnstile.store import SignupStore
 
@@ -484,7 +485,7 @@ class FakeStore:
         hold.setdefault(HoldAttr.HELD_SINCE, {"S": now})
         hold.setdefault(HoldAttr.FIRST_SEQUENCE_NUMBER, {"S": first})
         if error:
-            hold[HoldAttr.ERROR] = {"S": error[:200]}
+            hold[HoldAttr.ERROR] = {"S": error[:MAX_HOLD_ERROR_CHARS]}
         self._exit(fault)
         return version
 

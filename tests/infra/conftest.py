@@ -2,7 +2,7 @@
 
 The app is built as cdk/app.py builds it (create_app, with cdk.json's context), plus a
 second stack with the non-default options (JWT, tables not retained, pinned layer number,
-decisions expiring, no reserved concurrency for the processor),
+decisions expiring, no reserved concurrency for the processor nor the due holds),
 so both shapes are synthesized, nagged and linted in that single synthesis.
 """
 
@@ -31,6 +31,7 @@ from turnstile_cdk.application import (  # noqa: E402
     cdk_json_context,
     create_app,
 )
+from turnstile_cdk.local_roles import render  # noqa: E402
 from turnstile_cdk.settings import TurnstileSettings  # noqa: E402
 from turnstile_cdk.stack import TurnstileStack  # noqa: E402
 
@@ -55,6 +56,8 @@ VARIANT_SETTINGS = TurnstileSettings(
     decision_retention_days=400,
     processor_reserved_concurrency=None,
     sweeper_reserved_concurrency=3,
+    api_reserved_concurrency=40,
+    due_holds_reserved_concurrency=None,
     api_cors_origins=("https://app.example.com", "http://localhost:3000"),
 )
 
@@ -139,27 +142,6 @@ def function_by_handler(template: Template, handler: str) -> tuple[str, dict[str
     )
 
 
-def render(value: Any) -> Any:
-    """Intrinsics as text: {"Ref": "X"} -> "${X}", {"Fn::GetAtt": [X, Y]} -> "${X.Y}".
-
-    Fn::Join is joined, so ARNs and dashboard bodies read as the strings they become.
-    """
-    if isinstance(value, dict) and len(value) == 1:
-        ((key, arg),) = value.items()
-        if key == "Ref":
-            return f"${{{arg}}}"
-        if key == "Fn::GetAtt":
-            return f"${{{'.'.join(arg)}}}"
-        if key == "Fn::Join":
-            separator, parts = arg
-            return separator.join(str(render(part)) for part in parts)
-    if isinstance(value, dict):
-        return {k: render(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [render(v) for v in value]
-    return value
-
-
 def role_permissions(template: Template, role_id: str) -> dict[str, set[str]]:
     """Every action the role's policies allow, with the resources (rendered) it is allowed on."""
     permissions: dict[str, set[str]] = {}
@@ -176,3 +158,19 @@ def role_permissions(template: Template, role_id: str) -> dict[str, set[str]]:
                 targets = resources if isinstance(resources, list) else [resources]
                 permissions.setdefault(action, set()).update(str(render(r)) for r in targets)
     return permissions
+
+
+def assert_scheduler_trust(trust: dict[str, Any]) -> None:
+    """Only EventBridge Scheduler, acting for this account's default schedule group, may
+    assume a schedule's role (confused-deputy prevention: Scheduler's condition names the
+    schedule group, never one schedule)."""
+    (statement,) = trust["Statement"]
+    assert statement["Principal"] == {"Service": "scheduler.amazonaws.com"}
+    assert statement["Action"] == "sts:AssumeRole"
+    assert render(statement["Condition"]) == {
+        "StringEquals": {
+            "aws:SourceAccount": "${AWS::AccountId}",
+            "aws:SourceArn": "arn:${AWS::Partition}:scheduler:${AWS::Region}:"
+            "${AWS::AccountId}:schedule-group/default",
+        }
+    }

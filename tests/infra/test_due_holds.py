@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from aws_cdk.assertions import Capture, Template
 
-from .conftest import function_by_handler, role_permissions
+from .conftest import assert_scheduler_trust, function_by_handler, role_permissions
 
 DUE_HOLDS = "turnstile.handlers.due_holds.handler"
 
@@ -29,7 +29,7 @@ def test_schedule_invokes_the_due_holds_function_every_minute(template: Template
     )
     role_id = role.as_string()
     trust = template.to_json()["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]
-    assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "scheduler.amazonaws.com"}]
+    assert_scheduler_trust(trust)
     # The schedule may invoke this function (and its versions), nothing else.
     assert role_permissions(template, role_id) == {
         "lambda:InvokeFunction": {f"${{{function_id}.Arn}}", f"${{{function_id}.Arn}}:*"}

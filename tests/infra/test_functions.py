@@ -203,8 +203,9 @@ def test_retention_options_reach_every_function(variant_template: Template, hand
     )
 
 
-def test_processor_and_sweeper_have_reserved_concurrency(template: Template) -> None:
-    """Isolation: a flood at the processor or a stuck sweeper cannot starve the API."""
+def test_every_function_has_reserved_concurrency(template: Template) -> None:
+    """Isolation: a flood at the processor, a stuck sweeper or a storm of long-polling
+    status reads cannot starve the others; the release of due holds always has room."""
     concurrency = {
         handler: function_by_handler(template, handler)[1]["Properties"].get(
             "ReservedConcurrentExecutions"
@@ -213,15 +214,18 @@ def test_processor_and_sweeper_have_reserved_concurrency(template: Template) -> 
     }
     assert concurrency == {
         "turnstile.handlers.stream.handler": 10,
-        "turnstile.handlers.api.handler": None,
+        "turnstile.handlers.api.handler": 100,
         "turnstile.handlers.sweeper.handler": 1,
-        # Runs overlap harmlessly (each is one more tick): no reservation to hold back.
-        "turnstile.handlers.due_holds.handler": None,
+        "turnstile.handlers.due_holds.handler": 1,
     }
 
 
 def test_reserved_concurrency_can_be_changed_or_turned_off(variant_template: Template) -> None:
     _, processor = function_by_handler(variant_template, "turnstile.handlers.stream.handler")
     _, sweeper = function_by_handler(variant_template, "turnstile.handlers.sweeper.handler")
+    _, api = function_by_handler(variant_template, "turnstile.handlers.api.handler")
+    _, due = function_by_handler(variant_template, "turnstile.handlers.due_holds.handler")
     assert "ReservedConcurrentExecutions" not in processor["Properties"]
     assert sweeper["Properties"]["ReservedConcurrentExecutions"] == 3
+    assert api["Properties"]["ReservedConcurrentExecutions"] == 40
+    assert "ReservedConcurrentExecutions" not in due["Properties"]

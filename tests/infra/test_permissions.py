@@ -63,7 +63,13 @@ def _attributes(*names: str) -> dict[str, Any]:
     return {
         "ForAllValues:StringEquals": {"dynamodb:Attributes": list(names)},
         "StringEqualsIfExists": {"dynamodb:ReturnValues": ["NONE", "UPDATED_OLD", "UPDATED_NEW"]},
+        "Null": {"dynamodb:Attributes": "false"},
     }
+
+
+def _both(keys: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
+    """Conditions on the items and on the attributes (one ``Null`` block guards both)."""
+    return {**keys, **attributes, "Null": {**keys["Null"], **attributes["Null"]}}
 
 
 def _on(resource: str, *actions: str, conditions: dict[str, Any] | None = None) -> set:
@@ -94,6 +100,18 @@ def _role_statements(template: Template, handler: str) -> set[tuple[str, str, st
     return granted - logs - XRAY
 
 
+#: What a submission writes on intake (keys included).
+SUBMISSION = (
+    "event_id", "signup_id", "seats", "submitted_at", "attributes", "expires_at", "undecided",
+)  # fmt: skip
+
+#: Every attribute of a decision item: the processor's writes on main name these only.
+DECISION_ATTRIBUTES = (
+    "event_id", "signup_id", "status", "reason", "detail", "seats", "position", "decided_at",
+    "sequence_number", "submitted_at", "attributes", "expires_at", "hold_expires_at",
+    "waitlist_position", "history", "request_count", "last_refusal",
+)  # fmt: skip
+
 EVENT_CONFIG = (
     "pk", "sk", "event_id", "capacity", "min_capacity", "state", "created_at", "created_by",
     "capacity_floor", "waitlist", "hold_seconds", "max_seats",
@@ -108,19 +126,23 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
         | {("dynamodb:ListStreams", "*", "{}")}
         # Format-1 journals' items are rebuilt from intake; it never writes intake.
         | _on(INTAKE, "BatchGetItem")
-        # Decisions: which exist, batch writes, the unknown-event transaction's puts.
-        | _on(MAIN, "BatchGetItem", "BatchWriteItem", "PutItem")
-        # Event items and held events' records and markers, nothing else of control.
+        # Decisions: which exist and how (reads) ...
+        | _on(MAIN, "BatchGetItem")
+        # ... a first decision's put and a later move's update, a decision's fields only,
+        # and nothing that deletes one (no DeleteItem, no BatchWriteItem).
+        | _on(MAIN, "PutItem", "UpdateItem", conditions=_attributes(*DECISION_ATTRIBUTES))
+        # Event items and held events' records and markers, nothing else of control ...
         | _on(
             CONTROL,
             "GetItem",
             "BatchGetItem",
             "Query",
             "UpdateItem",
-            "BatchWriteItem",
             "ConditionCheckItem",
             conditions=_keys("EVENT#*", "PARK#*"),
         )
+        # ... and batch writes only where they are used: parking a held event's records.
+        | _on(CONTROL, "BatchWriteItem", conditions=_keys("PARK#*"))
         | {(f"sqs:{a}", queue, "{}") for a in ("SendMessage", "GetQueueAttributes", "GetQueueUrl")}
     )
 
@@ -135,7 +157,9 @@ EVENT_LIST = (
 def test_api_writes_intake_and_only_the_configuration_of_event_items(template: Template):
     assert _role_statements(template, API) == (
         # Query: an event's signups, pending (intake) and decided (main); one partition.
-        _on(INTAKE, "GetItem", "PutItem", "Query")
+        _on(INTAKE, "GetItem", "Query")
+        # A submission puts what a submission writes, nothing else.
+        | _on(INTAKE, "PutItem", conditions=_attributes(*SUBMISSION))
         # A confirm or cancel: the request on intake, a check of the decision's status.
         | _on(
             INTAKE,
@@ -153,12 +177,13 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
             conditions={
                 "ForAllValues:StringEquals": {"dynamodb:Attributes": list(EVENT_LIST)},
                 "StringEquals": {"dynamodb:Select": "SPECIFIC_ATTRIBUTES"},
+                "Null": {"dynamodb:Attributes": "false"},
             },
         )
         | _on(
             CONTROL,
             "UpdateItem",
-            conditions={**_keys("EVENT#*"), **_attributes(*EVENT_CONFIG)},
+            conditions=_both(_keys("EVENT#*"), _attributes(*EVENT_CONFIG)),
         )
     )
     assert not PROCESSOR_OWNED & set(EVENT_CONFIG)
@@ -192,12 +217,10 @@ def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Tem
         | _on(
             CONTROL,
             "UpdateItem",
-            conditions={
-                **_keys("PARK#*"),
-                **_attributes(
-                    "pk", "sk", "held_since", "first_sequence_number", "error", "version"
-                ),
-            },
+            conditions=_both(
+                _keys("PARK#*"),
+                _attributes("pk", "sk", "held_since", "first_sequence_number", "error", "version"),
+            ),
         )
     )
 
@@ -245,13 +268,33 @@ def test_no_role_but_the_processor_s_has_an_unconditioned_write_on_main_or_contr
                 # Every other write on control is held to some items ...
                 keys = conditions.get("ForAllValues:StringLike", {}).get("dynamodb:LeadingKeys")
                 assert keys and "*" not in keys, where
-                assert conditions.get("Null") == {"dynamodb:LeadingKeys": "false"}, where
+                assert conditions.get("Null", {}).get("dynamodb:LeadingKeys") == "false", where
                 # ... and one that reaches event items to attributes none of the processor's.
                 if any(k.startswith("EVENT#") for k in keys):
                     allowed = conditions["ForAllValues:StringEquals"]["dynamodb:Attributes"]
                     assert not PROCESSOR_OWNED & set(allowed), where
                     assert "PutItem" not in json.dumps(actions), where
         assert checked >= 3, "the API's and the sweeper's writes on control were checked"
+
+
+def test_every_condition_on_keys_or_attributes_requires_them(
+    templates: list[tuple[str, Template]],
+) -> None:
+    """``ForAllValues`` holds for a request that carries no value at all: every statement
+    conditioned on leading keys or attributes also says they must be there (``Null``)."""
+    guarded = 0
+    for name, template in templates:
+        for policy_id, policy in template.find_resources("AWS::IAM::Policy").items():
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+                conditions = statement.get("Condition", {})
+                for operator, tests in conditions.items():
+                    if not operator.startswith("ForAllValues:"):
+                        continue
+                    for key in tests:
+                        where = f"{name}/{policy_id}: {key} without its Null guard"
+                        assert conditions.get("Null", {}).get(key) == "false", where
+                        guarded += 1
+    assert guarded >= 2 * 9, "both stacks' conditioned statements were checked"
 
 
 def test_no_wildcard_actions_anywhere(templates: list[tuple[str, Template]]) -> None:

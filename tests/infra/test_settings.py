@@ -26,6 +26,8 @@ def test_defaults_are_production_defaults() -> None:
     assert settings.decision_retention_days is None  # decisions are kept
     assert settings.processor_reserved_concurrency == 10
     assert settings.sweeper_reserved_concurrency == 1
+    assert settings.api_reserved_concurrency == 100
+    assert settings.due_holds_reserved_concurrency == 1
     assert settings.retention_environment == {"TURNSTILE_INTAKE_RETENTION_DAYS": "30"}
     assert settings.api_cors_origins == ()  # no CORS unless asked for
 
@@ -50,6 +52,8 @@ def test_cli_strings_are_parsed() -> None:
             ContextKey.DECISION_RETENTION_DAYS: "365",
             ContextKey.PROCESSOR_RESERVED_CONCURRENCY: "none",
             ContextKey.SWEEPER_RESERVED_CONCURRENCY: "0",
+            ContextKey.API_RESERVED_CONCURRENCY: "25",
+            ContextKey.DUE_HOLDS_RESERVED_CONCURRENCY: "none",
             ContextKey.API_CORS_ORIGINS: "https://app.example.com, http://localhost:3000",
         }
     )
@@ -71,6 +75,8 @@ def test_cli_strings_are_parsed() -> None:
         decision_retention_days=365,
         processor_reserved_concurrency=None,
         sweeper_reserved_concurrency=None,
+        api_reserved_concurrency=25,
+        due_holds_reserved_concurrency=None,
         api_cors_origins=("https://app.example.com", "http://localhost:3000"),
     )
     assert settings.uses_jwt

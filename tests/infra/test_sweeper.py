@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aws_cdk.assertions import Capture, Template
 
-from .conftest import function_by_handler, role_permissions
+from .conftest import assert_scheduler_trust, function_by_handler, role_permissions
 
 
 def test_schedule_invokes_the_sweeper_every_five_minutes(template: Template) -> None:
@@ -28,7 +28,7 @@ def test_schedule_invokes_the_sweeper_every_five_minutes(template: Template) -> 
     )
     role_id = role.as_string()
     trust = template.to_json()["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]
-    assert [s["Principal"] for s in trust["Statement"]] == [{"Service": "scheduler.amazonaws.com"}]
+    assert_scheduler_trust(trust)
     # The schedule may invoke the sweeper (and its versions), nothing else.
     assert role_permissions(template, role_id) == {
         "lambda:InvokeFunction": {f"${{{function_id}.Arn}}", f"${{{function_id}.Arn}}:*"}

@@ -21,6 +21,7 @@ from turnstile.contract import (
 )
 from turnstile.due_holds import due_events, release_due_holds
 from turnstile.local.poller import matches_filter
+from turnstile.personal_data import signup_ref
 from turnstile.store import SignupStore
 
 NOW_MS = 1_800_000_000_000
@@ -167,8 +168,10 @@ def test_a_gone_record_or_a_junk_counter_is_skipped_and_the_rest_go_on(store, cl
     assert re_emits(client)[("c-good", "holder")] == 1
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2
-    assert "a-gone/holder" in messages[0] and "gone" in messages[0]
-    assert "b-junk/holder" in messages[1]
+    # ... each skip said so, naming the signup by its reference, never by its id
+    assert f"a-gone ({signup_ref('a-gone', 'holder')})" in messages[0] and "gone" in messages[0]
+    assert f"b-junk ({signup_ref('b-junk', 'holder')})" in messages[1]
+    assert not any("holder" in m for m in messages)
 
 
 def test_limit_bounds_the_re_emissions(store, client):

@@ -14,6 +14,7 @@ from turnstile.contract import CONTROL_TABLE, ControlKey
 from turnstile.domain import SignupRequest
 from turnstile.dynamo import control_key, refused_as_invalid
 from turnstile.errors import StoreUnavailableError
+from turnstile.hold import MAX_HOLD_ERROR_CHARS
 from turnstile.ledger import Ledger
 from turnstile.store import SignupStore
 
@@ -187,18 +188,18 @@ def test_unparking_deletes_exactly_those_records_in_batches_of_25_through_unproc
 
 def test_parking_holds_the_event_from_its_earliest_record_and_keeps_when_and_why(store, client):
     # WHEN records are parked whose numbers differ in length (compared as numbers)
-    first = store.park("gig", [request("b", "10000"), request("a", "9999")], NOW, "X" * 300)
-    # THEN the hold names the earliest, the time and the error (cut to 200 characters)
+    first = store.park("gig", [request("b", "10000"), request("a", "9999")], NOW, "X" * 500)
+    # THEN the hold names the earliest, the time and the error (cut to 400 characters)
     hold = store.get_hold("gig")
     assert (hold["version"], hold["first_sequence_number"]) == (first, "9999")
-    assert (hold["held_since"], hold["error"]) == (NOW, "X" * 200)
+    assert (hold["held_since"], hold["error"]) == (NOW, "X" * MAX_HOLD_ERROR_CHARS)
     # WHEN more are parked later, without an error
     second = store.park("gig", [request("c", "5")], LATER, None)
     # THEN the version moves on, and since when and since which record it is held stay
     hold = store.get_hold("gig")
     assert second == first + 1 == hold["version"]
     assert (hold["held_since"], hold["first_sequence_number"]) == (NOW, "9999")
-    assert hold["error"] == "X" * 200
+    assert hold["error"] == "X" * MAX_HOLD_ERROR_CHARS
     # WHEN a new error holds it again THEN the last error is the one kept
     store.park("gig", [request("d", "6")], LATER, "StoreUnavailableError")
     assert store.get_hold("gig")["error"] == "StoreUnavailableError"

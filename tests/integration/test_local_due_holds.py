@@ -14,7 +14,6 @@ import boto3
 import pytest
 
 from tests.conftest import StreamReader
-from turnstile.contract import CONTROL_TABLE, DUE_HOLDS_SHARD, Attr
 from turnstile.local.stack import DUE_HOLDS_INTERVAL_ENV, LocalStack, local_aws_environment
 from turnstile.store import SignupStore
 
@@ -48,46 +47,34 @@ def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalStac
     BackendDict.reset()
 
 
-def hold_due(store: SignupStore, event_id: str, due_at_ms: int) -> None:
-    """What the processor's commit writes on an event that holds seats."""
-    store.client.update_item(
-        TableName=CONTROL_TABLE.name,
-        Key={"pk": {"S": f"EVENT#{event_id}"}, "sk": {"S": "EVENT"}},
-        UpdateExpression="SET #at = :at, #signup = :signup, #shard = :shard",
-        ExpressionAttributeNames={
-            "#at": Attr.HOLD_DUE_AT,
-            "#signup": Attr.HOLD_DUE_SIGNUP,
-            "#shard": Attr.HOLD_DUE_SHARD,
-        },
-        ExpressionAttributeValues={
-            ":at": {"N": str(due_at_ms)},
-            ":signup": {"S": "holder"},
-            ":shard": {"S": DUE_HOLDS_SHARD},
-        },
-    )
-
-
 def test_the_local_stack_re_emits_due_holds_within_seconds(stack: LocalStack) -> None:
     store = SignupStore(sleep=lambda _: None)
     stream = StreamReader(boto3.Session())
-    now_ms = int(time.time() * 1000)
-    for event_id, due_at in (("due", now_ms - 60_000), ("later", now_ms + 3_600_000)):
-        store.create_event(event_id, 5, NOW)
-        hold_due(store, event_id, due_at)
+    # GIVEN two events whose signups are held, one for a second, one for an hour
+    for event_id, hold_seconds in (("due", 1), ("later", 3600)):
+        store.create_event(event_id, 5, NOW, hold_seconds=hold_seconds)
         store.put_intake(event_id, "holder", 1, None, NOW)
     # WHEN the stack runs for a few seconds
     modified: dict[str, dict] = {}
-    deadline = time.monotonic() + 6
+    deadline = time.monotonic() + 8
     while "due" not in modified and time.monotonic() < deadline:
         time.sleep(0.25)
         for record in stream.read_new():
             if record["eventName"] == "MODIFY":
                 modified[record["dynamodb"]["Keys"]["event_id"]["S"]] = record
-    # THEN the due event's holding signup came down the stream again, its counter bumped
-    assert "due" in modified, "no re-emission of the due hold within 6 seconds"
+    # THEN the due event's holding signup came down the stream again, its counter bumped,
+    # and the processor lapsed its hold
+    assert "due" in modified, "no re-emission of the due hold within 8 seconds"
     assert modified["due"]["dynamodb"]["NewImage"]["redrive"] == {"N": "1"}
     # ... and, a few periods later, the event not due yet still has not
     time.sleep(2.5)
     later = [r for r in stream.read_new() if r["eventName"] == "MODIFY"]
     assert "later" not in modified
     assert all(r["dynamodb"]["Keys"]["event_id"]["S"] == "due" for r in later)
+    assert store.get_decision("later", "holder")["status"] == "HELD"
+    deadline = time.monotonic() + 5
+    while store.get_decision("due", "holder")["status"] != "EXPIRED":
+        assert time.monotonic() < deadline, "the due hold was re-emitted but never lapsed"
+        time.sleep(0.2)
+    # ... all of it under the functions' roles
+    assert stack.aws is not None and stack.aws.enforcement.denials == []

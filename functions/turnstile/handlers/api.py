@@ -78,10 +78,13 @@ def _entry(resolver: Any) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
 handler = _entry(app)
 
 
-def new_instance() -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+def new_instance(
+    store: Callable[[], SignupStore] = get_store,
+) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
     """Another handler with a resolver of its own: what a second Lambda instance would be.
     The local API server serves concurrent requests with several (a resolver holds the
-    request it answers, so one serves one request at a time); they share the store, and
-    the module's logger and metrics (so, locally, one request's counts may be published
-    with another's)."""
-    return _entry(create_app(store=get_store, metrics=metrics))
+    request it answers, so one serves one request at a time); they share the store
+    (``store``: the container's, or the local stack's, signed as the API's role), and the
+    module's logger and metrics (so, locally, one request's counts may be published with
+    another's)."""
+    return _entry(create_app(store=store, metrics=metrics))

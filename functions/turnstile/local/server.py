@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import copy
 import errno
+import html
 import io
+import json
+import logging
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -31,13 +35,17 @@ from werkzeug.serving import (
 )
 
 from turnstile.errors import TurnstileError
+from turnstile.local.roles import DENIALS_PATH
 
 WAL_NAME = "aws.wal"
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "BackgroundServer",
     "EmbeddedAws",
     "ListenError",
+    "RoleEnforcement",
     "SerializedApp",
     "patch_moto_transactions",
 ]
@@ -122,15 +130,27 @@ class SerializedApp:
     """WSGI middleware that runs one request at a time, body included.
 
     Given a ``WriteAheadLog``, every successful request that changes state is appended to
-    it and fsynced before its response is returned (``turnstile.local.persist``).
+    it and fsynced before its response is returned (``turnstile.local.persist``). Given
+    ``RoleEnforcement``, a request signed by a function's local key that its deployed role
+    does not allow is answered ``AccessDeniedException`` and never reaches moto.
     """
 
-    def __init__(self, app: Callable[..., Iterable[bytes]], wal: Any = None) -> None:
+    def __init__(
+        self,
+        app: Callable[..., Iterable[bytes]],
+        wal: Any = None,
+        enforcement: RoleEnforcement | None = None,
+    ) -> None:
         self.app = app
         self.lock = threading.Lock()
         self.wal = wal
+        self.enforcement = enforcement
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if self.enforcement is not None:
+            refused = self.enforcement.answer(environ, start_response)
+            if refused is not None:
+                return refused
         with self.lock:
             if self.wal is None:
                 # Drain the response inside the lock: moto may build it lazily.
@@ -172,6 +192,94 @@ class SerializedApp:
 
         with self.lock:
             return persist.replay(self.wal.records(), self.app)
+
+
+class RoleEnforcement:
+    """Authorizes each request signed by a function's local key against the function's
+    deployed role (``turnstile.local.roles``, ``turnstile.local.iam``); keeps every denial,
+    logs it as an error, and lists them at ``DENIALS_PATH``. Anyone else's key passes."""
+
+    def __init__(self, roles: Any = None) -> None:
+        from turnstile.local.roles import LocalRoles
+
+        self.roles = roles or LocalRoles.load()
+        self.denials: list[Any] = []
+        self._lock = threading.Lock()
+
+    def answer(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> list[bytes] | None:
+        """A response for a denied request or for ``DENIALS_PATH``; None: serve it."""
+        if environ.get("PATH_INFO") == DENIALS_PATH and environ.get("REQUEST_METHOD") == "GET":
+            with self._lock:
+                listed = [d.to_dict() for d in self.denials]
+            body = json.dumps({"count": len(listed), "denials": listed}).encode()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [body]
+        credential = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+        if credential is None:
+            return None
+        from turnstile.local.iam import Denial, Request, body_params
+        from turnstile.local.roles import role_of_key
+
+        key, region, scope_service = credential.groups()
+        role = role_of_key(key)
+        if role is None:
+            return None
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        environ["wsgi.input"] = io.BytesIO(body)
+        target = environ.get("HTTP_X_AMZ_TARGET", "")
+        account = "123456789012"
+        denial: Any
+        try:
+            form_action, params = body_params(environ.get("CONTENT_TYPE", ""), body)
+            prefix, _, action = target.partition(".")
+            service = _TARGET_SERVICES.get(prefix) if target else scope_service
+            action = action or form_action or ""
+            if service is None or not action:
+                denial = Denial(role, Request(f"{scope_service}:{action or '?'}", "*"), account)
+            else:
+                denial = self.roles.authorizer().check(
+                    role, service, action, params, region, account
+                )
+        except Exception as exc:  # a request the model cannot read is refused, not passed
+            log.error("cannot authorize a request of role %s: %s", role, exc)
+            denial = Denial(role, Request(f"{scope_service}:{target or '?'}", "*"), account)
+        if denial is None:
+            return None
+        with self._lock:
+            self.denials.append(denial)
+        log.error("ACCESS DENIED to role %s: %s", role, denial.request.describe())
+        query_protocol = not target
+        if query_protocol:
+            body_out = (
+                "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
+                f"<Message>{html.escape(denial.message)}</Message></Error>"
+                "<RequestId>turnstile-local</RequestId></ErrorResponse>"
+            ).encode()
+            start_response("403 Forbidden", [("Content-Type", "text/xml")])
+            return [body_out]
+        payload = {
+            "__type": "com.amazon.coral.service#AccessDeniedException",
+            "Message": denial.message,
+            "message": denial.message,
+        }
+        headers = [("Content-Type", "application/x-amz-json-1.0")]
+        if target.startswith("AmazonSQS."):  # SQS's JSON protocol names its query-era code
+            headers.append(("x-amzn-query-error", "AccessDenied;Sender"))
+        start_response("400 Bad Request", headers)
+        return [json.dumps(payload).encode()]
+
+
+#: ``Credential=KEY/date/region/service/aws4_request`` of a SigV4 Authorization header.
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/([^/]+)/([^/]+)/aws4_request")
+#: The X-Amz-Target prefix of each service the local stack serves.
+_TARGET_SERVICES = {
+    "DynamoDB_20120810": "dynamodb",
+    "DynamoDBStreams_20120810": "dynamodbstreams",
+    "AmazonSQS": "sqs",
+}
 
 
 class BackgroundServer:
@@ -217,16 +325,24 @@ class EmbeddedAws(BackgroundServer):
     """moto's server on ``host:port`` (port 0 picks a free one), in a background thread."""
 
     def __init__(
-        self, host: str = "127.0.0.1", port: int = 4566, state_dir: Path | None = None
+        self,
+        host: str = "127.0.0.1",
+        port: int = 4566,
+        state_dir: Path | None = None,
+        enforcement: RoleEnforcement | None = None,
     ) -> None:
-        """``state_dir``: persist to its write-ahead log and replay it now (None: memory)."""
+        """``state_dir``: persist to its write-ahead log and replay it now (None: memory).
+        ``enforcement``: how the functions' roles are enforced (default: as deployed)."""
         patch_moto_transactions()
         wal = None
         if state_dir is not None:
             from turnstile.local.persist import WriteAheadLog
 
             wal = WriteAheadLog(state_dir / WAL_NAME)
-        self.app = SerializedApp(DomainDispatcherApplication(create_backend_app), wal)
+        self.enforcement = enforcement or RoleEnforcement()
+        self.app = SerializedApp(
+            DomainDispatcherApplication(create_backend_app), wal, self.enforcement
+        )
         self.replayed = self.app.replay() if wal is not None else 0
         # The socket is bound here, not by werkzeug: werkzeug prints to stderr and exits
         # when the port is taken; this raises the OSError for the caller to report.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -21,12 +22,14 @@ from turnstile.contract import (
     STREAM_SOURCE,
     Attr,
     EventSourceSettings,
+    Function,
     TableSpec,
 )
 from turnstile.errors import TurnstileError
 from turnstile.local.api_server import ApiServer
 from turnstile.local.faults import FaultInjectingClient
 from turnstile.local.poller import CheckpointStore, StreamPoller
+from turnstile.local.roles import role_client, role_session
 from turnstile.local.server import WAL_NAME, EmbeddedAws, ListenError
 
 __all__ = [
@@ -187,8 +190,16 @@ def local_event_source() -> EventSourceSettings:
     return replace(STREAM_SOURCE, **overrides)
 
 
+def on_local_endpoint() -> bool:
+    """Whether the AWS configuration points at an endpoint of its own (``turnstile local``
+    or another emulator), not at AWS."""
+    return bool(os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"))
+
+
 class Worker:
-    """The stream worker: a ``StreamPoller`` feeding the real stream handler."""
+    """The stream worker: a ``StreamPoller`` (the event source mapping) feeding the real
+    stream handler, both as the processor's role, as deployed: the mapping reads the stream
+    and writes the on-failure queue with the function's role."""
 
     def __init__(
         self,
@@ -198,10 +209,12 @@ class Worker:
         handler: Any = None,
         on_decided: Callable[[Any], None] | None = None,
     ) -> None:
-        """``on_decided``: called with each decision the worker's processor commits
+        """``session``: the credentials of the function's calls; by default the processor
+        role's local key on a local endpoint (``turnstile.local.roles``), the caller's own
+        on AWS. ``on_decided``: called with each decision the worker's processor commits
         (see ``counting_processor``); not with a ``handler`` of the caller's own."""
-        session = session or boto3.Session()
-        dynamodb = session.client("dynamodb")
+        if session is None:
+            session = role_session(Function.PROCESSOR) if on_local_endpoint() else boto3.Session()
         streams = session.client("dynamodbstreams")
         self.faults: list[FaultInjectingClient] = []
         self.decisions = DecisionStats()
@@ -213,7 +226,7 @@ class Worker:
             from turnstile.handlers import stream as stream_module
             from turnstile.store import SignupStore
 
-            store_client = default_client()
+            store_client = default_client(session=session)
             if fault_rate or stuck_event:
                 # Drills: throttling and 5xx on a share of the worker's DynamoDB calls.
                 store_client = FaultInjectingClient(
@@ -229,8 +242,12 @@ class Worker:
             stream_module._processor = counting_processor(self.store, self.decisions, on_decided)
             handler = stream_module.handler
         settings = local_event_source()
-        stream_arn = dynamodb.describe_table(TableName=INTAKE_TABLE.name)["Table"].get(
-            "LatestStreamArn"
+        # What deploying configures the mapping with: read with the caller's rights.
+        stream_arn = (
+            boto3.Session()
+            .client("dynamodb")
+            .describe_table(TableName=INTAKE_TABLE.name)["Table"]
+            .get("LatestStreamArn")
         )
         if not stream_arn:
             raise RuntimeError(f"table {INTAKE_TABLE.name} has no stream")
@@ -324,6 +341,17 @@ class LocalStack:
         self._sweeper_thread: threading.Thread | None = None
         self._due_holds_thread: threading.Thread | None = None
 
+    @functools.cached_property
+    def api_store(self) -> Any:
+        """The HTTP API's store, signing as the API's role; built on the first request,
+        after the endpoint is up and the environment points at it."""
+        from turnstile.store import SignupStore
+
+        return SignupStore(role_client(Function.API))
+
+    def _api_store(self) -> Any:
+        return self.api_store
+
     def health(self) -> dict[str, bool]:
         checks = {"tables": self._ready.is_set()}
         if self.with_worker:
@@ -353,7 +381,7 @@ class LocalStack:
         resources = ensure_resources()
         os.environ["TURNSTILE_FAILURE_QUEUE_URL"] = resources["failure_queue_url"]
         self._ready.set()
-        new_instance = _api_instances()
+        new_instance = _api_instances(self._api_store)
         extra = {"new_instance": new_instance} if new_instance else {}
         self.api = ApiServer(
             self.host, self.api_port, self.health, cors_origins=self.cors_origins, **extra
@@ -383,13 +411,13 @@ class LocalStack:
         from turnstile.store import SignupStore
 
         interval = float(os.environ.get(DUE_HOLDS_INTERVAL_ENV, DUE_HOLDS_INTERVAL_S))
-        store = SignupStore()
+        store = SignupStore(role_client(Function.DUE_HOLDS))
         while not self._stop.wait(interval):
             try:
                 release_due_holds(store, int(time.time() * 1000))
             except Exception as exc:
                 if not self._stop.is_set():  # (the endpoint may be going away with us)
-                    log.warning("releasing due holds failed (the next period retries): %s", exc)
+                    log.error("releasing due holds failed (the next period retries): %s", exc)
 
     def _sweep_forever(self) -> None:
         """The local stand-in for the CDK stack's schedule: a sweep every interval."""
@@ -400,7 +428,7 @@ class LocalStack:
         min_age = float(os.environ.get("TURNSTILE_SWEEP_MIN_AGE_S", "300"))
         full_every = float(os.environ.get("TURNSTILE_SWEEP_FULL_SCAN_EVERY_S", "86400"))
         sweeper = Sweeper(
-            SignupStore(),
+            SignupStore(role_client(Function.SWEEPER)),
             owner="turnstile-local",
             min_age_s=min_age,
             full_scan_every_s=full_every,
@@ -496,11 +524,11 @@ def count_tables(budget_s: float, session: boto3.Session | None = None) -> Table
     return TableCounts(events=events, decided=len(decided), pending=len(intake - decided))
 
 
-def _api_instances() -> Any:
+def _api_instances(store: Callable[[], Any]) -> Any:
     """A factory of the HTTP API's Lambda handler (one per concurrent request, as Lambda
-    instances), served over real HTTP by ``ApiServer``."""
+    instances) on ``store``, served over real HTTP by ``ApiServer``."""
     try:
         from turnstile.handlers.api import new_instance
     except ImportError:  # the API is optional for the stream worker
         return None
-    return new_instance
+    return functools.partial(new_instance, store=store)

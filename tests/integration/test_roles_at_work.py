@@ -1,8 +1,9 @@
-"""Each function's code, run under its synthesized role (tests/infra/iam_model.py), does its
-whole job, and nothing outside it gets through: IAM alone keeps a role to its job.
+"""Each function's code, run under its deployed role, does its whole job, and nothing
+outside it gets through: IAM alone keeps a role to its job.
 
-moto enforces no IAM: the store's client here refuses what the role's statements, read
-from the template, would not allow on AWS.
+moto enforces no IAM: the store's client here (``tests.roles.CheckedClient``) refuses what
+the role's statements (the generated ``turnstile/local/roles.json``, which
+tests/infra/test_local_roles.py keeps equal to a synthesis) would not allow on AWS.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from aws_cdk.assertions import Template
 from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent
 from botocore.exceptions import ClientError
 
 from tests.api.helpers import v2_event
 from tests.helpers import put_raw_intake
+from tests.roles import CheckedClient, table_of
 from turnstile.api import create_app
 from turnstile.audit import audit
+from turnstile.contract import Function
 from turnstile.domain import EventSnapshot, SignupRequest, decide
 from turnstile.due_holds import release_due_holds
 from turnstile.errors import StoreUnavailableError
@@ -31,12 +33,10 @@ from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper
 
-from .iam_model import CheckedClient, RoleModel
-
-API = "turnstile.handlers.api.handler"
-PROCESSOR = "turnstile.handlers.stream.handler"
-SWEEPER = "turnstile.handlers.sweeper.handler"
-DUE_HOLDS = "turnstile.handlers.due_holds.handler"
+API = Function.API
+PROCESSOR = Function.PROCESSOR
+SWEEPER = Function.SWEEPER
+DUE_HOLDS = Function.DUE_HOLDS
 NOW = "2026-01-01T00:00:00.000000Z"
 OLD = "2020-01-01T00:00:00Z"
 
@@ -48,9 +48,9 @@ def plain(aws) -> SignupStore:
 
 
 @pytest.fixture
-def as_role(aws, template: Template) -> Callable[[str], tuple[SignupStore, CheckedClient]]:
-    def build(handler: str) -> tuple[SignupStore, CheckedClient]:
-        client = CheckedClient(aws.client("dynamodb"), RoleModel(template, handler))
+def as_role(aws) -> Callable[[str], tuple[SignupStore, CheckedClient]]:
+    def build(role: str) -> tuple[SignupStore, CheckedClient]:
+        client = CheckedClient(aws.client("dynamodb"), role)
         return SignupStore(client, sleep=lambda _: None), client
 
     return build
@@ -112,23 +112,23 @@ def test_the_api_role_runs_every_route(as_role, stream):
     assert call("GET", "/events/nope")[0] == 404
     assert api_client.denied == [] and processor_client.denied == []
     # It wrote event items only through the attribute-restricted UpdateItem.
-    control_writes = {r.action for r in api_client.allowed if r.table == "turnstile-control"}
+    control_writes = {r.action for r in api_client.allowed if table_of(r) == "turnstile-control"}
     assert control_writes == {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}
     # Intake: the submissions' puts and the requests' attribute-restricted updates; main:
     # reads and the requests' condition checks, never a write.
-    intake = {r.action for r in api_client.allowed if r.table == "turnstile-intake"}
+    intake = {r.action for r in api_client.allowed if table_of(r) == "turnstile-intake"}
     assert intake == {
         "dynamodb:GetItem",
         "dynamodb:PutItem",
         "dynamodb:Query",
         "dynamodb:UpdateItem",
     }
-    main = {r.action for r in api_client.allowed if r.table == "turnstile-main"}
+    main = {r.action for r in api_client.allowed if table_of(r) == "turnstile-main"}
     assert main == {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem"}
     (update,) = {
         r
         for r in api_client.allowed
-        if r.action == "dynamodb:UpdateItem" and r.table == "turnstile-intake"
+        if r.action == "dynamodb:UpdateItem" and table_of(r) == "turnstile-intake"
     }
     assert update.attributes == {"event_id", "signup_id", "request", "request_count", "undecided"}
     # Its Scan of control projects an event's public fields only, never the journal.
@@ -166,7 +166,7 @@ class FailsFirstCommits(SignupStore):
         return super().commit(expected, *args, **kwargs)
 
 
-def test_the_processor_role_decides_parks_and_releases(aws, as_role, plain, stream, template):
+def test_the_processor_role_decides_parks_and_releases(aws, as_role, plain, stream):
     _, processor_client = as_role(PROCESSOR)
     processor_store = FailsFirstCommits(
         processor_client, event_id="held", failures=20, sleep=lambda _: None
