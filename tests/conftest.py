@@ -32,6 +32,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from tests.roles import functions_under_roles
 from turnstile.contract import ALL_TABLES, INTAKE_TABLE
 from turnstile.local.poller import to_lambda_record
 from turnstile.stream_reader import list_shards, read_page, shard_iterator
@@ -67,12 +68,22 @@ def create_tables(session: boto3.Session) -> None:
 
 
 @pytest.fixture
-def aws() -> Iterator[boto3.Session]:
-    """A fresh in-process moto account with turnstile's tables."""
+def aws(request: pytest.FixtureRequest) -> Iterator[boto3.Session]:
+    """A fresh in-process moto account with turnstile's tables.
+
+    Every store a Lambda handler builds for itself in it runs under its function's
+    deployed role (``tests.roles.functions_under_roles``): a request the role would be
+    refused on AWS is refused here, and fails the test, unless it is marked
+    ``denials_expected``.
+    """
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
         create_tables(session)
-        yield session
+        with functions_under_roles() as clients:
+            yield session
+    if request.node.get_closest_marker("denials_expected") is None:
+        refused = [(c.role, r.describe()) for c in clients for r in c.denied]
+        assert refused == [], f"a handler was refused what its role must allow: {refused}"
 
 
 @pytest.fixture(params=["index", "full-scan"])

@@ -10,15 +10,25 @@ before the call reaches moto, and a record of what was allowed and refused.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from turnstile.contract import Function
+from turnstile.dynamo import Dynamo
 from turnstile.local.iam import Request
 from turnstile.local.roles import LocalRoles
 
-__all__ = ["CheckedClient", "roles_without", "table_of"]
+__all__ = [
+    "HANDLER_ROLES",
+    "ActingClient",
+    "CheckedClient",
+    "functions_under_roles",
+    "roles_without",
+    "table_of",
+]
 
 ACCOUNT = "123456789012"
 
@@ -97,3 +107,110 @@ class CheckedClient:
             return call(**kwargs)
 
         return checked
+
+
+#: Each handler module and the role its function runs under when deployed.
+HANDLER_ROLES = {
+    "turnstile.handlers.stream": Function.PROCESSOR,
+    "turnstile.handlers.api": Function.API,
+    "turnstile.handlers.sweeper": Function.SWEEPER,
+    "turnstile.handlers.due_holds": Function.DUE_HOLDS,
+}
+
+
+#: The roles acting now, innermost last: a function's code is running (process-wide, so
+#: the threads a processor starts to write its items act as it does).
+_ACTING: list[str] = []
+
+
+class ActingClient(CheckedClient):
+    """A client that is checked as the role acting now (``_ACTING``), and passes every
+    call through untouched while no function's code runs: one store can serve a test's
+    set-up and checks (every right) and the function under test (its role's)."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client, Function.PROCESSOR)
+
+    def _checked(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+        def acting(**kwargs: Any) -> Any:
+            if not _ACTING:
+                return call(**kwargs)
+            self.role = _ACTING[-1]
+            return CheckedClient._checked(self, name, call)(**kwargs)
+
+        return acting
+
+
+def _acting_as(role: str, method: Callable[..., Any]) -> Callable[..., Any]:
+    def acting(*args: Any, **kwargs: Any) -> Any:
+        _ACTING.append(role)
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _ACTING.pop()
+
+    return acting
+
+
+@contextmanager
+def functions_under_roles() -> Iterator[list[CheckedClient]]:
+    """While inside, each function's code runs under its deployed role, however a test
+    builds it: a store a Lambda handler builds for itself (``SignupStore()`` in
+    ``turnstile.handlers.*``: a cold start) talks through a ``CheckedClient`` of its
+    function's role, and the store given to a ``StreamProcessor`` or a ``Sweeper``
+    through an ``ActingClient``, checked as the processor's or the sweeper's role while
+    their code runs. Yields the clients made, to check what they were refused. The
+    tests' own set-up and checks keep every right."""
+    import importlib
+
+    from turnstile.dynamo import default_client
+    from turnstile.processor import StreamProcessor
+    from turnstile.store import SignupStore
+    from turnstile.sweeper import Sweeper
+
+    clients: list[CheckedClient] = []
+    modules = [importlib.import_module(name) for name in HANDLER_ROLES]
+
+    def factory(role: str) -> Callable[..., SignupStore]:
+        def build(client: Any = None, *args: Any, **kwargs: Any) -> SignupStore:
+            if client is None:
+                client = CheckedClient(default_client(), role)
+                clients.append(client)
+            return SignupStore(client, *args, **kwargs)
+
+        return build
+
+    def acting_client(init: Callable[..., None]) -> Callable[..., None]:
+        def wrapping_init(self: Any, store: Any, *args: Any, **kwargs: Any) -> None:
+            dynamo = getattr(store, "dynamo", None)
+            if isinstance(dynamo, Dynamo) and not isinstance(dynamo.client, CheckedClient):
+                dynamo.client = ActingClient(dynamo.client)
+                clients.append(dynamo.client)
+            init(self, store, *args, **kwargs)
+
+        return wrapping_init
+
+    patched: list[tuple[Any, str, Any]] = [
+        (StreamProcessor, "__init__", acting_client(StreamProcessor.__init__)),
+        (Sweeper, "__init__", acting_client(Sweeper.__init__)),
+        *[
+            (cls, name, _acting_as(role, getattr(cls, name)))
+            for cls, role, names in (
+                (StreamProcessor, Function.PROCESSOR, ("process", "release")),
+                (Sweeper, Function.SWEEPER, ("sweep", "replay_failed")),
+            )
+            for name in names
+        ],
+        *[
+            (module, "SignupStore", factory(HANDLER_ROLES[module.__name__]))
+            for module in modules
+        ],
+    ]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
+    for owner, name, replacement in patched:
+        setattr(owner, name, replacement)
+    try:
+        yield clients
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)

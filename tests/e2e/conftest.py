@@ -81,9 +81,25 @@ def wait_healthy(api_url: str, process: subprocess.Popen, timeout: float = 60) -
     raise RuntimeError("turnstile local did not become healthy")
 
 
+def denials(endpoint: str) -> list[dict]:
+    """What the stack's endpoint refused the functions' roles since it started."""
+    with urllib.request.urlopen(f"{endpoint}/_turnstile/denials", timeout=10) as response:
+        return json.load(response)["denials"]
+
+
 @contextmanager
-def running_local_stack(state_dir: Path, *extra: str) -> Iterator[RunningStack]:
-    """``turnstile local`` on free ports, as a user starts it; stopped on exit."""
+def running_local_stack(
+    state_dir: Path,
+    *extra: str,
+    environment: dict[str, str] | None = None,
+    denials_expected: bool = False,
+) -> Iterator[RunningStack]:
+    """``turnstile local`` on free ports, as a user starts it; stopped on exit.
+
+    Every function of it runs under its deployed role: unless ``denials_expected``, a run
+    in which the endpoint refused any of them anything fails, naming each refusal.
+    ``environment``: variables for ``turnstile local`` beyond the user's.
+    """
     port, api_port = free_port(), free_port()
     endpoint = f"http://127.0.0.1:{port}"
     env = user_environment(endpoint)
@@ -101,7 +117,7 @@ def running_local_stack(state_dir: Path, *extra: str) -> Iterator[RunningStack]:
                 str(state_dir),
                 *extra,
             ],
-            env=env,
+            env={**env, **(environment or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -109,6 +125,9 @@ def running_local_stack(state_dir: Path, *extra: str) -> Iterator[RunningStack]:
         try:
             wait_healthy(api_url, process)
             yield RunningStack(endpoint, api_url, env, state_dir, process)
+            if not denials_expected and process.poll() is None:
+                refused = denials(endpoint)
+                assert refused == [], f"turnstile local refused its own functions: {refused}"
         finally:
             process.terminate()
             try:

@@ -14,7 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import RunningStack, running_local_stack
+from tests.e2e.conftest import RunningStack, denials, running_local_stack
+from tests.roles import roles_without
+from turnstile.contract import Function
+from turnstile.local.roles import ROLES_ENV
 
 pytestmark = pytest.mark.e2e
 
@@ -117,3 +120,46 @@ def _session(stack: RunningStack) -> None:
     audit = stack.turnstile("audit", "--json")
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert json.loads(audit.stdout)["ok"]
+
+
+def test_a_grant_the_lifecycle_needs_fails_the_run_loudly_when_it_is_missing(tmp_path):
+    """What passes here works on AWS: run under a processor role without ``UpdateItem``
+    on the main table (the grant it once lacked), the first later move of a signup is
+    denied, the console says which role was denied what, the event is held, and
+    ``turnstile audit`` fails naming the denial."""
+    roles = roles_without(Function.PROCESSOR, "dynamodb:UpdateItem", "${MainTable.Arn}")
+    roles_file = tmp_path / "roles.json"
+    roles_file.write_text(json.dumps(roles.document))
+    with running_local_stack(
+        tmp_path / "state",
+        environment={ROLES_ENV: str(roles_file)},
+        denials_expected=True,
+    ) as stack:
+        status, _ = call(stack, "POST", "/events", {"event_id": EVENT, "capacity": 2})
+        assert status == 201
+        # a first decision is a put: still granted
+        assert call(stack, "POST", f"/events/{EVENT}/signups", {"signup_id": "a"})[0] == 202
+        wait_for(stack, "a", "ACCEPTED")
+        # WHEN a cancels (a later move: an update of its decision item)
+        assert call(stack, "POST", f"/events/{EVENT}/signups/a/cancel")[0] == 202
+        # THEN the endpoint refuses the processor, and says so
+        deadline = time.monotonic() + 30
+        while not denials(stack.endpoint) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (refused, *_) = denials(stack.endpoint)
+        assert refused["role"] == "processor"
+        assert refused["denied"].startswith("dynamodb:UpdateItem on arn:aws:dynamodb:")
+        assert "table/turnstile-main" in refused["denied"]
+        # ... the move is not made, and the next signup of the event waits behind it
+        assert call(stack, "POST", f"/events/{EVENT}/signups", {"signup_id": "b"})[0] == 202
+        time.sleep(1)
+        assert signup(stack, "a")["status"] == "ACCEPTED"
+        assert signup(stack, "b")["status"] == "PENDING"
+        # ... and the audit fails, naming the role, the action and the held event
+        audit = stack.turnstile("audit")
+        assert audit.returncode == 1, audit.stdout + audit.stderr
+        assert "access denied to the processor role: dynamodb:UpdateItem" in audit.stdout
+        assert f"VIOLATION {EVENT}: held" in audit.stdout
+        assert "may not dynamodb:UpdateItem" in audit.stdout
+    console = (tmp_path / "state" / "local.log").read_text()
+    assert "ACCESS DENIED to role processor: dynamodb:UpdateItem" in console

@@ -12,6 +12,7 @@ import boto3
 from moto import mock_aws
 
 from tests.conftest import StreamReader, create_tables
+from tests.roles import functions_under_roles
 from turnstile.contract import STREAM_SOURCE
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.context import LocalLambdaContext
@@ -132,15 +133,21 @@ class Account:
 @contextmanager
 def fresh_account() -> Iterator[Account]:
     """A new moto account (tables from the shared fixtures' ``create_tables``) and a
-    stream processor that starts cold in it."""
+    stream processor that starts cold in it, under the processor's deployed role."""
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
         create_tables(session)
         client = session.client("dynamodb")
         stream_handler._processor = None
         try:
-            yield Account(
-                session, client, SignupStore(client, sleep=lambda _: None), StreamReader(session)
-            )
+            with functions_under_roles() as role_clients:
+                yield Account(
+                    session,
+                    client,
+                    SignupStore(client, sleep=lambda _: None),
+                    StreamReader(session),
+                )
+            # The handler ran under the processor's role: it was refused nothing.
+            assert [r for c in role_clients for r in c.denied] == []
         finally:
             stream_handler._processor = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, Phase, given, note, settings
 from hypothesis import strategies as st
 
@@ -151,7 +152,12 @@ class Producers:
                 }
                 if value is not None:
                     kwargs["ExpressionAttributeValues"] = {":v": value}
-                client.update_item(**kwargs)
+                try:
+                    client.update_item(**kwargs)
+                except ClientError as refused:
+                    # DynamoDB refused the producer's write (ADD to a non-number, say):
+                    # nothing was written, as on AWS
+                    assert refused.response["Error"]["Code"] == "ValidationException"
             else:
                 client.delete_item(TableName=table, Key=key(*target))
 

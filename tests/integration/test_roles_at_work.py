@@ -8,9 +8,14 @@ tests/infra/test_local_roles.py keeps equal to a synthesis) would not allow on A
 
 from __future__ import annotations
 
+import copy
+import itertools
 import json
+import math
 import re
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,19 +24,34 @@ from botocore.exceptions import ClientError
 
 from tests.api.helpers import v2_event
 from tests.helpers import put_raw_intake
-from tests.roles import CheckedClient, table_of
+from tests.roles import CheckedClient, roles_without, table_of
 from turnstile.api import create_app
 from turnstile.audit import audit
-from turnstile.contract import Function
+from turnstile.contract import (
+    Attr,
+    Function,
+    LeaseAttr,
+    Reason,
+    RequestKind,
+    RunAttr,
+    RunStatus,
+    Status,
+    undecided_shard,
+)
 from turnstile.domain import EventSnapshot, SignupRequest, decide
 from turnstile.due_holds import release_due_holds
 from turnstile.errors import StoreUnavailableError
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers.stream import to_intake_record
+from turnstile.ledger import Ledger
 from turnstile.local.context import LocalLambdaContext
+from turnstile.local.iam import Request
+from turnstile.local.roles import LocalRoles
 from turnstile.processor import StreamProcessor
+from turnstile.redrive import redrive_queue
 from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper
+from turnstile.transitions import iso_of_ms, ms_of
 
 API = Function.API
 PROCESSOR = Function.PROCESSOR
@@ -251,20 +271,7 @@ def test_the_due_holds_role_finds_due_events_and_re_emits_their_holders(
     aws, as_role, plain, stream
 ):
     due_store, due_client = as_role(DUE_HOLDS)
-    client = aws.client("dynamodb")
-    for event_id, due_at in (("due", 1_000), ("later", 9_000)):
-        plain.create_event(event_id, 5, NOW)
-        put_raw_intake(client, event_id, "holder", submitted_at={"S": NOW})
-        client.update_item(
-            TableName=CONTROL,
-            Key={"pk": {"S": f"EVENT#{event_id}"}, "sk": {"S": "EVENT"}},
-            UpdateExpression="SET hold_due_at = :at, hold_due_signup = :s, hold_due_shard = :z",
-            ExpressionAttributeValues={
-                ":at": {"N": str(due_at)},
-                ":s": {"S": "holder"},
-                ":z": {"S": "0"},
-            },
-        )
+    _holders_due(plain, aws.client("dynamodb"))
     stream.read_new()
     # WHEN due holds are released under the function's role
     assert release_due_holds(due_store, 5_000) == 1
@@ -401,3 +408,771 @@ def test_nothing_outside_a_role_s_job_gets_through(as_role, plain, name):
         attempt(client)
     assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
     assert client.denied and not client.allowed
+
+
+# -- the processor role through every lifecycle move (docs/lifecycle.md) ----------------
+
+HOLD_S = 60
+UPDATE, PUT = "dynamodb:UpdateItem", "dynamodb:PutItem"
+MAIN_ARN, CONTROL_ARN, INTAKE_ARN = "${MainTable.Arn}", "${ControlTable.Arn}", "${IntakeTable.Arn}"
+
+
+class Clock:
+    """The processor's clock, set by hand: seconds after NOW, as ``clock.utc_now`` writes
+    them."""
+
+    def __init__(self) -> None:
+        self.ms = ms_of(NOW)
+
+    def __call__(self) -> str:
+        return iso_of_ms(self.ms)
+
+    def at(self, seconds: float) -> str:
+        return iso_of_ms(ms_of(NOW) + int(seconds * 1000))
+
+    def set(self, seconds: float) -> None:
+        self.ms = ms_of(NOW) + int(seconds * 1000)
+
+
+@dataclass
+class Scene:
+    """One event's lifecycle, each function under its own role: the API records requests,
+    the due-holds function re-emits holders, the processor (``processor``, full role)
+    decides everything before the move under test."""
+
+    plain: SignupStore
+    raw: Any
+    stream: Any
+    clock: Clock
+    api: SignupStore
+    api_client: CheckedClient
+    due: SignupStore
+    due_client: CheckedClient
+    processor: SignupStore
+    processor_client: CheckedClient
+
+    def decide(self, store: SignupStore) -> dict[str, Any]:
+        """The stream's new records through the handler, by a processor over ``store`` on
+        the scene's clock (a cold one: it writes the last journal again first)."""
+        stream_handler._processor = StreamProcessor(store, clock=self.clock)
+        return stream_handler.handler({"Records": self.stream.read_new()}, LocalLambdaContext())
+
+    def statuses(self) -> dict[str, str | None]:
+        return {sid: _status(self.plain, sid) for sid in ("a", "b")}
+
+
+def _status(store: SignupStore, signup_id: str, event_id: str = "gig") -> str | None:
+    item = store.get_decision(event_id, signup_id)
+    return item[Attr.STATUS] if item else None
+
+
+@pytest.fixture
+def scene(aws, as_role, plain, stream) -> Scene:
+    api, due, processor = as_role(API), as_role(DUE_HOLDS), as_role(PROCESSOR)
+    return Scene(plain, aws.client("dynamodb"), stream, Clock(), *api, *due, *processor)
+
+
+def _signups(scene: Scene) -> None:
+    """An event of one seat held HOLD_S seconds and a waitlist of one; 'a' and 'b' sign up."""
+    scene.plain.create_event("gig", 1, NOW, waitlist=1, hold_seconds=HOLD_S)
+    for signup_id in ("a", "b"):
+        put_raw_intake(scene.raw, "gig", signup_id, submitted_at={"S": NOW})
+
+
+def _decided(scene: Scene) -> None:
+    """'a' holds the seat, 'b' waits (the first decisions, by the full processor role)."""
+    _signups(scene)
+    assert scene.decide(scene.processor) == {"batchItemFailures": []}
+    assert scene.statuses() == {"a": Status.HELD, "b": Status.WAITLISTED}
+
+
+def _api_requests(kind: str, signup_id: str, at_s: float) -> Callable[[Scene], None]:
+    """The API records a request at ``at_s`` (its own clock); the processor reads it then."""
+
+    def stage(scene: Scene) -> None:
+        _decided(scene)
+        scene.api.request_transition("gig", signup_id, kind, scene.clock.at(at_s))
+        scene.clock.set(at_s)
+
+    return stage
+
+
+def _due_holds_lapse(scene: Scene) -> None:
+    """Past the hold's expiry, the due-holds function re-emits the holder: a tick."""
+    _decided(scene)
+    scene.clock.set(HOLD_S + 1)
+    assert release_due_holds(scene.due, scene.clock.ms) == 1
+
+
+def _confirm_expired(scene: Scene) -> None:
+    """A confirm recorded a second before the hold lapses, read by the processor after."""
+    _api_requests(RequestKind.CONFIRM, "a", HOLD_S - 1)(scene)
+    scene.clock.set(HOLD_S + 1)
+
+
+def _producer_confirms_the_waitlisted(scene: Scene) -> None:
+    """A producer writing intake itself (README) confirms 'b', which only waits: the API
+    would refuse it at once, the processor refuses it when it reads it."""
+    _decided(scene)
+    scene.raw.update_item(
+        TableName=INTAKE_TABLE,
+        Key={"event_id": {"S": "gig"}, "signup_id": {"S": "b"}},
+        UpdateExpression="SET #request = :kind, #undecided = :shard ADD #request_count :one",
+        ExpressionAttributeNames={
+            "#request": Attr.REQUEST,
+            "#undecided": Attr.UNDECIDED,
+            "#request_count": Attr.REQUEST_COUNT,
+        },
+        ExpressionAttributeValues={
+            ":kind": {"S": RequestKind.CONFIRM},
+            ":shard": {"S": undecided_shard("gig", "b")},
+            ":one": {"N": "1"},
+        },
+    )
+
+
+def _closed(scene: Scene) -> None:
+    """The organizer closes the event; the next record of it (a re-emission) reaches the
+    processor."""
+    _decided(scene)
+    scene.plain.close_event("gig")
+    assert scene.plain.re_emit("gig", "a")
+
+
+@dataclass(frozen=True)
+class Move:
+    stage: Callable[[Scene], None]
+    before: dict[str, str | None]
+    after: dict[str, str]
+    #: The grant of the processor role on the main table the move is written with.
+    grant: str = UPDATE
+    #: (signup, reason) of the refusal the decision item records, if any.
+    refused: tuple[str, str] | None = None
+    #: (signup, reason) of a signup the move rejects, if any.
+    rejected: tuple[str, str] | None = None
+
+
+HELD_WAITING = {"a": Status.HELD, "b": Status.WAITLISTED}
+MOVES: dict[str, Move] = {
+    "first-decisions": Move(
+        _signups, {"a": None, "b": None}, {"a": Status.HELD, "b": Status.WAITLISTED}, PUT
+    ),
+    "confirm": Move(
+        _api_requests(RequestKind.CONFIRM, "a", 10),
+        HELD_WAITING,
+        {"a": Status.ACCEPTED, "b": Status.WAITLISTED},
+    ),
+    "cancel-of-the-waitlisted": Move(
+        _api_requests(RequestKind.CANCEL, "b", 10),
+        HELD_WAITING,
+        {"a": Status.HELD, "b": Status.CANCELLED},
+    ),
+    "cancel-promotes-the-waitlisted": Move(
+        _api_requests(RequestKind.CANCEL, "a", 10),
+        HELD_WAITING,
+        {"a": Status.CANCELLED, "b": Status.HELD},
+    ),
+    "lapse-promotes-the-waitlisted": Move(
+        _due_holds_lapse, HELD_WAITING, {"a": Status.EXPIRED, "b": Status.HELD}
+    ),
+    "refused-confirm-of-a-lapsed-hold": Move(
+        _confirm_expired,
+        HELD_WAITING,
+        {"a": Status.EXPIRED, "b": Status.HELD},
+        refused=("a", Reason.HOLD_EXPIRED),
+    ),
+    "refused-confirm-of-the-waitlisted": Move(
+        _producer_confirms_the_waitlisted,
+        HELD_WAITING,
+        HELD_WAITING,
+        refused=("b", Reason.TRANSITION_NOT_ALLOWED),
+    ),
+    "close-rejects-the-waitlist": Move(
+        _closed,
+        HELD_WAITING,
+        {"a": Status.HELD, "b": Status.REJECTED},
+        rejected=("b", Reason.EVENT_CLOSED),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(MOVES))
+def test_the_processor_role_makes_each_lifecycle_move(scene, name):
+    move = MOVES[name]
+    # GIVEN the event's records up to the move, each written under its function's role
+    move.stage(scene)
+    assert scene.statuses() == move.before
+    client = CheckedClient(scene.raw, PROCESSOR)
+    store = SignupStore(client, sleep=lambda _: None)
+    # WHEN the processor, under its role, reads the move's records
+    assert scene.decide(store) == {"batchItemFailures": []}
+    # THEN the move is made, nothing was refused, and nothing is held
+    assert scene.statuses() == move.after
+    assert client.denied == [] and scene.api_client.denied == []
+    assert scene.due_client.denied == [] and scene.processor_client.denied == []
+    assert scene.plain.get_hold("gig") is None
+    if move.refused:
+        signup_id, reason = move.refused
+        refusal = scene.plain.get_decision("gig", signup_id)[Attr.LAST_REFUSAL]
+        assert (refusal["request"], refusal["reason"]) == (RequestKind.CONFIRM, reason)
+    if move.rejected:
+        signup_id, reason = move.rejected
+        assert scene.plain.get_decision("gig", signup_id)[Attr.REASON] == reason
+    # ... written with the one grant on main the move needs: first decisions are put, later
+    # moves (refusals too) update each signup they touch. (A cold processor puts the last
+    # journal's first decisions again, conditionally: a no-op, PutItem in every case.)
+    moved = {s for s in move.after if move.after[s] != move.before[s]}
+    moved |= {move.refused[0]} if move.refused else set()
+    writes = [r.action for r in client.allowed if table_of(r) == MAIN_TABLE]
+    assert writes.count(move.grant) == len(moved)
+    assert writes.count(UPDATE if move.grant == PUT else PUT) == (0 if move.grant == PUT else 2)
+    used = {(table_of(r), r.action) for r in client.allowed}
+    assert used == {
+        (CONTROL, "dynamodb:BatchGetItem"),  # the event item and its hold marker
+        (CONTROL, UPDATE),  # the commit on the event item
+        (MAIN_TABLE, "dynamodb:BatchGetItem"),  # the signups' decision items
+        (MAIN_TABLE, PUT),
+        *([(MAIN_TABLE, UPDATE)] if move.grant == UPDATE else []),
+    }
+
+
+@pytest.mark.parametrize("name", list(MOVES))
+def test_each_lifecycle_move_is_held_without_its_grant(scene, name):
+    move = MOVES[name]
+    # GIVEN the event's records up to the move, and a processor role without the grant on
+    # the main table the move is written with
+    move.stage(scene)
+    roles = roles_without(PROCESSOR, move.grant, MAIN_ARN)
+    client = CheckedClient(scene.raw, PROCESSOR, roles=roles)
+    # WHEN that processor reads the move's records
+    assert scene.decide(SignupStore(client, sleep=lambda _: None)) == {"batchItemFailures": []}
+    # THEN IAM refused that write on main, the move is not on the items, and the event is
+    # held, its hold naming the refusal (the records are parked, not lost)
+    assert {(table_of(r), r.action) for r in client.denied} == {(MAIN_TABLE, move.grant)}
+    assert scene.statuses() == move.before
+    if move.refused:
+        assert Attr.LAST_REFUSAL not in scene.plain.get_decision("gig", move.refused[0])
+    hold = scene.plain.get_hold("gig")
+    assert hold is not None and hold["error"].startswith("AccessDenied")
+    assert f"may not {move.grant} on " in hold["error"]
+    # ... and once the grant is back, the event's next record releases it: the move lands
+    assert scene.plain.re_emit("gig", "a")
+    assert scene.decide(scene.processor) == {"batchItemFailures": []}
+    assert scene.plain.get_hold("gig") is None and scene.statuses() == move.after
+    assert scene.processor_client.denied == []
+
+
+def test_a_failing_event_is_not_held_without_batch_writes_on_control(scene):
+    """Parking a failing event's records is the processor's one BatchWriteItem (on PARK#
+    items of control): without it the group goes back to the event source."""
+    # GIVEN signups of an event whose commits fail (DynamoDB unavailable)
+    _signups(scene)
+    roles = roles_without(PROCESSOR, "dynamodb:BatchWriteItem", CONTROL_ARN)
+    client = CheckedClient(scene.raw, PROCESSOR, roles=roles)
+    store = FailsFirstCommits(client, event_id="gig", failures=100, sleep=lambda _: None)
+    records = scene.stream.read_new()
+    # WHEN the processor, without BatchWriteItem on control, decides them
+    stream_handler._processor = StreamProcessor(store, clock=scene.clock)
+    result = stream_handler.handler({"Records": records}, LocalLambdaContext())
+    # THEN parking them was refused: the group's first record goes back to the event
+    # source, nothing is held and nothing decided
+    first = records[0]["dynamodb"]["SequenceNumber"]
+    assert result == {"batchItemFailures": [{"itemIdentifier": first}]}
+    assert {(table_of(r), r.action) for r in client.denied} == {
+        (CONTROL, "dynamodb:BatchWriteItem")
+    }
+    assert {key for r in client.denied for key in r.leading_keys or ()} == {"PARK#gig"}
+    assert scene.plain.get_hold("gig") is None
+    assert scene.statuses() == {"a": None, "b": None}
+
+
+def test_the_processor_role_parks_a_failing_event(scene):
+    """The counterpart: with its role whole, the same failure holds the event."""
+    # GIVEN signups of an event whose commits fail (DynamoDB unavailable)
+    _signups(scene)
+    client = CheckedClient(scene.raw, PROCESSOR)
+    store = FailsFirstCommits(client, event_id="gig", failures=100, sleep=lambda _: None)
+    # WHEN the processor, under its role, decides them
+    stream_handler._processor = StreamProcessor(store, clock=scene.clock)
+    result = stream_handler.handler({"Records": scene.stream.read_new()}, LocalLambdaContext())
+    # THEN their records are parked on PARK# items and the event held, naming the failure
+    assert result == {"batchItemFailures": []}
+    assert client.denied == []
+    parking = {r.leading_keys for r in client.allowed if r.action == "dynamodb:BatchWriteItem"}
+    assert parking == {frozenset({"PARK#gig"})}
+    hold = scene.plain.get_hold("gig")
+    assert hold is not None and hold["error"] == "StoreUnavailableError"
+    assert [r.signup_id for r in scene.plain.parked_requests("gig")] == ["a", "b"]
+
+
+#: What rejecting signups of an event that does not exist takes: one transaction, the
+#: decisions' puts and a check that the event item still does not exist.
+UNKNOWN_EVENT_GRANTS = {
+    "decision-puts": (PUT, MAIN_ARN, MAIN_TABLE),
+    "event-check": ("dynamodb:ConditionCheckItem", CONTROL_ARN, CONTROL),
+}
+
+
+@pytest.mark.parametrize("removed", [None, *UNKNOWN_EVENT_GRANTS])
+def test_the_processor_role_rejects_signups_of_an_unknown_event(scene, removed):
+    # GIVEN signups of an event nobody created, and the processor's role (without one of
+    # the rejection's grants)
+    for signup_id in ("a", "b"):
+        put_raw_intake(scene.raw, "gig", signup_id, submitted_at={"S": NOW})
+    action, resource, table = UNKNOWN_EVENT_GRANTS.get(removed or "", (None, None, None))
+    roles = roles_without(PROCESSOR, action, resource) if action and resource else None
+    client = CheckedClient(scene.raw, PROCESSOR, roles=roles)
+    # WHEN the processor decides them
+    assert scene.decide(SignupStore(client, sleep=lambda _: None)) == {"batchItemFailures": []}
+    if removed is None:
+        # THEN both are rejected unknown_event, with both grants
+        assert scene.statuses() == {"a": Status.REJECTED, "b": Status.REJECTED}
+        assert scene.plain.get_decision("gig", "a")[Attr.REASON] == Reason.UNKNOWN_EVENT
+        assert client.denied == [] and scene.plain.get_hold("gig") is None
+        used = {(table_of(r), r.action) for r in client.allowed}
+        assert {(t, a) for a, _, t in UNKNOWN_EVENT_GRANTS.values()} <= used
+    else:
+        # THEN IAM refused the transaction: nothing is decided, and the event is held
+        assert {(table_of(r), r.action) for r in client.denied} == {(table, action)}
+        assert scene.statuses() == {"a": None, "b": None}
+        hold = scene.plain.get_hold("gig")
+        assert hold is not None and f"may not {action} on " in hold["error"]
+
+
+# -- the sweeper role: each path, and each grant removed ---------------------------------
+
+INDEX_ARN = "${IntakeTable.Arn}/index/undecided"
+#: The table (or index) a grant's resource reference names, as requests name it.
+WHERE = {
+    INTAKE_ARN: INTAKE_TABLE,
+    INDEX_ARN: f"{INTAKE_TABLE}/index/undecided",
+    MAIN_ARN: MAIN_TABLE,
+    CONTROL_ARN: CONTROL,
+}
+
+
+def _where(request: Request) -> str:
+    return request.resource.partition(":table/")[2]
+
+
+def _roles_without_on_keys(role: str, action: str, resource: str, key: str) -> LocalRoles:
+    """``roles_without``, but only from the role's statements on ``resource`` whose
+    ``dynamodb:LeadingKeys`` condition names ``key``: the sweeper's UpdateItem on control
+    is two grants (its own items, and PARK# items' hold fields), one removed at a time."""
+    document = copy.deepcopy(dict(LocalRoles.load().document))
+    removed = False
+    for statement in document["roles"][role]["statements"]:
+        condition = statement.get("Condition", {}).get("ForAllValues:StringLike", {})
+        if statement["Resource"] != resource or key not in condition.get(
+            "dynamodb:LeadingKeys", []
+        ):
+            continue
+        actions = statement["Action"]
+        listed = [actions] if isinstance(actions, str) else list(actions)
+        if action in listed:
+            listed.remove(action)
+            removed = True
+        statement["Action"] = listed or ["none:Nothing"]
+    assert removed, f"the {role} role has no {action} on {resource} for {key}"
+    return LocalRoles(document)
+
+
+def _intake(plain: SignupStore, signup_id: str) -> dict[str, Any]:
+    item = plain.get_intake("gig", signup_id)
+    assert item is not None
+    return item
+
+
+def _lost(plain: SignupStore, raw: Any) -> None:
+    """An old record, marked undecided, that the stream lost: nobody decided it."""
+    plain.create_event("gig", 5, NOW)
+    put_raw_intake(raw, "gig", "lost", marked=True, submitted_at={"S": OLD})
+
+
+def _decided_marked(plain: SignupStore, raw: Any) -> None:
+    """A decided record that still carries the marker (decided before it was re-marked)."""
+    plain.create_event("gig", 5, NOW)
+    put_raw_intake(raw, "gig", "done", marked=True, submitted_at={"S": OLD})
+    raw.put_item(
+        TableName=MAIN_TABLE,
+        Item={"event_id": {"S": "gig"}, "signup_id": {"S": "done"}, "status": {"S": "ACCEPTED"}},
+    )
+
+
+def _empty_hold(plain: SignupStore, raw: Any) -> None:
+    """A hold whose parked records were all decided (a release died before lifting it)."""
+    plain.park("held", [SignupRequest("held", "z", "1" * 21)], NOW, "ThrottlingError")
+    plain.unpark("held", ["1" * 21])
+
+
+def _held_with_parked(plain: SignupStore, raw: Any) -> None:
+    """A held event with a record parked: the sweeper sets its release off."""
+    plain.create_event("gig", 5, NOW)
+    put_raw_intake(raw, "gig", "parked", submitted_at={"S": OLD})
+    plain.park("gig", [SignupRequest("gig", "parked", "1" * 21)], NOW, "ThrottlingError")
+
+
+def _re_emitted_lost(plain: SignupStore) -> bool:
+    return _intake(plain, "lost").get(Attr.RE_EMITS) == 1
+
+
+def _history(plain: SignupStore) -> list[str]:
+    return [i[RunAttr.STATUS] for i in Ledger.beside(plain).run_history("run-x")]
+
+
+@dataclass(frozen=True)
+class SweepPath:
+    scene: Callable[[SignupStore, Any], None]
+    #: Whether the path's work is done (read with every right).
+    done: Callable[[SignupStore], bool]
+    #: The grant the path needs: action, the roles file's resource, and on control which
+    #: statement (its leading key) when the role has two.
+    action: str
+    resource: str
+    key: str | None = None
+    #: The run reads the whole intake table (else the index of marked records).
+    full_scan: bool = False
+    #: Without the grant the sweep raises (no run history to fail), else the run fails.
+    raises: bool = False
+    #: The partition key the refused request names (None: a Scan names none).
+    leading: str | None = None
+
+
+SWEEP_PATHS: dict[str, SweepPath] = {
+    # Finding undecided records: the index of marked records, or the daily full scan.
+    "index-scan": SweepPath(_lost, _re_emitted_lost, "dynamodb:Scan", INDEX_ARN),
+    "full-scan": SweepPath(
+        _lost,
+        lambda p: _re_emitted_lost(p) and LeaseAttr.FULL_SCAN_AT in Ledger.beside(p).get_lease(),
+        "dynamodb:Scan",
+        INTAKE_ARN,
+        full_scan=True,
+    ),
+    # ... and whether they are decided: their decision items, their event (its journal)
+    "decision-reads": SweepPath(
+        _lost, _re_emitted_lost, "dynamodb:BatchGetItem", MAIN_ARN, leading="gig"
+    ),
+    "lease-and-event-reads": SweepPath(
+        _lost, _re_emitted_lost, "dynamodb:GetItem", CONTROL_ARN, full_scan=True, leading="SWEEPER"
+    ),
+    # Re-emission: the intake update and the lease's check, in one transaction.
+    "re-emission": SweepPath(_lost, _re_emitted_lost, UPDATE, INTAKE_ARN, leading="gig"),
+    "re-emission-fence": SweepPath(
+        _lost, _re_emitted_lost, "dynamodb:ConditionCheckItem", CONTROL_ARN, leading="SWEEPER"
+    ),
+    # Clearing the marker of a decided record.
+    "clearing-a-marker": SweepPath(
+        _decided_marked,
+        lambda p: Attr.UNDECIDED not in _intake(p, "done"),
+        UPDATE,
+        INTAKE_ARN,
+        leading="gig",
+    ),
+    # Held events: found by a Scan of control, their parked records by a Query, a release
+    # set off by a fenced re-emission, an empty hold lifted.
+    "finding-held-events": SweepPath(
+        _empty_hold, lambda p: p.get_hold("held") is None, "dynamodb:Scan", CONTROL_ARN
+    ),
+    "lifting-an-empty-hold": SweepPath(
+        _empty_hold,
+        lambda p: p.get_hold("held") is None,
+        UPDATE,
+        CONTROL_ARN,
+        key="PARK#*",
+        leading="PARK#held",
+    ),
+    "setting-a-release-off": SweepPath(
+        _held_with_parked,
+        lambda p: _intake(p, "parked").get(Attr.RE_EMITS) == 1,
+        "dynamodb:ConditionCheckItem",
+        CONTROL_ARN,
+        leading="SWEEPER",
+    ),
+    # The lease and the run history: without them no run starts or ends.
+    "lease": SweepPath(
+        _lost, _re_emitted_lost, UPDATE, CONTROL_ARN, key="SWEEPER", raises=True, leading="SWEEPER"
+    ),
+    "run-history-read": SweepPath(
+        _lost, _re_emitted_lost, "dynamodb:Query", CONTROL_ARN, raises=True, leading="SWEEP-RUN"
+    ),
+    "run-outcome": SweepPath(
+        _lost,
+        lambda p: _history(p) == [RunStatus.STARTED, RunStatus.SUCCEEDED],
+        PUT,
+        CONTROL_ARN,
+        key="SWEEPER",
+        raises=True,
+        leading="SWEEP-RUN",
+    ),
+}
+
+
+def _sweeper(store: SignupStore, path: SweepPath) -> Sweeper:
+    return Sweeper(store, min_age_s=60, full_scan_every_s=0 if path.full_scan else math.inf)
+
+
+@pytest.mark.parametrize("name", list(SWEEP_PATHS))
+def test_the_sweeper_role_takes_each_path(aws, as_role, plain, name):
+    path = SWEEP_PATHS[name]
+    # GIVEN what the path is for
+    path.scene(plain, aws.client("dynamodb"))
+    assert not path.done(plain)
+    store, client = as_role(SWEEPER)
+    # WHEN the sweeper runs under its role
+    result = _sweeper(store, path).sweep("run-x")
+    # THEN the run succeeded and did the path's work, with the grant the path names
+    assert (result.status, result.full_scan, result.errors) == ("succeeded", path.full_scan, [])
+    assert path.done(plain)
+    assert client.denied == []
+    used = {(r.action, _where(r)) for r in client.allowed}
+    assert (path.action, WHERE[path.resource]) in used
+
+
+@pytest.mark.parametrize("name", list(SWEEP_PATHS))
+def test_each_sweeper_path_is_denied_without_its_grant(aws, plain, name):
+    path = SWEEP_PATHS[name]
+    # GIVEN what the path is for, and the sweeper's role without the path's grant
+    path.scene(plain, aws.client("dynamodb"))
+    roles = (
+        _roles_without_on_keys(SWEEPER, path.action, path.resource, path.key)
+        if path.key
+        else roles_without(SWEEPER, path.action, path.resource)
+    )
+    client = CheckedClient(aws.client("dynamodb"), SWEEPER, roles=roles)
+    sweeper = _sweeper(SignupStore(client, sleep=lambda _: None), path)
+    # WHEN the sweeper runs
+    if path.raises:
+        with pytest.raises(ClientError) as refused:
+            sweeper.sweep("run-x")
+        assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    else:
+        result = sweeper.sweep("run-x")
+        # THEN the run failed, saying IAM refused it (the handler raises for a failed run)
+        assert result.status == "failed"
+        assert "AccessDenied" in result.errors[0]
+        assert _history(plain) == [RunStatus.STARTED, RunStatus.FAILED]
+    # ... IAM refused exactly that grant, and the path's work is not done
+    assert {(r.action, _where(r)) for r in client.denied} == {(path.action, WHERE[path.resource])}
+    keys = {k for r in client.denied for k in r.leading_keys or ()}
+    assert keys == ({path.leading} if path.leading else set())
+    assert not path.done(plain)
+
+
+def test_the_sweeper_role_takes_renews_and_releases_its_lease(aws, as_role, plain):
+    # GIVEN a lost record, and a sweeper whose clock moves 50 s a look (its lease: 120 s,
+    # renewed once over a third of it has gone by)
+    _lost(plain, aws.client("dynamodb"))
+    store, client = as_role(SWEEPER)
+    looks = itertools.count()
+    start = time.time()
+    sweeper = Sweeper(
+        store,
+        owner="sweeper-1",
+        lease_s=120,
+        min_age_s=60,
+        max_run_s=1e9,
+        clock=lambda: start + 50 * next(looks),
+        full_scan_every_s=math.inf,
+    )
+    # WHEN it runs under its role
+    result = sweeper.sweep("run-x")
+    # THEN it took the lease, renewed it before re-emitting (a new fencing token), and
+    # gave it up at the end
+    assert (result.status, result.re_emitted, result.lease_token) == ("succeeded", 1, 2)
+    lease = Ledger.beside(plain).get_lease()
+    assert lease is not None
+    assert (lease[LeaseAttr.OWNER], lease[LeaseAttr.FENCE], lease[LeaseAttr.UNTIL]) == (
+        "sweeper-1",
+        2,
+        0,
+    )
+    assert client.denied == []
+    lease_writes = [
+        r for r in client.allowed if r.action == UPDATE and r.leading_keys == {"SWEEPER"}
+    ]
+    assert len(lease_writes) == 3  # take, renew, release
+
+
+def _failed_run(aws: Any, plain: SignupStore) -> None:
+    """A run that failed: its role could not read decisions (the grant came back since)."""
+    _lost(plain, aws.client("dynamodb"))
+    roles = roles_without(SWEEPER, "dynamodb:BatchGetItem", MAIN_ARN)
+    failing = CheckedClient(aws.client("dynamodb"), SWEEPER, roles=roles)
+    store = SignupStore(failing, sleep=lambda _: None)
+    result = Sweeper(store, min_age_s=60, full_scan_every_s=math.inf).sweep("run-x")
+    assert result.status == RunStatus.FAILED
+    assert _history(plain) == [RunStatus.STARTED, RunStatus.FAILED]
+
+
+def test_the_sweeper_role_replays_a_failed_run_once(aws, as_role, plain):
+    # GIVEN a run that failed
+    _failed_run(aws, plain)
+    store, client = as_role(SWEEPER)
+    sweeper = Sweeper(store, min_age_s=60, full_scan_every_s=math.inf)
+    # WHEN the sweeper, under its role, runs it again, then replays failed runs, twice
+    assert sweeper.sweep("run-x").status == "already_ran"  # a run happens once ...
+    replayed = sweeper.replay_failed()  # ... unless it failed, and is replayed
+    # THEN the replay succeeded and re-emitted the record, and is history: not replayed again
+    assert [(r.run_id, r.status, r.re_emitted) for r in replayed] == [("run-x", "succeeded", 1)]
+    assert _re_emitted_lost(plain)
+    assert _history(plain) == [
+        RunStatus.STARTED,
+        RunStatus.FAILED,
+        RunStatus.STARTED,
+        RunStatus.SUCCEEDED,
+    ]
+    assert sweeper.replay_failed() == []
+    assert client.denied == []
+    history = {(r.action, frozenset(r.leading_keys or ())) for r in client.allowed}
+    assert {
+        ("dynamodb:Query", frozenset({"SWEEP-RUN"})),  # reading the history
+        (UPDATE, frozenset({"SWEEP-RUN"})),  # a start, counted
+        (PUT, frozenset({"SWEEP-RUN"})),  # an outcome
+    } <= history
+
+
+def test_replaying_failed_runs_is_denied_without_query_on_control(aws, plain):
+    # GIVEN a run that failed, and the sweeper's role without Query on control
+    _failed_run(aws, plain)
+    roles = roles_without(SWEEPER, "dynamodb:Query", CONTROL_ARN)
+    client = CheckedClient(aws.client("dynamodb"), SWEEPER, roles=roles)
+    sweeper = Sweeper(SignupStore(client, sleep=lambda _: None), min_age_s=60)
+    # WHEN it replays failed runs
+    with pytest.raises(ClientError) as refused:
+        sweeper.replay_failed()
+    # THEN IAM refused the history's Query: nothing replayed, nothing re-emitted
+    assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    assert [(r.action, r.leading_keys) for r in client.denied] == [
+        ("dynamodb:Query", frozenset({"SWEEP-RUN"}))
+    ]
+    assert _history(plain) == [RunStatus.STARTED, RunStatus.FAILED]
+    assert not _re_emitted_lost(plain)
+
+
+# -- releasing due holds, and the operator's redrive -------------------------------------
+
+DUE_INDEX_ARN = "${ControlTable.Arn}/index/due-holds"
+
+
+def _holders_due(plain: SignupStore, client: Any) -> None:
+    """Two events whose earliest hold is due at 1 000 and 9 000 ms, as a commit marks them."""
+    for event_id, due_at in (("due", 1_000), ("later", 9_000)):
+        plain.create_event(event_id, 5, NOW)
+        put_raw_intake(client, event_id, "holder", submitted_at={"S": NOW})
+        client.update_item(
+            TableName=CONTROL,
+            Key={"pk": {"S": f"EVENT#{event_id}"}, "sk": {"S": "EVENT"}},
+            UpdateExpression="SET hold_due_at = :at, hold_due_signup = :s, hold_due_shard = :z",
+            ExpressionAttributeValues={
+                ":at": {"N": str(due_at)},
+                ":s": {"S": "holder"},
+                ":z": {"S": "0"},
+            },
+        )
+
+
+@pytest.mark.parametrize(
+    ("action", "resource"),
+    [("dynamodb:Query", DUE_INDEX_ARN), (UPDATE, INTAKE_ARN)],
+    ids=["query-of-the-due-holds-index", "re-emission-of-the-holder"],
+)
+def test_releasing_due_holds_is_denied_without_its_grant(aws, plain, stream, action, resource):
+    # GIVEN an event whose hold is due, and the due-holds role without one of its grants
+    _holders_due(plain, aws.client("dynamodb"))
+    stream.read_new()
+    roles = roles_without(DUE_HOLDS, action, resource)
+    client = CheckedClient(aws.client("dynamodb"), DUE_HOLDS, roles=roles)
+    # WHEN due holds are released
+    with pytest.raises(ClientError) as refused:
+        release_due_holds(SignupStore(client, sleep=lambda _: None), 5_000)
+    # THEN the run fails on IAM's refusal (a missing grant is no bad entry to skip), and no
+    # holder came down the stream
+    assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    where = f"{CONTROL}/index/due-holds" if resource == DUE_INDEX_ARN else INTAKE_TABLE
+    assert {(r.action, _where(r)) for r in client.denied} == {(action, where)}
+    assert _re_emitted(stream) == []
+    assert plain.get_intake("due", "holder").get(Attr.RE_EMITS) is None
+
+
+class _RedriveStore(SignupStore):
+    """The operator's store (``turnstile redrive`` runs with the operator's rights: it reads
+    the stream, intake and decisions, which no function's role may all do) whose one
+    DynamoDB write, the re-emission (``SignupStore.re_emit``: ``ADD redrive SET undecided``
+    on an intake record, conditioned on it existing), goes through ``re_emitter``. Its
+    attributes (event_id, signup_id, redrive, undecided) are exactly what the due-holds
+    role's UpdateItem on intake allows: the redrive's writes run under that role here."""
+
+    def __init__(self, client: Any, re_emitter: SignupStore) -> None:
+        super().__init__(client, sleep=lambda _: None)
+        self.re_emitter = re_emitter
+
+    def re_emit(self, event_id: str, signup_id: str) -> bool:
+        return self.re_emitter.re_emit(event_id, signup_id)
+
+
+def _failed_batch(aws: Any, plain: SignupStore, stream: Any) -> tuple[Any, str]:
+    """Two signups whose batch failed into the on-failure queue (metadata only, as on AWS);
+    the queue's client and url."""
+    client = aws.client("dynamodb")
+    plain.create_event("gig", 5, NOW)
+    for signup_id in ("u0", "u1"):
+        put_raw_intake(client, "gig", signup_id, submitted_at={"S": NOW})
+    records = stream.read_new()  # delivered, failed, never decided
+    sqs = aws.client("sqs")
+    queue_url = sqs.create_queue(QueueName="failures")["QueueUrl"]
+    info = {
+        "shardId": stream.shard_id,
+        "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+        "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+        "batchSize": len(records),
+        "streamArn": stream.arn,
+    }
+    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps({"DDBStreamBatchInfo": info}))
+    return sqs, queue_url
+
+
+def test_redrive_re_emits_under_the_due_holds_role(aws, as_role, plain, stream):
+    # GIVEN a failed batch in the on-failure queue
+    sqs, queue_url = _failed_batch(aws, plain, stream)
+    due_store, due_client = as_role(DUE_HOLDS)
+    processor_store, processor_client = as_role(PROCESSOR)
+    store = _RedriveStore(aws.client("dynamodb"), due_store)
+
+    def the_stream_delivers(_: float) -> None:
+        assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
+
+    # WHEN the operator redrives it, its re-emissions under the due-holds role
+    result = redrive_queue(
+        store, sqs, queue_url, aws.client("dynamodbstreams"), wait_s=5, sleep=the_stream_delivers
+    )
+    # THEN both records were re-emitted, decided by the processor's role, and the message
+    # deleted; the role was asked for nothing but the re-emissions' updates
+    assert (result.from_stream, result.re_emitted, result.deleted, result.kept) == (2, 2, 1, 0)
+    assert {sid: _status(plain, sid) for sid in ("u0", "u1")} == {
+        "u0": Status.ACCEPTED,
+        "u1": Status.ACCEPTED,
+    }
+    assert due_client.denied == [] and processor_client.denied == []
+    assert {(r.action, _where(r)) for r in due_client.allowed} == {(UPDATE, INTAKE_TABLE)}
+
+
+def test_redrive_is_denied_without_the_due_holds_role_s_update_of_intake(aws, plain, stream):
+    # GIVEN a failed batch in the on-failure queue, and the due-holds role without its
+    # UpdateItem on intake
+    sqs, queue_url = _failed_batch(aws, plain, stream)
+    roles = roles_without(DUE_HOLDS, UPDATE, INTAKE_ARN)
+    client = CheckedClient(aws.client("dynamodb"), DUE_HOLDS, roles=roles)
+    store = _RedriveStore(aws.client("dynamodb"), SignupStore(client, sleep=lambda _: None))
+    # WHEN the operator redrives it
+    with pytest.raises(ClientError) as refused:
+        redrive_queue(store, sqs, queue_url, aws.client("dynamodbstreams"), wait_s=0)
+    # THEN IAM refused the re-emission: nothing came down the stream, nothing was decided,
+    # and the message was not deleted
+    assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    assert {(r.action, _where(r)) for r in client.denied} == {(UPDATE, INTAKE_TABLE)}
+    assert _re_emitted(stream) == []
+    assert _status(plain, "u0") is None
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "1"
