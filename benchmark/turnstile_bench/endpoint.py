@@ -12,6 +12,7 @@ import boto3
 from botocore.config import Config
 
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile.local.roles import role_session
 from turnstile.local.server import EmbeddedAws
 from turnstile.local.stack import ensure_resources, local_aws_environment
 
@@ -23,6 +24,10 @@ HANDLER_ENVIRONMENT = {
     "POWERTOOLS_TRACE_DISABLED": "true",
     "POWERTOOLS_LOG_LEVEL": "WARNING",
 }
+
+
+#: Many producer threads share one client: a pool per thread would need more sockets.
+CLIENT_CONFIG = Config(max_pool_connections=64, retries={"mode": "standard", "max_attempts": 3})
 
 
 def quiet_handler_environment() -> None:
@@ -73,10 +78,19 @@ class LocalEndpoint:
         self.session = boto3.Session()
         ensure_resources(self.session)
         # Many producer threads share one client: a pool per thread would need more sockets.
-        config = Config(max_pool_connections=64, retries={"mode": "standard", "max_attempts": 3})
-        self.client = self.session.client("dynamodb", config=config)
-        self.streams = self.session.client("dynamodbstreams", config=config)
+        self.client = self.session.client("dynamodb", config=CLIENT_CONFIG)
+        self.streams = self.session.client("dynamodbstreams", config=CLIENT_CONFIG)
         return self
+
+    def client_as(self, role: str, service: str = "dynamodb") -> Any:
+        """A client that signs as ``role``'s function (``turnstile.local.roles``): the
+        endpoint authorizes its requests against that function's deployed policy."""
+        return role_session(role).client(service, config=CLIENT_CONFIG)
+
+    def denials(self) -> list[dict[str, Any]]:
+        """What the endpoint refused the functions' roles during this run."""
+        assert self.server is not None
+        return [d.to_dict() for d in self.server.enforcement.denials]
 
     def stream_arn(self) -> str:
         table = self.client.describe_table(TableName=self.intake_table)["Table"]

@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, RequestKind, Status
+from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Function, RequestKind, Status
 from turnstile.processor import BatchResult, IntakeRecord, utc_now
 from turnstile.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
@@ -496,9 +496,17 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
         )
         meters = {name: Meter(name) for name in roles}
 
-        def store(role: str, cls: type[SignupStore] = SignupStore) -> Any:
-            return cls(
-                MeteredClient(endpoint.client, meters[role], sizes),
+        def store(role: str, function: str | None = None) -> Any:
+            """A store metered as ``role``, signing as ``function``'s deployed role (None:
+            a user's, with every right)."""
+            if function is None:
+                metered = MeteredClient(endpoint.client, meters[role], sizes)
+            else:
+                metered = MeteredClient(
+                    endpoint.client_as(function), meters[role], sizes, observer=endpoint.client
+                )
+            return SignupStore(
+                metered,
                 intake_table=endpoint.intake_table,
                 main_table=endpoint.main_table,
                 control_table=endpoint.control_table,
@@ -509,10 +517,13 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
         for event_id in events:
             setup.create_event(event_id, workload.capacity, now)
             _set_options(setup.dynamo.client, endpoint.control_table, event_id, workload)
+        processor_role = endpoint.client_as(Function.PROCESSOR)
         processor_client = _ByTable(
             endpoint.control_table,
-            MeteredClient(endpoint.client, meters["event_item"], sizes),
-            MeteredClient(endpoint.client, meters["decision_items"], sizes),
+            MeteredClient(processor_role, meters["event_item"], sizes),
+            MeteredClient(
+                processor_role, meters["decision_items"], sizes, observer=endpoint.client
+            ),
         )
         processor = _processor_class()(
             _TimedStore(
@@ -524,6 +535,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
             (meters["event_item"], meters["decision_items"]),
             chunk_size=BATCH_SIZE,
         )
+        # Requests are the producers' own updates of their intake items (users' rights).
         requester = _Requester(store("requests"), threads=4)
         watcher = _Watcher(
             MeteredClient(endpoint.client, meters["status_reads"], sizes),
@@ -532,7 +544,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
             requester,
             progress,
         )
-        releaser = _Releaser(store("releaser"), workload.release_period_s)
+        releaser = _Releaser(store("releaser", Function.DUE_HOLDS), workload.release_period_s)
         producers = store("signups")
         stop = threading.Event()
         previous = stream_module._processor
@@ -550,7 +562,9 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
 
             poller = StreamPoller(
                 handler=timed,
-                streams_client=MeteredClient(endpoint.streams, meters["stream"]),
+                streams_client=MeteredClient(
+                    endpoint.client_as(Function.PROCESSOR, "dynamodbstreams"), meters["stream"]
+                ),
                 stream_arn=endpoint.stream_arn(),
                 checkpoints=CheckpointStore(Path(state) / "checkpoints.json"),
                 settings=replace(STREAM_SOURCE, batch_size=BATCH_SIZE),
@@ -567,7 +581,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
             for thread in (*threads, watch):
                 thread.daemon = True
                 thread.start()
-            from turnstile_bench.strategies import _Producers
+            from turnstile_bench.strategies import _Producers, refuse_denials
 
             slot = {s.signup_id: i for i, s in enumerate(signups)}
 
@@ -595,6 +609,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
                 requester.close()
                 stream_module._processor = previous
         progress.finish()
+        refuse_denials(endpoint)
         if requester.errors:
             raise RuntimeError(f"a request failed: {requester.errors[0]!r}")
         tables = _read_tables(endpoint)

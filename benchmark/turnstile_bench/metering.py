@@ -402,12 +402,21 @@ class MeteredClient:
     Every other attribute passes through, so it can stand in for the client anywhere
     (``SignupStore``, ``StreamPoller``). ``sizes`` is shared by all clients writing the
     same tables; ``None`` meters requests only (the streams client).
+
+    To size an update it asks the item back (``ReturnValues=ALL_NEW``) where the caller
+    asked for nothing. A function's role may not allow that (its attribute-restricted
+    updates may return only what they name): given an ``observer`` (a client with every
+    right), it sends the caller's request unchanged and reads the item back through the
+    observer instead, unmetered, as the function's own requests stay exactly as deployed.
     """
 
-    def __init__(self, client: Any, meter: Meter, sizes: ItemSizes | None = None) -> None:
+    def __init__(
+        self, client: Any, meter: Meter, sizes: ItemSizes | None = None, observer: Any = None
+    ) -> None:
         self._client = client
         self.meter = meter
         self.sizes = sizes
+        self.observer = observer
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
@@ -502,7 +511,7 @@ class MeteredClient:
         entries = self._index.entries(item_key)
         asked = kwargs.get("ReturnValues", "NONE")
         call = dict(kwargs)
-        if asked == "NONE":
+        if asked == "NONE" and self.observer is None:
             # The item after the update sizes the write; the caller never sees it.
             call["ReturnValues"] = "ALL_NEW"
         try:
@@ -514,7 +523,8 @@ class MeteredClient:
             new_item = response.get("Attributes") or {}
         else:
             self.meter.note_unmetered()
-            got = self._client.get_item(TableName=table, Key=key, ConsistentRead=True)
+            reader = self.observer or self._client
+            got = reader.get_item(TableName=table, Key=key, ConsistentRead=True)
             new_item = got.get("Item") or {}
         after = item_size(new_item)
         self._index.set(item_key, after, new_item)
@@ -524,7 +534,7 @@ class MeteredClient:
             retries=_retries(response),
             index_write=self._index_units(item_key, entries, new_item),
         )
-        if asked == "NONE":
+        if asked == "NONE" and self.observer is None:
             response = {k: v for k, v in response.items() if k != "Attributes"}
         return response
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Reason, Status
+from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Function, Reason, Status
 from turnstile.domain import Decision, SignupRequest
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
 from turnstile.store import SignupStore
@@ -520,9 +520,16 @@ def run_turnstile(
     setup = Meter("setup")
     create_events(endpoint, workload, sizes, setup)
     meters = {name: Meter(name) for name in ("producers", "processor", "status_reads", "stream")}
+    # The processor as deployed, under its role (and the event source mapping reading the
+    # stream for it); producers and the clients polling for decisions are users.
     processor = CountingProcessor(
         SignupStore(
-            MeteredClient(endpoint.client, meters["processor"], sizes),
+            MeteredClient(
+                endpoint.client_as(Function.PROCESSOR),
+                meters["processor"],
+                sizes,
+                observer=endpoint.client,
+            ),
             intake_table=endpoint.intake_table,
             main_table=endpoint.main_table,
             control_table=endpoint.control_table,
@@ -557,7 +564,9 @@ def run_turnstile(
 
         poller = StreamPoller(
             handler=timed,
-            streams_client=MeteredClient(endpoint.streams, meters["stream"]),
+            streams_client=MeteredClient(
+                endpoint.client_as(Function.PROCESSOR, "dynamodbstreams"), meters["stream"]
+            ),
             stream_arn=endpoint.stream_arn(),
             checkpoints=CheckpointStore(Path(state) / "checkpoints.json"),
             settings=replace(STREAM_SOURCE, batch_size=BATCH_SIZE),
@@ -587,6 +596,7 @@ def run_turnstile(
             for thread in threads:
                 thread.join(timeout=30)
             stream_module._processor = previous
+    refuse_denials(endpoint)
     poller_stats = poller.stats
     return StrategyRun(
         name="turnstile",
@@ -623,6 +633,14 @@ def run_turnstile(
             "audit": _audit(endpoint),
         },
     )
+
+
+def refuse_denials(endpoint: LocalEndpoint) -> None:
+    """A run in which the endpoint refused a function's role anything counts for nothing:
+    the grant is missing on AWS too."""
+    refused = endpoint.denials()
+    if refused:
+        raise RuntimeError(f"the endpoint refused turnstile's own functions: {refused[:3]}")
 
 
 class _LineCounter(io.TextIOBase):

@@ -188,7 +188,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
     worker = Worker(_state_dir(args), from_start=args.from_start)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop_event.set())
-    print(f"turnstile worker: polling {worker.poller.stream_arn}", flush=True)
+    print(
+        f"turnstile worker: polling {worker.poller.stream_arn} as {worker.identity}", flush=True
+    )
     try:
         worker.run(until_idle_s=args.until_idle)
     except KeyboardInterrupt:

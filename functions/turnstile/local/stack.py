@@ -213,24 +213,33 @@ class Worker:
         role's local key on a local endpoint (``turnstile.local.roles``), the caller's own
         on AWS. ``on_decided``: called with each decision the worker's processor commits
         (see ``counting_processor``); not with a ``handler`` of the caller's own."""
-        if session is None:
-            session = role_session(Function.PROCESSOR) if on_local_endpoint() else boto3.Session()
+        #: Whose rights the worker uses, in words (its first line says so).
+        self.identity = "your own credentials"
+        if session is None and on_local_endpoint():
+            session = role_session(Function.PROCESSOR)
+            self.identity = "the stream processor's role"
+        session = session or boto3.Session()
         streams = session.client("dynamodbstreams")
         self.faults: list[FaultInjectingClient] = []
         self.decisions = DecisionStats()
         self.store: Any = None
         fault_rate = float(os.environ.get("TURNSTILE_FAULT_RATE") or 0)
         stuck_event = os.environ.get("TURNSTILE_FAULT_STUCK_EVENT") or None
+        gate = os.environ.get("TURNSTILE_FAULT_COMMIT_GATE") or None
         if handler is None:
             from turnstile.dynamo import default_client
             from turnstile.handlers import stream as stream_module
             from turnstile.store import SignupStore
 
             store_client = default_client(session=session)
-            if fault_rate or stuck_event:
-                # Drills: throttling and 5xx on a share of the worker's DynamoDB calls.
+            if fault_rate or stuck_event or gate:
+                # Drills: throttling and 5xx on a share of the worker's DynamoDB calls, or
+                # its first commit held at a gate.
                 store_client = FaultInjectingClient(
-                    store_client, fault_rate, stuck_event=stuck_event
+                    store_client,
+                    fault_rate,
+                    stuck_event=stuck_event,
+                    commit_gate=Path(gate) if gate else None,
                 )
                 streams = FaultInjectingClient(streams, fault_rate)
                 self.faults = [store_client, streams]
