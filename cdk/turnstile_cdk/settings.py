@@ -85,8 +85,8 @@ class TurnstileSettings:
     #: is throttled and retried by Lambda instead of waiting for the lease.
     sweeper_reserved_concurrency: int | None = 1
     #: A cap on the API: a status read may wait up to 20 s, so a flood of long polls holds
-    #: many instances at once; capped, it is throttled (HTTP 503) before it can use the
-    #: account's concurrency that the processor and the due-holds release need.
+    #: many instances at once; capped, it is throttled (API Gateway answers 500) before it
+    #: can use the account's concurrency that the processor and the due-holds release need.
     api_reserved_concurrency: int | None = 100
     #: Room the release of due holds always has, whatever the API does (one run a minute;
     #: two overlapping runs are harmless).
