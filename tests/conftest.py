@@ -39,13 +39,14 @@ from turnstile.stream_reader import list_shards, read_page, shard_iterator
 
 
 class StreamReader:
-    """Reads the intake table's stream from moto, as Lambda would receive it."""
+    """Reads a table's stream (the intake table's by default) from moto, as Lambda would
+    receive it."""
 
-    def __init__(self, session: boto3.Session) -> None:
+    def __init__(self, session: boto3.Session, table: str | None = None) -> None:
         self.streams = session.client("dynamodbstreams")
-        arn = session.client("dynamodb").describe_table(TableName=INTAKE_TABLE.name)["Table"][
-            "LatestStreamArn"
-        ]
+        arn = session.client("dynamodb").describe_table(TableName=table or INTAKE_TABLE.name)[
+            "Table"
+        ]["LatestStreamArn"]
         self.arn = arn
         self.shard_id = list_shards(self.streams, arn)[0].shard_id
         self._iterator = shard_iterator(self.streams, arn, self.shard_id, "TRIM_HORIZON")
@@ -74,9 +75,13 @@ def aws(request: pytest.FixtureRequest) -> Iterator[boto3.Session]:
     Every store a Lambda handler builds for itself in it runs under its function's
     deployed role (``tests.roles.functions_under_roles``): a request the role would be
     refused on AWS is refused here, and fails the test, unless it is marked
-    ``denials_expected``.
+    ``denials_expected``. Every client, of any session, is held to DynamoDB's key and item
+    limits as AWS holds it (``turnstile.local.limits``): an over-long key is refused on a
+    read too, which moto alone would serve.
     """
-    with mock_aws():
+    from turnstile.local.limits import enforced_in_moto
+
+    with mock_aws(), enforced_in_moto():
         session = boto3.Session(region_name="us-east-1")
         create_tables(session)
         with functions_under_roles() as clients:
@@ -105,6 +110,14 @@ def sweep_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 @pytest.fixture
 def stream(aws: boto3.Session) -> StreamReader:
     return StreamReader(aws)
+
+
+@pytest.fixture
+def wakes(aws: boto3.Session) -> StreamReader:
+    """The control table's stream: the processor's wake-ups (``contract.WAKE_SOURCE``)."""
+    from turnstile.contract import CONTROL_TABLE
+
+    return StreamReader(aws, CONTROL_TABLE.name)
 
 
 @pytest.fixture

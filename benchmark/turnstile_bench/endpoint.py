@@ -92,9 +92,10 @@ class LocalEndpoint:
         assert self.server is not None
         return [d.to_dict() for d in self.server.enforcement.denials]
 
-    def stream_arn(self) -> str:
-        table = self.client.describe_table(TableName=self.intake_table)["Table"]
-        return str(table["LatestStreamArn"])
+    def stream_arn(self, table: str | None = None) -> str:
+        """The stream of ``table`` (default: intake's)."""
+        described = self.client.describe_table(TableName=table or self.intake_table)["Table"]
+        return str(described["LatestStreamArn"])
 
     def __exit__(
         self,

@@ -17,7 +17,7 @@ cause); units and requests are metered per role (processor, producers' signups, 
 requests, releaser, the bench's own polling). Per transition, "processor only" is what the
 stream processor writes (the event item's commits and the decision items), and "with the
 requests" adds the producers' request writes (their intake updates); the releaser's
-re-emissions are reported apart. Batches are sorted by what they carried (first decisions
+wake-ups are reported apart. Batches are sorted by what they carried (first decisions
 only, later moves only, both), so the first decisions' figures stand beside the moves'.
 
 At the end a recount from the tables (unmetered): every item's status and history follow
@@ -42,7 +42,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Function, RequestKind, Status
+from turnstile.contract import (
+    STREAM_SOURCE,
+    WAKE_SOURCE,
+    Attr,
+    ControlKey,
+    Function,
+    RequestKind,
+    Status,
+)
 from turnstile.processor import BatchResult, IntakeRecord, utc_now
 from turnstile.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
@@ -421,19 +429,19 @@ class _Requester:
 class _Releaser:
     """The due-holds scheduler, as ``turnstile local`` runs it: every ``period_s``,
     ``turnstile.due_holds.release_due_holds`` reads the control table's due-holds index and
-    re-emits the intake record of each due event's holding signup (a tick; the step's
-    expiry does the rest)."""
+    wakes each due event (its wake-up item: a tick on the control table's stream; the
+    step's expiry does the rest)."""
 
     def __init__(self, store: SignupStore, period_s: float) -> None:
         self.store = store
         self.period_s = period_s
-        self.re_emits = 0
+        self.wake_ups = 0
 
     def run(self, stop: threading.Event) -> None:
         from turnstile.due_holds import release_due_holds
 
         while not stop.wait(self.period_s):
-            self.re_emits += release_due_holds(self.store, int(time.time() * 1000))
+            self.wake_ups += release_due_holds(self.store, int(time.time() * 1000))
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -552,25 +560,38 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
         with tempfile.TemporaryDirectory(prefix="turnstile-bench-") as state:
             timings: list[float] = []
             handler = quiet(stream_module.handler)
+            one_at_a_time = threading.Lock()  # one container for both mappings
 
             def timed(event: dict[str, Any], context: Any) -> Any:
-                began = time.perf_counter()
-                try:
-                    return handler(event, context)
-                finally:
-                    timings.append(time.perf_counter() - began)
+                with one_at_a_time:
+                    began = time.perf_counter()
+                    try:
+                        return handler(event, context)
+                    finally:
+                        timings.append(time.perf_counter() - began)
 
+            streams = MeteredClient(
+                endpoint.client_as(Function.PROCESSOR, "dynamodbstreams"), meters["stream"]
+            )
+            checkpoints = CheckpointStore(Path(state) / "checkpoints.json")
             poller = StreamPoller(
                 handler=timed,
-                streams_client=MeteredClient(
-                    endpoint.client_as(Function.PROCESSOR, "dynamodbstreams"), meters["stream"]
-                ),
+                streams_client=streams,
                 stream_arn=endpoint.stream_arn(),
-                checkpoints=CheckpointStore(Path(state) / "checkpoints.json"),
+                checkpoints=checkpoints,
                 settings=replace(STREAM_SOURCE, batch_size=BATCH_SIZE),
+            )
+            # The releaser's wake-ups reach the processor on the control table's stream.
+            wake_poller = StreamPoller(
+                handler=timed,
+                streams_client=streams,
+                stream_arn=endpoint.stream_arn(endpoint.control_table),
+                checkpoints=checkpoints,
+                settings=WAKE_SOURCE,
             )
             threads = [
                 threading.Thread(target=poller.run, args=(stop,), name="bench-poller"),
+                threading.Thread(target=wake_poller.run, args=(stop,), name="bench-wakes"),
                 threading.Thread(target=releaser.run, args=(stop,), name="bench-releaser"),
             ]
             watch = threading.Thread(
@@ -640,7 +661,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
             snapshots,
             watcher,
             requester.counts(),
-            releaser.re_emits,
+            releaser.wake_ups,
             sizes,
             endpoint.main_table,
             wall,
@@ -726,7 +747,7 @@ def figures(
     meters: Mapping[str, MeterSnapshot],
     watcher: _Watcher,
     requests_sent: Mapping[str, int],
-    re_emits: int,
+    wake_ups: int,
     sizes: ItemSizes,
     main_table: str,
     wall_s: float,
@@ -773,14 +794,14 @@ def figures(
             "refused": dict(sorted(refusals.items())),
         },
         "requests_sent": dict(sorted(requests_sent.items())),
-        "re_emits": re_emits,
+        "wake_ups": wake_ups,
         "per_transition": {
             "note": (
                 "processor only: the stream processor's writes (the event item's commits, "
                 "the decision items' puts and updates); with requests: plus the producers' "
                 "request writes (the intake updates of confirms and cancels, and their "
                 "undecided index entries); the signups' own intake puts and the releaser's "
-                "re-emissions are reported apart"
+                "wake-ups are reported apart"
             ),
             "processor_write_units": _per(processor.total_write_units, n),
             "write_units_with_requests": _per(processor.total_write_units + request_writes, n),
@@ -808,8 +829,8 @@ def figures(
             "request_index_write_units": requests.total_index_write_units,
         },
         "releaser": {
-            "note": "the due-holds scheduler's part: Query of the due-holds index, re-emissions",
-            "re_emits": re_emits,
+            "note": "the due-holds scheduler's part: Query of the due-holds index, wake-ups",
+            "wake_ups": wake_ups,
             "write_units_per_expiry": _per(releaser.total_write_units, causes.get("expiry", 0)),
             "requests": releaser.total_requests,
             "read_units": round(releaser.total_read_units, 2),
@@ -1065,7 +1086,7 @@ def render_lifecycle(doc: Mapping[str, Any]) -> str:
         + (", ".join(f"{r} {n}" for r, n in t["refused"].items()) or "none"),
         "requests sent: "
         + (", ".join(f"{k} {n}" for k, n in doc["requests_sent"].items()) or "none")
-        + f"; re-emissions of due holds: {doc['re_emits']}",
+        + f"; wake-ups of due holds: {doc['wake_ups']}",
         "",
         f"{'batches of':<18}{'batches':>8}{'transitions':>12}{'proc WU/tr':>11}"
         f"{'proc req/tr':>12}{'proc RU/tr':>11}",
@@ -1096,7 +1117,7 @@ def render_lifecycle(doc: Mapping[str, Any]) -> str:
         f"({_f(per['decision_item_writes'])} writes); the event item up to "
         f"{doc['event_item']['bytes_max']} B, {_f(doc['event_item']['write_units_per_commit'], 1)}"
         " WU per commit",
-        f"releaser (due holds): {doc['releaser']['re_emits']} re-emissions, "
+        f"releaser (due holds): {doc['releaser']['wake_ups']} wake-ups, "
         f"{_f(doc['releaser']['write_units_per_expiry'])} WU per expiry, "
         f"{doc['releaser']['requests']} requests; decision items up to "
         f"{doc['decision_item_bytes']['max']} B "

@@ -44,6 +44,7 @@ from turnstile.contract import (
     Attr,
     ControlKey,
     HoldAttr,
+    WakeAttr,
 )
 
 __all__ = [
@@ -67,6 +68,31 @@ NARROW_RETURN_VALUES = ("NONE", "UPDATED_OLD", "UPDATED_NEW")
 
 _EVENT_ITEMS = f"{ControlKey.EVENT_PREFIX}*"
 _HELD_EVENTS = f"{ControlKey.PARK_PREFIX}*"
+_WAKE_ITEMS = f"{ControlKey.WAKE_PREFIX}*"
+#: What waking an event names of its wake-up item.
+WAKE_ATTRIBUTES = (
+    ControlKey.PK,
+    ControlKey.SK,
+    WakeAttr.WAKES,
+    WakeAttr.WOKEN_AT,
+    WakeAttr.REASON,
+    Attr.HOLD_DUE_AT,
+    Attr.HOLD_DUE_SHARD,
+)
+
+
+def _wakes(who: str) -> TableGrant:
+    """Waking events: an update of their wake-up items (``EventItems.wake``) only."""
+    return TableGrant(
+        CONTROL,
+        ("dynamodb:UpdateItem",),
+        leading_keys=(_WAKE_ITEMS,),
+        attributes=WAKE_ATTRIBUTES,
+        why=f"wakes events (EventItems.wake: {who}): the wake-up item's counter, time and "
+        "reason (and it leaves the due-holds index, if a failed step had put it there), "
+        "whose record on the control table's stream makes the processor take a step",
+    )
+
 
 
 @dataclass(frozen=True)
@@ -160,6 +186,20 @@ PROCESSOR_GRANTS = (
         leading_keys=(_HELD_EVENTS,),
         why="parks and unparks a held event's records (park, unpark): never an event item",
     ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:UpdateItem",),
+        leading_keys=(_WAKE_ITEMS,),
+        attributes=(
+            ControlKey.PK,
+            ControlKey.SK,
+            Attr.EVENT_ID,
+            Attr.HOLD_DUE_AT,
+            Attr.HOLD_DUE_SHARD,
+        ),
+        why="puts a wake-up whose step failed in the due-holds index, to be written again "
+        "(wake_later): never its counter",
+    ),
 )
 
 #: The HTTP API: creates, re-sizes and closes events, writes intake, reads everything it
@@ -185,12 +225,13 @@ API_GRANTS = (
             Attr.EVENT_ID,
             Attr.SIGNUP_ID,
             Attr.REQUEST,
+            Attr.REQUESTS,
             Attr.REQUEST_COUNT,
             Attr.UNDECIDED,
         ),
         why="records a confirm or cancel on the signup's intake record (request_transition, "
-        "a transaction): the request, its count and the undecided marker, conditioned on "
-        "the record existing; never the signup's seats or attributes",
+        "a transaction): the request, the requests' log, their count and the undecided "
+        "marker, conditioned on the record existing; never the signup's seats or attributes",
     ),
     TableGrant(
         MAIN,
@@ -222,6 +263,7 @@ API_GRANTS = (
         why="creates (attribute_not_exists), re-sizes and closes events: create_event, "
         "update_capacity, close_event",
     ),
+    _wakes("a close or a capacity change is acted on at once"),
 )
 
 #: The sweeper: its own lease and run history, re-emission of intake records, reads.
@@ -281,28 +323,25 @@ SWEEPER_GRANTS = (
             HoldAttr.FIRST_SEQUENCE_NUMBER,
             HoldAttr.ERROR,
             Attr.VERSION,
+            Attr.HOLD_DUE_AT,
+            Attr.HOLD_DUE_SHARD,
         ),
         why="lifts a hold with nothing parked under it (lift_hold: clears the marker's "
-        "fields, conditioned on its version); it never writes a parked record's content",
+        "fields, its place in the due-holds index included, conditioned on its version); "
+        "it never writes a parked record's content",
     ),
+    _wakes("a held event is released"),
 )
 
 #: Releasing due holds (``turnstile.due_holds``): it reads the control table's ``due-holds``
-#: index and nothing else of control, and re-emits intake records, naming only their keys,
-#: the re-emissions' counter and the marker (``SignupStore.re_emit``).
+#: index and wakes the events due; it touches no intake record.
 DUE_HOLDS_GRANTS = (
     TableGrant(
         CONTROL,
         ("dynamodb:Query",),
         index=DUE_HOLDS_INDEX.name,
-        why="finds the events whose earliest hold is due (due_events: a Query of the index, "
-        "which projects an event's id and its holding signup only)",
+        why="finds the events with a step due (due_events: a Query of the index, which "
+        "projects an event's id; an event item's earliest hold, a held event's release)",
     ),
-    TableGrant(
-        INTAKE,
-        ("dynamodb:UpdateItem",),
-        attributes=(Attr.EVENT_ID, Attr.SIGNUP_ID, Attr.RE_EMITS, Attr.UNDECIDED),
-        why="re-emits the holding signup's intake record (SignupStore.re_emit: ADD redrive, "
-        "SET undecided, conditioned on the record existing); it never deletes or replaces one",
-    ),
+    _wakes("a hold lapsed, a release to try"),
 )

@@ -7,7 +7,13 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from turnstile.contract import FUNCTION_HANDLERS, STREAM_SOURCE, EventSourceSettings, Function
+from turnstile.contract import (
+    FUNCTION_HANDLERS,
+    STREAM_SOURCE,
+    WAKE_SOURCE,
+    EventSourceSettings,
+    Function,
+)
 
 from .event_source import event_source_mapping_properties
 from .functions import FunctionConstruct, FunctionConstructProps
@@ -21,7 +27,9 @@ class StreamProcessorConstruct(Construct):
     of decisions.
 
     Parts: ``function``, ``failure_queue`` (metadata of batches given up on: the input of
-    ``turnstile redrive``) and ``event_source_mapping`` (settings from contract.STREAM_SOURCE).
+    ``turnstile redrive``), ``event_source_mapping`` (the intake stream, settings from
+    contract.STREAM_SOURCE) and ``wake_mapping`` (the control table's stream, its wake-ups
+    only: contract.WAKE_SOURCE).
     """
 
     def __init__(
@@ -75,6 +83,7 @@ class StreamProcessorConstruct(Construct):
         # Read the stream (and intake items, for crash recovery); on main exactly what
         # deciding needs; never write intake.
         props.intake.grant_stream_read(self.function)
+        props.control.grant_stream_read(self.function)
         self.handler.grant_tables(PROCESSOR_GRANTS)
         self.failure_queue.grant_send_messages(self.function)
 
@@ -96,7 +105,22 @@ class StreamProcessorConstruct(Construct):
         # template and the local poller cannot disagree.
         for name, value in event_source_mapping_properties(settings).items():
             self.event_source_mapping.add_property_override(name, value)
-        # Creating the mapping checks the role can read the stream: grants first.
+        # Wake-ups: the control table's stream, filtered to wake-up items. No on-failure
+        # destination: a wake-up given up on is written again (the due-holds index keeps
+        # what is due until it is done), and redrive reads intake records only.
+        wake_stream = props.control.table_stream_arn
+        if wake_stream is None:
+            raise ValueError("the control table has no stream")
+        self.wake_mapping = lambda_.CfnEventSourceMapping(
+            self,
+            "WakeStreamMapping",
+            function_name=self.function.function_name,
+            event_source_arn=wake_stream,
+        )
+        for name, value in event_source_mapping_properties(WAKE_SOURCE).items():
+            self.wake_mapping.add_property_override(name, value)
+        # Creating a mapping checks the role can read the stream: grants first.
         role_policy = self.handler.role.node.try_find_child("DefaultPolicy")
         if role_policy is not None:
             self.event_source_mapping.node.add_dependency(role_policy)
+            self.wake_mapping.node.add_dependency(role_policy)

@@ -20,7 +20,15 @@ from decimal import Decimal
 from typing import Any
 
 from turnstile.clock import age_s
-from turnstile.contract import Attr, HistoryKey, HoldAttr, Reason, Status
+from turnstile.contract import (
+    Attr,
+    HistoryKey,
+    HoldAttr,
+    Reason,
+    Status,
+    fits_partition_key,
+    is_id,
+)
 from turnstile.errors import EventNotFoundError
 from turnstile.events import EventRecord
 from turnstile.lifecycle import ALLOWED_TRANSITIONS, SEATED
@@ -323,13 +331,23 @@ def audit_stable(
     """Audit one event from a view that held still (see the module's docstring).
 
     Returns the report and whether the event has any row at all.
+
+    An event id that is not an id (``contract.is_id``: a producer's, read from intake) has
+    no event item, hold or parked record, as nothing turnstile keeps is keyed by one: their
+    keys are never built (prefixed, such an id may be a key DynamoDB refuses). Its intake
+    records and decisions are audited all the same.
     """
+    keeps_items = is_id(event_id)
+
+    def event_item() -> EventRecord | None:
+        return store.get_event(event_id) if keeps_items else None
+
     for _ in range(attempts):
-        before = store.get_event(event_id)
+        before = event_item()
         # The main table holds only decisions: an item without a status is a violation.
         decisions = list(store.decision_items(event_id))
         intake = list(store.intake_items(event_id))
-        after = store.get_event(event_id)
+        after = event_item()
         moved = (before is None) != (after is None) or (
             before is not None and after is not None and before.snapshot != after.snapshot
         )
@@ -346,7 +364,7 @@ def audit_stable(
                 if status_of.get(u.signup_id) == u.from_status and Attr.STATUS in u.set
             }
             decisions = [d for d in decisions if d.get(Attr.SIGNUP_ID) not in journal_ids]
-        hold = store.get_hold(event_id)
+        hold = store.get_hold(event_id) if keeps_items else None
         held_ids: set[str] = set()
         if hold is not None:
             decided = {d.get(Attr.SIGNUP_ID) for d in decisions} | journal_ids
@@ -419,8 +437,11 @@ def audit(
     now: datetime | None = None,
     attempts: int = READ_ATTEMPTS,
 ) -> AuditReport:
-    """Check every event (or one); ``EventNotFoundError`` for an event with no row at all."""
+    """Check every event (or one); ``EventNotFoundError`` for an event with no row at all
+    (as for an event id no table's key can hold: it is not even read)."""
     now = now or datetime.now(UTC)
+    if event_id is not None and not fits_partition_key(event_id):
+        raise EventNotFoundError(f"no such event {event_id[:60]!r}")
     reports = []
     for eid in [event_id] if event_id is not None else _event_ids(store):
         report, exists = audit_stable(store, eid, pending_grace_s, now, attempts)

@@ -33,10 +33,14 @@ __all__ = [
     "MAIN_TABLE",
     "MAX_ATTRIBUTES_BYTES",
     "MAX_HOLD_SECONDS",
+    "MAX_ITEM_BYTES",
     "MAX_LINEUP_ENTRIES",
+    "MAX_PARTITION_KEY_BYTES",
+    "MAX_SORT_KEY_BYTES",
     "STREAM_SOURCE",
     "UNDECIDED_INDEX",
     "UNDECIDED_SHARDS",
+    "WAKE_SOURCE",
     "Attr",
     "ControlKey",
     "EventSourceSettings",
@@ -52,8 +56,12 @@ __all__ = [
     "RunStatus",
     "Status",
     "TableSpec",
+    "WakeAttr",
+    "WakeReason",
     "control_table_name",
+    "fits_partition_key",
     "intake_table_name",
+    "is_id",
     "main_table_name",
     "undecided_shard",
 ]
@@ -63,6 +71,33 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 #: The largest ``attributes`` map a signup may carry, in DynamoDB's item-size bytes.
 MAX_ATTRIBUTES_BYTES = 4096
+
+#: DynamoDB's limits: a partition key value of 1 to 2,048 bytes and a sort key value of 1
+#: to 1,024 (a string's UTF-8, a binary's raw bytes), refused past them on every operation
+#: that takes a key, reads included; an item of at most 400 KB (``turnstile.itemsize``).
+MAX_PARTITION_KEY_BYTES = 2048
+MAX_SORT_KEY_BYTES = 1024
+MAX_ITEM_BYTES = 400 * 1024
+
+
+def is_id(value: Any) -> bool:
+    """Whether ``value`` is an id (``ID_PATTERN``, in full). Only an id ever names an event
+    item, a hold or a parked record, so a control key is built from nothing else: the
+    longest one an id makes (``PARK#`` and 128 characters) is far inside the limits, while
+    an event id read from intake may be up to 2,048 bytes, and prefixed, one AWS refuses."""
+    return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
+
+
+def fits_partition_key(value: Any) -> bool:
+    """Whether DynamoDB takes ``value`` as a string partition key value: 1 to
+    ``MAX_PARTITION_KEY_BYTES`` bytes of UTF-8 (every intake record's event id does)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 at all
+        return False
+    return 0 < size <= MAX_PARTITION_KEY_BYTES
 
 
 
@@ -104,6 +139,16 @@ class ControlKey:
     @classmethod
     def hold(cls, event_id: str) -> tuple[str, str]:
         return f"{cls.PARK_PREFIX}{event_id}", cls.HOLD_SK
+
+    # An event's wake-up: written by whatever needs the event to take a step (a hold due,
+    # an organizer's change, a held event to release); its stream record is the step's
+    # record (``WAKE_SOURCE``). Turnstile's own: no producer can write, delete or block it.
+    WAKE_PREFIX = "WAKE#"
+    WAKE_SK = "WAKE"
+
+    @classmethod
+    def wake(cls, event_id: str) -> tuple[str, str]:
+        return f"{cls.WAKE_PREFIX}{event_id}", cls.WAKE_SK
 
     @classmethod
     def parked(cls, event_id: str, sequence_number: str) -> tuple[str, str]:
@@ -183,6 +228,10 @@ class Attr:
     #: On intake: how many requests were made (every request adds one). On the decision
     #: item: how many of them the processor has answered (applied or refused).
     REQUEST_COUNT = "request_count"
+    #: On intake: every request made, oldest first (a list of ``RequestKind``): the log
+    #: that lets a record recovered from intake (its stream records lost) answer each
+    #: request in order, not only the latest.
+    REQUESTS = "requests"
     # decision item, the processor's
     #: When a HELD signup's hold lapses (ISO-8601 UTC, the format of ``decided_at``).
     HOLD_EXPIRES_AT = "hold_expires_at"
@@ -305,6 +354,26 @@ INTAKE_RETENTION_ENV = "TURNSTILE_INTAKE_RETENTION_DAYS"
 DECISION_RETENTION_ENV = "TURNSTILE_DECISION_RETENTION_DAYS"
 
 
+class WakeAttr:
+    """Attributes of an event's wake-up item (``ControlKey.wake``)."""
+
+    #: How many wake-ups it has had (each an ``ADD``: a MODIFY the control stream delivers).
+    WAKES = "wakes"
+    #: When the last one was written, and why (``WakeReason``).
+    WOKEN_AT = "woken_at"
+    REASON = "reason"
+
+
+class WakeReason:
+    """Why an event was woken."""
+
+    HOLD_DUE = "hold_due"
+    RETRY = "retry"
+    CAPACITY = "capacity"
+    CLOSE = "close"
+    SWEEP = "sweep"
+
+
 class HoldAttr:
     """Attributes of a held event's items in the control table (besides ``Attr``'s)."""
 
@@ -314,6 +383,8 @@ class HoldAttr:
     ERROR = "error"
     #: On a parked record: why the request is invalid (it is rejected when released).
     PROBLEM = "problem"
+    #: On a parked record: when TTL deletes its intake record (its decision outlives it).
+    INTAKE_EXPIRES_AT = "intake_expires_at"
 
 
 class RequestKind:
@@ -577,6 +648,9 @@ CONTROL_TABLE = TableSpec(
     env_var="TURNSTILE_CONTROL_TABLE",
     partition_key=ControlKey.PK,
     sort_key=ControlKey.SK,
+    # Keys only: the processor needs a wake-up's key (its event), never an image, and an
+    # event item is far too big to stream with every commit.
+    stream_view_type="KEYS_ONLY",
     indexes=(DUE_HOLDS_INDEX,),
 )
 
@@ -644,3 +718,14 @@ class EventSourceSettings:
 
 
 STREAM_SOURCE = EventSourceSettings()
+
+#: The control table's stream into the same processor: only wake-ups pass (a commit, a
+#: parked record, the sweeper's lease are filtered out before any invocation).
+WAKE_SOURCE = EventSourceSettings(
+    filter_patterns=(
+        {
+            "eventName": ["INSERT", "MODIFY"],
+            "dynamodb": {"Keys": {ControlKey.PK: {"S": [{"prefix": ControlKey.WAKE_PREFIX}]}}},
+        },
+    ),
+)

@@ -14,11 +14,13 @@ from typing import Any
 
 from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
 from turnstile.itemsize import value_size
+from turnstile.personal_data import intake_expiry
 
 __all__ = [
     "MAX_ATTRIBUTES_DEPTH",
     "MAX_CAPACITY",
     "MAX_DETAIL_CHARS",
+    "MAX_LOGGED_REQUESTS",
     "MAX_SEATS",
     "MAX_SUBMITTED_AT_CHARS",
     "Decision",
@@ -86,6 +88,15 @@ class SignupRequest:
     #: How many requests the producer has made of this signup (``Attr.REQUEST_COUNT``; a
     #: fraction rounded up); None when the record's count is no number of 0 or more.
     request_count: int | None = 0
+    #: A wake-up of the event (a record of the control table's stream), not a signup's
+    #: record: it only lets the event's time advance (``signup_id`` is empty).
+    tick: bool = False
+    #: Every request the producer has made, oldest first (``Attr.REQUESTS``), each as text
+    #: (anything else as "": refused as invalid); None when the record keeps no log.
+    requests: tuple[str, ...] | None = None
+    #: When TTL deletes the intake record (epoch seconds), None when it never does: its
+    #: decision must outlive it (``personal_data.decision_expires_at``).
+    expires_at: int | None = None
 
 
 @dataclass(frozen=True)
@@ -313,7 +324,22 @@ def parse_request(
         # Present but not text: a request all the same, refused as invalid.
         request=_bounded(request, 64) if isinstance(request, str) else request and "",
         request_count=request_count,
+        requests=_request_log(image.get("requests")),
+        expires_at=intake_expiry(image.get("expires_at")),
     )
+
+
+#: The most requests one record is read for (a log longer than this, past what it has
+#: answered, is answered by its latest request alone, as a record without a log is).
+MAX_LOGGED_REQUESTS = 64
+
+
+def _request_log(raw: Any) -> tuple[str, ...] | None:
+    """Rule: the request log is a list; each entry a request's text (anything else reads
+    as "", refused as invalid). Not a list: no log."""
+    if not isinstance(raw, list):
+        return None
+    return tuple(_bounded(r, 64) if isinstance(r, str) else "" for r in raw[:100_000])
 
 
 def _count(raw: Any) -> tuple[int | None, bool]:

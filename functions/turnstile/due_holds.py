@@ -1,19 +1,18 @@
-"""Releasing due holds: make a step of every event whose earliest hold has lapsed.
+"""Releasing due holds: wake every event that has a step due.
 
-The lifecycle engine lapses a hold only when a step of its event runs, and a step runs only
-when a record of the event arrives (docs/lifecycle.md §5). An event with no traffic would
-keep a lapsed hold's seats. So every commit of an event that holds seats writes, on its
-event item, ``hold_due_at`` (the earliest ``hold_expires_at``, epoch ms), the signup that
-holds it (``hold_due_signup``) and ``hold_due_shard`` (``DUE_HOLDS_SHARD``): the key of the
-control table's sparse ``due-holds`` index. ``release_due_holds`` reads that index for the
-events due by ``now_ms`` and re-emits the intake record of each one's holding signup
-(``SignupStore.re_emit``: the bump of ``redrive`` and the ``undecided`` marker, a MODIFY the
-stream filter lets through). The processor passes it as a tick, and the step's expiry
-releases every hold due at the processor's own clock. It decides nothing itself.
+The lifecycle engine lapses a hold only when a step of its event runs (docs/lifecycle.md
+§5). An event with no traffic would keep a lapsed hold's seats. So every commit of an event
+that holds seats writes, on its event item, ``hold_due_at`` (the earliest
+``hold_expires_at``, epoch ms) and ``hold_due_shard`` (``DUE_HOLDS_SHARD``): the key of the
+control table's sparse ``due-holds`` index. A held event's marker (an event whose deciding
+failed, its records parked) is in the same index, due when its release should be tried.
+``release_due_holds`` reads the index for what is due by ``now_ms`` and wakes each event:
+a write of its wake-up item (``ControlKey.wake``), turnstile's own, whose record on the
+control table's stream the processor takes as a tick of the event (or a release, if the
+event is held). It decides nothing itself, and touches nothing a producer wrote.
 
 Run every second by ``turnstile local`` and every minute on AWS
-(``turnstile.handlers.due_holds``). Re-emitting twice is harmless: the second is one more
-tick.
+(``turnstile.handlers.due_holds``). Waking twice is harmless: the second is one more tick.
 """
 
 from __future__ import annotations
@@ -22,9 +21,14 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from turnstile.contract import DUE_HOLDS_INDEX, DUE_HOLDS_SHARD, ID_PATTERN, Attr, ControlKey
-from turnstile.dynamo import AccessDenied
-from turnstile.personal_data import signup_ref
+from turnstile.contract import (
+    DUE_HOLDS_INDEX,
+    DUE_HOLDS_SHARD,
+    ID_PATTERN,
+    Attr,
+    ControlKey,
+    WakeReason,
+)
 
 if TYPE_CHECKING:
     from turnstile.store import SignupStore
@@ -58,55 +62,48 @@ def due_events(store: SignupStore, now_ms: int) -> Iterator[dict[str, Any]]:
     )
 
 
-def _ids(entry: dict[str, Any]) -> tuple[str, str] | None:
-    """The entry's event and holding signup, or None when either is not an id (or the
-    entry is not an event item's): the item is the processor's, but its ids came from
-    intake, and an id outside ``ID_PATTERN`` is never used to name an item."""
+def _due(entry: dict[str, Any]) -> tuple[str, str] | None:
+    """The entry's event and why it is due: an event item whose earliest hold lapsed, a
+    held event's marker (a release to try), or a wake-up whose step failed (to write
+    again). None when the entry is none of these, or its event
+    id is not an id: the item is the processor's, but the id came from intake, and an id
+    outside ``ID_PATTERN`` never names an item."""
     event_id = entry.get(Attr.EVENT_ID)
-    signup_id = entry.get(Attr.HOLD_DUE_SIGNUP)
-    if not isinstance(event_id, str) or not isinstance(signup_id, str):
+    if not isinstance(event_id, str) or not ID_PATTERN.fullmatch(event_id):
         return None
-    if not ID_PATTERN.match(event_id) or not ID_PATTERN.match(signup_id):
-        return None
-    if (entry.get(ControlKey.PK), entry.get(ControlKey.SK)) != ControlKey.event(event_id):
-        return None
-    return event_id, signup_id
+    key = (entry.get(ControlKey.PK), entry.get(ControlKey.SK))
+    if key == ControlKey.event(event_id):
+        return event_id, WakeReason.HOLD_DUE
+    if key in (ControlKey.hold(event_id), ControlKey.wake(event_id)):
+        return event_id, WakeReason.RETRY
+    return None
 
 
 def release_due_holds(store: SignupStore, now_ms: int, limit: int | None = None) -> int:
-    """Re-emit the holding signup's intake record of every event whose ``hold_due_at`` is
-    at or before ``now_ms`` (epoch milliseconds); how many it re-emitted.
+    """Wake every event whose earliest hold is due at ``now_ms`` (epoch milliseconds), and
+    every held event whose release is due; how many it woke.
 
-    An entry is skipped, with one log line, when its ids are not ids, its signup has no
-    intake record any more, or the re-emission fails (a producer wrote ``redrive`` as
-    something ``ADD`` refuses); it never raises for one entry. A Query that fails raises:
-    the caller's next period tries again. ``limit``: at most this many re-emissions.
+    A wake-up is a write of the event's own wake-up item in the control table
+    (``SignupStore.wake``), which no producer can reach: nothing written to intake, and
+    no intake record deleted or rewritten, can keep an event from its step. An entry that
+    names no event is skipped, with one log line. A failure raises: the caller's next
+    period tries again. ``limit``: at most this many wake-ups.
     """
-    re_emitted = 0
+    due: dict[str, str] = {}
     for entry in due_events(store, now_ms):
-        if limit is not None and re_emitted >= limit:
-            break
-        ids = _ids(entry)
-        if ids is None:
+        found = _due(entry)
+        if found is None:
             log.warning(
-                "due hold skipped: not an event item with valid ids (pk %.80r)",
+                "due entry skipped: not an event item or a hold marker with a valid id "
+                "(pk %.80r)",
                 entry.get(ControlKey.PK),
             )
             continue
-        event_id, signup_id = ids
-        # Logs name a signup by its reference, never its id (personal data).
-        ref = signup_ref(event_id, signup_id)
-        try:
-            found = store.re_emit(event_id, signup_id)
-        except AccessDenied:
-            raise  # a missing grant is no bad entry: fail the run, loudly
-        except Exception as exc:  # one bad entry never stops the others
-            log.warning("due hold of %s (%s) not re-emitted: %s", event_id, ref, str(exc)[:200])
-            continue
-        if not found:
-            log.warning(
-                "due hold of %s (%s) not re-emitted: its intake record is gone", event_id, ref
-            )
-            continue
-        re_emitted += 1
-    return re_emitted
+        due.setdefault(*found)
+    woken = 0
+    for event_id, reason in due.items():
+        if limit is not None and woken >= limit:
+            break
+        store.wake(event_id, reason)
+        woken += 1
+    return woken

@@ -15,9 +15,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from turnstile.contract import MAX_LINEUP_ENTRIES, Attr, ControlKey, EventState
+from turnstile.clock import utc_now
+from turnstile.contract import (
+    DUE_HOLDS_SHARD,
+    MAX_LINEUP_ENTRIES,
+    Attr,
+    ControlKey,
+    EventState,
+    WakeAttr,
+    WakeReason,
+)
 from turnstile.domain import EventSnapshot
-from turnstile.dynamo import ConditionFailed, Dynamo, event_key, from_item
+from turnstile.dynamo import ConditionFailed, Dynamo, control_key, event_key, from_item
 from turnstile.errors import (
     CapacityBelowTakenError,
     EventExistsError,
@@ -217,6 +226,19 @@ class EventItems:
         item = self.dynamo.get(self.control_table, event_key(event_id), consistent)
         return EventRecord.from_values(item) if item is not None else None
 
+    def last_journal(self, event_id: str) -> Journal | None:
+        """The event's last commit (its journal alone, read consistently), or None."""
+        response = self.dynamo.call(
+            "get_item",
+            TableName=self.control_table,
+            Key=event_key(event_id),
+            ConsistentRead=True,
+            ProjectionExpression="#j",
+            ExpressionAttributeNames={"#j": Attr.JOURNAL},
+        )
+        blob = response.get("Item", {}).get(Attr.JOURNAL, {}).get("B")
+        return Journal.decode(bytes(blob)) if blob is not None else None
+
     def scan_events(self) -> Iterator[EventRecord]:
         """Every event (the audit's and the CLI's listing; never the decision path)."""
         for item in self.event_items():
@@ -264,8 +286,61 @@ class EventItems:
                 },
             )
         except ConditionFailed:
-            return self.get_event(event_id), False
+            record = self.get_event(event_id)
+            if record is not None:
+                # Closed already: maybe by a call that failed before its wake-up.
+                self.wake(event_id, WakeReason.CLOSE)
+            return record, False
+        self.wake(event_id, WakeReason.CLOSE)
         return self.get_event(event_id), True
+
+    def wake(self, event_id: str, reason: str, now: str | None = None) -> None:
+        """Make the event take a step soon: a write of its wake-up item, whose record on
+        the control table's stream the processor takes as a tick of the event (a lapsed
+        hold, a waitlist promoted into seats given back or added, a close acted on, a held
+        event released). Turnstile's own item: nothing a producer writes can stop it.
+        Idempotent in effect (a second tick finds nothing more to do)."""
+        self.dynamo.call(
+            "update_item",
+            TableName=self.control_table,
+            Key=control_key(ControlKey.wake(event_id)),
+            # A wake-up that was due to be written again (``wake_later``) is written now.
+            UpdateExpression="ADD #n :one SET #at = :at, #why = :why REMOVE #due, #shard",
+            ExpressionAttributeNames={
+                "#n": WakeAttr.WAKES,
+                "#at": WakeAttr.WOKEN_AT,
+                "#why": WakeAttr.REASON,
+                "#due": Attr.HOLD_DUE_AT,
+                "#shard": Attr.HOLD_DUE_SHARD,
+            },
+            ExpressionAttributeValues={
+                ":one": {"N": "1"},
+                ":at": {"S": now or utc_now()},
+                ":why": {"S": reason},
+            },
+        )
+
+    def wake_later(self, event_id: str, due_ms: int) -> None:
+        """A wake-up whose step failed is written again at ``due_ms`` (epoch ms): its item
+        is put in the due-holds index, which the release of due holds reads (and ``wake``
+        takes it out again). So no wake-up is lost, a close or a capacity change's included,
+        however often its step fails."""
+        self.dynamo.call(
+            "update_item",
+            TableName=self.control_table,
+            Key=control_key(ControlKey.wake(event_id)),
+            UpdateExpression="SET #event = :event, #due = :due, #shard = :shard",
+            ExpressionAttributeNames={
+                "#event": Attr.EVENT_ID,
+                "#due": Attr.HOLD_DUE_AT,
+                "#shard": Attr.HOLD_DUE_SHARD,
+            },
+            ExpressionAttributeValues={
+                ":event": {"S": event_id},
+                ":due": {"N": str(int(due_ms))},
+                ":shard": {"S": DUE_HOLDS_SHARD},
+            },
+        )
 
     def update_capacity(self, event_id: str, capacity: int, attempts: int = 10) -> EventRecord:
         """Set an event's capacity: up at any time, down to the seats taken and no lower.
@@ -324,6 +399,8 @@ class EventItems:
                 )
             except ConditionFailed:
                 continue  # a commit or another change moved the event on: read again
+            # Seats added may be the waitlist's now: the event takes a step.
+            self.wake(event_id, WakeReason.CAPACITY)
             updated = self.get_event(event_id)
             if updated is None:  # pragma: no cover - event items are never deleted
                 raise EventNotFoundError(f"no event {event_id!r}")

@@ -9,13 +9,17 @@ release that read version N can never lift a hold placed after it (no ABA).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from turnstile.contract import Attr, ControlKey, HoldAttr
+from turnstile.clock import parse_timestamp
+from turnstile.contract import DUE_HOLDS_SHARD, Attr, ControlKey, HoldAttr
 from turnstile.domain import SignupRequest
 from turnstile.dynamo import ConditionFailed, Dynamo, control_key, event_key, from_item, to_item
 from turnstile.events import EventRecord
+from turnstile.personal_data import intake_expiry
 
 __all__ = ["MAX_HOLD_ERROR_CHARS", "HeldEvents"]
 
@@ -101,6 +105,8 @@ class HeldEvents:
                         HoldAttr.PROBLEM: request.problem,
                         Attr.REQUEST: request.request,
                         Attr.REQUEST_COUNT: request.request_count,
+                        Attr.REQUESTS: list(request.requests) if request.requests else None,
+                        HoldAttr.INTAKE_EXPIRES_AT: request.expires_at,
                     }
                 ),
             )
@@ -111,16 +117,22 @@ class HeldEvents:
             "#event": Attr.EVENT_ID,
             "#since": HoldAttr.HELD_SINCE,
             "#first": HoldAttr.FIRST_SEQUENCE_NUMBER,
+            "#due": Attr.HOLD_DUE_AT,
+            "#shard": Attr.HOLD_DUE_SHARD,
         }
         values: dict[str, Any] = {
             ":one": {"N": "1"},
             ":event": {"S": event_id},
             ":now": {"S": now},
             ":first": {"S": first},
+            ":due": {"N": str(_ms(now))},
+            ":shard": {"S": DUE_HOLDS_SHARD},
         }
+        # Due at once in the due-holds index: the next period wakes the event, whose
+        # processor then releases it (no producer's record needed).
         expression = (
             "ADD #version :one SET #event = :event, #since = if_not_exists(#since, :now), "
-            "#first = if_not_exists(#first, :first)"
+            "#first = if_not_exists(#first, :first), #due = :due, #shard = :shard"
         )
         if error:
             expression += ", #error = :error"
@@ -167,6 +179,12 @@ class HeldEvents:
                     request_count=(
                         int(item[Attr.REQUEST_COUNT]) if Attr.REQUEST_COUNT in item else None
                     ),
+                    requests=(
+                        tuple(str(r) for r in item[Attr.REQUESTS])
+                        if isinstance(item.get(Attr.REQUESTS), list)
+                        else None
+                    ),
+                    expires_at=intake_expiry(item.get(HoldAttr.INTAKE_EXPIRES_AT)),
                 )
             )
         return requests
@@ -185,19 +203,48 @@ class HeldEvents:
                 "update_item",
                 TableName=self.control_table,
                 Key=control_key(ControlKey.hold(event_id)),
-                UpdateExpression="REMOVE #since, #first, #error",
+                UpdateExpression="REMOVE #since, #first, #error, #due, #shard",
                 ConditionExpression="#version = :version",
                 ExpressionAttributeNames={
                     "#since": HoldAttr.HELD_SINCE,
                     "#first": HoldAttr.FIRST_SEQUENCE_NUMBER,
                     "#error": HoldAttr.ERROR,
                     "#version": Attr.VERSION,
+                    "#due": Attr.HOLD_DUE_AT,
+                    "#shard": Attr.HOLD_DUE_SHARD,
                 },
                 ExpressionAttributeValues={":version": {"N": str(version)}},
             )
         except ConditionFailed:
             return False
         return True
+
+    def release_due(self, event_id: str, due_ms: int) -> None:
+        """When a held event's release is tried next (after one that failed): its hold
+        marker's place in the due-holds index. Nothing if it is not held any more."""
+        with contextlib.suppress(ConditionFailed):
+            self.dynamo.call(
+                "update_item",
+                TableName=self.control_table,
+                Key=control_key(ControlKey.hold(event_id)),
+                UpdateExpression="SET #due = :due, #shard = :shard",
+                ConditionExpression="attribute_exists(#since)",
+                ExpressionAttributeNames={
+                    "#due": Attr.HOLD_DUE_AT,
+                    "#shard": Attr.HOLD_DUE_SHARD,
+                    "#since": HoldAttr.HELD_SINCE,
+                },
+                ExpressionAttributeValues={
+                    ":due": {"N": str(due_ms)},
+                    ":shard": {"S": DUE_HOLDS_SHARD},
+                },
+            )
+
+
+def _ms(timestamp: str) -> int:
+    """Epoch milliseconds of a timestamp turnstile wrote (now, if it is none)."""
+    parsed = parse_timestamp(timestamp)
+    return int((parsed or datetime.now(UTC)).timestamp() * 1000)
 
 
 def _held(hold: dict[str, Any]) -> dict[str, Any] | None:

@@ -169,16 +169,6 @@ class Ledger(Tables):
 
     # -- fenced re-emission -------------------------------------------------------------
 
-    def fenced_re_emit(
-        self, owner: str, token: int, now: float, event_id: str, signup_id: str
-    ) -> bool:
-        """Re-emit one intake record only while our lease (and its token) holds.
-
-        Raises ``LeaseLostError`` if the lease moved on; returns False if the intake record
-        no longer exists.
-        """
-        return self.fenced_re_emit_many(owner, token, now, [(event_id, signup_id)]) == 1
-
     def fenced_re_emit_many(
         self,
         owner: str,

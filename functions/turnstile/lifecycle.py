@@ -174,6 +174,10 @@ class Request:
     problem: str | None = None
     #: A remark kept in the decision's detail (as ``SignupRequest.note``).
     note: str | None = None
+    #: A later request carried by the same record as the one before it for this signup
+    #: (a record recovered from intake answers every request of its log): its sequence
+    #: number equals the signup's last one and is no replay.
+    follows: bool = False
 
     @classmethod
     def of_signup(cls, request: SignupRequest) -> Request:
@@ -596,7 +600,8 @@ def step(
             raise ValueError(f"not a request the engine knows: {request.kind!r}")
         state = run.signups.get(request.signup_id)
         seq = _seq(request.sequence_number)
-        if state is not None and seq <= _seq(state.last_sequence_number):
+        last = _seq(state.last_sequence_number) if state is not None else -1
+        if state is not None and (seq < last or (seq == last and not request.follows)):
             continue  # a replay
         if request.kind == Kind.SIGNUP:
             if state is None or state.status == Status.PENDING:

@@ -6,7 +6,8 @@ the id itself, and never ``attributes``.
 
 Intake records always expire, ``INTAKE_RETENTION_DAYS`` (30) days after they are written
 unless ``TURNSTILE_INTAKE_RETENTION_DAYS`` says otherwise; decisions expire only when
-``TURNSTILE_DECISION_RETENTION_DAYS`` is set, that many days after they were decided. The
+``TURNSTILE_DECISION_RETENTION_DAYS`` is set, that many days after they were decided, and
+never before the intake record that could bring them back (``decision_expires_at``). The
 CDK stack passes both variables to the functions (``turnstile:intakeRetentionDays``,
 ``turnstile:decisionRetentionDays``); the CLI reads the same ones.
 """
@@ -16,17 +17,21 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
 
 from turnstile.clock import parse_timestamp
 from turnstile.contract import DECISION_RETENTION_ENV, INTAKE_RETENTION_DAYS, INTAKE_RETENTION_ENV
 
 __all__ = [
     "DAY_S",
+    "TTL_LAG_S",
     "decision_expires_at",
     "decision_retention_days",
     "intake_expires_at",
+    "intake_expiry",
     "intake_retention_days",
+    "outlives",
     "signup_ref",
 ]
 
@@ -62,14 +67,52 @@ def intake_expires_at(days: int, now: float | None = None) -> int:
     return int(time.time() if now is None else now) + days * DAY_S
 
 
-def decision_expires_at(decided_at: str, days: int | None) -> int | None:
-    """The ``expires_at`` of a decision made at ``decided_at`` (ISO-8601), or None (kept)."""
+#: How late DynamoDB's TTL may delete an item past its ``expires_at`` (AWS: "typically
+#: within a few days"): a decision outlives its intake record by at least this much.
+TTL_LAG_S = 7 * DAY_S
+
+
+def intake_expiry(raw: object) -> int | None:
+    """When TTL deletes an intake record whose ``expires_at`` is ``raw``: epoch seconds, or
+    None when it never does (absent, or not a number: DynamoDB's TTL ignores it)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | Decimal):
+        return None
+    if isinstance(raw, Decimal) and not raw.is_finite():
+        return None
+    return int(raw)
+
+
+def decision_expires_at(
+    decided_at: str, days: int | None, intakes: Iterable[int | None] = ()
+) -> int | None:
+    """The ``expires_at`` of decisions made at ``decided_at`` (ISO-8601) from intake
+    records that TTL deletes at ``intakes`` (``intake_expiry``), or None (kept).
+
+    ``days`` after the decision, and never before an intake record that could bring the
+    signup back is gone (its expiry plus ``TTL_LAG_S``): a decision that expired while its
+    record lived would have the sweeper decide the signup again. A record that never
+    expires keeps its decision too."""
     if days is None:
         return None
     decided = parse_timestamp(decided_at)
     if decided is None:
         raise ValueError(f"decided_at {decided_at!r} is not a time")
-    return int(decided.timestamp()) + days * DAY_S
+    at = int(decided.timestamp()) + days * DAY_S
+    for expiry in intakes:
+        if expiry is None:
+            return None
+        at = max(at, expiry + TTL_LAG_S)
+    return at
+
+
+def outlives(intake_expires_at: object, decision_expires_at: object) -> bool:
+    """Whether an intake record may outlive its decision (whose ``expires_at`` is given;
+    a decision without one is kept, and nothing outlives it)."""
+    kept = intake_expiry(decision_expires_at)
+    if kept is None:
+        return False
+    expiry = intake_expiry(intake_expires_at)
+    return expiry is None or expiry + TTL_LAG_S > kept
 
 
 def signup_ref(event_id: str, signup_id: str) -> str:

@@ -84,9 +84,11 @@ class ProcessorStore(Protocol):
         requests: Mapping[str, SignupRequest],
         decided_at: str,
         expires_at: int | None = None,
+        event_may_appear: bool = True,
     ) -> None:
-        """Write rejections of an event that has no event item, only while it has none and
-        only where no decision item exists yet; otherwise raise ``CommitConflictError``.
+        """Write rejections of an event that has no event item, only while it has none (not
+        checked without ``event_may_appear``: an id that is no id) and only where no
+        decision item exists yet; otherwise raise ``CommitConflictError``.
         Written in transactions of at most 99 items: a conflict in a later one leaves the
         earlier ones written."""
         ...
@@ -109,7 +111,8 @@ class ProcessorStore(Protocol):
         """Park ``requests`` under their sequence numbers (again: the same item) and hold
         the event: the marker's version goes up by one (it never goes down, and survives a
         lift), ``held_since`` and ``first_sequence_number`` are set unless already set,
-        ``error`` (cut to 200 characters) replaces the last one if given.
+        ``error`` (cut to 400 characters) replaces the last one if given, and the marker is
+        due at once in the due-holds index (so a wake-up releases the event).
         Returns the hold's new version. Raises ``ValueError`` for a sequence number that
         is not one (digits, at most 40) or for no requests."""
         ...
@@ -127,6 +130,20 @@ class ProcessorStore(Protocol):
         """Clear the hold only if its version is still ``version``; False otherwise (records
         were parked since: the event stays held) or when there is no marker. The marker
         keeps its version."""
+        ...
+
+    def keep_decision(self, event_id: str, signup_id: str, until: int | None) -> None:
+        """Keep a decision until ``until`` (epoch seconds; None: for good); never shorter
+        than it is kept now."""
+        ...
+
+    def wake_later(self, event_id: str, due_ms: int) -> None:
+        """Have the event's wake-up written again at ``due_ms`` (its step failed)."""
+        ...
+
+    def release_due(self, event_id: str, due_ms: int) -> None:
+        """Make a held event's next release due at ``due_ms`` (epoch ms, the due-holds
+        index); nothing if the event is not held."""
         ...
 
 
@@ -157,6 +174,10 @@ class SweeperStore(Protocol):
 
     def lift_hold(self, event_id: str, version: int) -> bool:
         """Clear a hold with nothing parked under it, only at ``version``."""
+        ...
+
+    def wake(self, event_id: str, reason: str, now: str | None = None) -> None:
+        """Make the event take a step soon (its wake-up item): a held event is released."""
         ...
 
 
@@ -193,13 +214,6 @@ class SweeperLedger(Protocol):
 
     def run_history(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """History items of one run (or all), oldest first (``contract.RunAttr``)."""
-        ...
-
-    def fenced_re_emit(
-        self, owner: str, token: int, now: float, event_id: str, signup_id: str
-    ) -> bool:
-        """Re-emit one record while the lease holds (``LeaseLostError`` if not); False if
-        the record is gone."""
         ...
 
     def fenced_re_emit_many(

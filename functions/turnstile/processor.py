@@ -14,14 +14,14 @@ from typing import Any
 
 from turnstile import lifecycle
 from turnstile.clock import utc_now
-from turnstile.contract import ID_PATTERN
+from turnstile.contract import ID_PATTERN, Attr, ControlKey
 from turnstile.domain import Decision, Outcome, SignupRequest, decide, parse_request
 from turnstile.dynamo import AccessDenied, error_text, refused_as_invalid
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.events import EventRecord
 from turnstile.journal import Journal
 from turnstile.lifecycle import Transition
-from turnstile.personal_data import decision_expires_at
+from turnstile.personal_data import TTL_LAG_S, decision_expires_at, outlives
 from turnstile.ports import ProcessorStore
 from turnstile.transitions import (
     Answered,
@@ -46,6 +46,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NEW_RECORD_EVENTS = frozenset({"INSERT", "MODIFY"})
+#: A held event whose release failed is tried again this much later (the due-holds index).
+RELEASE_RETRY_MS = 5_000
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,15 @@ class IntakeRecord:
     @property
     def event_id(self) -> str:
         return str(self.keys.get("event_id", ""))
+
+    @property
+    def woken_event(self) -> str | None:
+        """The event a wake-up record (the control table's stream) wakes; None for an
+        intake record."""
+        pk = self.keys.get(ControlKey.PK)
+        if isinstance(pk, str) and pk.startswith(ControlKey.WAKE_PREFIX):
+            return pk.removeprefix(ControlKey.WAKE_PREFIX)
+        return None
 
 
 @dataclass(frozen=True)
@@ -135,9 +146,14 @@ class StreamProcessor:
         """
         result = BatchResult()
         groups: dict[str, list[SignupRequest]] = {}
+        wakes: dict[str, str] = {}
         for record in records:
             if record.event_name not in NEW_RECORD_EVENTS:
                 result.ignored += 1  # REMOVE (TTL clean-up) never decides anything
+                continue
+            woken = record.woken_event
+            if woken is not None:
+                wakes[woken] = record.sequence_number  # one step per event is enough
                 continue
             request = parse_request(record.new_image, record.sequence_number, record.keys)
             if record.new_image is None:
@@ -145,7 +161,40 @@ class StreamProcessor:
             groups.setdefault(request.event_id, []).append(request)
         for event_id, requests in groups.items():
             self._process_group(event_id, requests, result)
+        for event_id, sequence_number in wakes.items():
+            self._wake(event_id, sequence_number, result)
         return result
+
+    def _wake(self, event_id: str, sequence_number: str, result: BatchResult) -> None:
+        """A wake-up: the event takes one step with no record of a signup (a tick: lapsed
+        holds end, seats given back or added reach the waitlist, a close is acted on), or,
+        if it is held, its parked records are released. A failure goes back to the event
+        source (the wake-up is retried); nothing is parked, as a wake-up is no arrival."""
+        self._prefetched.clear()
+        if not ID_PATTERN.fullmatch(event_id):
+            result.ignored += 1
+            return
+        try:
+            event, hold = self.store.get_event_and_hold(event_id)
+            if hold is not None:
+                self.release(event_id, result)
+                return
+            if event is None:
+                result.ignored += 1
+                return
+            self._prefetched[event_id] = event
+            tick = SignupRequest(event_id, "", sequence_number, seats=0, tick=True)
+            decided, _ = self._decide_chunk(event_id, [tick], result)
+            result.decided.extend(decided)
+        except Exception:
+            log.exception("wake-up failed", extra={"event_id": event_id})
+            result.failures.append(sequence_number)
+            try:  # written again later, whatever becomes of this record's retries
+                self.store.wake_later(event_id, ms_of(self.clock()) + RELEASE_RETRY_MS)
+            except Exception:
+                log.exception("could not put off the wake-up", extra={"event_id": event_id})
+        finally:
+            self._prefetched.pop(event_id, None)
 
     def _process_group(
         self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
@@ -188,16 +237,29 @@ class StreamProcessor:
         """
         by_id: dict[str, SignupRequest] = {}
         for request in chunk:
-            by_id.setdefault(request.signup_id, request)
-        event = self._load_event(event_id)
+            if not request.tick:
+                by_id.setdefault(request.signup_id, request)
+        # An id that is no id names no event (none can be created), and a key built from it
+        # may be one DynamoDB refuses (an event id of up to 2,048 bytes from intake, plus a
+        # prefix): the event item is never read, its records are rejected invalid.
+        valid = ID_PATTERN.fullmatch(event_id) is not None
+        event = self._load_event(event_id) if valid else None
         now = self.clock()
-        expires_at = decision_expires_at(now, self.decision_retention_days)
+        # Never before an intake record of the chunk could bring its signup back.
+        expires_at = decision_expires_at(
+            now, self.decision_retention_days, (r.expires_at for r in chunk if not r.tick)
+        )
         if event is None:
             existing = self.store.get_decisions(event_id, by_id)
             outcome = decide(None, chunk, existing)
             if outcome.decisions:
                 self.store.reject_without_event(
-                    event_id, outcome.decisions, by_id, now, expires_at=expires_at
+                    event_id,
+                    outcome.decisions,
+                    by_id,
+                    now,
+                    expires_at=expires_at,
+                    event_may_appear=valid,
                 )
             # Requests on signups rejected before (no event: nothing to lock, nothing to
             # move) are answered all the same, refused, so none stays unanswered.
@@ -219,6 +281,7 @@ class StreamProcessor:
             sid: signup_state(item)
             for sid, item in self.store.get_decisions(event_id, by_id).items()
         }
+        self._keep_while_intake_lives(event_id, chunk, decided)
         outcome, moves = self._step(event, chunk, decided, now)
         if outcome is None:
             return [], len(chunk), []
@@ -241,6 +304,22 @@ class StreamProcessor:
         self.store.materialize(event_id, journal, by_id)
         self._remember(cache_key, journal.version)
         return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
+
+    def _keep_while_intake_lives(
+        self, event_id: str, chunk: Sequence[SignupRequest], decided: Mapping[str, Answered]
+    ) -> None:
+        """A decision that would expire before its intake record (a producer wrote or
+        changed the record's ``expires_at`` after the decision) is kept longer, or for
+        good: TTL must never leave a record whose decision is gone, which the sweeper
+        would have decided again. Never shortens a decision's life."""
+        for record in chunk:
+            answered = decided.get(record.signup_id)
+            if record.tick or answered is None:
+                continue
+            kept = answered.item.get(Attr.EXPIRES_AT)
+            if outlives(record.expires_at, kept):
+                until = None if record.expires_at is None else record.expires_at + TTL_LAG_S
+                self.store.keep_decision(event_id, record.signup_id, until)
 
     def _step(
         self,
@@ -391,6 +470,10 @@ class StreamProcessor:
         except Exception as exc:
             log.exception("release failed", extra={"event_id": event_id})
             result.held.append((event_id, error_text(exc)))
+            try:  # tried again after a pause, however the event is woken meanwhile
+                self.store.release_due(event_id, ms_of(self.clock()) + RELEASE_RETRY_MS)
+            except Exception:
+                log.exception("could not put off the release", extra={"event_id": event_id})
             return False
         finally:
             self._prefetched.pop(event_id, None)

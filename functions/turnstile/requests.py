@@ -6,9 +6,11 @@ item, so DynamoDB Streams delivers it after the signup, in order with the event'
 records, and the stream processor judges it. The API and the CLI answer at once, from one
 ``TransactWriteItems``:
 
-* an ``Update`` of the intake item: ``SET request = :kind, undecided = :shard ADD
+* an ``Update`` of the intake item: ``SET request = :kind, requests =
+  list_append(if_not_exists(requests, :empty), :kinds), undecided = :shard ADD
   request_count :one``, conditioned on the item existing (the marker puts it back in the
-  sweeper's index until the processor has answered it);
+  sweeper's index until the processor has answered it; ``requests`` is the ordered log a
+  recovery from intake answers every request from);
 * a ``ConditionCheck`` of the decision item: ``status = HELD AND hold_expires_at > now``
   for a confirm, ``status IN (HELD, ACCEPTED, WAITLISTED)`` for a cancel, with
   ``ReturnValuesOnConditionCheckFailure = ALL_OLD``.
@@ -18,11 +20,18 @@ the transaction's own answer: the cancellation reason of the failed check carrie
 decision item as it was (none: the signup is not decided yet, PENDING). The processor
 still judges every recorded request: a confirm recorded a moment before its hold lapses
 is refused ``hold_expired`` there, and the decision item's ``last_refusal`` says so.
+
+A commit whose items are not written yet (a processor stopped between the two writes, or
+still writing) makes a decision item say less than the event knows: a promoted signup
+still reads WAITLISTED. Before refusing, the answer is checked against the event's last
+journal, the state the request will be applied to: if that allows it, the request is
+recorded (conditioned on the item being as it was read), and the processor, which writes
+the journal out before it decides anything new, judges it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,6 +66,8 @@ class _Tables(Protocol):
     dynamo: Dynamo
     intake_table: str
     main_table: str
+    #: ``EventItems.last_journal``, which ``SignupStore`` has beside this part.
+    last_journal: Callable[[str], Any]
 
 
 def request_transition(
@@ -72,7 +83,6 @@ def request_transition(
     """
     if kind not in ALLOWED_FROM:
         raise ValueError(f"not a request: {kind!r}")
-    key = signup_key(event_id, signup_id)
     names = {"#status": Attr.STATUS}
     values: dict[str, Any] = {}
     if kind == RequestKind.CONFIRM:
@@ -84,23 +94,62 @@ def request_transition(
         placeholders = [f":s{i}" for i in range(len(allowed))]
         condition = f"#status IN ({', '.join(placeholders)})"
         values = {p: {"S": s} for p, s in zip(placeholders, allowed, strict=True)}
+    try:
+        _record(tables, event_id, signup_id, kind, condition, names, values)
+    except TransactionCancelled as exc:
+        refusal = _refusal(tables, exc, event_id, signup_id, kind)
+        if not isinstance(refusal, RequestRefusedError):
+            raise refusal from None
+        # The item may lag the event's last commit: judge against what it will be.
+        pending = _pending(tables, event_id, signup_id, refusal.status)
+        if pending is None or not _allows(kind, pending, now):
+            raise (_refused(event_id, signup_id, kind, pending) if pending else refusal) from None
+        stale = refusal.status
+        if stale == Status.PENDING:
+            condition, names, values = "attribute_not_exists(#status)", {"#status": Attr.STATUS}, {}
+        else:
+            condition = "#status = :stale"
+            names, values = {"#status": Attr.STATUS}, {":stale": {"S": stale}}
+        try:
+            _record(tables, event_id, signup_id, kind, condition, names, values)
+        except TransactionCancelled:
+            # written out meanwhile: the item now says what the event does
+            return request_transition(tables, event_id, signup_id, kind, now)
+    return RequestRecorded(event_id=event_id, signup_id=signup_id, request=kind)
+
+
+def _record(
+    tables: _Tables,
+    event_id: str,
+    signup_id: str,
+    kind: str,
+    condition: str,
+    names: dict[str, str],
+    values: dict[str, Any],
+) -> None:
+    """The transaction: the request on intake (its log included), the decision checked."""
+    key = signup_key(event_id, signup_id)
     actions = [
         {
             "Update": {
                 "TableName": tables.intake_table,
                 "Key": key,
                 "UpdateExpression": (
-                    "SET #request = :kind, #undecided = :shard ADD #request_count :one"
+                    "SET #request = :kind, #requests = list_append(if_not_exists(#requests, "
+                    ":empty), :kinds), #undecided = :shard ADD #request_count :one"
                 ),
                 "ConditionExpression": "attribute_exists(#signup)",
                 "ExpressionAttributeNames": {
                     "#request": Attr.REQUEST,
+                    "#requests": Attr.REQUESTS,
                     "#undecided": Attr.UNDECIDED,
                     "#request_count": Attr.REQUEST_COUNT,
                     "#signup": Attr.SIGNUP_ID,
                 },
                 "ExpressionAttributeValues": {
                     ":kind": {"S": kind},
+                    ":kinds": {"L": [{"S": kind}]},
+                    ":empty": {"L": []},
                     ":shard": {"S": undecided_shard(event_id, signup_id)},
                     ":one": {"N": "1"},
                 },
@@ -117,11 +166,42 @@ def request_transition(
             }
         },
     ]
-    try:
-        tables.dynamo.call("transact_write_items", TransactItems=actions)
-    except TransactionCancelled as exc:
-        raise _refusal(tables, exc, event_id, signup_id, kind) from None
-    return RequestRecorded(event_id=event_id, signup_id=signup_id, request=kind)
+    tables.dynamo.call("transact_write_items", TransactItems=actions)
+
+
+def _pending(
+    tables: _Tables, event_id: str, signup_id: str, status: str
+) -> dict[str, Any] | None:
+    """The signup as the event's last commit leaves it, when its item (read as
+    ``status``) does not say so yet: its status and hold's expiry; None when the item is
+    up to date (or there is no such event)."""
+    journal = tables.last_journal(event_id)
+    if journal is None:
+        return None
+    if status == Status.PENDING:
+        extras = journal.extras or (None,) * len(journal.decisions)
+        for decision, extra in zip(journal.decisions, extras, strict=True):
+            if decision.signup_id == signup_id:
+                expires = (extra or {}).get(Attr.HOLD_EXPIRES_AT, {}).get("S")
+                return {Attr.STATUS: decision.status, Attr.HOLD_EXPIRES_AT: expires}
+        return None
+    for update in journal.updates:
+        if update.signup_id == signup_id and update.from_status == status:
+            new = update.set.get(Attr.STATUS, {}).get("S", status)
+            expires = update.set.get(Attr.HOLD_EXPIRES_AT, {}).get("S")
+            return {Attr.STATUS: new, Attr.HOLD_EXPIRES_AT: expires}
+    return None
+
+
+def _allows(kind: str, state: Mapping[str, Any], now: str) -> bool:
+    """Whether a signup in ``state`` may be asked ``kind`` at ``now``."""
+    status = state.get(Attr.STATUS)
+    if status not in ALLOWED_FROM[kind]:
+        return False
+    if kind == RequestKind.CONFIRM:
+        expires = state.get(Attr.HOLD_EXPIRES_AT)
+        return isinstance(expires, str) and expires > now
+    return True
 
 
 def _refusal(
@@ -173,11 +253,12 @@ def _refused(
 
 class SignupRequests:
     """The requests part of ``SignupStore`` (``request_transition``); it needs ``dynamo``,
-    ``intake_table`` and ``main_table``, as ``Tables`` gives them."""
+    ``intake_table`` and ``main_table``, as ``Tables`` gives them, and ``last_journal``."""
 
     dynamo: Dynamo
     intake_table: str
     main_table: str
+    last_journal: Callable[[str], Any]
 
     def request_transition(
         self, event_id: str, signup_id: str, kind: str, now: str

@@ -380,6 +380,30 @@ class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
         with ThreadPoolExecutor(min(MATERIALIZE_THREADS, len(writes))) as pool:
             list(pool.map(self._conditional, writes))
 
+    def keep_decision(self, event_id: str, signup_id: str, until: int | None) -> None:
+        """Keep a decision until ``until`` (epoch seconds; None: for good), never shorter
+        than it is kept now (conditioned: a later, longer keep is never undone)."""
+        names = {"#e": Attr.EXPIRES_AT}
+        if until is None:
+            kwargs: dict[str, Any] = {
+                "UpdateExpression": "REMOVE #e",
+                "ConditionExpression": "attribute_exists(#e)",
+            }
+        else:
+            kwargs = {
+                "UpdateExpression": "SET #e = :until",
+                "ConditionExpression": "#e < :until",
+                "ExpressionAttributeValues": {":until": {"N": str(int(until))}},
+            }
+        with contextlib.suppress(ConditionFailed):
+            self.dynamo.call(
+                "update_item",
+                TableName=self.main_table,
+                Key=signup_key(event_id, signup_id),
+                ExpressionAttributeNames=names,
+                **kwargs,
+            )
+
     def _conditional(self, write: Mapping[str, Any]) -> None:
         """One conditional write of a materialization; a false condition means the item
         is already as this write, or a later one, left it."""
@@ -395,28 +419,34 @@ class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
         requests: Mapping[str, SignupRequest],
         decided_at: str,
         expires_at: int | None = None,
+        event_may_appear: bool = True,
     ) -> None:
         """Write rejections for an event with no event item, only while it still has none.
 
         Each transaction checks that the event item does not exist, so a rejection can
         never race with an acceptance committed after the event was created. Transactions
-        hold at most 99 items and ``TRANSACTION_BYTES``.
+        hold at most 99 items and ``TRANSACTION_BYTES``. Without ``event_may_appear`` (an
+        event id that is no id: no such event can ever be created, and its key may be one
+        DynamoDB refuses) there is nothing to check: the puts alone, each conditioned on
+        no decision existing.
         """
         items = [
             self.decision_item(event_id, d, decided_at, requests.get(d.signup_id), expires_at)
             for d in decisions
         ]
         for chunk in chunks_within(items, TRANSACTION_LIMIT - 1, TRANSACTION_BYTES):
-            actions: list[dict[str, Any]] = [
-                {
-                    "ConditionCheck": {
-                        "TableName": self.control_table,
-                        "Key": event_key(event_id),
-                        "ConditionExpression": "attribute_not_exists(#pk)",
-                        "ExpressionAttributeNames": {"#pk": ControlKey.PK},
+            actions: list[dict[str, Any]] = []
+            if event_may_appear:
+                actions.append(
+                    {
+                        "ConditionCheck": {
+                            "TableName": self.control_table,
+                            "Key": event_key(event_id),
+                            "ConditionExpression": "attribute_not_exists(#pk)",
+                            "ExpressionAttributeNames": {"#pk": ControlKey.PK},
+                        }
                     }
-                }
-            ]
+                )
             actions += [
                 {
                     "Put": {

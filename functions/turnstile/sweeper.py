@@ -29,11 +29,12 @@ from decimal import Decimal
 from typing import Any
 
 from turnstile.clock import MAX_CLOCK_SKEW_S, age_s, utc_now
-from turnstile.contract import Attr, LeaseAttr, RunAttr, RunStatus
+from turnstile.contract import Attr, LeaseAttr, RunAttr, RunStatus, WakeReason, is_id
 from turnstile.dynamo import Tables
 from turnstile.errors import LeaseLostError
 from turnstile.events import EventRecord
 from turnstile.ledger import Ledger
+from turnstile.personal_data import outlives
 from turnstile.ports import SweeperLedger, SweeperStore
 
 __all__ = [
@@ -191,7 +192,9 @@ def find_undecided(
     for eid, found in by_event.items():
         items = store.get_decisions(eid, [i[Attr.SIGNUP_ID] for i, _ in found])
         decided = set(items)
-        event: EventRecord | None = store.get_event(eid)
+        # An event id that is not an id has no event item (nor journal) to read: its key is
+        # never built (``EVENT#`` and an id from intake may be a key DynamoDB refuses).
+        event: EventRecord | None = store.get_event(eid) if is_id(eid) else None
         if event is not None and event.journal is not None:
             decided |= {d.signup_id for d in event.journal.decisions}
         for item, age in found:
@@ -201,6 +204,15 @@ def find_undecided(
                 decision = items.get(signup_id)
                 answered = requests_answered(decision)
                 unanswered = decision is not None and request_unanswered(item, answered)
+                # The full read sees the record's expires_at (the index does not): a
+                # record a producer made outlive its decision is re-emitted, and the
+                # processor keeps the decision as long as the record (never re-decided).
+                outlived = (
+                    not from_index
+                    and decision is not None
+                    and outlives(item.get(Attr.EXPIRES_AT), decision.get(Attr.EXPIRES_AT))
+                )
+                unanswered = unanswered or outlived
                 if not unanswered:
                     # Only a decision item (not a journal row yet to be written) unmarks it.
                     if decided_marked is not None and Attr.UNDECIDED in item and decision:
@@ -248,8 +260,6 @@ class Sweeper:
         self.max_run_s = max_run_s
         #: Records re-emitted per fenced transaction (DynamoDB allows 100 actions).
         self.chunk = 99
-        #: Parked signups tried, in order, for one whose intake record still exists.
-        self.release_triggers = 10
         self.clock = clock
 
     def sweep(self, run_id: str | None = None, replay: bool = False) -> SweepResult:
@@ -367,11 +377,11 @@ class Sweeper:
     def _trigger_releases(self, result: SweepResult) -> set[tuple[str, str]]:
         """Set off the release of every held event; the keys of all parked records.
 
-        The sweeper decides nothing: it re-emits the intake record of a held event's first
-        parked signup (fenced by the lease), and the stream processor, seeing a record of a
-        held event, releases the event's parked records in arrival order. A hold with
-        nothing parked under it is lifted here (conditioned on its version, so a record
-        parked meanwhile keeps it).
+        The sweeper decides nothing: it wakes a held event (its wake-up item, turnstile's
+        own: no producer's record is needed, nor can one stop it), and the stream
+        processor, woken, releases the event's parked records in arrival order. A hold
+        with nothing parked under it is lifted here (conditioned on its version, so a
+        record parked meanwhile keeps it).
         """
         assert result.lease_token is not None
         parked_keys: set[tuple[str, str]] = set()
@@ -383,12 +393,8 @@ class Sweeper:
                 if self.store.lift_hold(event_id, int(hold[Attr.VERSION])):
                     result.releases_triggered += 1
                 continue
-            for request in parked[: self.release_triggers]:
-                if self.ledger.fenced_re_emit(
-                    self.owner, result.lease_token, self.clock(), event_id, request.signup_id
-                ):
-                    result.releases_triggered += 1
-                    break
+            self.store.wake(event_id, WakeReason.SWEEP)
+            result.releases_triggered += 1
         return parked_keys
 
     def replay_failed(self) -> list[SweepResult]:

@@ -32,7 +32,14 @@ from turnstile.contract import (
     RequestKind,
     Status,
 )
-from turnstile.domain import Decision, EventSnapshot, ItemUpdate, Outcome, SignupRequest
+from turnstile.domain import (
+    MAX_LOGGED_REQUESTS,
+    Decision,
+    EventSnapshot,
+    ItemUpdate,
+    Outcome,
+    SignupRequest,
+)
 from turnstile.dynamo import to_item
 from turnstile.lifecycle import (
     Cause,
@@ -164,6 +171,9 @@ def engine_requests(
     seen: set[str] = set()
     for record in chunk:
         sid = record.signup_id
+        if record.tick:
+            requests.append(Request.tick(record.sequence_number))
+            continue
         if sid not in decided and sid not in seen:
             seen.add(sid)
             requests.append(Request.of_signup(record))
@@ -176,23 +186,9 @@ def engine_requests(
             # can be told apart from another); it only lets time advance.
             requests.append(Request.tick(record.sequence_number))
             continue
-        counts[sid] = count
-        if record.request == RequestKind.CONFIRM:
-            requests.append(Request.confirm(sid, record.sequence_number))
-        elif record.request == RequestKind.CANCEL:
-            requests.append(Request.cancel(sid, record.sequence_number))
-        else:
-            requests.append(
-                Request(
-                    Kind.CONFIRM,
-                    record.sequence_number,
-                    sid,
-                    problem=(
-                        f"request must be one of {', '.join(RequestKind.ALL)}, "
-                        "with a whole request_count"
-                    ),
-                )
-            )
+        answered, counts[sid] = counts[sid], count
+        for i, kind in enumerate(_asked(record, answered, count)):
+            requests.append(_request(kind, sid, record.sequence_number, follows=i > 0))
     # A first record that also carries a request (a re-emission of a record whose signup
     # was never decided, made after the request): its signup is decided now, its request
     # when the sweeper re-emits the record again (its counter is then above the answered).
@@ -231,6 +227,31 @@ def refusals_without_event(
             request_count=count,
         )
     return tuple(answers.values())
+
+
+def _asked(record: SignupRequest, answered: int, count: int) -> list[str | None]:
+    """The requests a record asks that are not answered yet, in order: those of its log
+    past ``answered`` (a record recovered from intake after its stream records were lost
+    carries several), or, with no log (or a log that does not reach its count), its
+    latest request alone."""
+    log = record.requests
+    if log is not None and len(log) >= count and count - answered <= MAX_LOGGED_REQUESTS:
+        return list(log[answered:count])
+    return [record.request]
+
+
+def _request(kind: str | None, signup_id: str, sequence_number: str, follows: bool) -> Request:
+    if kind == RequestKind.CONFIRM:
+        return Request(Kind.CONFIRM, sequence_number, signup_id, follows=follows)
+    if kind == RequestKind.CANCEL:
+        return Request(Kind.CANCEL, sequence_number, signup_id, follows=follows)
+    return Request(
+        Kind.CONFIRM,
+        sequence_number,
+        signup_id,
+        problem=f"request must be one of {', '.join(RequestKind.ALL)}, with a whole request_count",
+        follows=follows,
+    )
 
 
 def touched_without_state(step: Step, decided: Mapping[str, Answered]) -> list[str]:

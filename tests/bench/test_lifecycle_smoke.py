@@ -71,7 +71,7 @@ def test_every_kind_of_transition_happened_and_is_counted(lifecycle):
     sent = lifecycle["requests_sent"]
     refused = sum(t["refused"].values())
     assert sum(sent.values()) == t["by_cause"]["confirm"] + t["by_cause"]["cancel"] + refused
-    assert lifecycle["re_emits"] > 0  # the releaser made the lapsed holds go
+    assert lifecycle["wake_ups"] > 0  # the releaser made the lapsed holds go
 
 
 def test_the_figures_per_transition_are_there_and_sane(lifecycle):

@@ -25,6 +25,7 @@ from typing import Any
 
 from turnstile import dynamo, events, hold
 from turnstile import store as real
+from turnstile.clock import utc_now
 from turnstile.contract import (
     CONTROL_TABLE,
     DUE_HOLDS_SHARD,
@@ -34,6 +35,8 @@ from turnstile.contract import (
     ControlKey,
     EventState,
     HoldAttr,
+    WakeAttr,
+    WakeReason,
 )
 from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
 from turnstile.dynamo import from_item, to_item
@@ -49,6 +52,7 @@ from turnstile.events import EventRecord
 from turnstile.hold import MAX_HOLD_ERROR_CHARS
 from turnstile.journal import Journal
 from turnstile.store import SignupStore
+from turnstile.transitions import ms_of
 
 __all__ = ["FakeStore", "Fault"]
 
@@ -267,7 +271,22 @@ class FakeStore:
         if item is not None and closed:
             item[Attr.STATE] = {"S": EventState.CLOSED}
         self._exit(fault)
+        if item is not None:
+            self.wake(event_id, WakeReason.CLOSE)
         return self._read_event(event_id), closed
+
+    def wake(self, event_id: str, reason: str, now: str | None = None) -> None:
+        """The event's wake-up item, as ``EventItems.wake`` writes it (its stream record,
+        on AWS and the local stack, is the processor's tick: the fake has no stream)."""
+        key = ControlKey.wake(event_id)
+        item = self.control.setdefault(
+            key, {ControlKey.PK: {"S": key[0]}, ControlKey.SK: {"S": key[1]}}
+        )
+        item[WakeAttr.WAKES] = {"N": str(int(_number(item, WakeAttr.WAKES) or 0) + 1)}
+        item[WakeAttr.WOKEN_AT] = {"S": now or utc_now()}
+        item[WakeAttr.REASON] = {"S": reason}
+        item.pop(Attr.HOLD_DUE_AT, None)
+        item.pop(Attr.HOLD_DUE_SHARD, None)
 
     def update_capacity(self, event_id: str, capacity: int, attempts: int = 10) -> EventRecord:
         fault = self._enter("update_capacity", event_id)
@@ -290,6 +309,7 @@ class FakeStore:
         item[Attr.CAPACITY] = {"N": str(capacity)}
         item[Attr.MIN_CAPACITY] = {"N": str(min(lowest, capacity))}
         self._exit(fault)
+        self.wake(event_id, WakeReason.CAPACITY)
         updated = self._read_event(event_id)
         assert updated is not None
         return updated
@@ -417,6 +437,7 @@ class FakeStore:
         requests: Mapping[str, SignupRequest],
         decided_at: str,
         expires_at: int | None = None,
+        event_may_appear: bool = True,
     ) -> None:
         fault = self._enter("reject_without_event", event_id)
         items = [
@@ -484,6 +505,8 @@ class FakeStore:
         hold[Attr.EVENT_ID] = {"S": event_id}
         hold.setdefault(HoldAttr.HELD_SINCE, {"S": now})
         hold.setdefault(HoldAttr.FIRST_SEQUENCE_NUMBER, {"S": first})
+        hold[Attr.HOLD_DUE_AT] = {"N": str(ms_of(now))}
+        hold[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
         if error:
             hold[HoldAttr.ERROR] = {"S": error[:MAX_HOLD_ERROR_CHARS]}
         self._exit(fault)
@@ -527,7 +550,43 @@ class FakeStore:
         if hold is None or _number(hold, Attr.VERSION) != version:
             self._exit(fault)
             return False
-        for name in (HoldAttr.HELD_SINCE, HoldAttr.FIRST_SEQUENCE_NUMBER, HoldAttr.ERROR):
+        for name in (
+            HoldAttr.HELD_SINCE,
+            HoldAttr.FIRST_SEQUENCE_NUMBER,
+            HoldAttr.ERROR,
+            Attr.HOLD_DUE_AT,
+            Attr.HOLD_DUE_SHARD,
+        ):
             hold.pop(name, None)
         self._exit(fault)
         return True
+
+    def keep_decision(self, event_id: str, signup_id: str, until: int | None) -> None:
+        fault = self._enter("keep_decision", event_id)
+        item = self.main.get((event_id, signup_id))
+        kept = _number(item, Attr.EXPIRES_AT) if item is not None else None
+        if item is not None and kept is not None:
+            if until is None:
+                item.pop(Attr.EXPIRES_AT, None)
+            elif kept < until:
+                item[Attr.EXPIRES_AT] = {"N": str(int(until))}
+        self._exit(fault)
+
+    def wake_later(self, event_id: str, due_ms: int) -> None:
+        fault = self._enter("wake_later", event_id)
+        key = ControlKey.wake(event_id)
+        item = self.control.setdefault(
+            key, {ControlKey.PK: {"S": key[0]}, ControlKey.SK: {"S": key[1]}}
+        )
+        item[Attr.EVENT_ID] = {"S": event_id}
+        item[Attr.HOLD_DUE_AT] = {"N": str(int(due_ms))}
+        item[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
+        self._exit(fault)
+
+    def release_due(self, event_id: str, due_ms: int) -> None:
+        fault = self._enter("release_due", event_id)
+        hold = self.control.get(ControlKey.hold(event_id))
+        if hold is not None and HoldAttr.HELD_SINCE in hold:
+            hold[Attr.HOLD_DUE_AT] = {"N": str(due_ms)}
+            hold[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
+        self._exit(fault)

@@ -133,8 +133,11 @@ class Account:
 @contextmanager
 def fresh_account() -> Iterator[Account]:
     """A new moto account (tables from the shared fixtures' ``create_tables``) and a
-    stream processor that starts cold in it, under the processor's deployed role."""
-    with mock_aws():
+    stream processor that starts cold in it, under the processor's deployed role, every
+    client held to DynamoDB's key and item limits (``turnstile.local.limits``)."""
+    from turnstile.local.limits import enforced_in_moto
+
+    with mock_aws(), enforced_in_moto():
         session = boto3.Session(region_name="us-east-1")
         create_tables(session)
         client = session.client("dynamodb")

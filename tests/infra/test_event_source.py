@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from turnstile.contract import STREAM_SOURCE, EventSourceSettings
+from turnstile.contract import STREAM_SOURCE, WAKE_SOURCE, EventSourceSettings
 from turnstile_cdk.event_source import event_source_mapping_properties
 
 from .conftest import function_by_handler, only
@@ -75,9 +75,42 @@ def test_every_contract_setting_reaches_the_properties(name: str) -> None:
     )
 
 
+def _mapping(template: Template, table: str) -> dict:
+    """The event source mapping that reads ``table``'s stream."""
+    return only(
+        template.find_resources(
+            "AWS::Lambda::EventSourceMapping",
+            {"Properties": {"EventSourceArn": {"Fn::GetAtt": [table, "StreamArn"]}}},
+        )
+    )[1]
+
+
+def test_the_processor_has_two_mappings_intake_and_wake_ups(template: Template) -> None:
+    mappings = template.find_resources("AWS::Lambda::EventSourceMapping")
+    sources = sorted(m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0] for m in mappings.values())
+    assert sources == ["ControlTable", "IntakeTable"]
+
+
+def test_the_wake_up_mapping_has_exactly_the_contract_settings(template: Template) -> None:
+    """The control table's stream, filtered to wake-ups (no commit, no parked record, no
+    lease ever invokes the processor), feeding the same function; no on-failure queue (a
+    wake-up given up on is written again: the due-holds index keeps what is due)."""
+    processor_id, _ = function_by_handler(template, "turnstile.handlers.stream.handler")
+    mapping = _mapping(template, "ControlTable")
+    properties = mapping["Properties"]
+    expected = event_source_mapping_properties(WAKE_SOURCE)
+    assert set(properties) == set(expected) | {"FunctionName", "EventSourceArn"}
+    assert {key: properties[key] for key in expected} == expected
+    assert properties["FunctionName"] == {"Ref": processor_id}
+    patterns = [json.loads(f["Pattern"]) for f in properties["FilterCriteria"]["Filters"]]
+    wake_keys = {"Keys": {"pk": {"S": [{"prefix": "WAKE#"}]}}}
+    assert patterns == [{"dynamodb": wake_keys, "eventName": ["INSERT", "MODIFY"]}]
+    assert any("DefaultPolicy" in dep for dep in mapping.get("DependsOn", []))
+
+
 def test_template_mapping_has_exactly_the_contract_settings(template: Template) -> None:
     # GIVEN the one event source mapping in the stack
-    _, mapping = only(template.find_resources("AWS::Lambda::EventSourceMapping"))
+    mapping = _mapping(template, "IntakeTable")
     properties = mapping["Properties"]
     expected = event_source_mapping_properties(STREAM_SOURCE)
     # THEN nothing more, nothing less than the settings plus the wiring
@@ -87,7 +120,7 @@ def test_template_mapping_has_exactly_the_contract_settings(template: Template) 
 
 def test_template_mapping_is_the_safe_stream_configuration(template: Template) -> None:
     """The values docs/design.md relies on, spelled out (not only 'equal to the function')."""
-    _, mapping = only(template.find_resources("AWS::Lambda::EventSourceMapping"))
+    mapping = _mapping(template, "IntakeTable")
     properties = mapping["Properties"]
     assert properties["StartingPosition"] == "TRIM_HORIZON"
     assert properties["ParallelizationFactor"] == 1  # stream order per partition key
@@ -108,7 +141,7 @@ def test_mapping_feeds_the_processor_from_the_intake_stream(template: Template) 
     processor_id, _ = function_by_handler(template, "turnstile.handlers.stream.handler")
     outputs = template.find_outputs("FailureQueueUrl")
     queue_id = outputs["FailureQueueUrl"]["Value"]["Ref"]
-    _, mapping = only(template.find_resources("AWS::Lambda::EventSourceMapping"))
+    mapping = _mapping(template, "IntakeTable")
     properties = mapping["Properties"]
     assert properties["FunctionName"] == {"Ref": processor_id}
     assert properties["EventSourceArn"] == {"Fn::GetAtt": ["IntakeTable", "StreamArn"]}

@@ -15,6 +15,7 @@ INTAKE = "${IntakeTable.Arn}"
 MAIN = "${MainTable.Arn}"
 CONTROL = "${ControlTable.Arn}"
 STREAM = "${IntakeTable.StreamArn}"
+WAKE_STREAM = "${ControlTable.StreamArn}"
 UNDECIDED_INDEX = "${IntakeTable.Arn}/index/undecided"
 DUE_HOLDS_INDEX = "${ControlTable.Arn}/index/due-holds"
 XRAY = {("xray:PutTraceSegments", "*", "{}"), ("xray:PutTelemetryRecords", "*", "{}")}
@@ -72,8 +73,20 @@ def _both(keys: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
     return {**keys, **attributes, "Null": {**keys["Null"], **attributes["Null"]}}
 
 
+
 def _on(resource: str, *actions: str, conditions: dict[str, Any] | None = None) -> set:
     return {(f"dynamodb:{a}", resource, _canonical(conditions or {})) for a in actions}
+
+
+#: Waking an event: an update of its wake-up item's counter, time and reason only.
+WAKES = _on(
+    CONTROL,
+    "UpdateItem",
+    conditions=_both(
+        _keys("WAKE#*"),
+        _attributes("pk", "sk", "wakes", "woken_at", "reason", "hold_due_at", "hold_due_shard"),
+    ),
+)
 
 
 def _role_statements(template: Template, handler: str) -> set[tuple[str, str, str]]:
@@ -123,6 +136,8 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
     queue = f"${{{queue_id}.Arn}}"
     assert _role_statements(template, PROCESSOR) == (
         _on(STREAM, "DescribeStream", "GetRecords", "GetShardIterator")
+        # The control table's stream: its wake-ups (the second mapping's filter)
+        | _on(WAKE_STREAM, "DescribeStream", "GetRecords", "GetShardIterator")
         | {("dynamodb:ListStreams", "*", "{}")}
         # Format-1 journals' items are rebuilt from intake; it never writes intake.
         | _on(INTAKE, "BatchGetItem")
@@ -143,6 +158,15 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
         )
         # ... and batch writes only where they are used: parking a held event's records.
         | _on(CONTROL, "BatchWriteItem", conditions=_keys("PARK#*"))
+        # A wake-up whose step failed goes in the due-holds index, to be written again.
+        | _on(
+            CONTROL,
+            "UpdateItem",
+            conditions=_both(
+                _keys("WAKE#*"),
+                _attributes("pk", "sk", "event_id", "hold_due_at", "hold_due_shard"),
+            ),
+        )
         | {(f"sqs:{a}", queue, "{}") for a in ("SendMessage", "GetQueueAttributes", "GetQueueUrl")}
     )
 
@@ -165,7 +189,7 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
             INTAKE,
             "UpdateItem",
             conditions=_attributes(
-                "event_id", "signup_id", "request", "request_count", "undecided"
+                "event_id", "signup_id", "request", "requests", "request_count", "undecided"
             ),
         )
         | _on(MAIN, "GetItem", "Query", "ConditionCheckItem")
@@ -185,6 +209,8 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
             "UpdateItem",
             conditions=_both(_keys("EVENT#*"), _attributes(*EVENT_CONFIG)),
         )
+        # A close or a capacity change wakes the event (it takes a step at once).
+        | WAKES
     )
     assert not PROCESSOR_OWNED & set(EVENT_CONFIG)
     assert "journal" not in EVENT_LIST
@@ -219,22 +245,23 @@ def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Tem
             "UpdateItem",
             conditions=_both(
                 _keys("PARK#*"),
-                _attributes("pk", "sk", "held_since", "first_sequence_number", "error", "version"),
+                _attributes(
+                    "pk", "sk", "held_since", "first_sequence_number", "error", "version",
+                    "hold_due_at", "hold_due_shard",
+                ),
             ),
         )
+        # Setting a held event's release off: a wake-up, no producer's record.
+        | WAKES
     )
 
 
-def test_due_holds_reads_its_index_and_only_bumps_intake(template: Template):
+def test_due_holds_reads_its_index_and_only_wakes_events(template: Template):
     assert _role_statements(template, DUE_HOLDS) == (
         # The due-holds index only: never an event item, a journal, the sweeper's items.
         _on(DUE_HOLDS_INDEX, "Query")
-        # SignupStore.re_emit: the keys, the counter and the marker, nothing else.
-        | _on(
-            INTAKE,
-            "UpdateItem",
-            conditions=_attributes("event_id", "signup_id", "redrive", "undecided"),
-        )
+        # Wake-ups, turnstile's own items: it touches no intake record at all.
+        | WAKES
     )
 
 

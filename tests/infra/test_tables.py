@@ -59,12 +59,17 @@ def test_intake_streams_new_images_and_expires_by_ttl(template: Template) -> Non
 
 
 @pytest.mark.parametrize("spec", [MAIN_TABLE, CONTROL_TABLE], ids=lambda s: s.logical_id)
-def test_main_and_control_have_no_stream_and_no_ttl(template: Template, spec: TableSpec) -> None:
+def test_main_and_control_have_no_ttl_and_only_control_a_keys_only_stream(
+    template: Template, spec: TableSpec
+) -> None:
     properties = template.to_json()["Resources"][spec.logical_id]["Properties"]
-    assert "StreamSpecification" not in properties
     assert "TimeToLiveSpecification" not in properties
     if spec is MAIN_TABLE:
+        assert "StreamSpecification" not in properties
         assert "GlobalSecondaryIndexes" not in properties
+    else:
+        # the wake-ups' stream: keys only, never an event item's image
+        assert properties["StreamSpecification"] == {"StreamViewType": "KEYS_ONLY"}
 
 
 def test_intake_has_the_sparse_undecided_index_the_sweeper_reads(template: Template) -> None:
@@ -122,7 +127,6 @@ def test_control_has_the_sparse_due_holds_index_that_releasing_due_holds_reads(
 def test_control_table_keys_cannot_be_reached_from_intake_keys() -> None:
     """The control table is keyed by (pk, sk), never by (event_id, signup_id)."""
     assert (CONTROL_TABLE.partition_key, CONTROL_TABLE.sort_key) == ("pk", "sk")
-    assert CONTROL_TABLE.stream_view_type is None
 
 
 def test_tables_can_be_made_disposable(variant_template: Template) -> None:

@@ -1,6 +1,7 @@
 """Releasing due holds (``turnstile.due_holds``): the control table's sparse ``due-holds``
-index finds the events whose earliest hold has lapsed, and the holding signup's intake
-record is re-emitted (a MODIFY the processor passes as a tick), once per event."""
+index finds the events whose earliest hold has lapsed, and the held events whose release
+is due; each is woken once, by a write of its own wake-up item (turnstile's, in the control
+table), whose record on the control table's stream the processor takes as a step."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from turnstile.contract import (
     DUE_HOLDS_INDEX,
     DUE_HOLDS_SHARD,
     INTAKE_TABLE,
-    STREAM_SOURCE,
+    WAKE_SOURCE,
     Attr,
-    undecided_shard,
+    WakeAttr,
+    WakeReason,
 )
 from turnstile.due_holds import due_events, release_due_holds
 from turnstile.local.poller import matches_filter
-from turnstile.personal_data import signup_ref
 from turnstile.store import SignupStore
 
 NOW_MS = 1_800_000_000_000
@@ -42,7 +43,6 @@ def put_event(
     client: Any,
     event_id: str,
     due_at: int | None,
-    signup_id: Any = "holder",
     shard: str = DUE_HOLDS_SHARD,
     pk: str | None = None,
 ) -> None:
@@ -58,20 +58,22 @@ def put_event(
     if due_at is not None:
         item[Attr.HOLD_DUE_AT] = {"N": str(due_at)}
         item[Attr.HOLD_DUE_SHARD] = {"S": shard}
-        item[Attr.HOLD_DUE_SIGNUP] = signup_id if isinstance(signup_id, dict) else {"S": signup_id}
+        item[Attr.HOLD_DUE_SIGNUP] = {"S": "holder"}
     client.put_item(TableName=CONTROL_TABLE.name, Item=item)
 
 
-def re_emits(client: Any) -> dict[tuple[str, str], int]:
-    """Each intake record's ``redrive`` counter (0 when never re-emitted)."""
+def woken(client: Any) -> dict[str, tuple[int, str]]:
+    """Each wake-up item's event: how many wake-ups, and the last one's reason."""
     return {
-        key: int(item["redrive"].get("N", 0)) if "redrive" in item else 0
-        for key, item in table_items(client, INTAKE_TABLE.name).items()
+        pk.removeprefix("WAKE#"): (int(item[WakeAttr.WAKES]["N"]), item[WakeAttr.REASON]["S"])
+        for (pk, _), item in table_items(client, CONTROL_TABLE.name).items()
+        if pk.startswith("WAKE#")
     }
 
 
-def test_the_control_table_has_the_sparse_due_holds_index():
-    (index,) = CONTROL_TABLE.create_table_kwargs()["GlobalSecondaryIndexes"]
+def test_the_control_table_has_the_sparse_due_holds_index_and_a_keys_only_stream():
+    kwargs = CONTROL_TABLE.create_table_kwargs()
+    (index,) = kwargs["GlobalSecondaryIndexes"]
     assert index == {
         "IndexName": "due-holds",
         "KeySchema": [
@@ -83,10 +85,10 @@ def test_the_control_table_has_the_sparse_due_holds_index():
             "NonKeyAttributes": ["event_id", "hold_due_signup"],
         },
     }
-    definitions = CONTROL_TABLE.create_table_kwargs()["AttributeDefinitions"]
-    assert {"AttributeName": "hold_due_at", "AttributeType": "N"} in definitions
-    assert {"AttributeName": "hold_due_shard", "AttributeType": "S"} in definitions
+    assert {"AttributeName": "hold_due_at", "AttributeType": "N"} in kwargs["AttributeDefinitions"]
     assert DUE_HOLDS_INDEX.name == "due-holds"
+    # an event item is never streamed whole: the wake-ups need only their keys
+    assert kwargs["StreamSpecification"] == {"StreamEnabled": True, "StreamViewType": "KEYS_ONLY"}
 
 
 def test_only_events_due_by_now_are_found_earliest_first(store, client):
@@ -99,92 +101,98 @@ def test_only_events_due_by_now_are_found_earliest_first(store, client):
     assert found == ["late", "later", "exactly-now"]
 
 
-def test_the_holding_signup_of_each_due_event_is_re_emitted_and_passes_the_filter(
-    store, client, stream
+def test_each_due_event_is_woken_through_its_own_item_and_the_wake_passes_the_filter(
+    store, client, stream, wakes
 ):
     for event_id in ("due", "future", "no-holds"):
         put_raw_intake(client, event_id, "holder", **SUBMITTED)
-        put_raw_intake(client, event_id, "other", **SUBMITTED)
     put_event(client, "due", NOW_MS - 1000)
     put_event(client, "future", NOW_MS + 1000)
     put_event(client, "no-holds", None)
     stream.read_new()
+    wakes.read_new()
     # WHEN due holds are released
     assert release_due_holds(store, NOW_MS) == 1
-    # THEN only the due event's holding signup was bumped, and marked
-    counts = re_emits(client)
-    assert {k for k, n in counts.items() if n} == {("due", "holder")}
-    intake = table_items(client, INTAKE_TABLE.name)
-    assert intake[("due", "holder")][Attr.UNDECIDED] == {"S": undecided_shard("due", "holder")}
-    # ... a MODIFY on the stream that the event source lets through
-    (record,) = stream.read_new()
-    assert record["eventName"] == "MODIFY"
-    assert record["dynamodb"]["NewImage"]["redrive"] == {"N": "1"}
-    assert any(matches_filter(p, record) for p in STREAM_SOURCE.filter_patterns)
+    # THEN the due event was woken, and no intake record was touched
+    assert woken(client) == {"due": (1, WakeReason.HOLD_DUE)}
+    assert stream.read_new() == []
+    # ... by a record of the control table's stream that the wake-ups' mapping lets through
+    # (moto streams an upsert twice; DynamoDB once)
+    records = wakes.read_new()
+    assert records
+    for record in records:
+        assert record["dynamodb"]["Keys"] == {"pk": {"S": "WAKE#due"}, "sk": {"S": "WAKE"}}
+        assert any(matches_filter(p, record) for p in WAKE_SOURCE.filter_patterns)
     # ... and once more per period while it stays due (each is one tick)
     assert release_due_holds(store, NOW_MS + 1000) == 2
-    assert re_emits(client)[("due", "holder")] == 2
-    assert re_emits(client)[("future", "holder")] == 1
+    assert woken(client) == {"due": (2, "hold_due"), "future": (1, "hold_due")}
 
 
-def test_a_signup_id_that_is_not_an_id_is_never_re_emitted(store, client, caplog):
-    # GIVEN intake records a producer wrote under keys that are not ids ...
-    bad_ids = ["has space", "-dash-first", "x" * 129, "ümlaut"]
-    for n, bad in enumerate(bad_ids):
-        put_raw_intake(client, f"ev{n}", bad, **SUBMITTED)
-        put_event(client, f"ev{n}", NOW_MS - 10, signup_id=bad)
-    # ... an entry whose signup is not a string, one whose event item claims another event
-    put_event(client, "num", NOW_MS - 10, signup_id={"N": "7"})
-    put_raw_intake(client, "victim", "holder", **SUBMITTED)
-    put_event(client, "victim", NOW_MS - 10, pk="EVENT#elsewhere")
-    # ... and one good entry among them
-    put_raw_intake(client, "good", "holder", **SUBMITTED)
-    put_event(client, "good", NOW_MS - 10)
+def test_a_commit_or_a_parked_record_never_passes_the_wake_ups_filter(store, client, wakes):
+    store.create_event("gig", 5, "2026-01-01T00:00:00.000000Z")
+    put_event(client, "other", NOW_MS)
+    records = wakes.read_new()
+    assert records and not any(
+        matches_filter(p, r) for p in WAKE_SOURCE.filter_patterns for r in records
+    )
+
+
+def test_a_held_event_due_for_its_release_is_woken(store, client):
+    # GIVEN an event whose deciding failed: its records parked, its marker due at once
+    from turnstile.domain import SignupRequest
+
+    store.park("held", [SignupRequest("held", "a", "1" * 21)], "2026-01-01T00:00:00.000000Z", "X")
     # WHEN due holds are released
-    with caplog.at_level(logging.WARNING, logger="turnstile.due_holds"):
-        assert release_due_holds(store, NOW_MS) == 1
-    # THEN only the good one was re-emitted, and each skip said so in one line
-    assert {k for k, n in re_emits(client).items() if n} == {("good", "holder")}
-    skipped = [r.getMessage() for r in caplog.records]
-    assert len(skipped) == len(bad_ids) + 2
-    assert all("due hold skipped" in m and "\n" not in m for m in skipped)
+    assert release_due_holds(store, NOW_MS) == 1
+    # THEN it was woken for a release
+    assert woken(client) == {"held": (1, WakeReason.RETRY)}
+    # ... and once the hold is lifted, it is due no more
+    version = int(store.get_hold("held")["version"])
+    store.unpark("held", ["1" * 21])
+    assert store.lift_hold("held", version)
+    assert list(due_events(store, NOW_MS)) == []
 
 
-def test_a_gone_record_or_a_junk_counter_is_skipped_and_the_rest_go_on(store, client, caplog):
-    # GIVEN a due event whose holding signup's intake record is gone (TTL, a producer) ...
-    put_event(client, "a-gone", NOW_MS - 30)
-    # ... one whose producer wrote its re-emissions' counter as a string (ADD refuses it)
+def test_a_holder_that_deletes_or_spoils_its_intake_record_cannot_stop_the_wake_up(
+    store, client
+):
+    """Nothing of intake is read or written: an event with a hold due is woken whatever
+    its producers did to their records (issue: one producer stopped every hold of an
+    event from ending by deleting its record, or writing a junk ``redrive``)."""
+    put_event(client, "a-gone", NOW_MS - 30)  # the holder's record deleted
     put_raw_intake(client, "b-junk", "holder", redrive={"S": "x"}, **SUBMITTED)
     put_event(client, "b-junk", NOW_MS - 20)
-    # ... and a sound one, due last
-    put_raw_intake(client, "c-good", "holder", **SUBMITTED)
-    put_event(client, "c-good", NOW_MS - 10)
-    # WHEN due holds are released
+    assert release_due_holds(store, NOW_MS) == 2
+    assert set(woken(client)) == {"a-gone", "b-junk"}
+    assert ("a-gone", "holder") not in table_items(client, INTAKE_TABLE.name)
+
+
+def test_an_entry_that_names_no_event_is_skipped_and_the_rest_go_on(store, client, caplog):
+    # GIVEN entries under event ids that are not ids, one whose item claims another event
+    bad_ids = ["has space", "-dash-first", "x" * 129, "ümlaut"]
+    for bad in bad_ids:
+        put_event(client, bad, NOW_MS - 10)
+    put_event(client, "victim", NOW_MS - 10, pk="EVENT#elsewhere")
+    # ... and one good entry among them
+    put_event(client, "good", NOW_MS - 10)
     with caplog.at_level(logging.WARNING, logger="turnstile.due_holds"):
         assert release_due_holds(store, NOW_MS) == 1
-    # THEN the gone record was not created by the update, the sound one was re-emitted
-    intake = table_items(client, INTAKE_TABLE.name)
-    assert ("a-gone", "holder") not in intake
-    assert re_emits(client)[("c-good", "holder")] == 1
-    messages = [r.getMessage() for r in caplog.records]
-    assert len(messages) == 2
-    # ... each skip said so, naming the signup by its reference, never by its id
-    assert f"a-gone ({signup_ref('a-gone', 'holder')})" in messages[0] and "gone" in messages[0]
-    assert f"b-junk ({signup_ref('b-junk', 'holder')})" in messages[1]
-    assert not any("holder" in m for m in messages)
+    # THEN only the good one was woken, and each skip said so in one line
+    assert set(woken(client)) == {"good"}
+    skipped = [r.getMessage() for r in caplog.records]
+    assert len(skipped) == len(bad_ids) + 1
+    assert all("due entry skipped" in m and "\n" not in m for m in skipped)
 
 
-def test_limit_bounds_the_re_emissions(store, client):
+def test_limit_bounds_the_wake_ups(store, client):
     for event_id in ("a", "b", "c"):
-        put_raw_intake(client, event_id, "holder", **SUBMITTED)
         put_event(client, event_id, NOW_MS - 1)
     assert release_due_holds(store, NOW_MS, limit=2) == 2
-    assert sum(re_emits(client).values()) == 2
+    assert len(woken(client)) == 2
 
 
 def test_pages_of_the_index_are_all_read(store, client, monkeypatch):
     for n in range(5):
-        put_raw_intake(client, f"e{n}", "holder", **SUBMITTED)
         put_event(client, f"e{n}", NOW_MS - n)
     pages: list[int] = []
     query = client.query
@@ -199,34 +207,34 @@ def test_pages_of_the_index_are_all_read(store, client, monkeypatch):
     assert len(pages) >= 3
 
 
-def test_the_local_stack_adds_the_index_to_a_control_table_made_without_it(aws):
-    """A state directory from before the index: ``ensure_resources`` adds it (with its
-    numeric sort key), and the due event is found through it."""
+def test_the_local_stack_adds_the_index_and_the_stream_to_an_older_control_table(aws):
+    """A state directory from before the index and the wake-ups: ``ensure_resources`` adds
+    them (the index with its numeric sort key), and the due event is found through it."""
     from dataclasses import replace
 
     from turnstile.local.stack import _ensure_table
 
     client = aws.client("dynamodb")
     client.delete_table(TableName=CONTROL_TABLE.name)
-    client.create_table(**replace(CONTROL_TABLE, indexes=()).create_table_kwargs())
+    old = replace(CONTROL_TABLE, indexes=(), stream_view_type=None)
+    client.create_table(**old.create_table_kwargs())
     _ensure_table(client, CONTROL_TABLE)
     table = client.describe_table(TableName=CONTROL_TABLE.name)["Table"]
     assert [i["IndexName"] for i in table["GlobalSecondaryIndexes"]] == ["due-holds"]
     assert {"AttributeName": "hold_due_at", "AttributeType": "N"} in table["AttributeDefinitions"]
+    assert table["StreamSpecification"]["StreamViewType"] == "KEYS_ONLY"
     put_event(client, "due", NOW_MS - 1)
     store = SignupStore(client, sleep=lambda _: None)
     assert [e["event_id"] for e in due_events(store, NOW_MS)] == ["due"]
 
 
-def test_the_handler_releases_what_is_due_by_its_clock(client, monkeypatch):
+def test_the_handler_wakes_what_is_due_by_its_clock(client, monkeypatch):
     from turnstile.handlers import due_holds as handler_module
     from turnstile.local.context import LocalLambdaContext
 
-    put_raw_intake(client, "due", "holder", **SUBMITTED)
     put_event(client, "due", NOW_MS - 1)
-    put_raw_intake(client, "later", "holder", **SUBMITTED)
     put_event(client, "later", NOW_MS + 60_000)
     monkeypatch.setattr(handler_module.time, "time", lambda: NOW_MS / 1000)
     answer = handler_module.handler({}, LocalLambdaContext())
-    assert answer == {"re_emitted": 1, "now_ms": NOW_MS}
-    assert {k for k, n in re_emits(client).items() if n} == {("due", "holder")}
+    assert answer == {"woken": 1, "now_ms": NOW_MS}
+    assert set(woken(client)) == {"due"}

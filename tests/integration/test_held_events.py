@@ -21,9 +21,11 @@ from tests.integration.test_processor import ConflictingStore
 from turnstile.audit import audit
 from turnstile.contract import (
     ALL_TABLES,
+    CONTROL_TABLE,
     FAILURE_QUEUE_NAME,
     INTAKE_TABLE,
     STREAM_SOURCE,
+    WAKE_SOURCE,
     ControlKey,
     Reason,
     Status,
@@ -32,7 +34,7 @@ from turnstile.domain import EventSnapshot, SignupRequest, decide
 from turnstile.dynamo import default_client
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.context import LocalLambdaContext
-from turnstile.local.poller import CheckpointStore, StreamPoller
+from turnstile.local.poller import CheckpointStore, StreamPoller, matches_filter
 from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
 from turnstile.redrive import redrive_queue
 from turnstile.store import SignupStore
@@ -191,22 +193,22 @@ def test_a_held_event_parks_later_records_and_releases_them_in_arrival_order(
 
 
 def test_the_sweeper_sets_off_the_release_of_an_event_with_no_more_traffic(
-    client, store, stream
+    client, store, stream, wakes
 ):
     outage, records = hold_outage(client, store, stream)
     outage.on = False
+    wakes.read_new()
     # WHEN the sweeper runs (even one that re-emits every undecided record at once)
     result = Sweeper(store, owner="s", min_age_s=0).sweep("run-1")
     # THEN it decided nothing, re-emitted no parked record as "undecided", and set off
-    # the release with one re-emission of hot's first parked signup
+    # the release by waking hot (its own wake-up item: no producer's record needed)
     assert (result.status, result.held, result.releases_triggered) == ("succeeded", 1, 1)
     assert (result.undecided, result.re_emitted) == (0, 0)
     assert {k for k in decisions(client) if k[0] == "hot"} == set()
-    trigger = stream.read_new()
-    assert [(r["eventName"], r["dynamodb"]["Keys"]["signup_id"]["S"]) for r in trigger] == [
-        ("MODIFY", "h0")
-    ]
-    # WHEN the stream delivers it
+    assert stream.read_new() == []
+    trigger = [r for r in wakes.read_new() if r["dynamodb"]["Keys"]["pk"]["S"] == "WAKE#hot"]
+    assert trigger
+    # WHEN the wake-ups' mapping delivers it
     assert invoke(trigger) == {"batchItemFailures": []}
     # THEN hot is released in arrival order, under the original sequence numbers
     got = decisions(client)
@@ -515,6 +517,16 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
         client = session.client("dynamodb")
         store = SignupStore(client, sleep=lambda _: None)
         stream = StreamReader(session)
+        wakes = StreamReader(session, CONTROL_TABLE.name)
+
+        def woken() -> list[dict[str, Any]]:
+            """The wake-ups on the control table's stream, as their mapping delivers them."""
+            return [
+                r
+                for r in wakes.read_new()
+                if any(matches_filter(p, r) for p in WAKE_SOURCE.filter_patterns)
+            ]
+
         for event_id, capacity in EVENTS.items():
             store.create_event(event_id, capacity, NOW)
         down: set[str] = set()
@@ -530,16 +542,19 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
                 submit(client, step[1], f"s{n}", seats=step[2])
             elif step[0] == "deliver":
                 assert invoke(stream.read_new()) == {"batchItemFailures": []}
+                invoke(woken())  # a wake-up of an event still down fails: it is retried
             elif step[0] == "outage":
                 (down.add if step[2] else down.discard)(step[1])
             else:
                 sweeps += 1
                 Sweeper(store, owner="s", min_age_s=0).sweep(f"run-{sweeps}")
-        # Recovery: the outages end, the stream is delivered, a sweep releases the rest.
+        # Recovery: the outages end, the streams are delivered, a sweep releases the rest
+        # (it wakes each held event).
         down.clear()
         invoke(stream.read_new())
         Sweeper(store, owner="s", min_age_s=0).sweep("recovery")
         invoke(stream.read_new())
+        invoke(woken())
 
         got = decisions(client)
         first_seen = arrivals(stream.history)
@@ -761,13 +776,16 @@ def test_a_sweep_lifts_every_hold_with_nothing_parked_under_it(client, store):
     store.unpark("b", ["101"])  # b's hold is at version 2
     # WHEN a sweep runs
     result = Sweeper(store, owner="s", min_age_s=0).sweep("lift")
-    # THEN the two empty holds are lifted (each at its version), the third stays
-    assert (result.status, result.held, result.releases_triggered) == ("succeeded", 3, 2)
+    # THEN the two empty holds are lifted (each at its version), the third stays and is
+    # woken for its release
+    assert (result.status, result.held, result.releases_triggered) == ("succeeded", 3, 3)
     assert store.get_hold("a") is None and store.get_hold("b") is None
     assert store.get_hold("c") is not None
 
 
-def test_a_sweep_re_emits_one_record_per_held_event_and_none_of_the_parked(client, store, stream):
+def test_a_sweep_wakes_each_held_event_and_re_emits_none_of_the_parked(
+    client, store, stream, wakes
+):
     # GIVEN two held events, each with two undecided records parked, and undecided records
     # of a third event that is not held
     for event_id in ("a", "b"):
@@ -793,12 +811,14 @@ def test_a_sweep_re_emits_one_record_per_held_event_and_none_of_the_parked(clien
         )
     # WHEN a sweep runs
     result = Sweeper(store, owner="s", min_age_s=0).sweep("held")
-    # THEN each held event's release is set off by one re-emission of its first parked
-    # record, the parked records are not re-emitted as undecided, the others are
+    # THEN each held event's release is set off by a wake-up of the event, the parked
+    # records are not re-emitted as undecided, the others are
     assert (result.held, result.releases_triggered) == (2, 2)
     assert (result.undecided, result.re_emitted) == (3, 3)
     emitted = sorted(r["dynamodb"]["Keys"]["signup_id"]["S"] for r in stream.read_new())
-    assert emitted == ["a0", "b0", "c0", "c1", "c2"]
+    assert emitted == ["c0", "c1", "c2"]
+    woken = {r["dynamodb"]["Keys"]["pk"]["S"] for r in wakes.read_new()}
+    assert {"WAKE#a", "WAKE#b"} <= woken and "WAKE#calm" not in woken
 
 
 def test_a_release_that_did_not_use_the_event_read_with_the_hold_never_uses_it_later(

@@ -21,6 +21,7 @@ from tests.integration.test_lifecycle_processor import (
     status,
     statuses,
 )
+from tests.roles import as_user
 from turnstile.audit import audit
 from turnstile.contract import Attr, HistoryKey, Reason, Status
 from turnstile.dynamo import signup_key
@@ -388,7 +389,8 @@ def test_a_close_that_lands_between_read_and_commit_rejects_the_line(aws, feed, 
     def commit(*args, **kwargs):  # the organizer's close lands before this commit
         if closing:
             closing.clear()
-            store.close_event("gig")
+            with as_user():  # the organizer, not the processor
+                store.close_event("gig")
         return real_commit(*args, **kwargs)
 
     store.commit = commit  # type: ignore[method-assign]

@@ -33,6 +33,11 @@ class Clock:
         self.ms += int(seconds * 1000)
 
 
+#: The intake records' ``expires_at``: long gone (TTL has passed), so a decision's retention
+#: counts from the decision alone (tests/integration/test_personal_data.py has the rest).
+INTAKE_GONE = Decimal(1)
+
+
 class Feed:
     """Intake records as the stream delivers them: sequence numbers go up."""
 
@@ -46,7 +51,12 @@ class Feed:
 
     def signup(self, event_id: str, signup_id: str, seats: int = 1) -> IntakeRecord:
         keys = {"event_id": event_id, "signup_id": signup_id}
-        image = {**keys, "seats": Decimal(seats), "submitted_at": "2026-01-01T00:00:00Z"}
+        image = {
+            **keys,
+            "seats": Decimal(seats),
+            "submitted_at": "2026-01-01T00:00:00Z",
+            "expires_at": INTAKE_GONE,
+        }
         return IntakeRecord(self._next(), "INSERT", keys, image)
 
     def request(
@@ -61,6 +71,7 @@ class Feed:
             "request": kind,
             "request_count": Decimal(self.requests[key]) if count is None else count,
             "undecided": "0",
+            "expires_at": INTAKE_GONE,
         }
         return IntakeRecord(self._next(), "MODIFY", keys, image)
 

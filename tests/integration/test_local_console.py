@@ -78,7 +78,10 @@ def test_the_local_worker_keeps_decisions_the_retention_it_is_given(aws, stream,
     client = aws.client("dynamodb")
     store = SignupStore(client, sleep=lambda _: None)
     store.create_event("gig", 1, NOW)
-    put_raw_intake(client, "gig", "a", seats={"N": "1"}, submitted_at={"S": NOW})
+    # (an intake record gone long before: the decision's retention alone counts)
+    put_raw_intake(
+        client, "gig", "a", seats={"N": "1"}, submitted_at={"S": NOW}, expires_at={"N": "1"}
+    )
     stream_handler._processor = counting_processor(store, DecisionStats())
     stream_handler.handler({"Records": stream.read_new()}, LocalLambdaContext())
     item = store.get_decision("gig", "a")

@@ -17,7 +17,7 @@ from turnstile.api import create_app
 from turnstile.handlers import stream as stream_handler
 from turnstile.journal import Journal
 from turnstile.local.context import LocalLambdaContext
-from turnstile.personal_data import signup_ref
+from turnstile.personal_data import TTL_LAG_S, signup_ref
 from turnstile.processor import StreamProcessor
 from turnstile.store import SignupStore
 
@@ -59,10 +59,11 @@ def test_decisions_expire_counted_from_when_they_were_decided(
         store, clock=lambda: NOW, decision_retention_days=days
     )
     store.create_event("gig", 1, NOW)
+    kept = {"expires_at": {"N": str(NOW_EPOCH + 30 * DAY_S)}}  # as the API writes them
     for signup_id in ("a", "b"):
-        put_raw_intake(client, "gig", signup_id, submitted_at={"S": NOW})
-    put_raw_intake(client, "gig", "bad", seats={"S": "many"})
-    put_raw_intake(client, "nowhere", "c")
+        put_raw_intake(client, "gig", signup_id, submitted_at={"S": NOW}, **kept)
+    put_raw_intake(client, "gig", "bad", seats={"S": "many"}, **kept)
+    put_raw_intake(client, "nowhere", "c", **kept)
     # WHEN they are decided
     assert invoke(stream.read_new()) == {"batchItemFailures": []}
     # THEN every decision item (accepted, rejected, unknown event) carries expires_at ...
@@ -82,11 +83,86 @@ def test_decisions_expire_counted_from_when_they_were_decided(
 def test_the_stream_handler_reads_the_decision_retention(client, store, stream, monkeypatch):
     monkeypatch.setenv("TURNSTILE_DECISION_RETENTION_DAYS", "45")
     store.create_event("gig", 1, NOW)
-    put_raw_intake(client, "gig", "a", submitted_at={"S": NOW})
+    put_raw_intake(client, "gig", "a", submitted_at={"S": NOW}, expires_at={"N": "1"})
     assert invoke(stream.read_new()) == {"batchItemFailures": []}
     (item,) = decisions(client).values()
     decided = datetime.fromisoformat(item["decided_at"]["S"]).timestamp()
     assert int(item["expires_at"]["N"]) == int(decided) + 45 * DAY_S
+
+
+@pytest.mark.parametrize(
+    ("intake_expires", "kept_until"),
+    [
+        (None, None),  # a record that never expires keeps its decision for good
+        ({"S": "2027-01-01"}, None),  # TTL ignores what is no number: kept for good
+        ({"N": str(NOW_EPOCH + 500 * DAY_S)}, NOW_EPOCH + 500 * DAY_S + TTL_LAG_S),
+        ({"N": str(NOW_EPOCH + 10 * DAY_S)}, NOW_EPOCH + 400 * DAY_S),
+    ],
+)
+def test_a_decision_never_expires_before_its_intake_record(
+    client, store, stream, intake_expires, kept_until
+):
+    """With decision retention on, a decision whose intake record outlives it would be
+    decided again by the sweeper once TTL removed it: it is kept as long as its record
+    (and TTL's lag), or for good."""
+    stream_handler._processor = StreamProcessor(
+        store, clock=lambda: NOW, decision_retention_days=400
+    )
+    store.create_event("gig", 1, NOW)
+    extra = {"expires_at": intake_expires} if intake_expires else {}
+    put_raw_intake(client, "gig", "a", submitted_at={"S": NOW}, **extra)
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    item = decisions(client)[("gig", "a")]
+    assert (int(item["expires_at"]["N"]) if "expires_at" in item else None) == kept_until
+
+
+def test_a_record_made_to_outlive_its_decision_afterwards_keeps_it_longer(
+    client, store, stream
+):
+    """A producer that extends (or removes) its record's expires_at after the decision:
+    the sweeper's full read sees the record outlive its decision and re-emits it, and the
+    processor keeps the decision longer (never shorter), without deciding it again."""
+    from turnstile.sweeper import Sweeper
+
+    stream_handler._processor = StreamProcessor(
+        store, clock=lambda: NOW, decision_retention_days=400
+    )
+    store.create_event("gig", 5, NOW)
+    short = {"expires_at": {"N": str(NOW_EPOCH + DAY_S)}}
+    for signup_id in ("a", "b"):
+        put_raw_intake(client, "gig", signup_id, submitted_at={"S": NOW}, **short)
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    before = decisions(client)
+    assert int(before[("gig", "a")]["expires_at"]["N"]) == NOW_EPOCH + 400 * DAY_S
+    # WHEN the producers change their records: a's lives for 1,000 days, b's for good
+    key = {"event_id": {"S": "gig"}}
+    client.update_item(
+        TableName="turnstile-intake",
+        Key={**key, "signup_id": {"S": "a"}},
+        UpdateExpression="SET expires_at = :e",
+        ExpressionAttributeValues={":e": {"N": str(NOW_EPOCH + 1000 * DAY_S)}},
+    )
+    client.update_item(
+        TableName="turnstile-intake",
+        Key={**key, "signup_id": {"S": "b"}},
+        UpdateExpression="REMOVE expires_at",
+    )
+    stream.read_new()  # (no marker: the event source filters these out)
+    # ... and the sweeper's daily full read runs, then the stream is delivered
+    result = Sweeper(store, owner="s", min_age_s=0, full_scan_every_s=0).sweep("full")
+    assert result.re_emitted == 2
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    # THEN each decision is kept as long as its record, and decided only once
+    after = decisions(client)
+    assert int(after[("gig", "a")]["expires_at"]["N"]) == NOW_EPOCH + 1000 * DAY_S + TTL_LAG_S
+    assert "expires_at" not in after[("gig", "b")]
+    for k in before:
+        assert {n: v for n, v in after[k].items() if n != "expires_at"} == {
+            n: v for n, v in before[k].items() if n != "expires_at"
+        }
+    # ... and the next full read finds nothing more to do
+    again = Sweeper(store, owner="s", min_age_s=0, full_scan_every_s=0).sweep("again")
+    assert again.re_emitted == 0
 
 
 # -- logs -------------------------------------------------------------------------------

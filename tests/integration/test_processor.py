@@ -22,8 +22,15 @@ NOW = "2026-01-01T00:00:00.000000Z"
 
 
 def insert(event_id: str, signup_id: str, seq: int, seats: int = 1) -> IntakeRecord:
+    """A signup's record, its intake item long gone by TTL (a decision's retention then
+    counts from the decision alone)."""
     keys = {"event_id": event_id, "signup_id": signup_id}
-    image = {**keys, "seats": Decimal(seats), "submitted_at": "2026-01-01T00:00:00Z"}
+    image = {
+        **keys,
+        "seats": Decimal(seats),
+        "submitted_at": "2026-01-01T00:00:00Z",
+        "expires_at": Decimal(1),
+    }
     return IntakeRecord(str(seq), "INSERT", keys, image)
 
 

@@ -15,7 +15,7 @@ import math
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -28,7 +28,11 @@ from tests.roles import CheckedClient, roles_without, table_of
 from turnstile.api import create_app
 from turnstile.audit import audit
 from turnstile.contract import (
+    STREAM_SOURCE,
+    WAKE_SOURCE,
     Attr,
+    ControlKey,
+    EventSourceSettings,
     Function,
     LeaseAttr,
     Reason,
@@ -36,11 +40,14 @@ from turnstile.contract import (
     RunAttr,
     RunStatus,
     Status,
+    WakeAttr,
+    WakeReason,
     undecided_shard,
 )
 from turnstile.domain import EventSnapshot, SignupRequest, decide
 from turnstile.due_holds import release_due_holds
 from turnstile.errors import StoreUnavailableError
+from turnstile.eventfilter import matches_any
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers.stream import to_intake_record
 from turnstile.ledger import Ledger
@@ -88,7 +95,36 @@ def decide_stream(store: SignupStore, stream) -> dict[str, Any]:
     return stream_handler.handler({"Records": stream.read_new()}, LocalLambdaContext())
 
 
-def test_the_api_role_runs_every_route(as_role, stream):
+def delivered(reader: Any, source: EventSourceSettings) -> list[dict[str, Any]]:
+    """The reader's new records that ``source``'s event source mapping delivers (its
+    filter): for the control table's stream (``WAKE_SOURCE``), its wake-ups only."""
+    return [r for r in reader.read_new() if matches_any(source.filter_patterns, r)]
+
+
+def wake_items(plain: SignupStore) -> dict[str, dict[str, Any]]:
+    """Every wake-up item of the control table, by the event it wakes."""
+    items = plain.dynamo.items(
+        "scan",
+        TableName=plain.control_table,
+        ConsistentRead=True,
+        FilterExpression="begins_with(#pk, :prefix)",
+        ExpressionAttributeNames={"#pk": ControlKey.PK},
+        ExpressionAttributeValues={":prefix": {"S": ControlKey.WAKE_PREFIX}},
+    )
+    return {str(i[ControlKey.PK]).removeprefix(ControlKey.WAKE_PREFIX): i for i in items}
+
+
+def woken_events(wakes: Any) -> list[str]:
+    """The events whose wake-ups came down the control table's stream since the last read
+    (as the processor's wake-up mapping delivers them), in stream order. (moto streams an
+    item's creation by UpdateItem as two INSERT records: count wake-ups on the item.)"""
+    return [
+        r["dynamodb"]["Keys"][ControlKey.PK]["S"].removeprefix(ControlKey.WAKE_PREFIX)
+        for r in delivered(wakes, WAKE_SOURCE)
+    ]
+
+
+def test_the_api_role_runs_every_route(as_role, plain, stream, wakes):
     api_store, api_client = as_role(API)
     processor_store, processor_client = as_role(PROCESSOR)
     app = create_app(store=lambda: api_store)
@@ -150,7 +186,28 @@ def test_the_api_role_runs_every_route(as_role, stream):
         for r in api_client.allowed
         if r.action == "dynamodb:UpdateItem" and table_of(r) == "turnstile-intake"
     }
-    assert update.attributes == {"event_id", "signup_id", "request", "request_count", "undecided"}
+    assert update.attributes == {
+        "event_id",
+        "signup_id",
+        "request",
+        "requests",
+        "request_count",
+        "undecided",
+    }
+    # Control: the event item, and the event's wake-up after each capacity change and
+    # close (two of each: the refused capacity below the seats taken woke nothing), its
+    # counter, time and reason only; nothing else.
+    control_updates = [
+        (r.leading_keys, r.attributes)
+        for r in api_client.allowed
+        if r.action == UPDATE and table_of(r) == CONTROL
+    ]
+    woke = [a for k, a in control_updates if k == {"WAKE#gala"}]
+    assert woke == [WAKE_ATTRIBUTES] * 4
+    assert {k for k, _ in control_updates} == {frozenset({"EVENT#gala"}), frozenset({"WAKE#gala"})}
+    assert set(woken_events(wakes)) == {"gala"}
+    wake = wake_items(plain)["gala"]
+    assert (wake[WakeAttr.WAKES], wake[WakeAttr.REASON]) == (4, WakeReason.CLOSE)
     # Its Scan of control projects an event's public fields only, never the journal.
     (scan,) = {r for r in api_client.allowed if r.action == "dynamodb:Scan"}
     assert scan.select == "SPECIFIC_ATTRIBUTES" and "journal" not in scan.attributes
@@ -170,6 +227,107 @@ def test_the_api_role_may_not_scan_control_whole(aws, as_role):
             ExpressionAttributeNames={"#pk": "pk", "#journal": "journal"},
             Select="SPECIFIC_ATTRIBUTES",
         )
+
+
+def _api_call(store: SignupStore, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    app = create_app(store=lambda: store)
+    response = app.resolve(v2_event(method, path, body), LocalLambdaContext())
+    return response["statusCode"], json.loads(response["body"])
+
+
+def _deliver_wakes(store: SignupStore, wakes: Any) -> dict[str, Any]:
+    """The control table's new wake-ups through the handler (as the wake-up mapping
+    delivers them), by a processor over ``store``; {} if there was none."""
+    records = delivered(wakes, WAKE_SOURCE)
+    if not records:
+        return {}
+    stream_handler._processor = StreamProcessor(store)
+    return stream_handler.handler({"Records": records}, LocalLambdaContext())
+
+
+#: An organizer's change through the API: the call, what the waiting signup becomes at
+#: the event's next step, and the reason the wake-up gives.
+ORGANIZER_CHANGES: dict[str, tuple[tuple[Any, ...], str, str]] = {
+    "capacity-raised": (
+        ("PATCH", "/events/gig", {"capacity": 2}),
+        Status.ACCEPTED,
+        WakeReason.CAPACITY,
+    ),
+    "close": (("POST", "/events/gig/close"), Status.REJECTED, WakeReason.CLOSE),
+}
+
+
+def _one_waiting(
+    aws: Any, plain: SignupStore, processor: SignupStore, stream: Any, wakes: Any
+) -> None:
+    """An event of one seat and a waitlist of one: 'a' has the seat, 'b' waits (decided by
+    ``processor``); nothing on the control table's stream is new."""
+    plain.create_event("gig", 1, NOW, waitlist=1)
+    for signup_id in ("a", "b"):
+        put_raw_intake(aws.client("dynamodb"), "gig", signup_id, submitted_at={"S": NOW})
+    assert decide_stream(processor, stream) == {"batchItemFailures": []}
+    assert [_status(plain, s) for s in "ab"] == [Status.ACCEPTED, Status.WAITLISTED]
+    wakes.read_new()
+
+
+@pytest.mark.parametrize("change", list(ORGANIZER_CHANGES))
+def test_the_api_role_wakes_the_event_it_changes(aws, as_role, plain, stream, wakes, change):
+    call, waiting_becomes, reason = ORGANIZER_CHANGES[change]
+    processor_store, processor_client = as_role(PROCESSOR)
+    _one_waiting(aws, plain, processor_store, stream, wakes)
+    api_store, api_client = as_role(API)
+    # WHEN the organizer makes the change through the API, under its role
+    assert _api_call(api_store, *call)[0] == 200
+    # THEN it woke the event: one update of its wake-up item (counter, time and reason),
+    # nothing refused
+    assert api_client.denied == []
+    woke = [r for r in api_client.allowed if r.leading_keys == {"WAKE#gig"}]
+    assert [(r.action, _where(r), r.attributes) for r in woke] == [
+        (UPDATE, CONTROL, WAKE_ATTRIBUTES)
+    ]
+    assert wake_items(plain)["gig"][WakeAttr.REASON] == reason
+    # ... and the wake-up, delivered to the processor under its role, is the event's step
+    # (no other record of the event came): the one waiting has the seat, or is rejected
+    assert stream.read_new() == []
+    assert _deliver_wakes(processor_store, wakes) == {"batchItemFailures": []}
+    assert _status(plain, "b") == waiting_becomes
+    assert processor_client.denied == []
+
+
+@pytest.mark.parametrize("change", list(ORGANIZER_CHANGES))
+def test_the_api_s_wake_up_is_denied_without_its_grant(
+    aws, as_role, plain, stream, wakes, change
+):
+    call, waiting_becomes, reason = ORGANIZER_CHANGES[change]
+    processor_store, processor_client = as_role(PROCESSOR)
+    _one_waiting(aws, plain, processor_store, stream, wakes)
+    # GIVEN the API's role without its UpdateItem on WAKE# items (its UpdateItem on event
+    # items kept)
+    roles = _roles_without_on_keys(API, UPDATE, CONTROL_ARN, "WAKE#*")
+    client = CheckedClient(aws.client("dynamodb"), API, roles=roles)
+    # WHEN the organizer makes the change
+    status, body = _api_call(SignupStore(client, sleep=lambda _: None), *call)
+    # THEN the call fails on IAM's refusal of exactly the wake-up ...
+    assert (status, body["error"]) == (500, "internal_error")
+    assert {(r.action, _where(r)) for r in client.denied} == {(UPDATE, CONTROL)}
+    assert {k for r in client.denied for k in r.leading_keys or ()} == {"WAKE#gig"}
+    # ... nothing woke the event: no wake-up item, nothing for the processor, 'b' waits
+    assert wake_items(plain) == {}
+    assert _deliver_wakes(processor_store, wakes) == {}
+    assert _status(plain, "b") == Status.WAITLISTED
+    # ... though the change itself, written before the wake-up, stands; the organizer's
+    # retry (an error answered), once the grant is back, wakes the event: the step is made
+    event = plain.get_event("gig")
+    assert event is not None
+    assert (event.snapshot.capacity, event.snapshot.state) == (
+        (2, "OPEN") if change == "capacity-raised" else (1, "CLOSED")
+    )
+    api_store, api_client = as_role(API)
+    assert _api_call(api_store, *call)[0] == 200
+    assert wake_items(plain)["gig"][WakeAttr.REASON] == reason
+    assert _deliver_wakes(processor_store, wakes) == {"batchItemFailures": []}
+    assert _status(plain, "b") == waiting_becomes
+    assert api_client.denied == [] and processor_client.denied == []
 
 
 class FailsFirstCommits(SignupStore):
@@ -267,18 +425,27 @@ def test_the_sweeper_role_reads_the_undecided_index_and_clears_markers(
     assert intake["lost"]["redrive"] == {"N": "1"} and "undecided" in intake["lost"]
 
 
-def test_the_due_holds_role_finds_due_events_and_re_emits_their_holders(
-    aws, as_role, plain, stream
-):
+def test_the_due_holds_role_wakes_the_events_due(aws, as_role, plain, wakes):
     due_store, due_client = as_role(DUE_HOLDS)
-    _holders_due(plain, aws.client("dynamodb"))
-    stream.read_new()
-    # WHEN due holds are released under the function's role
-    assert release_due_holds(due_store, 5_000) == 1
-    # THEN nothing it needed was refused, and the due event's holder came down the stream
+    _due_events(plain, aws.client("dynamodb"))
+    wakes.read_new()
+    # WHEN due holds are released under the function's role, 5 s after NOW
+    assert release_due_holds(due_store, T0 + 5_000) == 2
+    # THEN nothing it needed was refused: a Query of the index, and an update of each due
+    # event's wake-up item, naming its counter, time and reason only (no intake record)
     assert due_client.denied == []
-    assert {r.action for r in due_client.allowed} == {"dynamodb:Query", "dynamodb:UpdateItem"}
-    assert {(r.event_id, r.signup_id) for r in _re_emitted(stream)} == {("due", "holder")}
+    assert {(r.action, _where(r)) for r in due_client.allowed} == {
+        ("dynamodb:Query", DUE_INDEX),
+        (UPDATE, CONTROL),
+    }
+    woke = [(r.leading_keys, r.attributes) for r in due_client.allowed if r.action == UPDATE]
+    assert sorted(key for keys, _ in woke for key in keys or ()) == ["WAKE#due", "WAKE#held"]
+    assert {attributes for _, attributes in woke} == {WAKE_ATTRIBUTES}
+    # ... the two events' wake-ups came down the control table's stream (the processor's),
+    # each saying why it was due; the event not due yet was not woken
+    assert set(woken_events(wakes)) == {"due", "held"}
+    reasons = {event_id: item[WakeAttr.REASON] for event_id, item in wake_items(plain).items()}
+    assert reasons == {"due": WakeReason.HOLD_DUE, "held": WakeReason.RETRY}
 
 
 def _re_emitted(stream) -> list[SignupRequest]:
@@ -313,11 +480,26 @@ def _update(table: str, key: dict[str, Any], expression: str, **extra: Any):
 EVENT_KEY = {"pk": {"S": "EVENT#gig"}, "sk": {"S": "EVENT"}}
 LEASE_KEY = {"pk": {"S": "SWEEPER"}, "sk": {"S": "LEASE"}}
 PARKED_KEY = {"pk": {"S": "PARK#gig"}, "sk": {"S": "R#" + "1" * 40}}
+HOLD_KEY = {"pk": {"S": "PARK#gig"}, "sk": {"S": ControlKey.HOLD_SK}}
+WAKE_KEY = {"pk": {"S": "WAKE#gig"}, "sk": {"S": ControlKey.WAKE_SK}}
 INTAKE_KEY = {"event_id": {"S": "gig"}, "signup_id": {"S": "a"}}
 DECISION = {**INTAKE_KEY, "status": {"S": "ACCEPTED"}}
 
 
 CONTROL, MAIN_TABLE, INTAKE_TABLE = "turnstile-control", "turnstile-main", "turnstile-intake"
+#: What a wake-up (``SignupStore.wake``) names, and all the roles that wake may name there.
+WAKE_ATTRIBUTES = frozenset(
+    {
+        ControlKey.PK,
+        ControlKey.SK,
+        WakeAttr.WAKES,
+        WakeAttr.WOKEN_AT,
+        WakeAttr.REASON,
+        # removed by every wake-up: a wake-up its step failed had put in the index
+        Attr.HOLD_DUE_AT,
+        Attr.HOLD_DUE_SHARD,
+    }
+)
 
 #: What each role must not do: (role, attempt on its client), by name.
 OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
@@ -346,6 +528,20 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
         API,
         lambda c: c.delete_item(TableName=INTAKE_TABLE, Key=INTAKE_KEY),
     ),
+    # Of a wake-up item, the API (as every role that wakes) writes only its counter, time
+    # and reason: never another field, never those fields on another item, never the
+    # item whole.
+    "api-wakes-with-a-capacity": (
+        API,
+        _update(CONTROL, WAKE_KEY, "ADD #wakes :v SET #capacity = :v"),
+    ),
+    "api-wakes-the-event-item": (API, _update(CONTROL, EVENT_KEY, "ADD #wakes :v")),
+    "api-reads-wake-up-back": (
+        API,
+        _update(CONTROL, WAKE_KEY, "ADD #wakes :v", ReturnValues="ALL_NEW"),
+    ),
+    "api-puts-wake-up": (API, lambda c: c.put_item(TableName=CONTROL, Item=WAKE_KEY)),
+    "api-deletes-wake-up": (API, lambda c: c.delete_item(TableName=CONTROL, Key=WAKE_KEY)),
     # The sweeper: no event item, no decision, no intake field but its counter.
     "sweeper-commits": (SWEEPER, lambda c: _commit_as(SignupStore(c))),
     "sweeper-edits-event": (SWEEPER, _update(CONTROL, EVENT_KEY, "SET #capacity = :v")),
@@ -360,7 +556,16 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
         SWEEPER,
         lambda c: c.delete_item(TableName=INTAKE_TABLE, Key=INTAKE_KEY),
     ),
-    # Releasing due holds: the index and intake's counter and marker, nothing else.
+    "sweeper-sets-a-hold-on-a-wake-up": (
+        SWEEPER,
+        _update(CONTROL, WAKE_KEY, "ADD #wakes :v SET #held_since = :v"),
+    ),
+    "sweeper-deletes-wake-up": (
+        SWEEPER,
+        lambda c: c.delete_item(TableName=CONTROL, Key=WAKE_KEY),
+    ),
+    # Releasing due holds: the index and wake-up items' counter, time and reason; nothing
+    # else (no intake record, no event item, no hold marker).
     "due-holds-reads-event": (DUE_HOLDS, lambda c: c.get_item(TableName=CONTROL, Key=EVENT_KEY)),
     "due-holds-queries-control": (
         DUE_HOLDS,
@@ -377,9 +582,18 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ),
     "due-holds-edits-event": (DUE_HOLDS, _update(CONTROL, EVENT_KEY, "SET #hold_due_at = :v")),
     "due-holds-edits-intake": (DUE_HOLDS, _update(INTAKE_TABLE, INTAKE_KEY, "SET #seats = :v")),
-    "due-holds-sets-a-request": (
+    "due-holds-re-emits": (DUE_HOLDS, lambda c: SignupStore(c).re_emit("gig", "a")),
+    "due-holds-edits-hold-marker": (
         DUE_HOLDS,
-        _update(INTAKE_TABLE, INTAKE_KEY, "ADD #redrive :v, #request_count :v"),
+        _update(CONTROL, HOLD_KEY, "SET #hold_due_at = :v"),
+    ),
+    "due-holds-wakes-with-a-journal": (
+        DUE_HOLDS,
+        _update(CONTROL, WAKE_KEY, "ADD #wakes :v SET #journal = :v"),
+    ),
+    "due-holds-puts-wake-up": (
+        DUE_HOLDS,
+        lambda c: c.put_item(TableName=CONTROL, Item=WAKE_KEY),
     ),
     "due-holds-puts-intake": (
         DUE_HOLDS,
@@ -389,8 +603,10 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
         DUE_HOLDS,
         lambda c: c.put_item(TableName=MAIN_TABLE, Item=DECISION),
     ),
-    # The processor: never intake, never the sweeper's lease.
+    # The processor: never intake, never the sweeper's lease, never a wake-up (it is
+    # woken, it wakes nothing).
     "processor-touches-lease": (PROCESSOR, _update(CONTROL, LEASE_KEY, "SET #fence = :v")),
+    "processor-wakes": (PROCESSOR, lambda c: SignupStore(c).wake("gig", WakeReason.RETRY)),
     "processor-edits-intake": (PROCESSOR, _update(INTAKE_TABLE, INTAKE_KEY, "SET #seats = :v")),
     "processor-puts-intake": (
         PROCESSOR,
@@ -436,13 +652,15 @@ class Clock:
 
 @dataclass
 class Scene:
-    """One event's lifecycle, each function under its own role: the API records requests,
-    the due-holds function re-emits holders, the processor (``processor``, full role)
-    decides everything before the move under test."""
+    """One event's lifecycle, each function under its own role: the API records requests
+    (and wakes the event after a close), the due-holds function wakes events whose hold is
+    due, the processor (``processor``, full role) decides everything before the move under
+    test."""
 
     plain: SignupStore
     raw: Any
     stream: Any
+    wakes: Any
     clock: Clock
     api: SignupStore
     api_client: CheckedClient
@@ -450,12 +668,35 @@ class Scene:
     due_client: CheckedClient
     processor: SignupStore
     processor_client: CheckedClient
+    #: The wake-ups last delivered (the event source delivers a failed one again).
+    woken: list[dict[str, Any]] = field(default_factory=list)
 
     def decide(self, store: SignupStore) -> dict[str, Any]:
-        """The stream's new records through the handler, by a processor over ``store`` on
-        the scene's clock (a cold one: it writes the last journal again first)."""
+        """The new records of both streams through the handler, as their event source
+        mappings filter and deliver them (intake's, then the control table's wake-ups),
+        by a processor over ``store`` on the scene's clock (a cold one: it writes the last
+        journal again first). The batch item failures of both invocations."""
         stream_handler._processor = StreamProcessor(store, clock=self.clock)
-        return stream_handler.handler({"Records": self.stream.read_new()}, LocalLambdaContext())
+        failures: list[dict[str, str]] = []
+        records = delivered(self.stream, STREAM_SOURCE)
+        self.woken = delivered(self.wakes, WAKE_SOURCE)
+        for batch in (records, self.woken):
+            if batch:
+                answer = stream_handler.handler({"Records": batch}, LocalLambdaContext())
+                failures += answer["batchItemFailures"]
+        return {"batchItemFailures": failures}
+
+    def deliver_again(self, store: SignupStore) -> dict[str, Any]:
+        """The wake-ups last delivered, once more (the event source's retry of a failed
+        batch), to a processor over ``store``."""
+        assert self.woken, "no wake-up was delivered"
+        stream_handler._processor = StreamProcessor(store, clock=self.clock)
+        return stream_handler.handler({"Records": self.woken}, LocalLambdaContext())
+
+    def release_due(self) -> int:
+        """The due-holds function, under its role, at the scene's clock: how many events it
+        woke (their wake-ups on the control table's stream, for ``decide``)."""
+        return release_due_holds(self.due, self.clock.ms)
 
     def statuses(self) -> dict[str, str | None]:
         return {sid: _status(self.plain, sid) for sid in ("a", "b")}
@@ -467,9 +708,9 @@ def _status(store: SignupStore, signup_id: str, event_id: str = "gig") -> str | 
 
 
 @pytest.fixture
-def scene(aws, as_role, plain, stream) -> Scene:
+def scene(aws, as_role, plain, stream, wakes) -> Scene:
     api, due, processor = as_role(API), as_role(DUE_HOLDS), as_role(PROCESSOR)
-    return Scene(plain, aws.client("dynamodb"), stream, Clock(), *api, *due, *processor)
+    return Scene(plain, aws.client("dynamodb"), stream, wakes, Clock(), *api, *due, *processor)
 
 
 def _signups(scene: Scene) -> None:
@@ -498,10 +739,14 @@ def _api_requests(kind: str, signup_id: str, at_s: float) -> Callable[[Scene], N
 
 
 def _due_holds_lapse(scene: Scene) -> None:
-    """Past the hold's expiry, the due-holds function re-emits the holder: a tick."""
+    """Past the hold's expiry, the due-holds function wakes the event: its wake-up, on the
+    control table's stream, is a tick (no producer's record is involved)."""
     _decided(scene)
+    scene.clock.set(HOLD_S - 1)
+    assert scene.release_due() == 0  # not due yet
     scene.clock.set(HOLD_S + 1)
-    assert release_due_holds(scene.due, scene.clock.ms) == 1
+    assert scene.release_due() == 1
+    assert wake_items(scene.plain)["gig"][WakeAttr.REASON] == WakeReason.HOLD_DUE
 
 
 def _confirm_expired(scene: Scene) -> None:
@@ -532,11 +777,11 @@ def _producer_confirms_the_waitlisted(scene: Scene) -> None:
 
 
 def _closed(scene: Scene) -> None:
-    """The organizer closes the event; the next record of it (a re-emission) reaches the
-    processor."""
+    """The organizer closes the event through the API, which wakes it: the wake-up, on the
+    control table's stream, reaches the processor (no producer's record is involved)."""
     _decided(scene)
-    scene.plain.close_event("gig")
-    assert scene.plain.re_emit("gig", "a")
+    assert scene.api.close_event("gig")[1] is True
+    assert wake_items(scene.plain)["gig"][WakeAttr.REASON] == WakeReason.CLOSE
 
 
 @dataclass(frozen=True)
@@ -550,6 +795,9 @@ class Move:
     refused: tuple[str, str] | None = None
     #: (signup, reason) of a signup the move rejects, if any.
     rejected: tuple[str, str] | None = None
+    #: The move's record is an event's wake-up (the control table's stream), no intake
+    #: record: a tick of the event.
+    woken: bool = False
 
 
 HELD_WAITING = {"a": Status.HELD, "b": Status.WAITLISTED}
@@ -573,7 +821,7 @@ MOVES: dict[str, Move] = {
         {"a": Status.CANCELLED, "b": Status.HELD},
     ),
     "lapse-promotes-the-waitlisted": Move(
-        _due_holds_lapse, HELD_WAITING, {"a": Status.EXPIRED, "b": Status.HELD}
+        _due_holds_lapse, HELD_WAITING, {"a": Status.EXPIRED, "b": Status.HELD}, woken=True
     ),
     "refused-confirm-of-a-lapsed-hold": Move(
         _confirm_expired,
@@ -592,6 +840,7 @@ MOVES: dict[str, Move] = {
         HELD_WAITING,
         {"a": Status.HELD, "b": Status.REJECTED},
         rejected=("b", Reason.EVENT_CLOSED),
+        woken=True,
     ),
 }
 
@@ -604,8 +853,10 @@ def test_the_processor_role_makes_each_lifecycle_move(scene, name):
     assert scene.statuses() == move.before
     client = CheckedClient(scene.raw, PROCESSOR)
     store = SignupStore(client, sleep=lambda _: None)
-    # WHEN the processor, under its role, reads the move's records
+    # WHEN the processor, under its role, reads the move's records (a woken move's: its
+    # wake-up alone)
     assert scene.decide(store) == {"batchItemFailures": []}
+    assert bool(scene.woken) == move.woken
     # THEN the move is made, nothing was refused, and nothing is held
     assert scene.statuses() == move.after
     assert client.denied == [] and scene.api_client.denied == []
@@ -637,7 +888,10 @@ def test_the_processor_role_makes_each_lifecycle_move(scene, name):
 
 
 @pytest.mark.parametrize("name", list(MOVES))
-def test_each_lifecycle_move_is_held_without_its_grant(scene, name):
+def test_each_lifecycle_move_is_kept_without_its_grant(scene, name):
+    """Without the grant a move is written with, the move waits, nothing of it on the
+    items: a producer's records parked behind a hold, released once the due-holds function
+    wakes the event; a wake-up given back to the event source, which delivers it again."""
     move = MOVES[name]
     # GIVEN the event's records up to the move, and a processor role without the grant on
     # the main table the move is written with
@@ -645,20 +899,37 @@ def test_each_lifecycle_move_is_held_without_its_grant(scene, name):
     roles = roles_without(PROCESSOR, move.grant, MAIN_ARN)
     client = CheckedClient(scene.raw, PROCESSOR, roles=roles)
     # WHEN that processor reads the move's records
-    assert scene.decide(SignupStore(client, sleep=lambda _: None)) == {"batchItemFailures": []}
-    # THEN IAM refused that write on main, the move is not on the items, and the event is
-    # held, its hold naming the refusal (the records are parked, not lost)
+    answer = scene.decide(SignupStore(client, sleep=lambda _: None))
+    # THEN IAM refused that write on main, and the move is not on the items
     assert {(table_of(r), r.action) for r in client.denied} == {(MAIN_TABLE, move.grant)}
     assert scene.statuses() == move.before
     if move.refused:
         assert Attr.LAST_REFUSAL not in scene.plain.get_decision("gig", move.refused[0])
+    if move.rejected:
+        assert Attr.REASON not in scene.plain.get_decision("gig", move.rejected[0])
     hold = scene.plain.get_hold("gig")
-    assert hold is not None and hold["error"].startswith("AccessDenied")
-    assert f"may not {move.grant} on " in hold["error"]
-    # ... and once the grant is back, the event's next record releases it: the move lands
-    assert scene.plain.re_emit("gig", "a")
-    assert scene.decide(scene.processor) == {"batchItemFailures": []}
+    if move.woken:
+        # ... the wake-up failed back to the event source (a wake-up is no arrival:
+        # nothing is parked, nothing held) ...
+        failed = scene.woken[-1]["dynamodb"]["SequenceNumber"]
+        assert answer == {"batchItemFailures": [{"itemIdentifier": failed}]}
+        assert hold is None
+        # ... and once the grant is back, the event source's retry makes the move
+        assert scene.deliver_again(scene.processor) == {"batchItemFailures": []}
+    else:
+        # ... the event is held, its hold naming the refusal (the records are parked, not
+        # lost) ...
+        assert answer == {"batchItemFailures": []}
+        assert hold is not None and hold["error"].startswith("AccessDenied")
+        assert f"may not {move.grant} on " in hold["error"]
+        assert [r.signup_id for r in scene.plain.parked_requests("gig")]
+        # ... and once the grant is back, the due-holds function wakes the held event (its
+        # hold is due at once) and the wake-up releases it: the move lands
+        assert scene.release_due() == 1
+        assert scene.decide(scene.processor) == {"batchItemFailures": []}
+        assert scene.woken and scene.due_client.denied == []
     assert scene.plain.get_hold("gig") is None and scene.statuses() == move.after
+    assert scene.plain.parked_requests("gig") == []
     assert scene.processor_client.denied == []
 
 
@@ -758,7 +1029,8 @@ def _where(request: Request) -> str:
 def _roles_without_on_keys(role: str, action: str, resource: str, key: str) -> LocalRoles:
     """``roles_without``, but only from the role's statements on ``resource`` whose
     ``dynamodb:LeadingKeys`` condition names ``key``: the sweeper's UpdateItem on control
-    is two grants (its own items, and PARK# items' hold fields), one removed at a time."""
+    is three grants (its own items, PARK# items' hold fields, WAKE# items), the API's two
+    (EVENT# items, WAKE# items), one removed at a time."""
     document = copy.deepcopy(dict(LocalRoles.load().document))
     removed = False
     for statement in document["roles"][role]["statements"]:
@@ -806,10 +1078,18 @@ def _empty_hold(plain: SignupStore, raw: Any) -> None:
 
 
 def _held_with_parked(plain: SignupStore, raw: Any) -> None:
-    """A held event with a record parked: the sweeper sets its release off."""
+    """A held event with a record parked: the sweeper sets its release off (wakes it)."""
     plain.create_event("gig", 5, NOW)
     put_raw_intake(raw, "gig", "parked", submitted_at={"S": OLD})
     plain.park("gig", [SignupRequest("gig", "parked", "1" * 21)], NOW, "ThrottlingError")
+
+
+def _woken_by_the_sweeper(plain: SignupStore) -> bool:
+    """The held event's wake-up is written, once, by the sweeper; and nothing of intake
+    was re-emitted for it (its parked record waits behind the hold)."""
+    wake = wake_items(plain).get("gig", {})
+    woken = (wake.get(WakeAttr.WAKES), wake.get(WakeAttr.REASON)) == (1, WakeReason.SWEEP)
+    return woken and Attr.RE_EMITS not in _intake(plain, "parked")
 
 
 def _re_emitted_lost(plain: SignupStore) -> bool:
@@ -869,7 +1149,7 @@ SWEEP_PATHS: dict[str, SweepPath] = {
         leading="gig",
     ),
     # Held events: found by a Scan of control, their parked records by a Query, a release
-    # set off by a fenced re-emission, an empty hold lifted.
+    # set off by a wake-up of the event, an empty hold lifted.
     "finding-held-events": SweepPath(
         _empty_hold, lambda p: p.get_hold("held") is None, "dynamodb:Scan", CONTROL_ARN
     ),
@@ -883,10 +1163,11 @@ SWEEP_PATHS: dict[str, SweepPath] = {
     ),
     "setting-a-release-off": SweepPath(
         _held_with_parked,
-        lambda p: _intake(p, "parked").get(Attr.RE_EMITS) == 1,
-        "dynamodb:ConditionCheckItem",
+        _woken_by_the_sweeper,
+        UPDATE,
         CONTROL_ARN,
-        leading="SWEEPER",
+        key="WAKE#*",
+        leading="WAKE#gig",
     ),
     # The lease and the run history: without them no run starts or ends.
     "lease": SweepPath(
@@ -956,6 +1237,25 @@ def test_each_sweeper_path_is_denied_without_its_grant(aws, plain, name):
     keys = {k for r in client.denied for k in r.leading_keys or ()}
     assert keys == ({path.leading} if path.leading else set())
     assert not path.done(plain)
+
+
+def test_the_sweeper_s_wake_up_releases_a_held_event(aws, as_role, plain, wakes):
+    # GIVEN a held event with a record parked
+    _held_with_parked(plain, aws.client("dynamodb"))
+    wakes.read_new()
+    sweeper_store, sweeper_client = as_role(SWEEPER)
+    processor_store, processor_client = as_role(PROCESSOR)
+    # WHEN the sweeper runs under its role, and its wake-up of the event is delivered to
+    # the processor under its role
+    result = Sweeper(sweeper_store, min_age_s=60, full_scan_every_s=math.inf).sweep("run-1")
+    assert (result.status, result.held, result.releases_triggered) == ("succeeded", 1, 1)
+    assert _deliver_wakes(processor_store, wakes) == {"batchItemFailures": []}
+    # THEN the processor released the event: its parked record decided, the hold lifted;
+    # nothing was re-emitted, nothing refused
+    assert _status(plain, "parked") == Status.ACCEPTED
+    assert plain.get_hold("gig") is None and plain.parked_requests("gig") == []
+    assert result.re_emitted == 0 and Attr.RE_EMITS not in _intake(plain, "parked")
+    assert sweeper_client.denied == [] and processor_client.denied == []
 
 
 def test_the_sweeper_role_takes_renews_and_releases_its_lease(aws, as_role, plain):
@@ -1052,13 +1352,16 @@ def test_replaying_failed_runs_is_denied_without_query_on_control(aws, plain):
 # -- releasing due holds, and the operator's redrive -------------------------------------
 
 DUE_INDEX_ARN = "${ControlTable.Arn}/index/due-holds"
+DUE_INDEX = f"{CONTROL}/index/due-holds"
+T0 = ms_of(NOW)
 
 
-def _holders_due(plain: SignupStore, client: Any) -> None:
-    """Two events whose earliest hold is due at 1 000 and 9 000 ms, as a commit marks them."""
-    for event_id, due_at in (("due", 1_000), ("later", 9_000)):
+def _due_events(plain: SignupStore, client: Any) -> None:
+    """Three events in the due-holds index: 'due' and 'later', whose earliest hold lapses
+    1 s and 9 s after NOW (as a commit marks an event item), and 'held', whose deciding
+    failed at NOW: its record parked, its release due at once (as ``park`` marks it)."""
+    for event_id, due_at in (("due", T0 + 1_000), ("later", T0 + 9_000)):
         plain.create_event(event_id, 5, NOW)
-        put_raw_intake(client, event_id, "holder", submitted_at={"S": NOW})
         client.update_item(
             TableName=CONTROL,
             Key={"pk": {"S": f"EVENT#{event_id}"}, "sk": {"S": "EVENT"}},
@@ -1069,29 +1372,36 @@ def _holders_due(plain: SignupStore, client: Any) -> None:
                 ":z": {"S": "0"},
             },
         )
+    plain.create_event("held", 5, NOW)
+    plain.park("held", [SignupRequest("held", "parked", "1" * 21)], NOW, "ThrottlingError")
 
 
 @pytest.mark.parametrize(
-    ("action", "resource"),
-    [("dynamodb:Query", DUE_INDEX_ARN), (UPDATE, INTAKE_ARN)],
-    ids=["query-of-the-due-holds-index", "re-emission-of-the-holder"],
+    ("action", "resource", "where"),
+    [("dynamodb:Query", DUE_INDEX_ARN, DUE_INDEX), (UPDATE, CONTROL_ARN, CONTROL)],
+    ids=["query-of-the-due-holds-index", "wake-up-of-the-event"],
 )
-def test_releasing_due_holds_is_denied_without_its_grant(aws, plain, stream, action, resource):
-    # GIVEN an event whose hold is due, and the due-holds role without one of its grants
-    _holders_due(plain, aws.client("dynamodb"))
-    stream.read_new()
+def test_releasing_due_holds_is_denied_without_its_grant(
+    aws, plain, wakes, action, resource, where
+):
+    # GIVEN events due, and the due-holds role without one of its grants (its one
+    # UpdateItem on control: the WAKE# items')
+    _due_events(plain, aws.client("dynamodb"))
+    wakes.read_new()
     roles = roles_without(DUE_HOLDS, action, resource)
     client = CheckedClient(aws.client("dynamodb"), DUE_HOLDS, roles=roles)
     # WHEN due holds are released
     with pytest.raises(ClientError) as refused:
-        release_due_holds(SignupStore(client, sleep=lambda _: None), 5_000)
-    # THEN the run fails on IAM's refusal (a missing grant is no bad entry to skip), and no
-    # holder came down the stream
+        release_due_holds(SignupStore(client, sleep=lambda _: None), T0 + 5_000)
+    # THEN the run fails on IAM's refusal (a missing grant is no bad entry to skip): the
+    # Query, or the wake-up of the first event due (the held one, due at NOW)
     assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
-    where = f"{CONTROL}/index/due-holds" if resource == DUE_INDEX_ARN else INTAKE_TABLE
     assert {(r.action, _where(r)) for r in client.denied} == {(action, where)}
-    assert _re_emitted(stream) == []
-    assert plain.get_intake("due", "holder").get(Attr.RE_EMITS) is None
+    keys = {k for r in client.denied for k in r.leading_keys or ()}
+    assert keys == ({"WAKE#held"} if action == UPDATE else {"0"})
+    # ... and no event was woken: no wake-up item, nothing on the control table's stream
+    assert wake_items(plain) == {}
+    assert woken_events(wakes) == []
 
 
 class _RedriveStore(SignupStore):
@@ -1099,8 +1409,9 @@ class _RedriveStore(SignupStore):
     the stream, intake and decisions, which no function's role may all do) whose one
     DynamoDB write, the re-emission (``SignupStore.re_emit``: ``ADD redrive SET undecided``
     on an intake record, conditioned on it existing), goes through ``re_emitter``. Its
-    attributes (event_id, signup_id, redrive, undecided) are exactly what the due-holds
-    role's UpdateItem on intake allows: the redrive's writes run under that role here."""
+    attributes (event_id, signup_id, redrive, undecided) are within what the sweeper
+    role's UpdateItem on intake allows (the role that re-emits): the redrive's writes run
+    under that role here."""
 
     def __init__(self, client: Any, re_emitter: SignupStore) -> None:
         super().__init__(client, sleep=lambda _: None)
@@ -1131,17 +1442,17 @@ def _failed_batch(aws: Any, plain: SignupStore, stream: Any) -> tuple[Any, str]:
     return sqs, queue_url
 
 
-def test_redrive_re_emits_under_the_due_holds_role(aws, as_role, plain, stream):
+def test_redrive_re_emits_under_the_sweeper_role(aws, as_role, plain, stream):
     # GIVEN a failed batch in the on-failure queue
     sqs, queue_url = _failed_batch(aws, plain, stream)
-    due_store, due_client = as_role(DUE_HOLDS)
+    sweeper_store, sweeper_client = as_role(SWEEPER)
     processor_store, processor_client = as_role(PROCESSOR)
-    store = _RedriveStore(aws.client("dynamodb"), due_store)
+    store = _RedriveStore(aws.client("dynamodb"), sweeper_store)
 
     def the_stream_delivers(_: float) -> None:
         assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
 
-    # WHEN the operator redrives it, its re-emissions under the due-holds role
+    # WHEN the operator redrives it, its re-emissions under the sweeper role
     result = redrive_queue(
         store, sqs, queue_url, aws.client("dynamodbstreams"), wait_s=5, sleep=the_stream_delivers
     )
@@ -1152,16 +1463,20 @@ def test_redrive_re_emits_under_the_due_holds_role(aws, as_role, plain, stream):
         "u0": Status.ACCEPTED,
         "u1": Status.ACCEPTED,
     }
-    assert due_client.denied == [] and processor_client.denied == []
-    assert {(r.action, _where(r)) for r in due_client.allowed} == {(UPDATE, INTAKE_TABLE)}
+    assert sweeper_client.denied == [] and processor_client.denied == []
+    assert {(r.action, _where(r)) for r in sweeper_client.allowed} == {(UPDATE, INTAKE_TABLE)}
+    updates = {(r.leading_keys, r.attributes) for r in sweeper_client.allowed}
+    assert updates == {
+        (frozenset({"gig"}), frozenset({"event_id", "signup_id", "redrive", "undecided"}))
+    }
 
 
-def test_redrive_is_denied_without_the_due_holds_role_s_update_of_intake(aws, plain, stream):
-    # GIVEN a failed batch in the on-failure queue, and the due-holds role without its
+def test_redrive_is_denied_without_the_sweeper_role_s_update_of_intake(aws, plain, stream):
+    # GIVEN a failed batch in the on-failure queue, and the sweeper role without its
     # UpdateItem on intake
     sqs, queue_url = _failed_batch(aws, plain, stream)
-    roles = roles_without(DUE_HOLDS, UPDATE, INTAKE_ARN)
-    client = CheckedClient(aws.client("dynamodb"), DUE_HOLDS, roles=roles)
+    roles = roles_without(SWEEPER, UPDATE, INTAKE_ARN)
+    client = CheckedClient(aws.client("dynamodb"), SWEEPER, roles=roles)
     store = _RedriveStore(aws.client("dynamodb"), SignupStore(client, sleep=lambda _: None))
     # WHEN the operator redrives it
     with pytest.raises(ClientError) as refused:
@@ -1170,7 +1485,9 @@ def test_redrive_is_denied_without_the_due_holds_role_s_update_of_intake(aws, pl
     # and the message was not deleted
     assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
     assert {(r.action, _where(r)) for r in client.denied} == {(UPDATE, INTAKE_TABLE)}
+    assert {k for r in client.denied for k in r.leading_keys or ()} == {"gig"}
     assert _re_emitted(stream) == []
+    assert Attr.RE_EMITS not in _intake(plain, "u0")
     assert _status(plain, "u0") is None
     attributes = sqs.get_queue_attributes(
         QueueUrl=queue_url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]

@@ -78,10 +78,10 @@ def test_lease_is_exclusive_until_it_expires_and_tokens_grow(store, ledger):
 def test_a_sweeper_whose_lease_lapsed_cannot_write(fenced, store, client):
     put_raw_intake(client, "gig", "u1")
     token_a = fenced.acquire_lease("a", 60, now=1000.0)
-    assert fenced.fenced_re_emit("a", token_a, 1010.0, "gig", "u1") is True
+    assert fenced.fenced_re_emit_many("a", token_a, 1010.0, [("gig", "u1")]) == 1
     fenced.acquire_lease("b", 60, now=1100.0)  # a's lease lapsed, b holds it now
     with pytest.raises(LeaseLostError):
-        fenced.fenced_re_emit("a", token_a, 1101.0, "gig", "u1")
+        fenced.fenced_re_emit_many("a", token_a, 1101.0, [("gig", "u1")])
     item = store.get_intake("gig", "u1")
     assert item is not None and int(item["redrive"]) == 1  # only a's write in time landed
 

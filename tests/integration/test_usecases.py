@@ -550,14 +550,15 @@ def test_a_request_the_status_refuses_records_nothing_and_says_the_status(
     # WHEN
     with pytest.raises(RequestRefusedError) as refused:
         usecases.request_signup(store, "gig", signup_id, kind, now=NOW)
-    # THEN the refusal has the status as the transaction saw it, from its own answer (no
-    # second read), and nothing was written
+    # THEN the refusal has the status as the transaction saw it, from its own answer (and
+    # one read of the event's last commit, the state the request will be applied to: it
+    # does not say otherwise here), and nothing was written
     error = refused.value
     assert (error.status, error.hold_expires_at, error.reason) == (status, expires, reason)
     assert (error.event_id, error.signup_id, error.request) == ("gig", signup_id, kind)
     assert f"cannot {kind} signup '{signup_id}' of event 'gig': it is {status}" in str(error)
     assert isinstance(error, ConflictError)
-    assert counting.calls == ["transact_write_items"]
+    assert counting.calls == ["transact_write_items", "get_item"]
     assert held.get_intake("gig", signup_id) == before
 
 
@@ -565,11 +566,12 @@ def test_a_refusal_is_told_by_reads_only_where_the_endpoint_names_no_reasons(hel
     # GIVEN an endpoint whose cancellations name no reasons
     counting = CallCounting(aws.client("dynamodb"), hide_reasons=True)
     store = SignupStore(client=counting)
-    # WHEN / THEN the same answers, from one read of each item
+    # WHEN / THEN the same answers, from one read of each item (and of the event's last
+    # commit, as every refusal)
     with pytest.raises(RequestRefusedError) as refused:
         usecases.request_signup(store, "gig", "late", "confirm", now=NOW)
     assert (refused.value.status, refused.value.hold_expires_at) == ("HELD", EARLIER)
-    assert counting.calls == ["transact_write_items", "get_item", "get_item"]
+    assert counting.calls == ["transact_write_items", "get_item", "get_item", "get_item"]
     with pytest.raises(SignupNotFoundError):
         usecases.request_signup(store, "gig", "ghost", "cancel", now=NOW)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -148,7 +149,10 @@ def test_removals_are_skipped_and_a_record_without_an_image_is_rejected_by_its_k
 
 def test_decisions_carry_the_retention_and_the_time_they_were_made(fake):
     fake.create_event("gig", 5, NOW)
-    result = processor(fake, decision_retention_days=2).process([insert("gig", "a", 1)])
+    record = insert("gig", "a", 1)
+    intake_gone = 1767225600 - 7 * 86400  # TTL deletes its intake record a week earlier
+    record = replace(record, new_image={**record.new_image, "expires_at": Decimal(intake_gone)})
+    result = processor(fake, decision_retention_days=2).process([record])
     assert [(d.decided_at, d.submitted_at) for d in result.decided] == [
         (NOW, "2026-01-01T00:00:00Z")
     ]

@@ -1,8 +1,8 @@
 """Lambda entry point that releases due holds (EventBridge Scheduler, every minute).
 
-It re-emits the holding signup's intake record of every event whose earliest hold is due
-(``turnstile.due_holds``); the stream processor, passing the record as a tick, lapses the
-holds. It decides nothing.
+It wakes every event whose earliest hold is due, or whose release (a held event) is due
+(``turnstile.due_holds``): a write of the event's wake-up item, which the stream
+processor takes as a tick of the event. It decides nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     """Due by this function's clock when it runs (the processor judges by its own); a
     failed Query fails the invocation (the DueHoldsErrors alarm), the next minute retries."""
     now_ms = int(time.time() * 1000)
-    re_emitted = release_due_holds(SignupStore(), now_ms)
-    metrics.add_metric(name="DueHoldsReEmitted", unit=MetricUnit.Count, value=re_emitted)
-    logger.info("due holds released", re_emitted=re_emitted, now_ms=now_ms)
-    return {"re_emitted": re_emitted, "now_ms": now_ms}
+    woken = release_due_holds(SignupStore(), now_ms)
+    metrics.add_metric(name="EventsWoken", unit=MetricUnit.Count, value=woken)
+    logger.info("due events woken", woken=woken, now_ms=now_ms)
+    return {"woken": woken, "now_ms": now_ms}

@@ -35,6 +35,7 @@ from werkzeug.serving import (
 )
 
 from turnstile.errors import TurnstileError
+from turnstile.local import limits
 from turnstile.local.roles import DENIALS_PATH
 
 WAL_NAME = "aws.wal"
@@ -151,6 +152,12 @@ class SerializedApp:
             refused = self.enforcement.answer(environ, start_response)
             if refused is not None:
                 return refused
+        # DynamoDB's key and item limits, which moto does not hold reads to: a request that
+        # breaks one is answered ValidationException for every caller, as AWS answers it,
+        # and never reaches moto (``turnstile.local.limits``).
+        refused = limits.wsgi_refusal(environ, start_response)
+        if refused is not None:
+            return refused
         with self.lock:
             if self.wal is None:
                 # Drain the response inside the lock: moto may build it lazily.

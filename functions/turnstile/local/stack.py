@@ -17,9 +17,11 @@ import boto3
 
 from turnstile.contract import (
     ALL_TABLES,
+    CONTROL_TABLE,
     FAILURE_QUEUE_NAME,
     INTAKE_TABLE,
     STREAM_SOURCE,
+    WAKE_SOURCE,
     Attr,
     EventSourceSettings,
     Function,
@@ -79,8 +81,13 @@ def _ensure_table(client: Any, spec: TableSpec) -> None:
 
 
 def _ensure_indexes(client: Any, spec: TableSpec) -> None:
-    """Add the spec's indexes that a table made by an older version lacks."""
+    """Add the spec's stream and indexes that a table made by an older version lacks."""
     table = client.describe_table(TableName=spec.name)["Table"]
+    if spec.stream_view_type and not table.get("LatestStreamArn"):
+        client.update_table(
+            TableName=spec.name,
+            StreamSpecification={"StreamEnabled": True, "StreamViewType": spec.stream_view_type},
+        )
     have = {i["IndexName"] for i in table.get("GlobalSecondaryIndexes", [])}
     for index in spec.indexes:
         if index.name not in have:
@@ -169,8 +176,9 @@ def _env_int(name: str, low: int, high: int) -> int | None:
     return value
 
 
-def local_event_source() -> EventSourceSettings:
-    """The stack's event source settings, with the local stack's own options:
+def local_event_source(base: EventSourceSettings = STREAM_SOURCE) -> EventSourceSettings:
+    """The stack's event source settings (``base``: the intake stream's, or the wake-ups'),
+    with the local stack's own options:
 
     * ``TURNSTILE_BATCHING_WINDOW_S``: the batching window (default: the stack's);
     * ``TURNSTILE_PARALLELIZATION_FACTOR``: concurrent batches per shard, 1 to 10 (default
@@ -187,7 +195,7 @@ def local_event_source() -> EventSourceSettings:
         value = _env_int(name, low, high)
         if value is not None:
             overrides[field_name] = value
-    return replace(STREAM_SOURCE, **overrides)
+    return replace(base, **overrides)
 
 
 def on_local_endpoint() -> bool:
@@ -197,9 +205,11 @@ def on_local_endpoint() -> bool:
 
 
 class Worker:
-    """The stream worker: a ``StreamPoller`` (the event source mapping) feeding the real
-    stream handler, both as the processor's role, as deployed: the mapping reads the stream
-    and writes the on-failure queue with the function's role."""
+    """The stream worker: two ``StreamPoller``s (the event source mappings: the intake
+    stream, and the control table's wake-ups) feeding the real stream handler, all as the
+    processor's role, as deployed: a mapping reads its stream and writes the on-failure
+    queue with the function's role. The handler takes one batch at a time, as one Lambda
+    container does."""
 
     def __init__(
         self,
@@ -251,15 +261,21 @@ class Worker:
             stream_module._processor = counting_processor(self.store, self.decisions, on_decided)
             handler = stream_module.handler
         settings = local_event_source()
-        # What deploying configures the mapping with: read with the caller's rights.
-        stream_arn = (
-            boto3.Session()
-            .client("dynamodb")
-            .describe_table(TableName=INTAKE_TABLE.name)["Table"]
-            .get("LatestStreamArn")
+        # What deploying configures the mappings with: read with the caller's rights.
+        deployer = boto3.Session().client("dynamodb")
+        stream_arn, wake_arn = (
+            deployer.describe_table(TableName=spec.name)["Table"].get("LatestStreamArn")
+            for spec in (INTAKE_TABLE, CONTROL_TABLE)
         )
-        if not stream_arn:
-            raise RuntimeError(f"table {INTAKE_TABLE.name} has no stream")
+        if not stream_arn or not wake_arn:
+            raise RuntimeError("the intake and control tables must have streams")
+        lock = threading.Lock()
+        function = handler
+
+        def handler(event: dict[str, Any], context: Any) -> Any:
+            with lock:  # one container: one invocation at a time
+                return function(event, context)
+
         sqs = session.client("sqs")
         queue_url = os.environ.get("TURNSTILE_FAILURE_QUEUE_URL")
         if not queue_url:
@@ -267,27 +283,48 @@ class Worker:
                 queue_url = sqs.get_queue_url(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
             except Exception:
                 queue_url = None
+        checkpoints = CheckpointStore(state_dir / "checkpoints.json")
         self.poller = StreamPoller(
             handler=handler,
             streams_client=streams,
             stream_arn=stream_arn,
-            checkpoints=CheckpointStore(state_dir / "checkpoints.json"),
+            checkpoints=checkpoints,
             sqs_client=sqs,
             failure_queue_url=queue_url,
             from_start=from_start,
             settings=settings,
         )
+        self.wake_poller = StreamPoller(
+            handler=handler,
+            streams_client=streams,
+            stream_arn=wake_arn,
+            checkpoints=checkpoints,
+            from_start=from_start,
+            settings=local_event_source(WAKE_SOURCE),
+        )
         self.stop_event = threading.Event()
+        self._wake_stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def run(self, until_idle_s: float | None = None) -> None:
-        self.poller.run(self.stop_event, until_idle_s)
+        """Poll both streams until stopped (or the intake stream was quiet for
+        ``until_idle_s``: the wake-ups' poller stops with it)."""
+        wakes = threading.Thread(
+            target=self.wake_poller.run, args=(self._wake_stop,), name="wake-poller", daemon=True
+        )
+        wakes.start()
+        try:
+            self.poller.run(self.stop_event, until_idle_s)
+        finally:
+            self._wake_stop.set()
+            wakes.join(timeout=30)
 
     def summary(self) -> dict[str, Any]:
         """The poller's counters, the processor's, the store's retries and injected faults."""
         return {
             **asdict(self.poller.stats),
             **asdict(self.decisions),
+            "wake_invocations": self.wake_poller.stats.invocations,
             "store_retries": self.store.retries if self.store is not None else 0,
             "faults_injected": sum(f.injected for f in self.faults),
             "calls": sum(f.calls for f in self.faults),
@@ -299,6 +336,7 @@ class Worker:
 
     def stop(self) -> None:
         self.stop_event.set()
+        self._wake_stop.set()
         if self._thread:
             self._thread.join(timeout=30)
 
