@@ -22,6 +22,7 @@ from typing import Any
 from turnstile.clock import age_s
 from turnstile.contract import (
     Attr,
+    EventState,
     HistoryKey,
     HoldAttr,
     Reason,
@@ -33,6 +34,7 @@ from turnstile.errors import EventNotFoundError
 from turnstile.events import EventRecord
 from turnstile.lifecycle import ALLOWED_TRANSITIONS, SEATED
 from turnstile.ports import AuditStore
+from turnstile.sweeper import request_unanswered, requests_answered
 from turnstile.transitions import history_of
 
 __all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event", "audit_hold"]
@@ -152,13 +154,15 @@ def audit_event(
     pending_grace_s: float,
     now: datetime,
     journal_decided_at: str | None = None,
+    last_woken_at: str | None = None,
 ) -> EventAudit:
     """Check one event's rows: pure, so tests can feed it broken tables directly.
 
     ``event_item`` holds at least ``capacity`` and ``taken`` (and ``min_capacity`` once
-    capacity was changed); ``journal_ids`` are the signups of the last commit's journal,
-    ``journal_decided_at`` when that commit was made. Never raises on odd values: they
-    are violations.
+    capacity was changed, ``state`` and ``accepted``); ``journal_ids`` are the signups of
+    the last commit's journal, ``journal_decided_at`` when that commit was made, and
+    ``last_woken_at`` when the event was last woken (an organizer's change, a due hold).
+    Never raises on odd values: they are violations.
     """
     report = EventAudit(event_id=event_id)
     decided = {d[Attr.SIGNUP_ID]: d for d in decisions}
@@ -252,6 +256,10 @@ def audit_event(
         ):
             v.append(f"{d[sid]}: rejected capacity_full although it fitted")
 
+    _check_lifecycle(
+        report, event_item, decided, intake, pending_grace_s, now, journal_decided_at, last_woken_at
+    )
+
     # Invariants 2 and 4: every intake record gets exactly one decision. A producer's
     # clock cannot hide a lost record: an unknown or future age counts as past the grace.
     overdue = 0
@@ -280,6 +288,72 @@ def audit_event(
             f"({known}{undated})"
         )
     return report
+
+
+def _check_lifecycle(
+    report: EventAudit,
+    event_item: Mapping[str, Any] | None,
+    decided: Mapping[str, Mapping[str, Any]],
+    intake: Iterable[Mapping[str, Any]],
+    grace_s: float,
+    now: datetime,
+    decided_at: str | None,
+    woken_at: str | None,
+) -> None:
+    """What every step leaves true (docs/lifecycle.md §4, §6, §10), checked once the event
+    has been still for the grace: no hold past its expiry, no waiting signup that fits the
+    free seats of an open event, nobody waiting on a closed one, every request answered;
+    and, at any time, no position given twice nor beyond the event's counter (a signup
+    decided twice). Before the grace, what is not true yet is a note."""
+    v, sid = report.violations, Attr.SIGNUP_ID
+    ages = [a for a in (age_s(decided_at, now), age_s(woken_at, now)) if a is not None]
+    still = min(ages) > grace_s if ages else True
+
+    def judge(problem: str) -> None:
+        (v if still else report.notes).append(problem)
+
+    for d in decided.values():
+        if d.get(Attr.STATUS) != Status.HELD:
+            continue
+        overdue = age_s(d.get(Attr.HOLD_EXPIRES_AT), now)
+        if overdue is None:
+            v.append(f"{d[sid]}: held with no hold_expires_at")
+        elif overdue > grace_s:
+            v.append(
+                f"{d[sid]}: held {overdue:.0f} s past its expiry "
+                f"({d.get(Attr.HOLD_EXPIRES_AT)}; more than the {grace_s:.0f} s grace)"
+            )
+    if event_item is not None:
+        capacity, taken = _whole(event_item.get(Attr.CAPACITY)), _whole(event_item.get(Attr.TAKEN))
+        closed = event_item.get(Attr.STATE) == EventState.CLOSED
+        for d in decided.values():
+            if d.get(Attr.STATUS) != Status.WAITLISTED:
+                continue
+            seats = _whole(d.get(Attr.SEATS)) or 0
+            if closed:
+                judge(f"{d[sid]}: waitlisted on a closed event")
+            elif capacity is not None and taken is not None and seats <= capacity - taken:
+                judge(f"{d[sid]}: waitlisted for {seats} seats while {capacity - taken} are free")
+        accepted = _whole(event_item.get(Attr.ACCEPTED))
+        given: dict[int, str] = {}
+        for d in decided.values():
+            position = _whole(d.get(Attr.POSITION))
+            if position is None:
+                continue
+            if position in given:
+                v.append(f"{d[sid]}: position {position} was given to {given[position]} too")
+            given.setdefault(position, str(d[sid]))
+            if accepted is not None and position > accepted:
+                v.append(f"{d[sid]}: position {position} beyond the {accepted} handed out")
+    for record in intake:
+        decision = decided.get(record.get(sid))
+        if decision is None:
+            continue
+        if request_unanswered(dict(record), requests_answered(dict(decision))):
+            judge(
+                f"{record.get(sid)}: request {record.get(Attr.REQUEST_COUNT)} recorded, "
+                f"{decision.get(Attr.REQUEST_COUNT) or 0} answered"
+            )
 
 
 def _granted_first(item: Mapping[str, Any]) -> bool:
@@ -316,6 +390,8 @@ def _event_values(record: EventRecord | None) -> dict[str, Any] | None:
         Attr.EVENT_ID: s.event_id,
         Attr.CAPACITY: s.capacity,
         Attr.TAKEN: s.taken,
+        Attr.ACCEPTED: s.accepted,
+        Attr.STATE: s.state,
         Attr.VERSION: s.version,
         Attr.MIN_CAPACITY: record.min_capacity,
     }
@@ -378,6 +454,7 @@ def audit_stable(
             pending_grace_s=pending_grace_s,
             now=now,
             journal_decided_at=journal.decided_at if journal else None,
+            last_woken_at=store.last_woken(event_id) if keeps_items else None,
         )
         if hold is not None and held_ids:
             audit_hold(report, hold, held_ids, pending_grace_s, now)

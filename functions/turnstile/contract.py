@@ -101,6 +101,15 @@ def fits_partition_key(value: Any) -> bool:
 
 
 
+def _event_id(event_id: str) -> str:
+    """``event_id``, refused unless it is an id: every key of turnstile's own items is
+    built from a valid id, never from one a producer wrote that could make a key DynamoDB
+    refuses (2,048 bytes with the prefix), or name another kind of item."""
+    if not ID_PATTERN.fullmatch(event_id):
+        raise ValueError(f"not an event id: {event_id[:60]!r}")
+    return event_id
+
+
 class ControlKey:
     """Keys of the control table, the only home of the items turnstile keeps for itself.
 
@@ -122,7 +131,7 @@ class ControlKey:
 
     @classmethod
     def event(cls, event_id: str) -> tuple[str, str]:
-        return f"{cls.EVENT_PREFIX}{event_id}", cls.EVENT_SK
+        return f"{cls.EVENT_PREFIX}{_event_id(event_id)}", cls.EVENT_SK
 
     @classmethod
     def sweep_run(cls, run_id: str, seq: int) -> tuple[str, str]:
@@ -138,7 +147,7 @@ class ControlKey:
 
     @classmethod
     def hold(cls, event_id: str) -> tuple[str, str]:
-        return f"{cls.PARK_PREFIX}{event_id}", cls.HOLD_SK
+        return f"{cls.PARK_PREFIX}{_event_id(event_id)}", cls.HOLD_SK
 
     # An event's wake-up: written by whatever needs the event to take a step (a hold due,
     # an organizer's change, a held event to release); its stream record is the step's
@@ -148,7 +157,7 @@ class ControlKey:
 
     @classmethod
     def wake(cls, event_id: str) -> tuple[str, str]:
-        return f"{cls.WAKE_PREFIX}{event_id}", cls.WAKE_SK
+        return f"{cls.WAKE_PREFIX}{_event_id(event_id)}", cls.WAKE_SK
 
     @classmethod
     def parked(cls, event_id: str, sequence_number: str) -> tuple[str, str]:
@@ -156,7 +165,7 @@ class ControlKey:
         if not sequence_number.isdigit() or len(sequence_number) > cls.SEQUENCE_DIGITS:
             raise ValueError(f"not a stream sequence number: {sequence_number[:60]!r}")
         padded = sequence_number.rjust(cls.SEQUENCE_DIGITS, "0")
-        return f"{cls.PARK_PREFIX}{event_id}", f"{cls.PARKED_PREFIX}{padded}"
+        return f"{cls.PARK_PREFIX}{_event_id(event_id)}", f"{cls.PARKED_PREFIX}{padded}"
 
 
 class Attr:

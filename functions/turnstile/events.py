@@ -226,6 +226,12 @@ class EventItems:
         item = self.dynamo.get(self.control_table, event_key(event_id), consistent)
         return EventRecord.from_values(item) if item is not None else None
 
+    def last_woken(self, event_id: str) -> str | None:
+        """When the event was last woken (``wake``), or None: never."""
+        item = self.dynamo.get(self.control_table, control_key(ControlKey.wake(event_id)))
+        woken = (item or {}).get(WakeAttr.WOKEN_AT)
+        return woken if isinstance(woken, str) else None
+
     def last_journal(self, event_id: str) -> Journal | None:
         """The event's last commit (its journal alone, read consistently), or None."""
         response = self.dynamo.call(

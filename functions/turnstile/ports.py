@@ -268,6 +268,10 @@ class AuditStore(Protocol):
         """The event's hold marker while it is held."""
         ...
 
+    def last_woken(self, event_id: str) -> str | None:
+        """When the event was last woken (its wake-up item's ``woken_at``), or None."""
+        ...
+
     def parked_requests(self, event_id: str) -> list[SignupRequest]:
         """A held event's parked records, in arrival order."""
         ...

@@ -449,7 +449,8 @@ class FakeStore:
         chunks = dynamo.chunks_within(items, dynamo.TRANSACTION_LIMIT - 1, dynamo.TRANSACTION_BYTES)
         for chunk in chunks:  # one transaction each: all of it or none of it
             decided = any((event_id, item[Attr.SIGNUP_ID]["S"]) in self.main for item in chunk)
-            if self._event_item(event_id) is not None or decided:
+            appeared = event_may_appear and self._event_item(event_id) is not None
+            if appeared or decided:
                 raise CommitConflictError(
                     f"event {event_id!r} appeared, or a signup was decided, meanwhile"
                 )
@@ -463,6 +464,10 @@ class FakeStore:
         both = self._read_event(event_id), self._read_hold(event_id)
         self._exit(fault)
         return both
+
+    def last_woken(self, event_id: str) -> str | None:
+        item = self.control.get(ControlKey.wake(event_id))
+        return _string(item, WakeAttr.WOKEN_AT) if item is not None else None
 
     def get_hold(self, event_id: str) -> dict[str, Any] | None:
         fault = self._enter("get_hold", event_id)

@@ -730,3 +730,17 @@ def test_the_processor_rejects_a_record_with_an_over_long_event_id(client, strea
         Status.REJECTED,
         Reason.INVALID_REQUEST,
     )
+
+
+@pytest.mark.parametrize("bad", ["", "-x", "has space", "x" * 129, "p" * 2045, "é"])
+def test_no_key_of_turnstile_s_own_items_is_ever_built_from_an_id_that_is_no_id(bad):
+    """The last line of defence: a path that forgot to check an id fails here, loudly,
+    instead of on AWS (a key DynamoDB refuses) or by naming another kind of item."""
+    from turnstile.contract import ControlKey
+
+    for build in (ControlKey.event, ControlKey.hold, ControlKey.wake):
+        with pytest.raises(ValueError, match="not an event id"):
+            build(bad)
+    with pytest.raises(ValueError, match="not an event id"):
+        ControlKey.parked(bad, "1")
+    assert ControlKey.event("ok-1") == ("EVENT#ok-1", "EVENT")

@@ -384,3 +384,108 @@ def test_a_hold_that_recorded_no_error_says_so():
         "held for 3600 s (more than 300 s): 1 records parked since sequence number 98, "
         "last error unknown"
     ]
+
+
+# -- the lifecycle's promises (docs/lifecycle.md §4, §6, §10) ----------------------------
+
+GRACE = 300.0
+
+
+def lifecycle_table(**event: Any) -> Table:
+    """Capacity 2, one seat held (due in a minute), one accepted, nobody waiting: clean."""
+    decisions = [
+        {
+            "signup_id": "h",
+            "status": Status.HELD,
+            "seats": 1,
+            "position": 1,
+            "sequence_number": "10",
+            "hold_expires_at": iso(-60),
+        },
+        accepted("a", 11, 1, 2),
+    ]
+    intake = [{"signup_id": d["signup_id"], "submitted_at": iso(60)} for d in decisions]
+    return {
+        "event_item": {"capacity": 2, "taken": 2, "accepted": 2, "state": "OPEN", **event},
+        "decisions": decisions,
+        "intake": intake,
+    }
+
+
+def lifecycle_audit(table: Table, last_step_s: float = 3600) -> EventAudit:
+    return audit_event(
+        event_id="gig",
+        event_item=table["event_item"],
+        decisions=table["decisions"],
+        intake=table["intake"],
+        journal_ids=set(),
+        pending_grace_s=GRACE,
+        now=NOW,
+        journal_decided_at=iso(last_step_s),
+    )
+
+
+def waiting(signup_id: str, seats: int = 1) -> dict[str, Any]:
+    return {
+        "signup_id": signup_id,
+        "status": Status.WAITLISTED,
+        "seats": seats,
+        "waitlist_position": 1,
+        "sequence_number": "20",
+    }
+
+
+def test_a_clean_lifecycle_passes():
+    report = lifecycle_audit(lifecycle_table())
+    assert (report.violations, report.notes) == ([], [])
+
+
+def test_a_hold_past_its_expiry_by_more_than_the_grace_is_a_violation():
+    table = lifecycle_table()
+    table["decisions"][0]["hold_expires_at"] = iso(GRACE + 1)
+    (violation,) = lifecycle_audit(table).violations
+    assert violation.startswith("h: held 301 s past its expiry")
+    # ... and within the grace it is nothing yet
+    table["decisions"][0]["hold_expires_at"] = iso(GRACE - 1)
+    assert lifecycle_audit(table).violations == []
+
+
+def test_a_waiting_signup_that_fits_the_free_seats_is_a_violation_once_still():
+    table = lifecycle_table(capacity=3)  # one seat free
+    table["decisions"].append(waiting("w"))
+    table["intake"].append({"signup_id": "w", "submitted_at": iso(60)})
+    (violation,) = lifecycle_audit(table).violations
+    assert violation == "w: waitlisted for 1 seats while 1 are free"
+    # a signup too big for the free seats waits rightly
+    table["decisions"][-1]["seats"] = 2
+    assert lifecycle_audit(table).violations == []
+    # right after the event's last step (a capacity raise being acted on), a note
+    table["decisions"][-1]["seats"] = 1
+    report = lifecycle_audit(table, last_step_s=1)
+    assert report.violations == [] and report.notes == [violation]
+
+
+def test_a_waiting_signup_of_a_closed_event_is_a_violation():
+    table = lifecycle_table(state="CLOSED")
+    table["decisions"].append(waiting("w"))
+    table["intake"].append({"signup_id": "w", "submitted_at": iso(60)})
+    assert lifecycle_audit(table).violations == ["w: waitlisted on a closed event"]
+
+
+def test_a_request_recorded_and_never_answered_is_a_violation():
+    table = lifecycle_table()
+    table["intake"][1].update(request="cancel", request_count=Decimal(2))
+    table["decisions"][1]["request_count"] = Decimal(1)
+    assert lifecycle_audit(table).violations == ["a: request 2 recorded, 1 answered"]
+    table["decisions"][1]["request_count"] = Decimal(2)
+    assert lifecycle_audit(table).violations == []
+
+
+def test_a_signup_decided_twice_is_a_violation():
+    # A signup decided again (its first decision lost) takes a position given before, or
+    # one the event never handed out.
+    table = lifecycle_table()
+    table["decisions"][1]["position"] = 1
+    assert "a: position 1 was given to h too" in lifecycle_audit(table).violations
+    table["decisions"][1]["position"] = 3
+    assert lifecycle_audit(table).violations == ["a: position 3 beyond the 2 handed out"]
