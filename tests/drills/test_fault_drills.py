@@ -705,21 +705,28 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     kills = 0
     faults = {"TURNSTILE_FAULT_RATE": "0.1", "TURNSTILE_STORE_MAX_ATTEMPTS": "2"}
     while producer.is_alive() or asker.is_alive() or kills < 4:
+        started = drill.worker_log("life").count("polling") if kills else 0
         worker = drill.start_worker("life", env=faults if kills % 2 else None)
+        # killed once it is polling (a loaded machine starts it slowly), a moment later
+        deadline = time.monotonic() + 60
+        while drill.worker_log("life").count("polling") == started:
+            assert worker.poll() is None and time.monotonic() < deadline, "worker did not start"
+            time.sleep(0.05)
         time.sleep(rng.uniform(1.0, 2.5))
         worker.send_signal(signal.SIGKILL)
         worker.wait()
         kills += 1
     producer.join()
     asker.join()
-    # Every hold has lapsed by now (2 s): one more record of each event lets the
-    # processor see it, as the due-holds re-emission does.
+    # Every hold has lapsed by now (2 s): a wake-up of each event lets the processor see it,
+    # as the due-holds release does (turnstile local --no-worker runs none).
     time.sleep(2.5)
-    # every hold due before this moment must lapse at the tick that follows (invariant 4)
+    # every hold due before this moment must lapse at the step that follows (invariant 4)
     ticked_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    from turnstile.store import SignupStore
+
     for event_id in options:
-        [some] = [k for k in drill.decisions() if k[0] == event_id][:1]
-        request(some, "tick")  # an unknown request: refused, and a step of the event
+        SignupStore(drill.client).wake(event_id, "hold_due")
     worker = drill.start_worker("finisher-life")
     sweeps = drill.sweep_until_decided("life")
     # requests the sweeper re-emits are answered too: wait until every one is
