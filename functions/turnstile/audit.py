@@ -32,6 +32,7 @@ from turnstile.contract import (
 )
 from turnstile.errors import EventNotFoundError
 from turnstile.events import EventRecord
+from turnstile.journal import IN_LINEUP
 from turnstile.lifecycle import ALLOWED_TRANSITIONS, SEATED
 from turnstile.ports import AuditStore
 from turnstile.sweeper import request_unanswered, requests_answered
@@ -431,6 +432,11 @@ def audit_stable(
             continue  # a commit landed while we read: read it all again
         journal = before.journal if before is not None else None
         journal_ids = {d.signup_id for d in journal.decisions} if journal else set()
+        expired = journal is not None and journal.expires_at is not None
+        if expired and now.timestamp() >= journal.expires_at:
+            # Past the commit's retention TTL may have deleted what it decided outside the
+            # lineup (journal.retained): a missing item of those is no lost write.
+            journal_ids = {d.signup_id for d in journal.decisions if d.status in IN_LINEUP}
         if journal is not None and journal.updates:
             # a change of the last commit not written yet counts as unmaterialized
             status_of = {d.get(Attr.SIGNUP_ID): d.get(Attr.STATUS) for d in decisions}

@@ -167,9 +167,10 @@ class StreamProcessor:
 
     def _wake(self, event_id: str, sequence_number: str, result: BatchResult) -> None:
         """A wake-up: the event takes one step with no record of a signup (a tick: lapsed
-        holds end, seats given back or added reach the waitlist, a close is acted on), or,
-        if it is held, its parked records are released. A failure goes back to the event
-        source (the wake-up is retried); nothing is parked, as a wake-up is no arrival."""
+        holds end, seats given back or added reach the waitlist, a close is acted on); a
+        held event's parked records are released first (the tick follows: a release with
+        nothing left parked takes no step). A failure goes back to the event source (the
+        wake-up is retried); nothing is parked, as a wake-up is no arrival."""
         self._prefetched.clear()
         if not ID_PATTERN.fullmatch(event_id):
             result.ignored += 1
@@ -177,8 +178,9 @@ class StreamProcessor:
         try:
             event, hold = self.store.get_event_and_hold(event_id)
             if hold is not None:
-                self.release(event_id, result)
-                return
+                if not self.release(event_id, result):
+                    return  # still held: its release is due again (release_due)
+                event = self.store.get_event(event_id)
             if event is None:
                 result.ignored += 1
                 return

@@ -126,3 +126,27 @@ def test_the_default_time_is_utc_whatever_the_machine_s_zone(store, machine_far_
     # not the machine's 14 hours of offset
     [gig] = audit(store, "gig", pending_grace_s=3600).events
     assert (gig.pending, gig.violations) == (1, [])
+
+
+def test_a_decision_of_the_last_commit_gone_past_its_retention_is_no_lost_write(store):
+    """TTL deletes the decisions of an event's last commit once their retention passed:
+    the audit must not take that for a commit never written out."""
+    store.create_event("gig", 5, NOW)
+    record = store.get_event("gig")
+    assert record is not None
+    decision = Decision("late", "100", "REJECTED", 1, reason="invalid_request")
+    expires_at = int(LATER.timestamp())  # retention ends ten minutes after the decision
+    journal = store.commit(
+        record.snapshot, Outcome((decision,), record.snapshot), NOW, {}, expires_at=expires_at
+    )
+    store.materialize("gig", journal, {"late": SignupRequest("gig", "late", "100")})
+    # WHEN TTL deletes the decision (its intake record is long gone)
+    store.client.delete_item(
+        TableName=store.main_table,
+        Key={"event_id": {"S": "gig"}, "signup_id": {"S": "late"}},
+    )
+    # THEN past the retention nothing is missing; before it, the missing item is a violation
+    after = datetime.fromtimestamp(expires_at + 1, tz=UTC)
+    assert audit(store, now=after).events[0].violations == []
+    before = datetime.fromtimestamp(expires_at - 1, tz=UTC)
+    assert audit(store, now=before).events[0].unmaterialized == 1

@@ -334,3 +334,27 @@ def test_a_wake_up_whose_step_fails_is_written_again_until_it_is_done(aws, strea
         assert release_due_holds(store, scene.clock.ms) == 0
     finally:
         stream_handler._processor = None
+
+
+def test_a_held_event_with_nothing_parked_is_released_and_its_due_holds_still_end(scene):
+    """A worker killed between unparking the last records and lifting the hold leaves an
+    event held with nothing parked. Its wake-up lifts the hold and is still the event's
+    tick: a hold due by then ends (the release alone decides no record, so takes no step)."""
+    from turnstile.domain import SignupRequest
+
+    scene.store.create_event("gig", 1, T0, waitlist=1, hold_seconds=HOLD_S)
+    scene.signup("gig", "a", "b")
+    assert scene.status("gig", "a") == (Status.HELD, None)
+    # GIVEN the event held, its one parked record unparked and the hold left in place
+    stray = SignupRequest("gig", "c", "9" * 21, submitted_at=T0)
+    scene.store.park("gig", [stray], scene.clock(), "worker killed")
+    scene.store.unpark("gig", [stray.sequence_number])
+    assert scene.store.get_hold("gig") is not None
+    assert scene.store.parked_requests("gig") == []
+    # WHEN a's hold lapses and the due-holds release wakes the event
+    scene.clock.advance(HOLD_S)
+    scene.release_due()
+    # THEN the hold is lifted, a's hold ended and the seat went to the one waiting
+    assert scene.store.get_hold("gig") is None
+    assert scene.status("gig", "a") == (Status.EXPIRED, None)
+    assert scene.status("gig", "b") == (Status.HELD, None)
