@@ -730,7 +730,7 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     worker = drill.start_worker("finisher-life")
     sweeps = drill.sweep_until_decided("life")
     # requests the sweeper re-emits are answered too: wait until every one is
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while True:
         intake = drill.scan(INTAKE_TABLE.name)
         decided = drill.decisions()
@@ -740,7 +740,15 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
             if int(i.get("request_count", {}).get("N", "0"))
             > int(decided.get(k, {}).get("request_count", {}).get("N", "0"))
         ]
-        if not unanswered or time.monotonic() > deadline:
+        # ... and every hold due at the tick has ended: the finisher reads both streams from
+        # their start, so it reaches the wake-ups only after all that came before them (a
+        # while, on a loaded machine): wait for that outcome, never for a time
+        lapsed = [
+            k
+            for k, d in decided.items()
+            if d["status"]["S"] == "HELD" and d["hold_expires_at"]["S"] <= ticked_at
+        ]
+        if (not unanswered and not lapsed) or time.monotonic() > deadline:
             break
         drill.turnstile("sweep", "--min-age", "0", "--run-id", f"life-answer-{time.time()}")
         time.sleep(1)
