@@ -21,7 +21,7 @@ from constructs import Construct
 
 from turnstile.api import CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS, CORS_MAX_AGE_S
 from turnstile.api import ROUTES as API_ROUTES
-from turnstile.contract import FUNCTION_HANDLERS, Function
+from turnstile.contract import ADMIN_PRINCIPALS_ENV, ADMIN_SCOPE, FUNCTION_HANDLERS, Function
 
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import API_GRANTS
@@ -110,9 +110,11 @@ ROUTE_ROLES: Mapping[str, CallerRole] = {
 }
 #: Routes any authenticated caller may call: no JWT scope; in every role's policy.
 OPEN_ROUTES: frozenset[str] = frozenset({"GET /", "GET /openapi.json"})
-#: A role's routes are open to these roles as well: the organizer reads everything.
+#: A role's routes are open to these roles as well: organizers and producers read too
+#: (the API shows each caller only what is its own: a producer its signups, an organizer
+#: its events' signups; docs/operations.md, "Who may do what").
 _ALSO_ALLOWED: Mapping[CallerRole, frozenset[CallerRole]] = {
-    CallerRole.READER: frozenset({CallerRole.ORGANIZER}),
+    CallerRole.READER: frozenset({CallerRole.ORGANIZER, CallerRole.PRODUCER}),
 }
 
 
@@ -186,6 +188,10 @@ class ApiAuth:
 
     jwt_issuer: str | None = None
     jwt_audience: Sequence[str] = ()
+    #: IAM principal ARN patterns (``*`` a wildcard) the API treats as admins: they act on
+    #: every event and signup (``contract.ADMIN_PRINCIPALS_ENV``). With JWT, the scope
+    #: ``contract.ADMIN_SCOPE`` does the same and opens every route.
+    admin_principals: Sequence[str] = ()
 
     @property
     def uses_jwt(self) -> bool:
@@ -245,7 +251,14 @@ class ApiConstruct(Construct):
             timeout=Duration.seconds(API_TIMEOUT_S),
             memory_size=256,
             # Responses carry signups' attributes (personal data): keep them out of traces.
-            environment={"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"},
+            environment={
+                "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+                **(
+                    {ADMIN_PRINCIPALS_ENV: ",".join(auth.admin_principals)}
+                    if auth.admin_principals
+                    else {}
+                ),
+            },
             reserved_concurrency=reserved_concurrency,
         )
         self.function = self.handler.function
@@ -268,7 +281,7 @@ class ApiConstruct(Construct):
             scopes = None
             if auth.uses_jwt and key not in OPEN_ROUTES:
                 # A token with any one of these scopes may call the route.
-                scopes = sorted(role.scope for role in allowed_roles(key))
+                scopes = sorted({role.scope for role in allowed_roles(key)} | {ADMIN_SCOPE})
             (route,) = self.http_api.add_routes(
                 path=path, methods=[method], integration=integration, authorization_scopes=scopes
             )

@@ -228,10 +228,12 @@ API_GRANTS = (
             Attr.REQUESTS,
             Attr.REQUEST_COUNT,
             Attr.UNDECIDED,
+            Attr.OWNER,
         ),
         why="records a confirm or cancel on the signup's intake record (request_transition, "
         "a transaction): the request, the requests' log, their count and the undecided "
-        "marker, conditioned on the record existing; never the signup's seats or attributes",
+        "marker, conditioned on the record existing and being the caller's (owner, named "
+        "in the condition only); never the signup's seats or attributes",
     ),
     TableGrant(
         MAIN,

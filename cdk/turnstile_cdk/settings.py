@@ -47,6 +47,9 @@ class ContextKey:
     #: Origins whose browsers may call the HTTP API (CORS), comma-separated or a list;
     #: ``*`` for any. Unset: none (no CORS configuration at all).
     API_CORS_ORIGINS = "turnstile:apiCorsOrigins"
+    #: IAM principal ARN patterns (``*`` a wildcard) the API treats as admins, comma-
+    #: separated or a list. Unset: none (with JWT, the scope turnstile/admin).
+    ADMIN_PRINCIPALS = "turnstile:adminPrincipals"
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -93,6 +96,8 @@ class TurnstileSettings:
     due_holds_reserved_concurrency: int | None = 1
     #: Browsers on these origins may call the API; none by default (no CORS at all).
     api_cors_origins: tuple[str, ...] = ()
+    #: Callers the API lets act on every event and signup (IAM principal ARN patterns).
+    admin_principals: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if bool(self.jwt_issuer) != bool(self.jwt_audience):
@@ -136,6 +141,12 @@ class TurnstileSettings:
                 raise ValueError(f'{key} must be a positive integer, or 0 / "none" for no limit')
         if self.powertools_layer_version is not None and self.powertools_layer_version < 1:
             raise ValueError(f"{ContextKey.POWERTOOLS_LAYER_VERSION} must be a positive integer")
+        for principal in self.admin_principals:
+            if not principal.startswith("arn:") or "," in principal:
+                raise ValueError(
+                    f"{ContextKey.ADMIN_PRINCIPALS}: {principal!r} is not an IAM principal "
+                    "ARN (pattern)"
+                )
         for origin in self.api_cors_origins:
             if origin != "*" and not _ORIGIN.match(origin):
                 raise ValueError(
@@ -215,6 +226,7 @@ class TurnstileSettings:
                 ContextKey.DUE_HOLDS_RESERVED_CONCURRENCY, default.due_holds_reserved_concurrency
             ),
             api_cors_origins=_words(get(ContextKey.API_CORS_ORIGINS)),
+            admin_principals=_words(get(ContextKey.ADMIN_PRINCIPALS)),
         )
 
 

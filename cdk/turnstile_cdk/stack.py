@@ -68,7 +68,11 @@ class TurnstileStack(Stack):
             self,
             "Api",
             props,
-            auth=ApiAuth(jwt_issuer=settings.jwt_issuer, jwt_audience=settings.jwt_audience),
+            auth=ApiAuth(
+                jwt_issuer=settings.jwt_issuer,
+                jwt_audience=settings.jwt_audience,
+                admin_principals=settings.admin_principals,
+            ),
             cors_origins=settings.api_cors_origins,
             reserved_concurrency=settings.api_reserved_concurrency,
             throttling=ApiThrottling(

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import json
+import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +34,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from turnstile import usecases
 from turnstile.contract import (
+    ADMIN_PRINCIPALS_ENV,
+    ADMIN_SCOPE,
     ID_PATTERN,
     MAX_ATTRIBUTES_BYTES,
     MAX_HOLD_SECONDS,
@@ -48,6 +52,7 @@ from turnstile.errors import (
     CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
+    ForbiddenError,
     InvalidRequestError,
     RequestRefusedError,
     SignupConflictError,
@@ -195,6 +200,34 @@ def caller_identity(event: Mapping[str, Any]) -> str | None:
     if isinstance(claims, Mapping) and isinstance(claims.get("sub"), str) and claims["sub"]:
         return str(claims["sub"])
     return None
+
+
+def caller_of(event: Mapping[str, Any]) -> usecases.Caller:
+    """The caller: its identity (``caller_identity``), and whether it is an admin: a
+    token carrying the scope ``turnstile/admin`` (``scope`` or ``scp`` claim), or an
+    identity matching one of ``TURNSTILE_ADMIN_PRINCIPALS`` (comma-separated ARN patterns,
+    ``*`` a wildcard; the stack's ``turnstile:adminPrincipals``)."""
+    identity = caller_identity(event)
+    context = event.get("requestContext")
+    authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
+    jwt = authorizer.get("jwt") if isinstance(authorizer, Mapping) else None
+    claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
+    scopes: set[str] = set()
+    granted = jwt.get("scopes") if isinstance(jwt, Mapping) else None
+    if isinstance(granted, list):
+        scopes |= {str(v) for v in granted}
+    if isinstance(claims, Mapping):
+        for name in ("scope", "scp"):
+            value = claims.get(name)
+            if isinstance(value, str):
+                scopes |= set(value.replace(",", " ").split())
+            elif isinstance(value, list):
+                scopes |= {str(v) for v in value}
+    patterns = [p.strip() for p in os.environ.get(ADMIN_PRINCIPALS_ENV, "").split(",") if p.strip()]
+    admin = ADMIN_SCOPE in scopes or (
+        identity is not None and any(fnmatch.fnmatchcase(identity, p) for p in patterns)
+    )
+    return usecases.Caller(identity=identity, admin=admin)
 
 
 # -- request parsing ------------------------------------------------------------------
@@ -434,6 +467,7 @@ def _list_signups(call: _Call, event_id: str) -> Response[str]:
         query.get("status"),
         _limit(query),
         query.get("next") or None,
+        caller_of(call.raw_event),
     )
     return _json(200, page)
 
@@ -447,14 +481,16 @@ def _update_event(call: _Call, event_id: str) -> Response[str]:
     body = _json_object(call.raw_event, frozenset({"capacity"}))
     if "capacity" not in body:
         raise _invalid("capacity is required")
-    event = usecases.update_capacity(call.store(), event_id, body["capacity"])
+    event = usecases.update_capacity(
+        call.store(), event_id, body["capacity"], caller_of(call.raw_event)
+    )
     call.count("EventUpdated")
     logger.info("event capacity changed", event_id=event_id, capacity=event["capacity"])
     return _json(200, event)
 
 
 def _close_event(call: _Call, event_id: str) -> Response[str]:
-    event = usecases.close_event(call.store(), unquote(event_id))
+    event = usecases.close_event(call.store(), unquote(event_id), caller_of(call.raw_event))
     if event["closed_now"]:
         call.count("EventClosed")
         logger.info("event closed", event_id=event["event_id"])
@@ -471,6 +507,7 @@ def _submit_signup(call: _Call, event_id: str) -> Response[str]:
         body.get("seats", usecases.ABSENT),
         body.get("attributes", usecases.ABSENT),
         retention_days=intake_retention_days(),
+        owner=caller_identity(call.raw_event),
     )
     call.count("SignupSubmitted" if submitted.created else "SignupResubmitted")
     # Never the signup id itself, nor its attributes: both may be personal data.
@@ -488,12 +525,15 @@ def _submit_signup(call: _Call, event_id: str) -> Response[str]:
 def _get_signup(call: _Call, event_id: str, signup_id: str) -> Response[str]:
     wait = _wait(call.query)
     event_id, signup_id = unquote(event_id), unquote(signup_id)
+    caller = caller_of(call.raw_event)
     if wait is None:
-        return _json(200, usecases.signup_status(call.store(), event_id, signup_id))
+        return _json(200, usecases.signup_status(call.store(), event_id, signup_id, caller))
     left = call.seconds_left()
     if left is not None:
         wait = max(0.0, min(wait, left - WAIT_MARGIN_S))
-    return _json(200, usecases.await_decision(call.store(), event_id, signup_id, wait))
+    return _json(
+        200, usecases.await_decision(call.store(), event_id, signup_id, wait, caller=caller)
+    )
 
 
 def _request(kind: str) -> Callable[..., Response[str]]:
@@ -501,7 +541,9 @@ def _request(kind: str) -> Callable[..., Response[str]]:
 
     def handler(call: _Call, event_id: str, signup_id: str) -> Response[str]:
         event_id, signup_id = unquote(event_id), unquote(signup_id)
-        body = usecases.request_signup(call.store(), event_id, signup_id, kind)
+        body = usecases.request_signup(
+            call.store(), event_id, signup_id, kind, caller=caller_of(call.raw_event)
+        )
         call.count("ConfirmRequested" if kind == RequestKind.CONFIRM else "CancelRequested")
         logger.info(
             f"{kind} recorded", event_id=event_id, signup_ref=signup_ref(event_id, signup_id)
@@ -529,7 +571,10 @@ def _request_route(kind: str, operation_id: str, summary: str, description: str)
             "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
             "responses": {
                 "202": _ok("Recorded; poll the Location.", "RequestRecorded", _LOCATION),
-                "404": _error_response("No such signup (error: signup_not_found)."),
+                "404": _error_response(
+                    "No such signup, or not the caller's: only its owner, its event's "
+                    "organizers and admins see it (error: signup_not_found)."
+                ),
                 "409": {
                     "description": (
                         "The signup's current status does not allow it (error: "
@@ -641,6 +686,10 @@ ROUTES: tuple[Route, ...] = (
             "responses": {
                 "200": _ok("The event after the change.", "Event"),
                 "404": _error_response("No such event (error: event_not_found)."),
+                "403": _error_response(
+                    "The event is another organizer's: only its creator or an admin (error: "
+                    "forbidden)."
+                ),
                 **_COMMON,
                 "400": _error_response(
                     "Bad input (error: invalid_request), or a capacity below the seats already "
@@ -664,6 +713,10 @@ ROUTES: tuple[Route, ...] = (
             "responses": {
                 "200": _ok("The event after the call.", "EventClosed"),
                 "404": _error_response("No such event (error: event_not_found)."),
+                "403": _error_response(
+                    "The event is another organizer's: only its creator or an admin (error: "
+                    "forbidden)."
+                ),
                 **_COMMON,
             },
         },
@@ -712,6 +765,10 @@ ROUTES: tuple[Route, ...] = (
             "responses": {
                 "200": _ok("A page of signups.", "SignupList"),
                 "404": _error_response("No such event (error: event_not_found)."),
+                "403": _error_response(
+                    "The event is another organizer's: only its creator or an admin (error: "
+                    "forbidden)."
+                ),
                 **_COMMON,
             },
         },
@@ -731,7 +788,10 @@ ROUTES: tuple[Route, ...] = (
             "parameters": [_EVENT_PARAM, _SIGNUP_PARAM, _WAIT_PARAM],
             "responses": {
                 "200": _ok("The signup.", "Signup"),
-                "404": _error_response("No such signup (error: signup_not_found)."),
+                "404": _error_response(
+                    "No such signup, or not the caller's: only its owner, its event's "
+                    "organizers and admins see it (error: signup_not_found)."
+                ),
                 **_COMMON,
             },
         },
@@ -835,6 +895,10 @@ def create_app(
     @app.exception_handler(EventNotFoundError)
     def event_not_found(exc: EventNotFoundError) -> Response[str]:
         return _error(404, "event_not_found", str(exc))
+
+    @app.exception_handler(ForbiddenError)
+    def forbidden(exc: ForbiddenError) -> Response[str]:
+        return _error(403, "forbidden", str(exc))
 
     @app.exception_handler(SignupNotFoundError)
     def signup_not_found(exc: SignupNotFoundError) -> Response[str]:

@@ -332,6 +332,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         seats,
         attributes,
         retention_days=_retention_days(args),
+        owner=cli_identity(),
     )
     _print_json(submitted.body)
     return 0

@@ -15,6 +15,8 @@ from typing import Any
 from turnstile.eventfilter import parse_pattern
 
 __all__ = [
+    "ADMIN_PRINCIPALS_ENV",
+    "ADMIN_SCOPE",
     "ALL_TABLES",
     "CONTROL_TABLE",
     "DECISION_ATTRIBUTES",
@@ -35,6 +37,7 @@ __all__ = [
     "MAX_HOLD_SECONDS",
     "MAX_ITEM_BYTES",
     "MAX_LINEUP_ENTRIES",
+    "MAX_OWNER_CHARS",
     "MAX_PARTITION_KEY_BYTES",
     "MAX_SORT_KEY_BYTES",
     "STREAM_SOURCE",
@@ -71,6 +74,13 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 #: The largest ``attributes`` map a signup may carry, in DynamoDB's item-size bytes.
 MAX_ATTRIBUTES_BYTES = 4096
+#: The longest ``owner`` a signup keeps (an IAM ARN or a token subject is far shorter).
+MAX_OWNER_CHARS = 512
+#: The principals (IAM ARN patterns, ``*`` wildcards, comma-separated) the API treats as
+#: admins: they may act on every event and signup. With a JWT authorizer, the scope
+#: ``ADMIN_SCOPE`` makes a caller an admin.
+ADMIN_PRINCIPALS_ENV = "TURNSTILE_ADMIN_PRINCIPALS"
+ADMIN_SCOPE = "turnstile/admin"
 
 #: DynamoDB's limits: a partition key value of 1 to 2,048 bytes and a sort key value of 1
 #: to 1,024 (a string's UTF-8, a binary's raw bytes), refused past them on every operation
@@ -178,6 +188,10 @@ class Attr:
     SUBMITTED_AT = "submitted_at"
     ATTRIBUTES = "attributes"
     EXPIRES_AT = "expires_at"
+    #: Who submitted the signup (the API caller's IAM ARN or token subject, ``cli:<user>``):
+    #: only they, the event's organizers and admins may read it, confirm or cancel it. On
+    #: intake, and copied to the decision.
+    OWNER = "owner"
     #: The sweeper's marker: present only on records not yet known to be decided; the key
     #: of the sparse ``UNDECIDED_INDEX`` (a shard, ``undecided_shard``).
     UNDECIDED = "undecided"
@@ -302,8 +316,8 @@ EVENT_LIST_ATTRIBUTES = (
 
 #: Every attribute a decision item may have (keys included): the stream processor's IAM
 #: policy lets its writes on the main table (a first decision's PutItem, a later move's
-#: UpdateItem) name these and nothing else. ``attributes`` and ``submitted_at`` are copied
-#: from intake; the rest are the decision's and its lifecycle's.
+#: UpdateItem) name these and nothing else. ``attributes``, ``submitted_at`` and ``owner``
+#: are copied from intake; the rest are the decision's and its lifecycle's.
 DECISION_ATTRIBUTES = (
     Attr.EVENT_ID,
     Attr.SIGNUP_ID,
@@ -316,6 +330,7 @@ DECISION_ATTRIBUTES = (
     Attr.SEQUENCE_NUMBER,
     Attr.SUBMITTED_AT,
     Attr.ATTRIBUTES,
+    Attr.OWNER,
     Attr.EXPIRES_AT,
     Attr.HOLD_EXPIRES_AT,
     Attr.WAITLIST_POSITION,
@@ -332,6 +347,7 @@ INTAKE_SUBMIT_ATTRIBUTES = (
     Attr.SEATS,
     Attr.SUBMITTED_AT,
     Attr.ATTRIBUTES,
+    Attr.OWNER,
     Attr.EXPIRES_AT,
     Attr.UNDECIDED,
 )

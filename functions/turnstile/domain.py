@@ -12,7 +12,14 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
-from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
+from turnstile.contract import (
+    ID_PATTERN,
+    MAX_ATTRIBUTES_BYTES,
+    MAX_OWNER_CHARS,
+    EventState,
+    Reason,
+    Status,
+)
 from turnstile.itemsize import value_size
 from turnstile.personal_data import intake_expiry
 
@@ -97,6 +104,9 @@ class SignupRequest:
     #: When TTL deletes the intake record (epoch seconds), None when it never does: its
     #: decision must outlive it (``personal_data.decision_expires_at``).
     expires_at: int | None = None
+    #: Who submitted it (``Attr.OWNER``), copied to the decision; None when the record
+    #: names nobody (or names no one a decision can keep: not text, or too long).
+    owner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -326,7 +336,14 @@ def parse_request(
         request_count=request_count,
         requests=_request_log(image.get("requests")),
         expires_at=intake_expiry(image.get("expires_at")),
+        owner=_owner(image.get("owner")),
     )
+
+
+def _owner(raw: Any) -> str | None:
+    """Rule: an owner is text of at most ``MAX_OWNER_CHARS``; anything else names nobody
+    (the signup is then the event organizers' alone to act on through the API)."""
+    return raw if isinstance(raw, str) and 0 < len(raw) <= MAX_OWNER_CHARS else None
 
 
 #: The most requests one record is read for (a log longer than this, past what it has

@@ -9,6 +9,7 @@ __all__ = [
     "DuplicateRunError",
     "EventExistsError",
     "EventNotFoundError",
+    "ForbiddenError",
     "InvalidRequestError",
     "JournalTooLargeError",
     "LeaseLostError",
@@ -47,6 +48,10 @@ class NotFoundError(TurnstileError):
 
 class ConflictError(TurnstileError):
     """The request contradicts what was already recorded under the same id."""
+
+
+class ForbiddenError(TurnstileError):
+    """The caller may not do this: the event is another organizer's (403)."""
 
 
 class EventExistsError(ConflictError):

@@ -107,6 +107,7 @@ class HeldEvents:
                         Attr.REQUEST_COUNT: request.request_count,
                         Attr.REQUESTS: list(request.requests) if request.requests else None,
                         HoldAttr.INTAKE_EXPIRES_AT: request.expires_at,
+                        Attr.OWNER: request.owner,
                     }
                 ),
             )
@@ -185,6 +186,7 @@ class HeldEvents:
                         else None
                     ),
                     expires_at=intake_expiry(item.get(HoldAttr.INTAKE_EXPIRES_AT)),
+                    owner=item.get(Attr.OWNER) if isinstance(item.get(Attr.OWNER), str) else None,
                 )
             )
         return requests

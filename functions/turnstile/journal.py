@@ -87,14 +87,17 @@ def _copied_values(request: SignupRequest | Mapping[str, Any] | None) -> dict[st
     if isinstance(request, SignupRequest):
         attributes: Any = request.attributes or None
         submitted_at = request.submitted_at
+        owner = request.owner
     elif request is not None:
         raw_attrs = request.get(Attr.ATTRIBUTES)
         attributes = raw_attrs if isinstance(raw_attrs, Mapping) and raw_attrs else None
         raw_sub = request.get(Attr.SUBMITTED_AT)
         submitted_at = raw_sub if isinstance(raw_sub, str) else None
+        raw_owner = request.get(Attr.OWNER)
+        owner = raw_owner if isinstance(raw_owner, str) and raw_owner else None
     else:
-        attributes, submitted_at = None, None
-    return {Attr.SUBMITTED_AT: submitted_at, Attr.ATTRIBUTES: attributes}
+        attributes, submitted_at, owner = None, None, None
+    return {Attr.SUBMITTED_AT: submitted_at, Attr.ATTRIBUTES: attributes, Attr.OWNER: owner}
 
 
 def _without_copies(decision: Decision, why: str) -> Decision:

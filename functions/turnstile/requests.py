@@ -39,7 +39,7 @@ from turnstile.contract import Attr, RequestKind, Status, undecided_shard
 from turnstile.dynamo import Dynamo, TransactionCancelled, from_item, signup_key
 from turnstile.errors import RequestRefusedError, SignupNotFoundError
 
-__all__ = ["ALLOWED_FROM", "RequestRecorded", "SignupRequests", "request_transition"]
+__all__ = ["ALLOWED_FROM", "ANYONE", "RequestRecorded", "SignupRequests", "request_transition"]
 
 #: The statuses a request may be recorded from (docs/lifecycle.md, §3): a confirm only
 #: from HELD (before ``hold_expires_at``), a cancel from HELD, ACCEPTED or WAITLISTED.
@@ -70,15 +70,25 @@ class _Tables(Protocol):
     last_journal: Callable[[str], Any]
 
 
+#: ``request_transition``'s ``owner`` when anyone may ask (an organizer, an admin).
+ANYONE: Any = object()
+
+
 def request_transition(
-    tables: _Tables, event_id: str, signup_id: str, kind: str, now: str
+    tables: _Tables,
+    event_id: str,
+    signup_id: str,
+    kind: str,
+    now: str,
+    owner: Any = ANYONE,
 ) -> RequestRecorded:
     """Record a confirm or cancel of a signup if its current status allows it.
 
     ``now`` is ``clock.utc_now()``: a confirm is recorded only while ``hold_expires_at``
     (the same fixed-width ISO-8601 format, so the strings compare as times) is after it.
-    Raises ``SignupNotFoundError`` when there is no intake item, ``RequestRefusedError``
-    with the signup's current status when the status does not allow the request, and
+    Raises ``SignupNotFoundError`` when there is no intake item (or, with ``owner``, when
+    it is not that owner's: checked by the same transaction), ``RequestRefusedError`` with
+    the signup's current status when the status does not allow the request, and
     ``ValueError`` for a ``kind`` that is not a ``RequestKind``.
     """
     if kind not in ALLOWED_FROM:
@@ -95,7 +105,7 @@ def request_transition(
         condition = f"#status IN ({', '.join(placeholders)})"
         values = {p: {"S": s} for p, s in zip(placeholders, allowed, strict=True)}
     try:
-        _record(tables, event_id, signup_id, kind, condition, names, values)
+        _record(tables, event_id, signup_id, kind, condition, names, values, owner)
     except TransactionCancelled as exc:
         refusal = _refusal(tables, exc, event_id, signup_id, kind)
         if not isinstance(refusal, RequestRefusedError):
@@ -111,10 +121,10 @@ def request_transition(
             condition = "#status = :stale"
             names, values = {"#status": Attr.STATUS}, {":stale": {"S": stale}}
         try:
-            _record(tables, event_id, signup_id, kind, condition, names, values)
+            _record(tables, event_id, signup_id, kind, condition, names, values, owner)
         except TransactionCancelled:
             # written out meanwhile: the item now says what the event does
-            return request_transition(tables, event_id, signup_id, kind, now)
+            return request_transition(tables, event_id, signup_id, kind, now, owner)
     return RequestRecorded(event_id=event_id, signup_id=signup_id, request=kind)
 
 
@@ -126,9 +136,18 @@ def _record(
     condition: str,
     names: dict[str, str],
     values: dict[str, Any],
+    owner: Any = ANYONE,
 ) -> None:
-    """The transaction: the request on intake (its log included), the decision checked."""
+    """The transaction: the request on intake (its log included), the decision checked;
+    the intake record must be ``owner``'s (its ``owner`` equal, or absent for None)."""
     key = signup_key(event_id, signup_id)
+    mine, mine_names, mine_values = "", {}, {}
+    if owner is not ANYONE:
+        mine_names = {"#owner": Attr.OWNER}
+        if owner is None:
+            mine = " AND attribute_not_exists(#owner)"
+        else:
+            mine, mine_values = " AND #owner = :owner", {":owner": {"S": str(owner)}}
     actions = [
         {
             "Update": {
@@ -138,13 +157,14 @@ def _record(
                     "SET #request = :kind, #requests = list_append(if_not_exists(#requests, "
                     ":empty), :kinds), #undecided = :shard ADD #request_count :one"
                 ),
-                "ConditionExpression": "attribute_exists(#signup)",
+                "ConditionExpression": "attribute_exists(#signup)" + mine,
                 "ExpressionAttributeNames": {
                     "#request": Attr.REQUEST,
                     "#requests": Attr.REQUESTS,
                     "#undecided": Attr.UNDECIDED,
                     "#request_count": Attr.REQUEST_COUNT,
                     "#signup": Attr.SIGNUP_ID,
+                    **mine_names,
                 },
                 "ExpressionAttributeValues": {
                     ":kind": {"S": kind},
@@ -152,6 +172,7 @@ def _record(
                     ":empty": {"L": []},
                     ":shard": {"S": undecided_shard(event_id, signup_id)},
                     ":one": {"N": "1"},
+                    **mine_values,
                 },
             }
         },
@@ -261,7 +282,7 @@ class SignupRequests:
     last_journal: Callable[[str], Any]
 
     def request_transition(
-        self, event_id: str, signup_id: str, kind: str, now: str
+        self, event_id: str, signup_id: str, kind: str, now: str, owner: Any = ANYONE
     ) -> RequestRecorded:
         """See ``request_transition``."""
-        return request_transition(self, event_id, signup_id, kind, now)
+        return request_transition(self, event_id, signup_id, kind, now, owner)

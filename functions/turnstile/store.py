@@ -95,13 +95,15 @@ class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
         attributes: Mapping[str, Any] | None,
         submitted_at: str,
         expires_at: int | None = None,
+        owner: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
         """Write a provisional signup once (``attribute_not_exists``), marked ``undecided``
-        so the sweeper finds it through its index until it is decided, and deleted by TTL
-        at ``expires_at`` (epoch seconds; None: kept).
+        so the sweeper finds it through its index until it is decided, deleted by TTL at
+        ``expires_at`` (epoch seconds; None: kept), and ``owner``'s (who submitted it).
 
-        The same body again returns the stored record and False; a different body for the
-        same key raises ``SignupConflictError``. The marker is not part of what it returns.
+        The same body again from the same owner returns the stored record and False; a
+        different body, or another owner, for the same key raises ``SignupConflictError``.
+        The marker is not part of what it returns.
         """
         values = {
             Attr.EVENT_ID: event_id,
@@ -110,6 +112,7 @@ class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
             Attr.SUBMITTED_AT: submitted_at,
             Attr.ATTRIBUTES: _decimalize(dict(attributes)) if attributes else None,
             Attr.EXPIRES_AT: expires_at,
+            Attr.OWNER: owner,
         }
         marker = {Attr.UNDECIDED: undecided_shard(event_id, signup_id)}
         try:
@@ -125,6 +128,10 @@ class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
             pass
         existing = self.get_intake(event_id, signup_id) or {}
         existing.pop(Attr.UNDECIDED, None)
+        if existing.get(Attr.OWNER) != owner:
+            raise SignupConflictError(
+                f"signup {signup_id!r} of event {event_id!r} was submitted by another caller"
+            )
         same = int(existing.get(Attr.SEATS, 1)) == seats and (
             existing.get(Attr.ATTRIBUTES) or {}
         ) == (_decimalize(attributes) or {})

@@ -36,13 +36,14 @@ from turnstile.domain import (
 from turnstile.errors import (
     EventExistsError,
     EventNotFoundError,
+    ForbiddenError,
     InvalidRequestError,
     SignupNotFoundError,
 )
 from turnstile.events import EventRecord, lineup_problem
 from turnstile.jsonable import plain
 from turnstile.personal_data import intake_expires_at
-from turnstile.requests import request_transition
+from turnstile.requests import ANYONE, request_transition
 from turnstile.store import SignupStore
 from turnstile.transitions import history_of
 
@@ -315,18 +316,52 @@ def show_event(store: SignupStore, event_id: Any) -> dict[str, Any]:
     return event_view(record)
 
 
-def update_capacity(store: SignupStore, event_id: Any, capacity: Any) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Caller:
+    """Who asks: ``identity`` as the API authenticated it (an IAM ARN, a token's subject;
+    None for an unsigned request to the local stack), and whether it is an admin."""
+
+    identity: str | None
+    admin: bool = False
+
+    def organizes(self, record: EventRecord) -> bool:
+        """Whether it may run the event: its creator (``created_by``), or an admin."""
+        return self.admin or (record.created_by or None) == self.identity
+
+
+#: The operator's own tools (the CLI, a library caller): every right, as the table access
+#: they run with gives them anyway. The API never uses it: it passes its caller.
+OPERATOR = Caller(identity=None, admin=True)
+
+
+def _organized(store: SignupStore, event_id: str, caller: Caller) -> EventRecord:
+    """The event, if ``caller`` runs it: ``EventNotFoundError``, else ``ForbiddenError``."""
+    record = store.get_event(event_id)
+    if record is None:
+        raise EventNotFoundError(f"no event {event_id!r}")
+    if not caller.organizes(record):
+        raise ForbiddenError(f"event {event_id!r} is another organizer's")
+    return record
+
+
+def update_capacity(
+    store: SignupStore, event_id: Any, capacity: Any, caller: Caller = OPERATOR
+) -> dict[str, Any]:
     """Up at any time, down to the seats taken (``CapacityBelowTakenError`` below); for
     an event with holds, never so high that its lineup could pass ``MAX_LINEUP_ENTRIES``
-    (``InvalidRequestError``: the store checks it against the options it reads)."""
+    (``InvalidRequestError``: the store checks it against the options it reads). Only by
+    the event's creator or an admin (``ForbiddenError``)."""
     event_id = _id(event_id, "event_id")
     capacity = _capacity(capacity)
+    _organized(store, event_id, caller)
     return event_view(store.update_capacity(event_id, capacity))
 
 
-def close_event(store: SignupStore, event_id: Any) -> dict[str, Any]:
-    """OPEN -> CLOSED, idempotent; the ``EventClosed`` shape (``closed_now``)."""
+def close_event(store: SignupStore, event_id: Any, caller: Caller = OPERATOR) -> dict[str, Any]:
+    """OPEN -> CLOSED, idempotent; the ``EventClosed`` shape (``closed_now``). Only by the
+    event's creator or an admin (``ForbiddenError``)."""
     event_id = _id(event_id, "event_id")
+    _organized(store, event_id, caller)
     record, closed_now = store.close_event(event_id)
     if record is None:
         raise EventNotFoundError(f"no event {event_id!r}")
@@ -354,8 +389,10 @@ def submit_signup(
     *,
     retention_days: int,
     now: str | None = None,
+    owner: str | None = None,
 ) -> Submitted:
-    """Record a PENDING signup of an existing event (idempotent for the same body)."""
+    """Record a PENDING signup of an existing event, ``owner``'s (idempotent for the same
+    body from the same owner; another body, or another owner, is a conflict)."""
     event_id = _id(event_id, "event_id")
     problems: list[str] = []
     # Strictness first (2.0 and true are no seat counts; null is no map), then the one
@@ -384,6 +421,7 @@ def submit_signup(
         attributes,
         submitted_at=now or utc_now(),
         expires_at=intake_expires_at(retention_days),
+        owner=owner,
     )
     submitted_at = record.get(Attr.SUBMITTED_AT)
     body = {
@@ -397,19 +435,38 @@ def submit_signup(
 
 
 def request_signup(
-    store: SignupStore, event_id: Any, signup_id: Any, kind: str, now: str | None = None
+    store: SignupStore,
+    event_id: Any,
+    signup_id: Any,
+    kind: str,
+    now: str | None = None,
+    caller: Caller = OPERATOR,
 ) -> dict[str, Any]:
     """Ask to confirm or cancel a signup (``kind``: a ``RequestKind``): the
     ``RequestRecorded`` shape ``{event_id, signup_id, request}`` once it is recorded for
     the stream processor to apply. Refused at once, nothing recorded, when the signup's
     current status does not allow it (``RequestRefusedError``, with that status: a confirm
     needs HELD before ``hold_expires_at``, a cancel HELD, ACCEPTED or WAITLISTED);
-    ``SignupNotFoundError`` if it was never submitted."""
+    ``SignupNotFoundError`` if it was never submitted, or if it is not ``caller``'s to ask
+    of (it is only its owner's, its event's organizers' and admins'): the same answer, so a
+    stranger learns nothing of another's signup. The owner is checked in the same
+    transaction that records the request."""
     event_id = _id(event_id, "event_id")
     signup_id = _id(signup_id, "signup_id")
     if kind not in RequestKind.ALL:
         raise InvalidRequestError([f"request must be one of {', '.join(RequestKind.ALL)}"])
-    recorded = request_transition(store, event_id, signup_id, kind, now or utc_now())
+    now = now or utc_now()
+    try:
+        recorded = request_transition(
+            store, event_id, signup_id, kind, now, owner=_owned_by(caller)
+        )
+    except SignupNotFoundError:
+        # Not the caller's: an organizer of the event may still ask (an admin was not
+        # held to the owner in the first place).
+        record = store.get_event(event_id) if not caller.admin else None
+        if record is None or not caller.organizes(record):
+            raise
+        recorded = request_transition(store, event_id, signup_id, kind, now)
     return {
         "event_id": recorded.event_id,
         "signup_id": recorded.signup_id,
@@ -417,8 +474,16 @@ def request_signup(
     }
 
 
-def signup_status(store: SignupStore, event_id: Any, signup_id: Any) -> dict[str, Any]:
-    """The signup's status (``Status``); ``SignupNotFoundError`` if never submitted."""
+def _owned_by(caller: Caller) -> str | object | None:
+    """The owner a request of ``caller`` is held to: none for an admin (``ANYONE``)."""
+    return ANYONE if caller.admin else caller.identity
+
+
+def signup_status(
+    store: SignupStore, event_id: Any, signup_id: Any, caller: Caller = OPERATOR
+) -> dict[str, Any]:
+    """The signup's status (``Status``); ``SignupNotFoundError`` if never submitted, or
+    if it is not ``caller``'s to read (its owner's, its event's organizers', admins')."""
     event_id = _id(event_id, "event_id")
     signup_id = _id(signup_id, "signup_id")
     # Decision first: a decision never goes away, so if it is absent now and the intake
@@ -427,6 +492,11 @@ def signup_status(store: SignupStore, event_id: Any, signup_id: Any) -> dict[str
     intake = None if decision is not None else store.get_intake(event_id, signup_id)
     if decision is None and intake is None:
         raise SignupNotFoundError(f"no signup {signup_id!r} for event {event_id!r}")
+    owner = (decision or intake or {}).get(Attr.OWNER)
+    if not caller.admin and owner != caller.identity:
+        record = store.get_event(event_id)
+        if record is None or not caller.organizes(record):
+            raise SignupNotFoundError(f"no signup {signup_id!r} for event {event_id!r}")
     return signup_view(event_id, signup_id, decision, intake)
 
 
@@ -441,6 +511,7 @@ def await_decision(
     first_delay_s: float = 0.05,
     max_delay_s: float = 0.5,
     statuses: Collection[str] | None = None,
+    caller: Caller = OPERATOR,
 ) -> dict[str, Any]:
     """``signup_status``, waiting up to ``wait_s`` seconds for a decision (or, with
     ``statuses``, for one of them or a final status): as soon as it is read, else the
@@ -448,7 +519,7 @@ def await_decision(
     polls only the decision item, a strongly consistent point read every ``first_delay_s``
     doubling to ``max_delay_s``."""
     deadline = clock() + max(0.0, wait_s)
-    status = signup_status(store, event_id, signup_id)
+    status = signup_status(store, event_id, signup_id, caller)
     delay = first_delay_s
     while not Status.reached(status[Attr.STATUS], statuses):
         remaining = deadline - clock()
@@ -498,11 +569,13 @@ def list_signups(
     status: Any = None,
     limit: Any = None,
     next_token: str | None = None,
+    caller: Caller = OPERATOR,
 ) -> dict[str, Any]:
     """A page of an event's signups (the ``SignupList`` shape): ``{"signups": [Signup,
     ...], "next"}`` in ``signup_id`` order, only those with ``status`` if given (PENDING:
-    recorded, not decided yet). ``EventNotFoundError`` for an unknown event (checked on
-    the first page only: a token shows the listing began)."""
+    recorded, not decided yet). ``EventNotFoundError`` for an unknown event; only for the
+    event's organizers and admins (``ForbiddenError``): the signups' attributes are
+    personal data."""
     event_id = _id(event_id, "event_id")
     if status is not None and status not in LISTED_STATUSES:
         raise InvalidRequestError([f"status must be one of {', '.join(LISTED_STATUSES)}"])
@@ -515,8 +588,7 @@ def list_signups(
         if not listing.valid_signup_cursor(payload.get("a")):
             raise InvalidRequestError([listing.TOKEN_REFUSED])
         after = payload["a"]
-    elif store.get_event(event_id) is None:
-        raise EventNotFoundError(f"no event {event_id!r}")
+    _organized(store, event_id, caller)
     rows, last, more = listing.signup_rows(store, event_id, status, size, after)
     signups = [signup_view(event_id, sid, decision, intake) for sid, decision, intake in rows]
     token = None

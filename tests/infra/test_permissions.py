@@ -115,13 +115,14 @@ def _role_statements(template: Template, handler: str) -> set[tuple[str, str, st
 
 #: What a submission writes on intake (keys included).
 SUBMISSION = (
-    "event_id", "signup_id", "seats", "submitted_at", "attributes", "expires_at", "undecided",
+    "event_id", "signup_id", "seats", "submitted_at", "attributes", "owner", "expires_at",
+    "undecided",
 )  # fmt: skip
 
 #: Every attribute of a decision item: the processor's writes on main name these only.
 DECISION_ATTRIBUTES = (
     "event_id", "signup_id", "status", "reason", "detail", "seats", "position", "decided_at",
-    "sequence_number", "submitted_at", "attributes", "expires_at", "hold_expires_at",
+    "sequence_number", "submitted_at", "attributes", "owner", "expires_at", "hold_expires_at",
     "waitlist_position", "history", "request_count", "last_refusal",
 )  # fmt: skip
 
@@ -189,7 +190,8 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
             INTAKE,
             "UpdateItem",
             conditions=_attributes(
-                "event_id", "signup_id", "request", "requests", "request_count", "undecided"
+                "event_id", "signup_id", "request", "requests", "request_count", "undecided",
+                "owner",
             ),
         )
         | _on(MAIN, "GetItem", "Query", "ConditionCheckItem")

@@ -116,9 +116,19 @@ def an_event(event_id: str = "gig", capacity: int = 2) -> Setup:
     )
 
 
+#: Who the setup's signups belong to: the caller of both runs (the API's caller reads as
+#: the CLI's ``cli:<user>``), so a resubmission is the owner's own.
+SETUP_OWNER = {"owner": f"cli:{USER}"}
+
+
 def signed_up(signup_id: str, seats: int = 1, event_id: str = "gig") -> Setup:
     return lambda store: store.put_intake(
-        event_id, signup_id, seats, {"name": "Ada"}, submitted_at="2026-11-21T21:01:00Z"
+        event_id,
+        signup_id,
+        seats,
+        {"name": "Ada"},
+        submitted_at="2026-11-21T21:01:00Z",
+        owner=SETUP_OWNER["owner"],
     )[1]
 
 

@@ -57,6 +57,42 @@ DEFAULT_MAX_INSTANCES = 8
 _CORS_METHODS = ", ".join(sorted({route.method for route in ROUTES}))
 
 
+#: The ARN a SigV4-signed request to the local API is taken to come from: the access key
+#: id names the caller (the signature is not checked: the local stack trusts its callers).
+LOCAL_CALLER_ARN = "arn:aws:iam::" + API_ACCOUNT_ID + ":user/{}"
+
+
+def local_authorizer(authorization: str) -> dict[str, Any] | None:
+    """What API Gateway's authorizer would pass for ``authorization``, unverified: a SigV4
+    header (``AWS4-HMAC-SHA256 Credential=KEY/...``) as an IAM caller named by its access
+    key id (``LOCAL_CALLER_ARN``), a bearer token's claims (its middle part, base64url
+    JSON) as a JWT caller; None for anything else (an anonymous caller). So the local API
+    can be driven by different callers as the deployed one is; docs/operations.md."""
+    scheme, _, rest = authorization.strip().partition(" ")
+    if scheme == "AWS4-HMAC-SHA256":
+        for part in rest.split(","):
+            name, _, value = part.strip().partition("=")
+            key = value.split("/", 1)[0]
+            if name == "Credential" and key:
+                return {"iam": {"userArn": LOCAL_CALLER_ARN.format(key), "accessKey": key}}
+        return None
+    if scheme.lower() == "bearer":
+        parts = rest.strip().split(".")
+        if len(parts) != 3:
+            return None
+        try:
+            padded = parts[1] + "=" * (-len(parts[1]) % 4)
+            claims = json.loads(base64.urlsafe_b64decode(padded))
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(claims, dict):
+            return None
+        scope = claims.get("scope")
+        scopes = scope.split() if isinstance(scope, str) else []
+        return {"jwt": {"claims": claims, "scopes": scopes}}
+    return None
+
+
 class _Instances:
     """Handlers, each serving one request at a time, as Lambda instances do: an idle one
     is reused, a new one started (``new``) while fewer than ``most`` exist, else the
@@ -389,6 +425,9 @@ class ApiServer(BackgroundServer):
             },
             "isBase64Encoded": False,
         }
+        authorizer = local_authorizer(headers.get("authorization", ""))
+        if authorizer is not None:
+            event["requestContext"]["authorizer"] = authorizer
         if cookies:
             event["cookies"] = cookies
         if query:
