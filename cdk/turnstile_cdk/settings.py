@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,9 @@ class ContextKey:
     #: IAM principal ARN patterns (``*`` a wildcard) the API treats as admins, comma-
     #: separated or a list. Unset: none (with JWT, the scope turnstile/admin).
     ADMIN_PRINCIPALS = "turnstile:adminPrincipals"
+    #: Direct producers confined to their own events: a JSON object, each producer's name
+    #: and its event id patterns (``{"shop-a": ["shop-a-*"]}``); a managed policy each.
+    CONFINED_PRODUCERS = "turnstile:confinedProducers"
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -98,6 +102,8 @@ class TurnstileSettings:
     api_cors_origins: tuple[str, ...] = ()
     #: Callers the API lets act on every event and signup (IAM principal ARN patterns).
     admin_principals: tuple[str, ...] = ()
+    #: Direct producers, each with the event id patterns it alone may write (producers.py).
+    confined_producers: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if bool(self.jwt_issuer) != bool(self.jwt_audience):
@@ -227,6 +233,7 @@ class TurnstileSettings:
             ),
             api_cors_origins=_words(get(ContextKey.API_CORS_ORIGINS)),
             admin_principals=_words(get(ContextKey.ADMIN_PRINCIPALS)),
+            confined_producers=_producers(get(ContextKey.CONFINED_PRODUCERS)),
         )
 
 
@@ -270,3 +277,24 @@ def _words(value: Any) -> tuple[str, ...]:
         return ()
     items = value if isinstance(value, list | tuple) else str(value).split(",")
     return tuple(item.strip() for item in map(str, items) if item.strip())
+
+
+def _producers(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``turnstile:confinedProducers``: an object from cdk.json, or its JSON text from ``-c``."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    key = ContextKey.CONFINED_PRODUCERS
+    if not isinstance(value, dict) or not all(
+        isinstance(name, str) and name.strip() and isinstance(ids, list) and ids
+        for name, ids in value.items()
+    ):
+        raise ValueError(
+            f'{key} must be an object of producer names and event id patterns, like '
+            '{"shop-a": ["shop-a-*"]}'
+        )
+    return tuple((name, tuple(str(i) for i in ids)) for name, ids in value.items())

@@ -14,6 +14,8 @@ from .api import ApiAuth, ApiConstruct, ApiThrottling
 from .due_holds import DueHoldsConstruct
 from .functions import FunctionCommons, FunctionConstructProps
 from .monitoring import MonitoringConstruct
+from .producers import confined_producers
+from .producers import output_key as producer_output_key
 from .settings import TurnstileSettings
 from .stream_processor import StreamProcessorConstruct
 from .sweeper import SweeperConstruct
@@ -156,6 +158,20 @@ class TurnstileStack(Stack):
             value=self.monitoring.topic.topic_arn,
             description="Subscribe to receive turnstile alarms.",
         )
+        self.producers = confined_producers(
+            self,
+            dict(settings.confined_producers),
+            intake=self.tables.intake,
+            main=self.tables.main,
+        )
+        for name, producer in self.producers.items():
+            CfnOutput(
+                self,
+                producer_output_key(name),
+                value=producer.policy.managed_policy_arn,
+                description=f"Attach to the IAM role of the direct producer {name}: intake "
+                "and decisions of its own events only.",
+            )
         for role, policy in self.api.caller_policies.items():
             CfnOutput(
                 self,

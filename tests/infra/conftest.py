@@ -59,6 +59,8 @@ VARIANT_SETTINGS = TurnstileSettings(
     api_reserved_concurrency=40,
     due_holds_reserved_concurrency=None,
     api_cors_origins=("https://app.example.com", "http://localhost:3000"),
+    admin_principals=("arn:aws:iam::123456789012:role/ops-*",),
+    confined_producers=(("shop-a", ("shop-a-*", "gala")), ("shop-b", ("shop-b-*",))),
 )
 
 

@@ -266,7 +266,11 @@ def test_policy_arns_are_outputs_in_iam_mode_only(
     assert keys <= set(template.to_json()["Outputs"])
     # With a JWT authorizer IAM decides nothing: scopes do (below).
     assert not keys & set(variant_template.to_json()["Outputs"])
-    assert not variant_template.find_resources("AWS::IAM::ManagedPolicy")
+    # (its only managed policies are the direct producers', test_confined_producers.py)
+    assert all(
+        "DirectProducerPolicy" in logical_id
+        for logical_id in variant_template.find_resources("AWS::IAM::ManagedPolicy")
+    )
 
 
 def test_jwt_routes_require_their_roles_scopes(variant_template: Template) -> None:
