@@ -56,6 +56,8 @@ class ContextKey:
     CONFINED_PRODUCERS = "turnstile:confinedProducers"
 
 
+#: An event id pattern of a confined producer: an id's characters, and IAM's ``*`` and ``?``.
+_EVENT_PATTERN = re.compile(r"^[A-Za-z0-9._:@*?-]{1,128}$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: An origin as a browser sends it: scheme, host, optional port; no path, no slash.
 _ORIGIN = re.compile(r"^https?://[A-Za-z0-9.-]+(?::\d{1,5})?$")
@@ -297,4 +299,9 @@ def _producers(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
             f'{key} must be an object of producer names and event id patterns, like '
             '{"shop-a": ["shop-a-*"]}'
         )
-    return tuple((name, tuple(str(i) for i in ids)) for name, ids in value.items())
+    producers = tuple((name, tuple(str(i) for i in ids)) for name, ids in value.items())
+    for name, ids in producers:
+        bad = [i for i in ids if not _EVENT_PATTERN.match(i)]
+        if bad:
+            raise ValueError(f"{key}: {name}: {bad} are no event ids or patterns of them")
+    return producers

@@ -372,6 +372,16 @@ def test_api_keeps_responses_out_of_traces(template: Template) -> None:
     assert variables["POWERTOOLS_TRACER_CAPTURE_RESPONSE"] == "false"
 
 
+def test_admin_principals_reach_the_api_function(
+    template: Template, variant_template: Template
+) -> None:
+    _, function = function_by_handler(template, "turnstile.handlers.api.handler")
+    assert "TURNSTILE_ADMIN_PRINCIPALS" not in function["Properties"]["Environment"]["Variables"]
+    _, function = function_by_handler(variant_template, "turnstile.handlers.api.handler")
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["TURNSTILE_ADMIN_PRINCIPALS"] == ",".join(VARIANT_SETTINGS.admin_principals)
+
+
 # --- waiting status reads -------------------------------------------------------------------
 
 

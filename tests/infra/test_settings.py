@@ -134,6 +134,11 @@ def test_cdk_json_numbers_and_none_are_accepted() -> None:
         {ContextKey.API_CORS_ORIGINS: "https://app.example.com/"},  # a path, not an origin
         {ContextKey.API_CORS_ORIGINS: "app.example.com"},  # no scheme
         {ContextKey.API_CORS_ORIGINS: "https://*.example.com"},
+        {ContextKey.ADMIN_PRINCIPALS: "ops-team"},  # no ARN
+        {ContextKey.CONFINED_PRODUCERS: "shop-a=shop-a-*"},  # no JSON
+        {ContextKey.CONFINED_PRODUCERS: '{"shop-a": []}'},  # no events
+        {ContextKey.CONFINED_PRODUCERS: '{"shop-a": ["shop a"]}'},  # no id
+        {ContextKey.CONFINED_PRODUCERS: ["shop-a-*"]},  # no names
     ],
 )
 def test_bad_options_fail_the_synth_with_a_reason(context: dict[str, Any]) -> None:
@@ -149,3 +154,19 @@ def test_decisions_must_outlive_intake_records(days: str) -> None:
     with pytest.raises(ValueError, match=ContextKey.DECISION_RETENTION_DAYS):
         _from({ContextKey.DECISION_RETENTION_DAYS: days})
     assert _from({ContextKey.DECISION_RETENTION_DAYS: "31"}).decision_retention_days == 31
+
+
+def test_admins_and_confined_producers_from_cli_strings_and_cdk_json() -> None:
+    text = '{"shop-a": ["shop-a-*", "gala"], "shop-b": ["shop-b-*"]}'
+    for producers in (text, {"shop-a": ["shop-a-*", "gala"], "shop-b": ["shop-b-*"]}):
+        settings = _from(
+            {
+                ContextKey.CONFINED_PRODUCERS: producers,
+                ContextKey.ADMIN_PRINCIPALS: "arn:aws:iam::1:role/ops-*, arn:aws:iam::1:user/x",
+            }
+        )
+        assert settings.confined_producers == (
+            ("shop-a", ("shop-a-*", "gala")),
+            ("shop-b", ("shop-b-*",)),
+        )
+        assert settings.admin_principals == ("arn:aws:iam::1:role/ops-*", "arn:aws:iam::1:user/x")
