@@ -38,7 +38,8 @@ class ContextKey:
     READ_BURST_LIMIT = "turnstile:readBurstLimit"
     #: Days an intake record (a producer's signup, personal data) is kept: its TTL.
     INTAKE_RETENTION_DAYS = "turnstile:intakeRetentionDays"
-    #: Days a decision is kept; unset or "none": kept (the main table gets no TTL).
+    #: Days a decision is kept after its last move (default 365); "none": kept for good
+    #: (the main table gets no TTL).
     DECISION_RETENTION_DAYS = "turnstile:decisionRetentionDays"
     #: Reserved concurrency of each function; 0 or "none": off.
     PROCESSOR_RESERVED_CONCURRENCY = "turnstile:processorReservedConcurrency"
@@ -85,7 +86,9 @@ class TurnstileSettings:
     read_rate_limit: int = 1000
     read_burst_limit: int = 2000
     intake_retention_days: int = 30
-    decision_retention_days: int | None = None
+    #: A decision names a signup (personal data): deleted a year after its last move, unless
+    #: the operator keeps decisions ("none"). Longer than any intake record lives.
+    decision_retention_days: int | None = 365
     #: More than the intake stream's shards times the parallelization factor (1), so
     #: the processor is never throttled by its own limit, yet a bug or a flood cannot
     #: take the account's whole concurrency from the API.

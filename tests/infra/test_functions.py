@@ -45,8 +45,9 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
         "POWERTOOLS_SERVICE_NAME": "turnstile",
         "POWERTOOLS_METRICS_NAMESPACE": "Turnstile",
         "POWERTOOLS_LOG_LEVEL": "INFO",
-        # Intake records expire after 30 days; decisions are kept (no variable).
+        # Intake records expire after 30 days, decisions a year after their last move.
         "TURNSTILE_INTAKE_RETENTION_DAYS": "30",
+        "TURNSTILE_DECISION_RETENTION_DAYS": "365",
         **api_only,
         **sweeper_only,
     }
@@ -192,15 +193,18 @@ def test_functions_dir_is_the_repository_package() -> None:
 
 
 @pytest.mark.parametrize("handler", HANDLERS)
-def test_retention_options_reach_every_function(variant_template: Template, handler: str) -> None:
+def test_retention_options_reach_every_function(
+    template: Template, variant_template: Template, handler: str
+) -> None:
+    _, function = function_by_handler(template, handler)
+    variables = function["Properties"]["Environment"]["Variables"]
+    assert variables["TURNSTILE_DECISION_RETENTION_DAYS"] == "365"  # the default
     _, function = function_by_handler(variant_template, handler)
     variables = function["Properties"]["Environment"]["Variables"]
     assert variables["TURNSTILE_INTAKE_RETENTION_DAYS"] == str(
         VARIANT_SETTINGS.intake_retention_days
     )
-    assert variables["TURNSTILE_DECISION_RETENTION_DAYS"] == str(
-        VARIANT_SETTINGS.decision_retention_days
-    )
+    assert "TURNSTILE_DECISION_RETENTION_DAYS" not in variables  # kept for good
 
 
 def test_every_function_has_reserved_concurrency(template: Template) -> None:

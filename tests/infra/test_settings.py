@@ -23,12 +23,15 @@ def test_defaults_are_production_defaults() -> None:
     assert (settings.signup_rate_limit, settings.signup_burst_limit) == (500, 1000)
     assert (settings.read_rate_limit, settings.read_burst_limit) == (1000, 2000)
     assert settings.intake_retention_days == 30
-    assert settings.decision_retention_days is None  # decisions are kept
+    assert settings.decision_retention_days == 365  # decisions expire a year on
     assert settings.processor_reserved_concurrency == 10
     assert settings.sweeper_reserved_concurrency == 1
     assert settings.api_reserved_concurrency == 100
     assert settings.due_holds_reserved_concurrency == 1
-    assert settings.retention_environment == {"TURNSTILE_INTAKE_RETENTION_DAYS": "30"}
+    assert settings.retention_environment == {
+        "TURNSTILE_INTAKE_RETENTION_DAYS": "30",
+        "TURNSTILE_DECISION_RETENTION_DAYS": "365",
+    }
     assert settings.api_cors_origins == ()  # no CORS unless asked for
 
 

@@ -60,9 +60,10 @@ def test_intake_streams_new_images_and_expires_by_ttl(template: Template) -> Non
 
 @pytest.mark.parametrize("spec", [MAIN_TABLE, CONTROL_TABLE], ids=lambda s: s.logical_id)
 def test_main_and_control_have_no_ttl_and_only_control_a_keys_only_stream(
-    template: Template, spec: TableSpec
+    variant_template: Template, spec: TableSpec
 ) -> None:
-    properties = template.to_json()["Resources"][spec.logical_id]["Properties"]
+    """(Decisions kept for good: the variant; by default main has TTL, below.)"""
+    properties = variant_template.to_json()["Resources"][spec.logical_id]["Properties"]
     assert "TimeToLiveSpecification" not in properties
     if spec is MAIN_TABLE:
         assert "StreamSpecification" not in properties
@@ -147,13 +148,18 @@ def test_tables_can_be_made_disposable(variant_template: Template) -> None:
     )
 
 
-def test_decisions_expire_by_ttl_when_a_retention_is_set(variant_template: Template) -> None:
-    """turnstile:decisionRetentionDays=N: the main table deletes decisions past expires_at."""
-    assert VARIANT_SETTINGS.decision_retention_days is not None
-    properties = variant_template.to_json()["Resources"][MAIN_TABLE.logical_id]["Properties"]
+def test_decisions_expire_by_ttl_unless_kept(
+    template: Template, variant_template: Template
+) -> None:
+    """By default (turnstile:decisionRetentionDays=365) the main table deletes decisions
+    past expires_at; with "none" it keeps them."""
+    assert VARIANT_SETTINGS.decision_retention_days is None
+    kept = variant_template.to_json()["Resources"][MAIN_TABLE.logical_id]["Properties"]
+    assert "TimeToLiveSpecification" not in kept
+    properties = template.to_json()["Resources"][MAIN_TABLE.logical_id]["Properties"]
     assert properties["TimeToLiveSpecification"] == {
         "AttributeName": INTAKE_TABLE.ttl_attribute,
         "Enabled": True,
     }
-    control = variant_template.to_json()["Resources"][CONTROL_TABLE.logical_id]["Properties"]
+    control = template.to_json()["Resources"][CONTROL_TABLE.logical_id]["Properties"]
     assert "TimeToLiveSpecification" not in control
