@@ -246,6 +246,7 @@ class ApiConstruct(Construct):
             "Handler",
             props,
             handler=FUNCTION_HANDLERS[Function.API],
+            logs_signups=True,
             description="turnstile HTTP API: create/close events, submit signups, read status",
             # Above the longest ?wait= of a status read, under API Gateway's 30 s.
             timeout=Duration.seconds(API_TIMEOUT_S),

@@ -11,10 +11,12 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile.personal_data import LOG_KEY_SECRET_ENV
 
 from .permissions import CONTROL, INTAKE, MAIN, TableGrant
 
@@ -137,6 +139,9 @@ class FunctionConstructProps:
     control: dynamodb.ITable
     #: How long each function's log group keeps its logs. Default: one month.
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_MONTH
+    #: The secret keying the logs' signup references (``personal_data.signup_ref``), read
+    #: by the functions that log them. Default: none (each process keys its own).
+    log_key: secretsmanager.ISecret | None = None
 
     @property
     def tables(self) -> dict[str, dynamodb.ITable]:
@@ -175,7 +180,10 @@ class FunctionConstruct(Construct):
         wildcard_reasons: tuple[str, ...] = (),
         environment: Mapping[str, str] | None = None,
         reserved_concurrency: int | None = None,
+        logs_signups: bool = False,
     ) -> None:
+        """``logs_signups``: the function's logs name signups (by ``signup_ref``): it reads
+        the stack's log key (``props.log_key``)."""
         super().__init__(scope, construct_id)
         self.props = props
         commons = props.commons
@@ -202,6 +210,9 @@ class FunctionConstruct(Construct):
             **commons.environment,
             **(environment or {}),
         }
+        if logs_signups and props.log_key is not None:
+            props.log_key.grant_read(self.role)
+            environment[LOG_KEY_SECRET_ENV] = props.log_key.secret_arn
         self.function = lambda_.Function(
             self,
             "Function",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import Acknowledgment, CfnOutput, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_apigatewayv2 as apigwv2
+from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
 from turnstile.stack_outputs import OutputKey
@@ -48,6 +49,25 @@ class TurnstileStack(Stack):
             retain=settings.retain_tables,
             expire_decisions=settings.decision_retention_days is not None,
         )
+        # The key of the logs' signup references: without it a log line's reference cannot
+        # be checked against a guessed e-mail address (personal_data.signup_ref).
+        self.log_key = secretsmanager.Secret(
+            Construct(self, "PersonalData"),
+            "LogKey",
+            description="turnstile: the key of signup references in logs (HMAC-SHA-256)",
+            generate_secret_string=secretsmanager.SecretStringGenerator(
+                password_length=64, exclude_punctuation=True
+            ),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        Validations.of(self.log_key).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-SMG4",
+                reason="A pseudonymization key, not a credential: nothing is encrypted or "
+                "authenticated with it. Rotating it would only break the correlation of log "
+                "lines across the rotation; an operator replaces it by hand if it leaks.",
+            )
+        )
         # What the three function constructs share.
         props = FunctionConstructProps(
             commons=FunctionCommons.create(
@@ -59,6 +79,7 @@ class TurnstileStack(Stack):
             intake=self.tables.intake,
             main=self.tables.main,
             control=self.tables.control,
+            log_key=self.log_key,
         )
         self.processor = StreamProcessorConstruct(
             self,

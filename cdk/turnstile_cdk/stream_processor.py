@@ -65,6 +65,7 @@ class StreamProcessorConstruct(Construct):
             "Processor",
             props,
             handler=FUNCTION_HANDLERS[Function.PROCESSOR],
+            logs_signups=True,
             description="turnstile stream processor: decides each signup exactly once, in order",
             # A batch is up to batch_size records, one conditional commit and a few batch
             # writes per event, with retries inside the invocation; far below the age limit.

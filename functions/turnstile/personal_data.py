@@ -1,8 +1,8 @@
 """Personal data: how long it is kept, and how logs refer to a signup without naming it.
 
 A signup's id and its ``attributes`` may identify a person. Items carry ``expires_at``
-(epoch seconds), which DynamoDB's TTL deletes them by; logs carry ``signup_ref``, never
-the id itself, and never ``attributes``.
+(epoch seconds), which DynamoDB's TTL deletes them by; logs carry ``signup_ref`` (keyed by
+the stack's log key), never the id itself, and never ``attributes``.
 
 Intake records always expire, ``INTAKE_RETENTION_DAYS`` (30) days after they are written
 unless ``TURNSTILE_INTAKE_RETENTION_DAYS`` says otherwise; decisions expire only when
@@ -15,7 +15,11 @@ CDK stack passes both variables to the functions (``turnstile:intakeRetentionDay
 from __future__ import annotations
 
 import hashlib
+import hmac
+import logging
 import os
+import secrets
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -25,13 +29,17 @@ from turnstile.contract import DECISION_RETENTION_ENV, INTAKE_RETENTION_DAYS, IN
 
 __all__ = [
     "DAY_S",
+    "LOG_KEY_ENV",
+    "LOG_KEY_SECRET_ENV",
     "TTL_LAG_S",
     "decision_expires_at",
     "decision_retention_days",
     "intake_expires_at",
     "intake_expiry",
     "intake_retention_days",
+    "log_key",
     "outlives",
+    "reset_log_key",
     "signup_ref",
 ]
 
@@ -115,12 +123,61 @@ def outlives(intake_expires_at: object, decision_expires_at: object) -> bool:
     return expiry is None or expiry + TTL_LAG_S > kept
 
 
-def signup_ref(event_id: str, signup_id: str) -> str:
-    """How logs name a signup: the first 16 hex digits of the SHA-256 of ``event/signup``.
+#: The key of ``signup_ref`` as text (the local stack sets it, from its state directory).
+LOG_KEY_ENV = "TURNSTILE_LOG_KEY"
+#: The ARN of the Secrets Manager secret holding that key (the deployed stack sets it).
+LOG_KEY_SECRET_ENV = "TURNSTILE_LOG_KEY_SECRET"
+_log_key: bytes | None = None
+_log_key_lock = threading.Lock()
 
-    Pseudonymous, not anonymous: whoever holds a candidate id can check it against a log
-    line (``turnstile.personal_data.signup_ref``), but nobody reads the id off the log,
-    and the same person's signups for two events do not share a reference.
+
+def log_key() -> bytes:
+    """The key of ``signup_ref``: ``TURNSTILE_LOG_KEY``, else the secret named by
+    ``TURNSTILE_LOG_KEY_SECRET`` (read once per process), else a random key of this
+    process alone (its references then match no other process's: a warning says so).
+    Never raises: a secret that cannot be read costs the correlation, never a request."""
+    global _log_key
+    with _log_key_lock:
+        if _log_key is None:
+            _log_key = _read_log_key()
+        return _log_key
+
+
+def _read_log_key() -> bytes:
+    text = os.environ.get(LOG_KEY_ENV)
+    if text:
+        return text.encode()
+    secret = os.environ.get(LOG_KEY_SECRET_ENV)
+    if secret:
+        try:
+            import boto3
+
+            value = boto3.client("secretsmanager").get_secret_value(SecretId=secret)
+            return str(value["SecretString"]).encode()
+        except Exception as exc:  # a log reference must never fail a request
+            logging.getLogger(__name__).warning(
+                "log key secret unreadable (%s): signup references of this process are "
+                "its own",
+                type(exc).__name__,
+            )
+    return secrets.token_bytes(32)
+
+
+def reset_log_key() -> None:
+    """Read the key again at the next reference (tests; a changed environment)."""
+    global _log_key
+    with _log_key_lock:
+        _log_key = None
+
+
+def signup_ref(event_id: str, signup_id: str) -> str:
+    """How logs name a signup: the first 16 hex digits of the HMAC-SHA-256 of
+    ``event/signup`` under the stack's log key (``log_key``).
+
+    Pseudonymous: only whoever holds the key (the functions, an operator allowed to read
+    the secret) can check a candidate id against a log line; a log reader alone cannot
+    guess an email or a phone number back from it, and the same person's signups for two
+    events do not share a reference.
     """
-    digest = hashlib.sha256(f"{event_id}/{signup_id}".encode("utf-8", "surrogatepass"))
-    return digest.hexdigest()[:16]
+    message = f"{event_id}/{signup_id}".encode("utf-8", "surrogatepass")
+    return hmac.new(log_key(), message, hashlib.sha256).hexdigest()[:16]

@@ -34,6 +34,13 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
     api_only = (
         {"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"} if handler.endswith("api.handler") else {}
     )
+    # The functions that log signups read the key of their references.
+    (secret,) = template.find_resources("AWS::SecretsManager::Secret")
+    log_key = (
+        {"TURNSTILE_LOG_KEY_SECRET": {"Ref": secret}}
+        if handler.endswith(("api.handler", "stream.handler"))
+        else {}
+    )
     # A sweep run reads the whole intake table (not just its index) once a day.
     sweeper_only = (
         {"TURNSTILE_SWEEP_FULL_SCAN_EVERY_S": "86400"} if "sweeper" in handler else {}
@@ -50,6 +57,7 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
         "TURNSTILE_DECISION_RETENTION_DAYS": "365",
         **api_only,
         **sweeper_only,
+        **log_key,
     }
     assert 1 <= properties["Timeout"] <= 300
     assert 128 <= properties["MemorySize"] <= 1024

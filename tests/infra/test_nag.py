@@ -60,6 +60,7 @@ def test_acknowledgments_are_specific_and_explained(synthesized: Synthesized) ->
     allowed = re.compile(
         r"AwsSolutions-L1"  # python3.12 pinned with its Powertools layer
         r"|AwsSolutions-SQS3"  # the on-failure queue is itself the dead-letter destination
+        r"|AwsSolutions-SMG4"  # the log key: a pseudonymization key, rotation would only hurt
         r"|AwsSolutions-IAM5\[Resource::\*\]"  # X-Ray / dynamodb:ListStreams
         r"|AwsSolutions-IAM5\[Resource::<Sweeper\w+\.Arn>:\*\]"  # invoke the sweeper's versions
         r"|AwsSolutions-IAM5\[Resource::<DueHolds\w+\.Arn>:\*\]"  # ... the due-holds function's

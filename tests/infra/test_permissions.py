@@ -20,6 +20,15 @@ UNDECIDED_INDEX = "${IntakeTable.Arn}/index/undecided"
 DUE_HOLDS_INDEX = "${ControlTable.Arn}/index/due-holds"
 XRAY = {("xray:PutTraceSegments", "*", "{}"), ("xray:PutTelemetryRecords", "*", "{}")}
 
+
+def _log_key(template: Template) -> set:
+    """Reading the key of the logs' signup references: the functions that log them."""
+    (secret,) = template.find_resources("AWS::SecretsManager::Secret")
+    return {
+        ("secretsmanager:GetSecretValue", f"${{{secret}}}", "{}"),
+        ("secretsmanager:DescribeSecret", f"${{{secret}}}", "{}"),
+    }
+
 PROCESSOR = "turnstile.handlers.stream.handler"
 API = "turnstile.handlers.api.handler"
 SWEEPER = "turnstile.handlers.sweeper.handler"
@@ -135,7 +144,7 @@ EVENT_CONFIG = (
 def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(template: Template):
     queue_id = template.find_outputs("FailureQueueUrl")["FailureQueueUrl"]["Value"]["Ref"]
     queue = f"${{{queue_id}.Arn}}"
-    assert _role_statements(template, PROCESSOR) == (
+    assert _role_statements(template, PROCESSOR) == _log_key(template) | (
         _on(STREAM, "DescribeStream", "GetRecords", "GetShardIterator")
         # The control table's stream: its wake-ups (the second mapping's filter)
         | _on(WAKE_STREAM, "DescribeStream", "GetRecords", "GetShardIterator")
@@ -180,7 +189,7 @@ EVENT_LIST = (
 
 
 def test_api_writes_intake_and_only_the_configuration_of_event_items(template: Template):
-    assert _role_statements(template, API) == (
+    assert _role_statements(template, API) == _log_key(template) | (
         # Query: an event's signups, pending (intake) and decided (main); one partition.
         _on(INTAKE, "GetItem", "Query")
         # A submission puts what a submission writes, nothing else.

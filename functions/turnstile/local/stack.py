@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -33,6 +34,7 @@ from turnstile.local.faults import FaultInjectingClient
 from turnstile.local.poller import CheckpointStore, StreamPoller
 from turnstile.local.roles import role_client, role_session
 from turnstile.local.server import WAL_NAME, EmbeddedAws, ListenError
+from turnstile.personal_data import LOG_KEY_ENV
 
 __all__ = [
     "DUE_HOLDS_INTERVAL_ENV",
@@ -228,6 +230,8 @@ class Worker:
         if session is None and on_local_endpoint():
             session = role_session(Function.PROCESSOR)
             self.identity = "the stream processor's role"
+        if on_local_endpoint():
+            os.environ.setdefault(LOG_KEY_ENV, local_log_key(state_dir))
         session = session or boto3.Session()
         streams = session.client("dynamodbstreams")
         self.faults: list[FaultInjectingClient] = []
@@ -422,6 +426,10 @@ class LocalStack:
             log.info("restored %d logged writes from %s", self.aws.replayed, self.state_dir)
         self.aws.start()
         os.environ.update(local_aws_environment(self.aws.url))
+        # The key of the logs' signup references, kept with the state (deployed: a secret).
+        os.environ.setdefault(
+            LOG_KEY_ENV, local_log_key(None if self.in_memory else self.state_dir)
+        )
         # The handlers run in this process: quiet Powertools' per-invocation EMF output.
         # (Their logs: turnstile.local.console.configure_logging.)
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
@@ -579,3 +587,25 @@ def _api_instances(store: Callable[[], Any]) -> Any:
     except ImportError:  # the API is optional for the stream worker
         return None
     return functools.partial(new_instance, store=store)
+
+
+def local_log_key(state_dir: Path | None) -> str:
+    """The key of ``personal_data.signup_ref`` for a local stack: kept in ``state_dir``
+    (``log-key``, made on first use, readable by its owner only) so references stay the same
+    across restarts; a new one each run without a state directory."""
+    if state_dir is None:
+        return secrets.token_hex(32)
+    path = state_dir / "log-key"
+    try:
+        return path.read_text().strip() or _new_log_key(path)
+    except FileNotFoundError:
+        return _new_log_key(path)
+
+
+def _new_log_key(path: Path) -> str:
+    key = secrets.token_hex(32)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(key)
+    return key
