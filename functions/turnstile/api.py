@@ -66,6 +66,7 @@ __all__ = [
     "CORS_ALLOW_HEADERS",
     "CORS_EXPOSE_HEADERS",
     "CORS_MAX_AGE_S",
+    "LOCAL_OPERATOR",
     "MAX_ATTRIBUTES_BYTES",
     "MAX_ATTRIBUTES_DEPTH",
     "MAX_BODY_BYTES",
@@ -202,6 +203,12 @@ def caller_identity(event: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: The authorizer context (``requestContext.authorizer.lambda``) the local API gives an
+#: unsigned request: the local operator, an admin. The deployed API has no Lambda
+#: authorizer, so no caller there can carry it.
+LOCAL_OPERATOR = "turnstileLocalOperator"
+
+
 def caller_of(event: Mapping[str, Any]) -> usecases.Caller:
     """The caller: its identity (``caller_identity``), and whether it is an admin: a
     token carrying the scope ``turnstile/admin`` (``scope`` or ``scp`` claim), or an
@@ -210,6 +217,9 @@ def caller_of(event: Mapping[str, Any]) -> usecases.Caller:
     identity = caller_identity(event)
     context = event.get("requestContext")
     authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
+    local = authorizer.get("lambda") if isinstance(authorizer, Mapping) else None
+    if isinstance(local, Mapping) and local.get(LOCAL_OPERATOR) is True and identity is None:
+        return usecases.OPERATOR
     jwt = authorizer.get("jwt") if isinstance(authorizer, Mapping) else None
     claims = jwt.get("claims") if isinstance(jwt, Mapping) else None
     scopes: set[str] = set()

@@ -93,6 +93,10 @@ def test_each_caller_reaches_only_what_is_its_own(tmp_path: Path):
         # tokens: a stranger's is refused, the admin scope opens everything
         assert bearer(stack, "GET", "/events/gig/signups/mine", "someone") == 404
         assert bearer(stack, "GET", "/events/gig/signups", "ops", "turnstile/admin") == 200
+        # unsigned: the machine's own user, the local operator (as the CLI): every right
+        unsigned = TurnstileClient(stack.api_url)
+        assert unsigned.get("gig", "mine")["status"] == "ACCEPTED"
+        assert status_of(lambda: unsigned.list_signups("gig")) == 200
         # the owner cancels its own: the stack's processor moves it
         owner.cancel("gig", "mine")
         deadline = time.monotonic() + 60
