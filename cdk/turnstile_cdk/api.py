@@ -21,7 +21,13 @@ from constructs import Construct
 
 from turnstile.api import CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS, CORS_MAX_AGE_S
 from turnstile.api import ROUTES as API_ROUTES
-from turnstile.contract import ADMIN_PRINCIPALS_ENV, ADMIN_SCOPE, FUNCTION_HANDLERS, Function
+from turnstile.contract import (
+    ADMIN_PRINCIPALS_ENV,
+    ADMIN_SCOPE,
+    FUNCTION_HANDLERS,
+    MAX_EVENTS_ENV,
+    Function,
+)
 
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import API_GRANTS
@@ -237,6 +243,7 @@ class ApiConstruct(Construct):
         throttling: ApiThrottling,
         cors_origins: Sequence[str] = (),
         reserved_concurrency: int | None = None,
+        max_events_per_organizer: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         route_keys = [route_key(method.value, path) for method, path in ROUTES]
@@ -257,6 +264,11 @@ class ApiConstruct(Construct):
                 **(
                     {ADMIN_PRINCIPALS_ENV: ",".join(auth.admin_principals)}
                     if auth.admin_principals
+                    else {}
+                ),
+                **(
+                    {MAX_EVENTS_ENV: str(max_events_per_organizer)}
+                    if max_events_per_organizer
                     else {}
                 ),
             },

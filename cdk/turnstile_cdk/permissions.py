@@ -40,6 +40,7 @@ from turnstile.contract import (
     EVENT_CONFIG_ATTRIBUTES,
     EVENT_LIST_ATTRIBUTES,
     INTAKE_SUBMIT_ATTRIBUTES,
+    ORGANIZER_ATTRIBUTES,
     UNDECIDED_INDEX,
     Attr,
     ControlKey,
@@ -264,6 +265,14 @@ API_GRANTS = (
         attributes=EVENT_CONFIG_ATTRIBUTES,
         why="creates (attribute_not_exists), re-sizes and closes events: create_event, "
         "update_capacity, close_event",
+    ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:UpdateItem",),
+        leading_keys=(f"{ControlKey.ORGANIZER_PREFIX}*",),
+        attributes=ORGANIZER_ATTRIBUTES,
+        why="counts the events an organizer creates, in the creation's transaction, while "
+        "turnstile:maxEventsPerOrganizer caps them (create_event's quota)",
     ),
     _wakes("a close or a capacity change is acted on at once"),
 )

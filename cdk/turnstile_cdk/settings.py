@@ -55,6 +55,9 @@ class ContextKey:
     #: Direct producers confined to their own events: a JSON object, each producer's name
     #: and its event id patterns (``{"shop-a": ["shop-a-*"]}``); a managed policy each.
     CONFINED_PRODUCERS = "turnstile:confinedProducers"
+    #: The most events one organizer (an API caller who is no admin) may create; 0 or
+    #: "none": no cap.
+    MAX_EVENTS_PER_ORGANIZER = "turnstile:maxEventsPerOrganizer"
 
 
 #: An event id pattern of a confined producer: an id's characters, and IAM's ``*`` and ``?``.
@@ -109,6 +112,8 @@ class TurnstileSettings:
     admin_principals: tuple[str, ...] = ()
     #: Direct producers, each with the event id patterns it alone may write (producers.py).
     confined_producers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: One organizer's events, at most (created through the API; admins are not counted).
+    max_events_per_organizer: int | None = 1000
 
     def __post_init__(self) -> None:
         if bool(self.jwt_issuer) != bool(self.jwt_audience):
@@ -147,6 +152,7 @@ class TurnstileSettings:
             (ContextKey.SWEEPER_RESERVED_CONCURRENCY, self.sweeper_reserved_concurrency),
             (ContextKey.API_RESERVED_CONCURRENCY, self.api_reserved_concurrency),
             (ContextKey.DUE_HOLDS_RESERVED_CONCURRENCY, self.due_holds_reserved_concurrency),
+            (ContextKey.MAX_EVENTS_PER_ORGANIZER, self.max_events_per_organizer),
         ):
             if value is not None and value < 1:
                 raise ValueError(f'{key} must be a positive integer, or 0 / "none" for no limit')
@@ -239,6 +245,9 @@ class TurnstileSettings:
             api_cors_origins=_words(get(ContextKey.API_CORS_ORIGINS)),
             admin_principals=_words(get(ContextKey.ADMIN_PRINCIPALS)),
             confined_producers=_producers(get(ContextKey.CONFINED_PRODUCERS)),
+            max_events_per_organizer=limit(
+                ContextKey.MAX_EVENTS_PER_ORGANIZER, default.max_events_per_organizer
+            ),
         )
 
 

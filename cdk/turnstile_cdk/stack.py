@@ -98,6 +98,7 @@ class TurnstileStack(Stack):
             ),
             cors_origins=settings.api_cors_origins,
             reserved_concurrency=settings.api_reserved_concurrency,
+            max_events_per_organizer=settings.max_events_per_organizer,
             throttling=ApiThrottling(
                 default=apigwv2.ThrottleSettings(
                     rate_limit=settings.api_rate_limit, burst_limit=settings.api_burst_limit

@@ -38,6 +38,7 @@ from turnstile.contract import (
     ADMIN_SCOPE,
     ID_PATTERN,
     MAX_ATTRIBUTES_BYTES,
+    MAX_EVENTS_ENV,
     MAX_HOLD_SECONDS,
     MAX_LINEUP_ENTRIES,
     RequestKind,
@@ -52,6 +53,7 @@ from turnstile.errors import (
     CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
+    EventQuotaError,
     ForbiddenError,
     InvalidRequestError,
     RequestRefusedError,
@@ -207,6 +209,14 @@ def caller_identity(event: Mapping[str, Any]) -> str | None:
 #: unsigned request: the local operator, an admin. The deployed API has no Lambda
 #: authorizer, so no caller there can carry it.
 LOCAL_OPERATOR = "turnstileLocalOperator"
+
+
+def events_quota() -> int | None:
+    """The most events one organizer may create (``TURNSTILE_MAX_EVENTS_PER_ORGANIZER``,
+    the stack's ``turnstile:maxEventsPerOrganizer``); None: no cap (unset, or not a whole
+    number of at least 1)."""
+    raw = os.environ.get(MAX_EVENTS_ENV, "")
+    return int(raw) if raw.isdigit() and int(raw) >= 1 else None
 
 
 def caller_of(event: Mapping[str, Any]) -> usecases.Caller:
@@ -443,7 +453,8 @@ def _create_event(call: _Call) -> Response[str]:
         call.raw_event,
         frozenset({"event_id", "capacity", "waitlist", "hold_seconds", "max_seats"}),
     )
-    creator = caller_identity(call.raw_event)
+    caller = caller_of(call.raw_event)
+    creator = caller.identity
     result = usecases.create_event(
         call.store(),
         body.get("event_id"),
@@ -452,6 +463,7 @@ def _create_event(call: _Call) -> Response[str]:
         waitlist=body.get("waitlist", usecases.ABSENT),
         hold_seconds=body.get("hold_seconds", usecases.ABSENT),
         max_seats=body.get("max_seats", usecases.ABSENT),
+        quota=None if caller.admin else events_quota(),
     )
     event = result.body
     location = f"/events/{quote(event['event_id'], safe=':@')}"
@@ -638,6 +650,10 @@ ROUTES: tuple[Route, ...] = (
                 ),
                 "409": _error_response(
                     "An event with this id exists with another capacity (error: event_exists)."
+                ),
+                "403": _error_response(
+                    "The caller has created as many events as one organizer may "
+                    "(turnstile:maxEventsPerOrganizer; error: event_quota_exceeded)."
                 ),
                 **_COMMON,
             },
@@ -905,6 +921,10 @@ def create_app(
     @app.exception_handler(EventNotFoundError)
     def event_not_found(exc: EventNotFoundError) -> Response[str]:
         return _error(404, "event_not_found", str(exc))
+
+    @app.exception_handler(EventQuotaError)
+    def event_quota(exc: EventQuotaError) -> Response[str]:
+        return _error(403, "event_quota_exceeded", str(exc))
 
     @app.exception_handler(ForbiddenError)
     def forbidden(exc: ForbiddenError) -> Response[str]:

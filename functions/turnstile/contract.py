@@ -6,6 +6,7 @@ the tables and the stream mapping cannot drift between AWS and a laptop.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import zlib
@@ -23,6 +24,7 @@ __all__ = [
     "DECISION_RETENTION_ENV",
     "DUE_HOLDS_INDEX",
     "DUE_HOLDS_SHARD",
+    "EVENTS_CREATED",
     "EVENT_CONFIG_ATTRIBUTES",
     "EVENT_LIST_ATTRIBUTES",
     "FAILURE_QUEUE_NAME",
@@ -34,12 +36,14 @@ __all__ = [
     "INTAKE_TABLE",
     "MAIN_TABLE",
     "MAX_ATTRIBUTES_BYTES",
+    "MAX_EVENTS_ENV",
     "MAX_HOLD_SECONDS",
     "MAX_ITEM_BYTES",
     "MAX_LINEUP_ENTRIES",
     "MAX_OWNER_CHARS",
     "MAX_PARTITION_KEY_BYTES",
     "MAX_SORT_KEY_BYTES",
+    "ORGANIZER_ATTRIBUTES",
     "STREAM_SOURCE",
     "UNDECIDED_INDEX",
     "UNDECIDED_SHARDS",
@@ -74,6 +78,12 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
 
 #: The largest ``attributes`` map a signup may carry, in DynamoDB's item-size bytes.
 MAX_ATTRIBUTES_BYTES = 4096
+#: The most events one organizer (an API caller who is no admin) may create, when set (the
+#: stack's ``turnstile:maxEventsPerOrganizer``); unset: no cap.
+MAX_EVENTS_ENV = "TURNSTILE_MAX_EVENTS_PER_ORGANIZER"
+#: An organizer's item: its key and the count of events it created.
+EVENTS_CREATED = "events_created"
+ORGANIZER_ATTRIBUTES = ("pk", "sk", EVENTS_CREATED)
 #: The longest ``owner`` a signup keeps (an IAM ARN or a token subject is far shorter).
 MAX_OWNER_CHARS = 512
 #: The principals (IAM ARN patterns, ``*`` wildcards, comma-separated) the API treats as
@@ -168,6 +178,17 @@ class ControlKey:
     @classmethod
     def wake(cls, event_id: str) -> tuple[str, str]:
         return f"{cls.WAKE_PREFIX}{_event_id(event_id)}", cls.WAKE_SK
+
+    # An organizer's count of the events it created (``ORGANIZER_ATTRIBUTES``), kept only
+    # while a cap applies (``MAX_EVENTS_ENV``); keyed by a hash of its identity, which may
+    # be as long as an ARN and is no id.
+    ORGANIZER_PREFIX = "ORGANIZER#"
+    ORGANIZER_SK = "ORGANIZER"
+
+    @classmethod
+    def organizer(cls, identity: str) -> tuple[str, str]:
+        digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{cls.ORGANIZER_PREFIX}{digest}", cls.ORGANIZER_SK
 
     @classmethod
     def parked(cls, event_id: str, sequence_number: str) -> tuple[str, str]:

@@ -9,6 +9,7 @@ __all__ = [
     "DuplicateRunError",
     "EventExistsError",
     "EventNotFoundError",
+    "EventQuotaError",
     "ForbiddenError",
     "InvalidRequestError",
     "JournalTooLargeError",
@@ -48,6 +49,10 @@ class NotFoundError(TurnstileError):
 
 class ConflictError(TurnstileError):
     """The request contradicts what was already recorded under the same id."""
+
+
+class EventQuotaError(TurnstileError):
+    """The organizer has created as many events as it may (403 event_quota_exceeded)."""
 
 
 class ForbiddenError(TurnstileError):

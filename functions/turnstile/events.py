@@ -18,6 +18,7 @@ from typing import Any
 from turnstile.clock import utc_now
 from turnstile.contract import (
     DUE_HOLDS_SHARD,
+    EVENTS_CREATED,
     MAX_LINEUP_ENTRIES,
     Attr,
     ControlKey,
@@ -26,11 +27,19 @@ from turnstile.contract import (
     WakeReason,
 )
 from turnstile.domain import EventSnapshot
-from turnstile.dynamo import ConditionFailed, Dynamo, control_key, event_key, from_item
+from turnstile.dynamo import (
+    ConditionFailed,
+    Dynamo,
+    TransactionCancelled,
+    control_key,
+    event_key,
+    from_item,
+)
 from turnstile.errors import (
     CapacityBelowTakenError,
     EventExistsError,
     EventNotFoundError,
+    EventQuotaError,
     InvalidRequestError,
     StoreUnavailableError,
 )
@@ -160,8 +169,13 @@ class EventItems:
         waitlist: int = 0,
         hold_seconds: int = 0,
         max_seats: int | None = None,
+        quota: int | None = None,
     ) -> EventRecord:
         """Create an OPEN event; raise ``EventExistsError`` if the id is taken.
+
+        With a ``quota`` (and a ``created_by``), the creator's count of events it created
+        (its organizer item, ``ControlKey.organizer``) is raised in the same transaction,
+        only while it is below the quota: ``EventQuotaError`` past it, nothing written.
 
         An ``UpdateItem`` that names only the event's configuration
         (``contract.EVENT_CONFIG_ATTRIBUTES``): the counters, ``version`` and the journal
@@ -200,16 +214,19 @@ class EventItems:
                 names[f"#{name}"] = name
                 values[f":{name}"] = {"N": str(value)}
                 expression += f", #{name} = :{name}"
+        update = {
+            "TableName": self.control_table,
+            "Key": event_key(event_id),
+            "UpdateExpression": expression,
+            "ConditionExpression": "attribute_not_exists(#pk)",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
         try:
-            self.dynamo.call(
-                "update_item",
-                TableName=self.control_table,
-                Key=event_key(event_id),
-                UpdateExpression=expression,
-                ConditionExpression="attribute_not_exists(#pk)",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
+            if quota is None or not created_by:
+                self.dynamo.call("update_item", **update)
+            else:
+                self._create_counted(event_id, update, created_by, quota)
         except ConditionFailed as exc:
             raise EventExistsError(f"event {event_id!r} already exists") from exc
         return EventRecord(
@@ -220,6 +237,36 @@ class EventItems:
             hold_seconds=hold_seconds,
             max_seats=max_seats,
         )
+
+    def _create_counted(
+        self, event_id: str, update: dict[str, Any], created_by: str, quota: int
+    ) -> None:
+        """The event's creation and its creator's count, one transaction."""
+        count = {
+            "TableName": self.control_table,
+            "Key": control_key(ControlKey.organizer(created_by)),
+            "UpdateExpression": "ADD #n :one",
+            "ConditionExpression": "attribute_not_exists(#n) OR #n < :quota",
+            "ExpressionAttributeNames": {"#n": EVENTS_CREATED},
+            "ExpressionAttributeValues": {":one": {"N": "1"}, ":quota": {"N": str(quota)}},
+        }
+        try:
+            self.dynamo.call(
+                "transact_write_items", TransactItems=[{"Update": update}, {"Update": count}]
+            )
+        except TransactionCancelled as exc:
+            reasons = exc.reasons
+            exists = (
+                reasons[0] == "ConditionalCheckFailed"
+                if reasons
+                else self.get_event(event_id) is not None
+            )
+            if exists:
+                raise EventExistsError(f"event {event_id!r} already exists") from exc
+            raise EventQuotaError(
+                f"the caller has created its {quota} events, as many as one organizer may "
+                "(turnstile:maxEventsPerOrganizer)"
+            ) from exc
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item, read strongly consistent by default, or None."""

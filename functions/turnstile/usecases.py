@@ -269,12 +269,14 @@ def create_event(
     waitlist: Any = ABSENT,
     hold_seconds: Any = ABSENT,
     max_seats: Any = ABSENT,
+    quota: int | None = None,
 ) -> Created:
     """Create an OPEN event, idempotently: an event with this id, this capacity and these
     options is answered as it is now (``created`` False); with another capacity or other
     options, ``EventExistsError`` naming them. The capacity compared is the current one: a
     create retried after the capacity was changed is a conflict. ``created_by`` stays the
-    first creator's. The options (``event_options``) default to none."""
+    first creator's. The options (``event_options``) default to none. ``quota``: the most
+    events ``created_by`` may create (``EventQuotaError`` past it); None: no cap."""
     event_id = _id(event_id, "event_id")
     capacity = _capacity(capacity)
     options = event_options(capacity, waitlist, hold_seconds, max_seats)
@@ -287,6 +289,7 @@ def create_event(
             waitlist=options.waitlist,
             hold_seconds=options.hold_seconds,
             max_seats=options.max_seats,
+            quota=quota,
         )
         return Created(body=event_view(record), created=True)
     except EventExistsError:

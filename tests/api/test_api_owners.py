@@ -158,3 +158,24 @@ def test_the_owner_is_recorded_on_intake_and_on_the_decision(scene: Any, store: 
 def test_the_event_itself_is_public_to_every_caller(scene: Any):
     for name in RIGHTS:
         assert scene(name)("GET", "/events/gig").status == 200
+
+
+def test_an_organizer_creates_at_most_its_quota_of_events(
+    invoke: Invoke, store: SignupStore, kind: str, monkeypatch: pytest.MonkeyPatch
+):
+    from turnstile.contract import MAX_EVENTS_ENV
+
+    monkeypatch.setenv(MAX_EVENTS_ENV, "2")
+
+    def create(name: str, event_id: str) -> Any:
+        body = {"event_id": event_id, "capacity": 1}
+        return invoke("POST", "/events", body, authorizer=caller(name, kind))
+
+    assert [create("organizer", e).status for e in ("e1", "e2")] == [201, 201]
+    assert create("organizer", "e1").status == 200  # a retry creates nothing, counts nothing
+    third = create("organizer", "e3")
+    assert (third.status, third.body["error"]) == (403, "event_quota_exceeded")
+    assert store.get_event("e3") is None
+    # another organizer has a quota of its own; an admin has none
+    assert create("other organizer", "e3").status == 201
+    assert [create("admin", e).status for e in ("a1", "a2", "a3")] == [201, 201, 201]

@@ -61,6 +61,7 @@ VARIANT_SETTINGS = TurnstileSettings(
     api_cors_origins=("https://app.example.com", "http://localhost:3000"),
     admin_principals=("arn:aws:iam::123456789012:role/ops-*",),
     confined_producers=(("shop-a", ("shop-a-*", "gala")), ("shop-b", ("shop-b-*",))),
+    max_events_per_organizer=None,
 )
 
 

@@ -220,6 +220,12 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
             "UpdateItem",
             conditions=_both(_keys("EVENT#*"), _attributes(*EVENT_CONFIG)),
         )
+        # An organizer's count of the events it created (the cap), nothing else of it.
+        | _on(
+            CONTROL,
+            "UpdateItem",
+            conditions=_both(_keys("ORGANIZER#*"), _attributes("pk", "sk", "events_created")),
+        )
         # A close or a capacity change wakes the event (it takes a step at once).
         | WAKES
     )
