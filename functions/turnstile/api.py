@@ -43,6 +43,7 @@ from turnstile.contract import (
     MAX_LINEUP_ENTRIES,
     RequestKind,
     Status,
+    recorded_identity,
 )
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
@@ -224,7 +225,8 @@ def caller_of(event: Mapping[str, Any]) -> usecases.Caller:
     token carrying the scope ``turnstile/admin`` (``scope`` or ``scp`` claim), or an
     identity matching one of ``TURNSTILE_ADMIN_PRINCIPALS`` (comma-separated ARN patterns,
     ``*`` a wildcard; the stack's ``turnstile:adminPrincipals``)."""
-    identity = caller_identity(event)
+    raw = caller_identity(event)
+    identity = recorded_identity(raw) if raw else None
     context = event.get("requestContext")
     authorizer = context.get("authorizer") if isinstance(context, Mapping) else None
     local = authorizer.get("lambda") if isinstance(authorizer, Mapping) else None
@@ -245,7 +247,7 @@ def caller_of(event: Mapping[str, Any]) -> usecases.Caller:
                 scopes |= {str(v) for v in value}
     patterns = [p.strip() for p in os.environ.get(ADMIN_PRINCIPALS_ENV, "").split(",") if p.strip()]
     admin = ADMIN_SCOPE in scopes or (
-        identity is not None and any(fnmatch.fnmatchcase(identity, p) for p in patterns)
+        raw is not None and any(fnmatch.fnmatchcase(raw, p) for p in patterns)
     )
     return usecases.Caller(identity=identity, admin=admin)
 
@@ -529,7 +531,7 @@ def _submit_signup(call: _Call, event_id: str) -> Response[str]:
         body.get("seats", usecases.ABSENT),
         body.get("attributes", usecases.ABSENT),
         retention_days=intake_retention_days(),
-        owner=caller_identity(call.raw_event),
+        owner=caller_of(call.raw_event).identity,
     )
     call.count("SignupSubmitted" if submitted.created else "SignupResubmitted")
     # Never the signup id itself, nor its attributes: both may be personal data.

@@ -38,6 +38,7 @@ __all__ = [
     "MAX_ATTRIBUTES_BYTES",
     "MAX_EVENTS_ENV",
     "MAX_HOLD_SECONDS",
+    "MAX_IDENTITY_CHARS",
     "MAX_ITEM_BYTES",
     "MAX_LINEUP_ENTRIES",
     "MAX_OWNER_CHARS",
@@ -70,6 +71,7 @@ __all__ = [
     "intake_table_name",
     "is_id",
     "main_table_name",
+    "recorded_identity",
     "undecided_shard",
 ]
 
@@ -84,8 +86,12 @@ MAX_EVENTS_ENV = "TURNSTILE_MAX_EVENTS_PER_ORGANIZER"
 #: An organizer's item: its key and the count of events it created.
 EVENTS_CREATED = "events_created"
 ORGANIZER_ATTRIBUTES = ("pk", "sk", EVENTS_CREATED)
-#: The longest ``owner`` a signup keeps (an IAM ARN or a token subject is far shorter).
-MAX_OWNER_CHARS = 512
+#: The longest identity turnstile records as it is (an IAM ARN is at most 2,048
+#: characters); a longer one (a token's subject) is recorded as its hash
+#: (``recorded_identity``), never cut short: two identities never share a record.
+MAX_IDENTITY_CHARS = 2048
+#: The longest ``owner`` a signup keeps.
+MAX_OWNER_CHARS = MAX_IDENTITY_CHARS
 #: The principals (IAM ARN patterns, ``*`` wildcards, comma-separated) the API treats as
 #: admins: they may act on every event and signup. With a JWT authorizer, the scope
 #: ``ADMIN_SCOPE`` makes a caller an admin.
@@ -775,3 +781,11 @@ WAKE_SOURCE = EventSourceSettings(
         },
     ),
 )
+
+
+def recorded_identity(identity: str) -> str:
+    """How a caller's identity is recorded (``owner``, ``created_by``) and compared: as it
+    is up to ``MAX_IDENTITY_CHARS``, else ``sha256:`` and its hash."""
+    if len(identity) <= MAX_IDENTITY_CHARS:
+        return identity
+    return "sha256:" + hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()

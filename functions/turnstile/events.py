@@ -19,6 +19,7 @@ from turnstile.clock import utc_now
 from turnstile.contract import (
     DUE_HOLDS_SHARD,
     EVENTS_CREATED,
+    MAX_IDENTITY_CHARS,
     MAX_LINEUP_ENTRIES,
     Attr,
     ControlKey,
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 #: ``created_by`` is cut to this: an IAM ARN or a token subject is far shorter.
-MAX_CREATED_BY_CHARS = 512
+MAX_CREATED_BY_CHARS = MAX_IDENTITY_CHARS
 
 
 @dataclass(frozen=True)

@@ -179,3 +179,20 @@ def test_an_organizer_creates_at_most_its_quota_of_events(
     # another organizer has a quota of its own; an admin has none
     assert create("other organizer", "e3").status == 201
     assert [create("admin", e).status for e in ("a1", "a2", "a3")] == [201, 201, 201]
+
+
+@pytest.mark.parametrize("length", [600, 3000])
+def test_identities_that_share_a_long_prefix_are_still_two_callers(
+    invoke: Invoke, store: SignupStore, length: int
+):
+    """An identity is recorded whole (a very long one as its hash), never cut short."""
+    me = {"jwt": {"claims": {"sub": "s" * length + "1"}}}
+    other = {"jwt": {"claims": {"sub": "s" * length + "2"}}}
+    event = {"event_id": "big", "capacity": 1}
+    assert invoke("POST", "/events", event, authorizer=me).status == 201
+    assert invoke("PATCH", "/events/big", {"capacity": 2}, authorizer=me).status == 200
+    assert invoke("PATCH", "/events/big", {"capacity": 3}, authorizer=other).status == 403
+    signup = {"signup_id": "mine"}
+    assert invoke("POST", "/events/big/signups", signup, authorizer=me).status == 202
+    assert invoke("GET", "/events/big/signups/mine", authorizer=me).status == 200
+    assert invoke("GET", "/events/big/signups/mine", authorizer=other).status == 404
