@@ -237,6 +237,15 @@ class RoleEnforcement:
         body = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(body)
         target = environ.get("HTTP_X_AMZ_TARGET", "")
+        if len(body) < length:
+            # Cut short (its sender died mid-request): no request to authorize, and nothing
+            # a role was refused; answered as the malformed request it is.
+            start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0")])
+            cut = {
+                "__type": "com.amazon.coral.service#SerializationException",
+                "message": f"the request body ended after {len(body)} of {length} bytes",
+            }
+            return [json.dumps(cut).encode()]
         account = "123456789012"
         denial: Any
         try:
