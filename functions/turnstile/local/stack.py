@@ -206,6 +206,9 @@ def on_local_endpoint() -> bool:
     return bool(os.environ.get("AWS_ENDPOINT_URL") or os.environ.get("AWS_ENDPOINT_URL_DYNAMODB"))
 
 
+#: How long a stop waits for the worker's batch in flight: a Ctrl-C ends in seconds.
+WORKER_STOP_WAIT_S = 8.0
+
 class Worker:
     """The stream worker: two ``StreamPoller``s (the event source mappings: the intake
     stream, and the control table's wake-ups) feeding the real stream handler, all as the
@@ -321,7 +324,7 @@ class Worker:
             self.poller.run(self.stop_event, until_idle_s)
         finally:
             self._wake_stop.set()
-            wakes.join(timeout=30)
+            wakes.join(timeout=WORKER_STOP_WAIT_S)
 
     def summary(self) -> dict[str, Any]:
         """The poller's counters, the processor's, the store's retries and injected faults."""
@@ -339,10 +342,13 @@ class Worker:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop polling; a batch still running after ``WORKER_STOP_WAIT_S`` is left to end
+        with the process (its checkpoint was not moved: the next start delivers it again,
+        and deciding it again changes nothing)."""
         self.stop_event.set()
         self._wake_stop.set()
         if self._thread:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=WORKER_STOP_WAIT_S)
 
     @property
     def alive(self) -> bool:
