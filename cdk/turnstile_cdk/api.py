@@ -19,7 +19,13 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from turnstile.api import CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS, CORS_MAX_AGE_S
+from turnstile.api import (
+    CORS_ALLOW_HEADERS,
+    CORS_EXPOSE_HEADERS,
+    CORS_MAX_AGE_S,
+    MAX_WAIT_S,
+    WAITING_ROUTES,
+)
 from turnstile.api import ROUTES as API_ROUTES
 from turnstile.contract import (
     ADMIN_PRINCIPALS_ENV,
@@ -30,7 +36,7 @@ from turnstile.contract import (
 )
 
 from .functions import FunctionConstruct, FunctionConstructProps
-from .permissions import API_GRANTS
+from .permissions import API_GRANTS, WAITER_GRANTS
 
 __all__ = [
     "API_TIMEOUT_S",
@@ -40,6 +46,8 @@ __all__ = [
     "ROUTES",
     "ROUTE_ROLES",
     "SCOPE_PREFIX",
+    "WAITER_TIMEOUT_S",
+    "WAITING_ROUTE_KEYS",
     "ApiAuth",
     "ApiConstruct",
     "ApiThrottling",
@@ -56,6 +64,10 @@ __all__ = [
 ROUTES: tuple[tuple[apigwv2.HttpMethod, str], ...] = tuple(
     (apigwv2.HttpMethod[route.method], route.path) for route in API_ROUTES
 )
+#: The routes the waiter function serves (each request may be held for a while).
+WAITING_ROUTE_KEYS: frozenset[str] = frozenset(
+    f"{route.method} {route.path}" for route in WAITING_ROUTES
+)
 #: Anything else reaches the function too, so a wrong path or method gets the API's own
 #: JSON 404/405 (as locally) rather than API Gateway's bare {"message": "Not Found"}.
 CATCH_ALL = (apigwv2.HttpMethod.ANY, "/{proxy+}")
@@ -70,9 +82,13 @@ CORS_CATCH_ALL_METHODS = (
     apigwv2.HttpMethod.DELETE,
     apigwv2.HttpMethod.HEAD,
 )
-#: The API function's timeout: a status read may wait up to ``turnstile.api.MAX_WAIT_S``
-#: (stopping ``WAIT_MARGIN_S`` before the invocation's deadline), under API Gateway's 30 s.
+#: The API function's timeout, under API Gateway's 30 s integration timeout: room for the
+#: store's retries of a throttled DynamoDB call.
 API_TIMEOUT_S = 25
+#: The waiter's: the longest wait (``turnstile.api.MAX_WAIT_S``) and the time a wait keeps
+#: to answer before the deadline (``WAIT_MARGIN_S``), and a little more; a hung wait holds
+#: a waiter instance no longer than this.
+WAITER_TIMEOUT_S = MAX_WAIT_S + 5
 
 #: JWT scopes are ``turnstile/<role>``.
 SCOPE_PREFIX = "turnstile"
@@ -95,6 +111,7 @@ class CallerRole(Enum):
         """The stack output holding the ARN of the role's managed policy (IAM mode)."""
         return f"{self.value.title()}PolicyArn"
 
+
 #: The one role each business route belongs to. A route of ``turnstile.api.ROUTES`` that
 #: is in neither this mapping nor ``OPEN_ROUTES`` fails the synthesis: no route can be
 #: added without deciding who may call it. Entries the API does not serve yet are skipped.
@@ -108,6 +125,7 @@ ROUTE_ROLES: Mapping[str, CallerRole] = {
     "POST /events/{event_id}/signups/{signup_id}/cancel": CallerRole.PRODUCER,
     "GET /events/{event_id}": CallerRole.READER,
     "GET /events/{event_id}/signups/{signup_id}": CallerRole.READER,
+    "GET /events/{event_id}/signups/{signup_id}/decision": CallerRole.READER,
     # The lists are reads like the others. An organizer-only signup list could not be
     # held to organizers in IAM mode anyway: a reader's GET/events/* (the event route's
     # ARN, '*' matching '/') reaches GET/events/x/signups too.
@@ -214,23 +232,31 @@ class ApiAuth:
 @dataclass(frozen=True)
 class ApiThrottling:
     """Requests/s and burst: ``default`` for every route, ``signups`` for the producers' route,
-    ``reads`` for each reader route. Each route has its own bucket, so a polling storm
-    cannot use up what signup submission is allowed, nor the other way round."""
+    ``reads`` for each reader route, ``waits`` for the waiting read. Each route has its own
+    bucket, so a polling storm cannot use up what signup submission is allowed, nor the
+    other way round."""
 
     default: apigwv2.ThrottleSettings
     signups: apigwv2.ThrottleSettings
     reads: apigwv2.ThrottleSettings
+    waits: apigwv2.ThrottleSettings
 
-    def for_role(self, role: CallerRole | None) -> apigwv2.ThrottleSettings | None:
-        """The route-level override of a route of ``role`` (None: the stage default)."""
-        return {CallerRole.PRODUCER: self.signups, CallerRole.READER: self.reads}.get(role)
+    def for_route(self, key: str) -> apigwv2.ThrottleSettings | None:
+        """The route-level override of route ``key`` (None: the stage default)."""
+        if key in WAITING_ROUTE_KEYS:
+            return self.waits
+        by_role = {CallerRole.PRODUCER: self.signups, CallerRole.READER: self.reads}
+        role = ROUTE_ROLES.get(key)
+        return None if role is None else by_role.get(role)
 
 
 class ApiConstruct(Construct):
-    """Deploys the HTTP API (turnstile.api) in front of its function.
+    """Deploys the HTTP API (turnstile.api) in front of its two functions.
 
-    Parts: ``function``, ``http_api``, ``stage`` (the ``$default`` stage), ``access_logs``,
-    and ``caller_policies``: one managed policy per caller role (IAM mode; empty with JWT).
+    Parts: ``function`` (every route but the waiting read), ``waiter`` (the waiting read,
+    ``turnstile.api.WAITING_ROUTES``: a request it holds never takes an instance of
+    ``function``), ``http_api``, ``stage`` (the ``$default`` stage), ``access_logs``, and
+    ``caller_policies``: one managed policy per caller role (IAM mode; empty with JWT).
     """
 
     def __init__(
@@ -243,6 +269,7 @@ class ApiConstruct(Construct):
         throttling: ApiThrottling,
         cors_origins: Sequence[str] = (),
         reserved_concurrency: int | None = None,
+        waiter_reserved_concurrency: int | None = None,
         max_events_per_organizer: int | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -255,7 +282,6 @@ class ApiConstruct(Construct):
             handler=FUNCTION_HANDLERS[Function.API],
             logs_signups=True,
             description="turnstile HTTP API: create/close events, submit signups, read status",
-            # Above the longest ?wait= of a status read, under API Gateway's 30 s.
             timeout=Duration.seconds(API_TIMEOUT_S),
             memory_size=256,
             # Responses carry signups' attributes (personal data): keep them out of traces.
@@ -276,6 +302,28 @@ class ApiConstruct(Construct):
         )
         self.function = self.handler.function
         self.handler.grant_tables(API_GRANTS)
+        self.waiter_handler = FunctionConstruct(
+            self,
+            "Waiter",
+            props,
+            handler=FUNCTION_HANDLERS[Function.WAITER],
+            logs_signups=False,
+            description="turnstile HTTP API: a signup's status, waiting for its decision",
+            timeout=Duration.seconds(WAITER_TIMEOUT_S),
+            memory_size=256,
+            environment={
+                "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
+                **(
+                    {ADMIN_PRINCIPALS_ENV: ",".join(auth.admin_principals)}
+                    if auth.admin_principals
+                    else {}
+                ),
+            },
+            # Its own pool: however many waits are held, the API's instances stay free.
+            reserved_concurrency=waiter_reserved_concurrency,
+        )
+        self.waiter = self.waiter_handler.function
+        self.waiter_handler.grant_tables(WAITER_GRANTS)
 
         self.http_api = apigwv2.HttpApi(
             self,
@@ -289,6 +337,7 @@ class ApiConstruct(Construct):
             cors_preflight=_cors(cors_origins) if cors_origins else None,
         )
         integration = integrations.HttpLambdaIntegration("ApiIntegration", self.function)
+        waiter_integration = integrations.HttpLambdaIntegration("WaiterIntegration", self.waiter)
         throttled_routes: dict[str, apigwv2.HttpRoute] = {}
         for (method, path), key in zip(ROUTES, route_keys, strict=True):
             scopes = None
@@ -296,9 +345,12 @@ class ApiConstruct(Construct):
                 # A token with any one of these scopes may call the route.
                 scopes = sorted({role.scope for role in allowed_roles(key)} | {ADMIN_SCOPE})
             (route,) = self.http_api.add_routes(
-                path=path, methods=[method], integration=integration, authorization_scopes=scopes
+                path=path,
+                methods=[method],
+                integration=waiter_integration if key in WAITING_ROUTE_KEYS else integration,
+                authorization_scopes=scopes,
             )
-            if throttling.for_role(ROUTE_ROLES.get(key)) is not None:
+            if throttling.for_route(key) is not None:
                 throttled_routes[key] = route
         # No scopes: any valid token gets the API's own 404/405. With IAM no caller policy
         # covers it (its ARN would be every route's): unknown paths answer 403 to callers.
@@ -339,7 +391,7 @@ class ApiConstruct(Construct):
         assert isinstance(cfn_stage, apigwv2.CfnStage)
         settings = {}
         for key, route in routes.items():
-            limits = throttling.for_role(ROUTE_ROLES[key])
+            limits = throttling.for_route(key)
             assert limits is not None
             settings[key] = {
                 "ThrottlingRateLimit": limits.rate_limit,
@@ -367,9 +419,7 @@ class ApiConstruct(Construct):
                 self,
                 f"{role.value.title()}Policy",
                 description=f"turnstile {role.value}: may call {', '.join(keys)}",
-                statements=[
-                    iam.PolicyStatement(actions=["execute-api:Invoke"], resources=arns)
-                ],
+                statements=[iam.PolicyStatement(actions=["execute-api:Invoke"], resources=arns)],
             )
             # Each '*' of these ARNs is one path parameter; cdk-nag names a finding per ARN.
             Validations.of(policy).acknowledge(

@@ -56,6 +56,7 @@ __all__ = [
     "MAIN",
     "PROCESSOR_GRANTS",
     "SWEEPER_GRANTS",
+    "WAITER_GRANTS",
     "TableGrant",
 ]
 
@@ -95,7 +96,6 @@ def _wakes(who: str) -> TableGrant:
     )
 
 
-
 @dataclass(frozen=True)
 class TableGrant:
     """``actions`` on one table; with ``leading_keys`` (``StringLike`` patterns of the
@@ -127,9 +127,7 @@ class TableGrant:
             }
             present["dynamodb:LeadingKeys"] = "false"
         if self.attributes:
-            conditions["ForAllValues:StringEquals"] = {
-                "dynamodb:Attributes": list(self.attributes)
-            }
+            conditions["ForAllValues:StringEquals"] = {"dynamodb:Attributes": list(self.attributes)}
             present["dynamodb:Attributes"] = "false"
             if self.select:
                 conditions["StringEquals"] = {"dynamodb:Select": self.select}
@@ -275,6 +273,26 @@ API_GRANTS = (
         "turnstile:maxEventsPerOrganizer caps them (create_event's quota)",
     ),
     _wakes("a close or a capacity change is acted on at once"),
+)
+
+#: The waiter: the waiting status read (await_decision), point reads and nothing else.
+WAITER_GRANTS = (
+    TableGrant(
+        INTAKE,
+        ("dynamodb:GetItem",),
+        why="reads a signup still undecided, and its owner (signup_status: get_intake)",
+    ),
+    TableGrant(
+        MAIN,
+        ("dynamodb:GetItem",),
+        why="reads the decision, again and again while it waits (await_decision: get_decision)",
+    ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:GetItem",),
+        leading_keys=(_EVENT_ITEMS,),
+        why="reads the signup's event, whose creator may see it (signup_status: get_event)",
+    ),
 )
 
 #: The sweeper: its own lease and run history, re-emission of intake records, reads.

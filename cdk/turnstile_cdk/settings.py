@@ -36,6 +36,9 @@ class ContextKey:
     SIGNUP_BURST_LIMIT = "turnstile:signupBurstLimit"
     READ_RATE_LIMIT = "turnstile:readRateLimit"
     READ_BURST_LIMIT = "turnstile:readBurstLimit"
+    #: The waiting read (GET .../decision): its own route limits.
+    WAIT_RATE_LIMIT = "turnstile:waitRateLimit"
+    WAIT_BURST_LIMIT = "turnstile:waitBurstLimit"
     #: Days an intake record (a producer's signup, personal data) is kept: its TTL.
     INTAKE_RETENTION_DAYS = "turnstile:intakeRetentionDays"
     #: Days a decision is kept after its last move (default 365); "none": kept for good
@@ -45,6 +48,7 @@ class ContextKey:
     PROCESSOR_RESERVED_CONCURRENCY = "turnstile:processorReservedConcurrency"
     SWEEPER_RESERVED_CONCURRENCY = "turnstile:sweeperReservedConcurrency"
     API_RESERVED_CONCURRENCY = "turnstile:apiReservedConcurrency"
+    WAITER_RESERVED_CONCURRENCY = "turnstile:waiterReservedConcurrency"
     DUE_HOLDS_RESERVED_CONCURRENCY = "turnstile:dueHoldsReservedConcurrency"
     #: Origins whose browsers may call the HTTP API (CORS), comma-separated or a list;
     #: ``*`` for any. Unset: none (no CORS configuration at all).
@@ -88,6 +92,10 @@ class TurnstileSettings:
     #: into the submissions' limit (each route has its own).
     read_rate_limit: int = 1000
     read_burst_limit: int = 2000
+    #: A waiting read holds a waiter instance until the decision (a second or two) or
+    #: MAX_WAIT_S: 50/s is about what 50 instances serve at ~1 s a wait (docs/operations.md).
+    wait_rate_limit: int = 50
+    wait_burst_limit: int = 100
     intake_retention_days: int = 30
     #: A decision names a signup (personal data): deleted a year after its last move, unless
     #: the operator keeps decisions ("none"). Longer than any intake record lives.
@@ -99,10 +107,12 @@ class TurnstileSettings:
     #: One sweep at a time (its lease enforces it too); a second overlapping invocation
     #: is throttled and retried by Lambda instead of waiting for the lease.
     sweeper_reserved_concurrency: int | None = 1
-    #: A cap on the API: a status read may wait up to 20 s, so a flood of long polls holds
-    #: many instances at once; capped, it is throttled (API Gateway answers 500) before it
+    #: A cap on the API: capped, a flood is throttled (API Gateway answers 500) before it
     #: can use the account's concurrency that the processor and the due-holds release need.
     api_reserved_concurrency: int | None = 100
+    #: The waiter's own pool: how many waiting reads may be held at once. Waits never take
+    #: the API's instances; past this many, a wait fails (500) and the client reads instead.
+    waiter_reserved_concurrency: int | None = 50
     #: Room the release of due holds always has, whatever the API does (one run a minute;
     #: two overlapping runs are harmless).
     due_holds_reserved_concurrency: int | None = 1
@@ -132,6 +142,8 @@ class TurnstileSettings:
             (ContextKey.SIGNUP_BURST_LIMIT, self.signup_burst_limit),
             (ContextKey.READ_RATE_LIMIT, self.read_rate_limit),
             (ContextKey.READ_BURST_LIMIT, self.read_burst_limit),
+            (ContextKey.WAIT_RATE_LIMIT, self.wait_rate_limit),
+            (ContextKey.WAIT_BURST_LIMIT, self.wait_burst_limit),
         ):
             if limit < 1:
                 raise ValueError(f"{key}: API throttling limits must be at least 1")
@@ -151,6 +163,7 @@ class TurnstileSettings:
             (ContextKey.PROCESSOR_RESERVED_CONCURRENCY, self.processor_reserved_concurrency),
             (ContextKey.SWEEPER_RESERVED_CONCURRENCY, self.sweeper_reserved_concurrency),
             (ContextKey.API_RESERVED_CONCURRENCY, self.api_reserved_concurrency),
+            (ContextKey.WAITER_RESERVED_CONCURRENCY, self.waiter_reserved_concurrency),
             (ContextKey.DUE_HOLDS_RESERVED_CONCURRENCY, self.due_holds_reserved_concurrency),
             (ContextKey.MAX_EVENTS_PER_ORGANIZER, self.max_events_per_organizer),
         ):
@@ -221,6 +234,8 @@ class TurnstileSettings:
             signup_burst_limit=number(ContextKey.SIGNUP_BURST_LIMIT, default.signup_burst_limit),
             read_rate_limit=number(ContextKey.READ_RATE_LIMIT, default.read_rate_limit),
             read_burst_limit=number(ContextKey.READ_BURST_LIMIT, default.read_burst_limit),
+            wait_rate_limit=number(ContextKey.WAIT_RATE_LIMIT, default.wait_rate_limit),
+            wait_burst_limit=number(ContextKey.WAIT_BURST_LIMIT, default.wait_burst_limit),
             intake_retention_days=number(
                 ContextKey.INTAKE_RETENTION_DAYS, default.intake_retention_days
             ),
@@ -238,6 +253,9 @@ class TurnstileSettings:
             ),
             api_reserved_concurrency=limit(
                 ContextKey.API_RESERVED_CONCURRENCY, default.api_reserved_concurrency
+            ),
+            waiter_reserved_concurrency=limit(
+                ContextKey.WAITER_RESERVED_CONCURRENCY, default.waiter_reserved_concurrency
             ),
             due_holds_reserved_concurrency=limit(
                 ContextKey.DUE_HOLDS_RESERVED_CONCURRENCY, default.due_holds_reserved_concurrency
@@ -282,7 +300,7 @@ def _optional_number(value: Any, key: str, default: int | None) -> int | None:
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{key} must be a whole number or \"none\", not {value!r}") from None
+        raise ValueError(f'{key} must be a whole number or "none", not {value!r}') from None
 
 
 def _words(value: Any) -> tuple[str, ...]:
@@ -308,7 +326,7 @@ def _producers(value: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
         for name, ids in value.items()
     ):
         raise ValueError(
-            f'{key} must be an object of producer names and event id patterns, like '
+            f"{key} must be an object of producer names and event id patterns, like "
             '{"shop-a": ["shop-a-*"]}'
         )
     producers = tuple((name, tuple(str(i) for i in ids)) for name, ids in value.items())

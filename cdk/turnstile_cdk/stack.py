@@ -98,6 +98,7 @@ class TurnstileStack(Stack):
             ),
             cors_origins=settings.api_cors_origins,
             reserved_concurrency=settings.api_reserved_concurrency,
+            waiter_reserved_concurrency=settings.waiter_reserved_concurrency,
             max_events_per_organizer=settings.max_events_per_organizer,
             throttling=ApiThrottling(
                 default=apigwv2.ThrottleSettings(
@@ -108,6 +109,9 @@ class TurnstileStack(Stack):
                 ),
                 reads=apigwv2.ThrottleSettings(
                     rate_limit=settings.read_rate_limit, burst_limit=settings.read_burst_limit
+                ),
+                waits=apigwv2.ThrottleSettings(
+                    rate_limit=settings.wait_rate_limit, burst_limit=settings.wait_burst_limit
                 ),
             ),
         )
@@ -130,6 +134,7 @@ class TurnstileStack(Stack):
             functions={
                 "Processor": self.processor.function,
                 "Api": self.api.function,
+                "Waiter": self.api.waiter,
                 "Sweeper": self.sweeper.function,
                 "DueHolds": self.due_holds.function,
             },

@@ -20,7 +20,7 @@ import fnmatch
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
@@ -78,10 +78,12 @@ __all__ = [
     "OPENAPI",
     "ROUTES",
     "SERVICE",
+    "WAITING_ROUTES",
     "RequestError",
     "Route",
     "caller_identity",
     "create_app",
+    "waits",
 ]
 
 SERVICE = "turnstile-api"
@@ -90,9 +92,10 @@ SERVICE = "turnstile-api"
 MAX_BODY_BYTES = 16 * 1024
 #: Seconds a client should wait after a 503 before trying again.
 RETRY_AFTER_S = 1
-#: The longest ``?wait=`` of a status read: well inside API Gateway's 30 s integration
-#: timeout (the function's timeout is above it, cdk/turnstile_cdk/api.py).
-MAX_WAIT_S = 20
+#: The longest ``?wait=`` of a waiting read (``GET .../signups/{signup_id}/decision``), and
+#: its default. A wait holds one instance of the waiter function for as long as it lasts;
+#: shorter waits hand those instances round sooner (docs/operations.md, "Waiting reads").
+MAX_WAIT_S = 10
 #: A wait ends this long before the invocation's own deadline, to answer in time.
 WAIT_MARGIN_S = 2.0
 #: JSON numbers with more digits than this are parsed as Decimal: Python refuses to turn
@@ -130,6 +133,9 @@ class Route:
     handler: Callable[..., Response[str]] | None = field(
         default=None, compare=False, hash=False, repr=False
     )
+    #: Served by the waiter function, not the API function: the request may be held for
+    #: up to ``MAX_WAIT_S`` (``WAITING_ROUTES``).
+    waits: bool = False
 
     @property
     def powertools_rule(self) -> str:
@@ -354,10 +360,10 @@ def _limit(query: Mapping[str, str]) -> int | None:
     return int(text)
 
 
-def _wait(query: Mapping[str, str]) -> float | None:
+def _wait(query: Mapping[str, str]) -> float:
     text = query.get("wait")
     if text is None:
-        return None
+        return float(MAX_WAIT_S)
     seconds = float(text) if _WAIT.match(text) else -1.0
     if not 0 < seconds <= MAX_WAIT_S:
         raise _invalid(f"wait must be a number of seconds above 0 and at most {MAX_WAIT_S}")
@@ -547,16 +553,28 @@ def _submit_signup(call: _Call, event_id: str) -> Response[str]:
 
 
 def _get_signup(call: _Call, event_id: str, signup_id: str) -> Response[str]:
+    if "wait" in call.query:
+        raise _invalid(
+            "wait is not read here: GET /events/{event_id}/signups/{signup_id}/decision"
+            f"?wait=S (0 < S <= {MAX_WAIT_S}) waits for the decision"
+        )
+    event_id, signup_id = unquote(event_id), unquote(signup_id)
+    return _json(
+        200, usecases.signup_status(call.store(), event_id, signup_id, caller_of(call.raw_event))
+    )
+
+
+def _await_decision(call: _Call, event_id: str, signup_id: str) -> Response[str]:
     wait = _wait(call.query)
     event_id, signup_id = unquote(event_id), unquote(signup_id)
-    caller = caller_of(call.raw_event)
-    if wait is None:
-        return _json(200, usecases.signup_status(call.store(), event_id, signup_id, caller))
     left = call.seconds_left()
     if left is not None:
         wait = max(0.0, min(wait, left - WAIT_MARGIN_S))
     return _json(
-        200, usecases.await_decision(call.store(), event_id, signup_id, wait, caller=caller)
+        200,
+        usecases.await_decision(
+            call.store(), event_id, signup_id, wait, caller=caller_of(call.raw_event)
+        ),
     )
 
 
@@ -809,9 +827,37 @@ ROUTES: tuple[Route, ...] = (
         spec={
             "summary": "A signup's status: PENDING, ACCEPTED or REJECTED (read consistently).",
             "description": (
-                "With `?wait=S` (0 < S <= 20 seconds) a PENDING signup is answered as soon "
-                "as it is decided, or after S seconds as it is then (PENDING): one request "
-                "instead of many polls."
+                "Answers at once. To wait for the decision, read "
+                "`/events/{event_id}/signups/{signup_id}/decision` instead (a `wait` "
+                "parameter here answers 400)."
+            ),
+            "parameters": [_EVENT_PARAM, _SIGNUP_PARAM],
+            "responses": {
+                "200": _ok("The signup.", "Signup"),
+                "404": _error_response(
+                    "No such signup, or not the caller's: only its owner, its event's "
+                    "organizers and admins see it (error: signup_not_found)."
+                ),
+                **_COMMON,
+            },
+        },
+    ),
+    Route(
+        "GET",
+        "/events/{event_id}/signups/{signup_id}/decision",
+        "awaitSignupDecision",
+        handler=_await_decision,
+        waits=True,
+        spec={
+            "summary": "A signup's status, once decided: waits while it is PENDING.",
+            "description": (
+                "Answers as soon as the signup is decided, or after `wait` seconds "
+                f"(default and most: {MAX_WAIT_S}) with its status then (PENDING): one "
+                "request instead of many polls. Served by a function of its own with a "
+                "capped concurrency and its own rate limit, so waits never take the "
+                "instances the other routes need; when those are all busy the request "
+                "fails (500, or 429 over the rate limit): read the status route instead, "
+                "or wait again after a pause."
             ),
             "parameters": [_EVENT_PARAM, _SIGNUP_PARAM, _WAIT_PARAM],
             "responses": {
@@ -857,6 +903,15 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
+#: The routes the waiter function serves (``Route.waits``); the API function the rest.
+WAITING_ROUTES: tuple[Route, ...] = tuple(route for route in ROUTES if route.waits)
+
+
+def waits(method: str, path: str) -> bool:
+    """Whether a request (its method and raw path) is one the waiter function serves."""
+    return any(route.method == method and route.matcher.match(path) for route in WAITING_ROUTES)
+
+
 #: What ``GET /`` answers: where the document is, and every route.
 INDEX: dict[str, Any] = {
     "service": "turnstile",
@@ -868,11 +923,34 @@ INDEX: dict[str, Any] = {
 # -- the application ------------------------------------------------------------------
 
 
+#: The domain's errors, each answered ``{"error": code, "message": str(exc)}`` with its
+#: status (the ones with a body of their own have handlers in ``create_app``).
+_DOMAIN_ERRORS: Mapping[type[Exception], tuple[int, str]] = {
+    InvalidRequestError: (400, "invalid_request"),
+    EventNotFoundError: (404, "event_not_found"),
+    EventQuotaError: (403, "event_quota_exceeded"),
+    ForbiddenError: (403, "forbidden"),
+    SignupNotFoundError: (404, "signup_not_found"),
+    CapacityBelowTakenError: (400, "capacity_below_taken"),
+    EventExistsError: (409, "event_exists"),
+    SignupConflictError: (409, "signup_conflict"),
+}
+
+
+def _answer(status: int, code: str) -> Callable[[Exception], Response[str]]:
+    def answer(exc: Exception) -> Response[str]:
+        return _error(status, code, str(exc))
+
+    return answer
+
+
 def create_app(
     store: Callable[[], SignupStore],
     metrics: Metrics | None = None,
+    routes: Sequence[Route] = ROUTES,
 ) -> APIGatewayHttpResolver:
-    """Build the resolver with every route of ``ROUTES``.
+    """Build the resolver with ``routes`` (every route of ``ROUTES`` by default; the
+    waiter function's app has ``WAITING_ROUTES`` only, and answers 404 to the rest).
 
     ``store`` is called on each request that needs DynamoDB (so the Lambda entry can
     build its ``SignupStore`` lazily); ``metrics``, when given, receives PascalCase
@@ -892,14 +970,14 @@ def create_app(
     app.use(middlewares=[limit_body])
     call = _Call(app, store, count)
 
-    for route in ROUTES:
+    for route in routes:
         app.route(route.powertools_rule, method=route.method)(_served(route, call))
 
     @app.not_found
     def no_route(_: Exception) -> Response[str]:
         method = app.current_event.http_method.upper()
         path = app.current_event.path
-        allowed = sorted({r.method for r in ROUTES if r.matcher.match(path)})
+        allowed = sorted({r.method for r in routes if r.matcher.match(path)})
         if method in allowed:
             # The shape fits but a segment holds characters no id may contain.
             return _error(400, "invalid_request", "a path segment is not a valid id")
@@ -916,37 +994,8 @@ def create_app(
     def request_error(exc: RequestError) -> Response[str]:
         return _error(exc.status, exc.code, exc.message, exc.headers)
 
-    @app.exception_handler(InvalidRequestError)
-    def invalid_request(exc: InvalidRequestError) -> Response[str]:
-        return _error(400, "invalid_request", str(exc))
-
-    @app.exception_handler(EventNotFoundError)
-    def event_not_found(exc: EventNotFoundError) -> Response[str]:
-        return _error(404, "event_not_found", str(exc))
-
-    @app.exception_handler(EventQuotaError)
-    def event_quota(exc: EventQuotaError) -> Response[str]:
-        return _error(403, "event_quota_exceeded", str(exc))
-
-    @app.exception_handler(ForbiddenError)
-    def forbidden(exc: ForbiddenError) -> Response[str]:
-        return _error(403, "forbidden", str(exc))
-
-    @app.exception_handler(SignupNotFoundError)
-    def signup_not_found(exc: SignupNotFoundError) -> Response[str]:
-        return _error(404, "signup_not_found", str(exc))
-
-    @app.exception_handler(CapacityBelowTakenError)
-    def capacity_below_taken(exc: CapacityBelowTakenError) -> Response[str]:
-        return _error(400, "capacity_below_taken", str(exc))
-
-    @app.exception_handler(EventExistsError)
-    def event_exists(exc: EventExistsError) -> Response[str]:
-        return _error(409, "event_exists", str(exc))
-
-    @app.exception_handler(SignupConflictError)
-    def signup_conflict(exc: SignupConflictError) -> Response[str]:
-        return _error(409, "signup_conflict", str(exc))
+    for error, (status, code) in _DOMAIN_ERRORS.items():
+        app.exception_handler(error)(_answer(status, code))
 
     @app.exception_handler(RequestRefusedError)
     def request_refused(exc: RequestRefusedError) -> Response[str]:
@@ -1365,7 +1414,7 @@ def _build_openapi() -> dict[str, Any]:
                     "required": False,
                     "description": (
                         "Seconds to wait for a decision before answering PENDING "
-                        f"(above 0, at most {MAX_WAIT_S})."
+                        f"(above 0, at most {MAX_WAIT_S}; default {MAX_WAIT_S})."
                     ),
                     "schema": {
                         "type": "number",

@@ -43,7 +43,7 @@ _EXECUTE_API_HOST = re.compile(
 _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: The API's longest ``?wait=`` (``turnstile.api.MAX_WAIT_S``; not imported: the client
 #: needs no Powertools).
-MAX_WAIT_S = 20.0
+MAX_WAIT_S = 10.0
 #: Below this, a wait is not worth asking the server for: a plain read.
 _MIN_WAIT_S = 0.05
 
@@ -216,13 +216,13 @@ class TurnstileClient:
 
     def get(self, event_id: str, signup_id: str, wait_s: float | None = None) -> dict[str, Any]:
         """The signup's status document: PENDING, ACCEPTED or REJECTED. With ``wait_s``
-        (above 0, at most 20) the API holds the request until the signup is decided or
-        that many seconds have passed."""
+        (above 0, at most 10) it is read from ``.../decision``, which holds the request
+        until the signup is decided or that many seconds have passed."""
         path = f"/events/{_segment(event_id)}/signups/{_segment(signup_id)}"
         if wait_s is None:
             return self._call("GET", path)
         query = urlencode({"wait": f"{wait_s:.3f}"})
-        return self._call("GET", f"{path}?{query}", timeout_s=self.timeout_s + wait_s)
+        return self._call("GET", f"{path}/decision?{query}", timeout_s=self.timeout_s + wait_s)
 
     def list_events(self, limit: int | None = None, next: str | None = None) -> dict[str, Any]:
         """A page of events: ``{"events": [...], "next": token or None}``; pass ``next``
@@ -257,8 +257,8 @@ class TurnstileClient:
         will never change again) is returned at once too, so check the status returned.
         Without, any decision will do (any status but PENDING).
 
-        Each request asks the API to wait (``?wait=``, up to 20 s and never past the
-        deadline), so a signup decided within 20 s costs one request. Between requests
+        Each request asks the API to wait (``.../decision?wait=``, up to 10 s and never
+        past the deadline), so a signup decided within 10 s costs one request. Between requests
         that fail transiently (429, 5xx, connection errors) it pauses with exponential
         backoff and full jitter (uniform in [0, delay], delay doubling up to
         ``max_delay_s``) and honours Retry-After. Raises ``WaitTimeoutError`` once

@@ -126,7 +126,6 @@ def fits_partition_key(value: Any) -> bool:
     return 0 < size <= MAX_PARTITION_KEY_BYTES
 
 
-
 def _event_id(event_id: str) -> str:
     """``event_id``, refused unless it is an id: every key of turnstile's own items is
     built from a valid id, never from one a producer wrote that could make a key DynamoDB
@@ -386,6 +385,8 @@ class Function:
 
     PROCESSOR = "processor"
     API = "api"
+    #: The waiting status reads (``GET .../decision``): the API's code, a function of its own.
+    WAITER = "waiter"
     SWEEPER = "sweeper"
     DUE_HOLDS = "due-holds"
 
@@ -394,6 +395,7 @@ class Function:
 FUNCTION_HANDLERS = {
     Function.PROCESSOR: "turnstile.handlers.stream.handler",
     Function.API: "turnstile.handlers.api.handler",
+    Function.WAITER: "turnstile.handlers.api.waiter",
     Function.SWEEPER: "turnstile.handlers.sweeper.handler",
     Function.DUE_HOLDS: "turnstile.handlers.due_holds.handler",
 }

@@ -10,7 +10,7 @@ fixture, whose ``mock_aws`` resets the moto backends the server shares.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -24,6 +24,9 @@ from turnstile.handlers import api as api_handler
 from turnstile.local.api_server import ApiServer
 from turnstile.local.context import LocalLambdaContext
 from turnstile.store import SignupStore
+
+#: Waiting reads the live API holds at once (the waiter's reserved concurrency, locally).
+MAX_WAITERS = 2
 
 
 @pytest.fixture
@@ -68,18 +71,28 @@ def live_api() -> Iterator[LiveApi]:
                 client.create_table(**spec.create_table_kwargs())
             requests: list[dict[str, Any]] = []
 
-            def new_instance() -> Any:
+            def recorded(factory: Callable[[], Any]) -> Callable[[], Any]:
                 # As the local stack serves it (an instance per concurrent request),
                 # each invocation recorded.
-                handler = api_handler.new_instance()
+                def new() -> Any:
+                    handler = factory()
 
-                def recorded(event: dict[str, Any], context: Any) -> Any:
-                    requests.append(event)
-                    return handler(event, context)
+                    def invoke(event: dict[str, Any], context: Any) -> Any:
+                        requests.append(event)
+                        return handler(event, context)
 
-                return recorded
+                    return invoke
 
-            server = ApiServer("127.0.0.1", 0, lambda: {"ok": True}, new_instance=new_instance)
+                return new
+
+            server = ApiServer(
+                "127.0.0.1",
+                0,
+                lambda: {"ok": True},
+                new_instance=recorded(api_handler.new_instance),
+                new_waiter=recorded(api_handler.new_waiter_instance),
+                max_waiters=MAX_WAITERS,
+            )
             server.start()
             yield LiveApi(
                 url=server.url,

@@ -214,7 +214,7 @@ def test_wait_asks_the_server_to_wait_never_past_the_deadline(server, scripted):
     with pytest.raises(WaitTimeoutError) as timeout:
         client.wait("e1", "u1", timeout_s=5, initial_delay_s=0.1, max_delay_s=0.8)
     # THEN each request asked the server to wait what was left of the deadline (at most
-    # 20 s); answered sooner, it paused with backoff, and gave up at the deadline, not past
+    # 10 s); answered sooner, it paused with backoff, and gave up at the deadline, not past
     assert timeout.value.last["status"] == "PENDING"
     assert now[0] == pytest.approx(1005.0)
     assert all(p <= 0.8 for p in pauses) and len(pauses) > 5
@@ -223,10 +223,11 @@ def test_wait_asks_the_server_to_wait_never_past_the_deadline(server, scripted):
     assert all(w is None or 0 < float(w) <= 5 for w in waits)
 
 
-def test_wait_asks_for_at_most_20_seconds_at_a_time(server, scripted):
+def test_wait_asks_for_at_most_10_seconds_at_a_time(server, scripted):
     scripted.results = [reply(200, {"status": "ACCEPTED"})]
     TurnstileClient(server.url).wait("e1", "u1", timeout_s=300)
-    assert scripted.events[0]["queryStringParameters"] == {"wait": "20.000"}
+    assert scripted.events[0]["queryStringParameters"] == {"wait": "10.000"}
+    assert scripted.events[0]["rawPath"] == "/events/e1/signups/u1/decision"
 
 
 def test_lists_send_only_the_parameters_given(server, scripted):

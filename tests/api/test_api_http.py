@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.api.conftest import MAX_WAITERS
 from tests.api.helpers import LiveApi, decide_pending
 from turnstile.api import MAX_BODY_BYTES
 from turnstile.client import ApiError, TurnstileClient, WaitTimeoutError
@@ -104,7 +105,7 @@ def test_wait_returns_the_decision_in_one_request(
 ):
     # GIVEN a pending signup that the processor decides in 1.5 s
     client.submit(festival, "patient")
-    path = f"/events/{festival}/signups/patient"
+    path = f"/events/{festival}/signups/patient/decision"
     before = len(live_api.requests_to(path))
     started = time.monotonic()
     decider = _decide_later(live_api, festival, 1.5)
@@ -118,7 +119,7 @@ def test_wait_returns_the_decision_in_one_request(
     assert decision["status"] == "ACCEPTED"
     asked = live_api.requests_to(path)[before:]
     assert len(asked) == 1
-    assert asked[0]["queryStringParameters"] == {"wait": "20.000"}
+    assert asked[0]["queryStringParameters"] == {"wait": "10.000"}
     assert 1.5 <= time.monotonic() - started < 4
 
 
@@ -126,7 +127,7 @@ def test_wait_gives_up_at_its_deadline_after_one_request(live_api: LiveApi, fest
     # GIVEN a signup nobody decides
     client = TurnstileClient(live_api.url)
     client.submit(festival, "forgotten")
-    path = f"/events/{festival}/signups/forgotten"
+    path = f"/events/{festival}/signups/forgotten/decision"
     before = len(live_api.requests_to(path))
     started = time.monotonic()
     # WHEN a client waits 1.5 s THEN it gives up at the deadline, with the PENDING status
@@ -162,11 +163,13 @@ def test_wait_over_http_answers_when_decided(client: TurnstileClient, live_api: 
     client.submit("raw-wait", "raw-waiter")
     decider = _decide_later(live_api, "raw-wait", 0.5)
     try:
-        status, _, body = raw(live_api, "GET", "/events/raw-wait/signups/raw-waiter?wait=10")
+        status, _, body = raw(
+            live_api, "GET", "/events/raw-wait/signups/raw-waiter/decision?wait=10"
+        )
     finally:
         decider.join()
     assert (status, body["status"]) == (200, "ACCEPTED")
-    status, _, body = raw(live_api, "GET", "/events/raw-wait/signups/raw-waiter?wait=25")
+    status, _, body = raw(live_api, "GET", "/events/raw-wait/signups/raw-waiter/decision?wait=25")
     assert (status, body["error"]) == (400, "invalid_request")
 
 
@@ -307,3 +310,61 @@ def test_confirm_and_cancel_over_http_and_through_the_cli(
     )
     intake = live_api.store.get_intake("holds", "a")
     assert (intake["request"], intake["request_count"]) == ("cancel", 1)
+
+
+def _until(condition: Any, what: str, limit_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds (a generous limit: it fails only when it never does)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.02)
+
+
+def test_waits_have_instances_of_their_own_and_one_too_many_is_throttled(
+    client: TurnstileClient, live_api: LiveApi, festival: str
+):
+    # GIVEN as many held waits as the waiter has instances (MAX_WAITERS), on signups
+    # nobody decides yet
+    held = [f"held-{n}" for n in range(MAX_WAITERS)]
+    for signup_id in held:
+        client.submit(festival, signup_id)
+    answers: dict[str, Any] = {}
+
+    def wait(signup_id: str) -> None:
+        answers[signup_id] = raw(
+            live_api, "GET", f"/events/{festival}/signups/{signup_id}/decision?wait=10"
+        )
+
+    waiting = [threading.Thread(target=wait, args=(signup_id,)) for signup_id in held]
+    for thread in waiting:
+        thread.start()
+    try:
+        _until(
+            lambda: all(
+                live_api.requests_to(f"/events/{festival}/signups/{s}/decision") for s in held
+            ),
+            "every wait reached a waiter instance",
+        )
+        # WHEN one more client asks to wait THEN it is throttled (500, as API Gateway answers
+        # a throttled function) without reaching a handler
+        client.submit(festival, "one-too-many")
+        before = len(live_api.requests)
+        status, _, body = raw(
+            live_api, "GET", f"/events/{festival}/signups/one-too-many/decision?wait=10"
+        )
+        assert (status, body) == (500, {"message": "Internal Server Error"})
+        assert len(live_api.requests) == before
+        # AND every other route is still answered by the API's own instances
+        assert client.get(festival, "one-too-many")["status"] == "PENDING"
+        assert client.submit(festival, "still-served")["status"] == "PENDING"
+        assert client.get_event(festival)["event_id"] == festival
+        assert not any(answers), "a held wait answered before anything was decided"
+    finally:
+        decide_pending(live_api.store, festival)
+        for thread in waiting:
+            thread.join()
+    # THEN the held waits end with the decision, and the client that was throttled gets
+    # its decision by waiting again (it backs off through 5xx)
+    assert {answers[s][0] for s in held} == {200}
+    assert client.wait(festival, "one-too-many", timeout_s=60)["status"] != "PENDING"

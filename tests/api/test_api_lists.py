@@ -1,4 +1,4 @@
-"""Lists (GET /events, GET /events/{id}/signups) and waiting status reads (?wait=), through
+"""Lists (GET /events, GET /events/{id}/signups) and waiting status reads (.../decision), through
 the Lambda handler with v2 events, against moto."""
 
 from __future__ import annotations
@@ -265,25 +265,55 @@ def test_a_signups_token_is_no_events_token(invoke: Invoke, gig: str):
 
 
 @pytest.mark.parametrize(
-    "wait", ["0", "-1", "20.001", "21", "x", "nan", "inf", "1e9", "", "1,2", "0x10", "1_0"]
+    "wait", ["0", "-1", "10.001", "21", "x", "nan", "inf", "1e9", "", "1,2", "0x10", "1_0"]
 )
-def test_a_wait_outside_0_to_20_seconds_answers_400(invoke: Invoke, wait: str):
+def test_a_wait_outside_0_to_10_seconds_answers_400(invoke: Invoke, wait: str):
     # even for a signup that does not exist: the request is refused as such
-    answer = invoke("GET", "/events/nope/signups/ghost", query=f"wait={wait}")
+    answer = invoke("GET", "/events/nope/signups/ghost/decision", query=f"wait={wait}")
     assert (answer.status, answer.body["error"]) == (400, "invalid_request")
     assert "wait must be" in answer.body["message"]
 
 
+@pytest.mark.parametrize("wait", ["5", "0", "x"])
+def test_the_status_route_does_not_wait_and_names_the_one_that_does(
+    invoke: Invoke, gig: str, wait: str
+):
+    # A wait there would hold an instance of the API function: refused, and nothing read.
+    answer = invoke("GET", f"/events/{gig}/signups/u6", query=f"wait={wait}")
+    assert (answer.status, answer.body["error"]) == (400, "invalid_request")
+    assert "/events/{event_id}/signups/{signup_id}/decision?wait=" in answer.body["message"]
+
+
+def test_the_waiter_serves_the_waiting_read_and_nothing_else(gig: str):
+    # The waiter function's app (its own function, with read-only grants) answers the
+    # waiting read, and 404 to anything else, writes included.
+    def call(method: str, path: str, body: Any = None, query: str = "") -> tuple[int, Any]:
+        event = v2_event(method, path, body, query=query)
+        response = api_handler.waiter(event, LocalLambdaContext.api())
+        return response["statusCode"], json.loads(response["body"])
+
+    status, body = call("GET", f"/events/{gig}/signups/u1/decision", query="wait=1")
+    assert (status, body["status"]) == (200, "ACCEPTED")
+    for method, path, body in (
+        ("GET", f"/events/{gig}/signups/u1", None),
+        ("POST", f"/events/{gig}/signups", {"signup_id": "sneak"}),
+        ("POST", f"/events/{gig}/close", None),
+        ("GET", "/events", None),
+    ):
+        assert call(method, path, body)[0] == 404, (method, path)
+    assert call("POST", f"/events/{gig}/signups/u1/decision")[0] == 405
+
+
 def test_waiting_for_an_unknown_signup_answers_404_at_once(invoke: Invoke, gig: str):
     started = time.monotonic()
-    answer = invoke("GET", f"/events/{gig}/signups/ghost", query="wait=5")
+    answer = invoke("GET", f"/events/{gig}/signups/ghost/decision", query="wait=5")
     assert answer.status == 404
     assert time.monotonic() - started < 2
 
 
 def test_waiting_for_a_decided_signup_answers_at_once(invoke: Invoke, gig: str):
     started = time.monotonic()
-    answer = invoke("GET", f"/events/{gig}/signups/u1", query="wait=5")
+    answer = invoke("GET", f"/events/{gig}/signups/u1/decision", query="wait=5")
     assert (answer.status, answer.body["status"]) == (200, "ACCEPTED")
     assert time.monotonic() - started < 2
 
@@ -297,7 +327,7 @@ def test_a_wait_answers_as_soon_as_the_signup_is_decided(
     decider.start()
     try:
         # WHEN a client waits up to 10 s
-        answer = invoke("GET", f"/events/{gig}/signups/u6", query="wait=10")
+        answer = invoke("GET", f"/events/{gig}/signups/u6/decision", query="wait=10")
     finally:
         decider.join()
     # THEN it gets the decision soon after it is made, not at the end of the wait
@@ -309,19 +339,20 @@ def test_a_wait_answers_as_soon_as_the_signup_is_decided(
 
 def test_a_wait_ends_pending_after_its_seconds(invoke: Invoke, gig: str):
     started = time.monotonic()
-    answer = invoke("GET", f"/events/{gig}/signups/u6", query="wait=0.6")
+    answer = invoke("GET", f"/events/{gig}/signups/u6/decision", query="wait=0.6")
     elapsed = time.monotonic() - started
     assert (answer.status, answer.body["status"]) == (200, "PENDING")
     assert answer.body == invoke("GET", f"/events/{gig}/signups/u6").body
     assert 0.6 <= elapsed < 2
 
 
-def test_a_wait_ends_before_the_invocation_would_time_out(gig: str):
-    # GIVEN an invocation with 2.8 s left, and a wait of 20 s asked for
+@pytest.mark.parametrize("query", ["wait=10", ""])
+def test_a_wait_ends_before_the_invocation_would_time_out(gig: str, query: str):
+    # GIVEN an invocation with 2.8 s left, and a wait of 10 s asked for (or the default)
     context = LocalLambdaContext.api(timeout_s=2.8)
     started = time.monotonic()
-    response = api_handler.handler(
-        v2_event("GET", f"/events/{gig}/signups/u6", query="wait=20"), context
+    response = api_handler.waiter(
+        v2_event("GET", f"/events/{gig}/signups/u6/decision", query=query), context
     )
     # THEN it answers (PENDING) with the margin to spare, not a timeout
     elapsed = time.monotonic() - started

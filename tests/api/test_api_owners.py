@@ -93,7 +93,7 @@ def test_reading_a_signup(scene: Any, store: SignupStore, name: str):
         # Not found, as if it did not exist: a stranger learns nothing of another's signup.
         assert answer.status == 404
         assert answer.body["error"] == "signup_not_found"
-    waited = scene(name)("GET", "/events/gig/signups/mine", query="wait=1")
+    waited = scene(name)("GET", "/events/gig/signups/mine/decision", query="wait=1")
     assert waited.status == answer.status
 
 

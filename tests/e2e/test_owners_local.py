@@ -103,3 +103,109 @@ def test_each_caller_reaches_only_what_is_its_own(tmp_path: Path):
         while owner.get("gig", "mine")["status"] != "CANCELLED":
             assert time.monotonic() < deadline, "the owner's cancel was never applied"
             time.sleep(0.2)
+
+
+#: Who each caller is (its access key: the local API's caller is ``user/<key>``).
+CALLERS = {
+    "owner": "AKIDOWNER",
+    "other producer": "AKIDOTHER",
+    "organizer": "AKIDORGANIZER",
+    "other organizer": "AKIDTHEATRE",
+    "reader": "AKIDREADER",
+    "admin": "AKIDADMIN1",
+}
+#: May it act on the owner's signups (read, wait, confirm, cancel)?
+ON_SIGNUPS = {"owner", "organizer", "admin"}
+#: May it list the event's signups, resize it and close it?
+ON_EVENT = {"organizer", "admin"}
+
+
+def _until(condition: Any, what: str, limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.2)
+
+
+def test_every_route_for_every_kind_of_caller(tmp_path: Path):
+    """The matrix of docs/operations.md ("Callers: three roles, and what is whose") end to
+    end: every route that touches a signup or an event, called by each kind of caller
+    through the local HTTP API, with the stack's own processor deciding. A refused call
+    changes nothing: the signup's status document (with its request count) and the event
+    are read back unchanged."""
+    admins = {ADMIN_PRINCIPALS_ENV: "arn:aws:iam::*:user/AKIDADMIN*"}
+    with running_local_stack(tmp_path / "stack", environment=admins) as stack:
+        as_ = {name: signed(stack, key) for name, key in CALLERS.items()}
+        owner, organizer = as_["owner"], as_["organizer"]
+        # The organizer's events: one to read, and each caller's own to resize and close.
+        organizer.create_event("gig", 50, hold_seconds=600)
+        as_["other organizer"].create_event("play", 2)
+        for name in CALLERS:
+            organizer.create_event(f"close-{len(name)}-{name[:3]}", 1)
+        # The owner's signups, held (hold_seconds): one for each caller to read, confirm, cancel.
+        slug = {name: name.replace(" ", "-") for name in CALLERS}
+        for name in CALLERS:
+            for act in ("confirm", "cancel"):
+                owner.submit("gig", f"{act}-{slug[name]}", 1)
+        for name in CALLERS:
+            for act in ("confirm", "cancel"):
+                assert owner.wait("gig", f"{act}-{slug[name]}", timeout_s=120)["status"] == "HELD"
+
+        for name, client in as_.items():
+            allowed = name in ON_SIGNUPS
+            # read, and wait for, the owner's signup: 404 to a stranger (nothing learned)
+            target = f"confirm-{slug[name]}"
+            assert status_of(lambda c=client, t=target: c.get("gig", t)) == (
+                200 if allowed else 404
+            )
+            waited = status_of(lambda c=client, t=target: c.get("gig", t, wait_s=0.5))
+            assert waited == (200 if allowed else 404), name
+            # confirm and cancel it
+            for act in ("confirm", "cancel"):
+                signup = f"{act}-{slug[name]}"
+                before = owner.get("gig", signup)
+                answer = status_of(lambda c=client, a=act, s=signup: getattr(c, a)("gig", s))
+                assert answer == (200 if allowed else 404), (name, act)  # 202: no error
+                if not allowed:
+                    assert owner.get("gig", signup) == before, (name, act)
+            # list the event's signups; resize it; close one of its events
+            allowed = name in ON_EVENT
+            expected = 200 if allowed else 403
+            assert status_of(lambda c=client: c.list_signups("gig")) == expected, name
+            event_before = organizer.get_event("gig")
+            capacity = event_before["capacity"] + 1
+            assert status_of(lambda c=client, n=capacity: c.update_event("gig", n)) == expected, (
+                name
+            )
+            if not allowed:
+                assert organizer.get_event("gig") == event_before, name
+            closing = f"close-{len(name)}-{name[:3]}"
+            assert status_of(lambda c=client, e=closing: c.close_event(e)) == expected, name
+            state = organizer.get_event(closing)["state"]
+            assert state == ("CLOSED" if allowed else "OPEN"), name
+            # the event itself is public; any producer may sign up to it, as its own
+            assert status_of(lambda c=client: c.get_event("gig")) == 200
+            assert client.submit("gig", f"own-{slug[name]}", 1)["status"] == "PENDING"
+            assert client.get("gig", f"own-{slug[name]}")["event_id"] == "gig"
+            # and may create events of its own
+            assert status_of(lambda c=client, n=slug[name]: c.create_event(f"mine-{n}", 1)) in (
+                200,
+                201,
+            )
+
+        # The allowed requests took effect, applied by the stack's processor.
+        for name in ON_SIGNUPS:
+            _until(
+                lambda n=name: owner.get("gig", f"confirm-{slug[n]}")["status"] == "ACCEPTED",
+                f"{name}'s confirm applied",
+            )
+            _until(
+                lambda n=name: owner.get("gig", f"cancel-{slug[n]}")["status"] == "CANCELLED",
+                f"{name}'s cancel applied",
+            )
+        # The refused ones never did: still held, no request recorded.
+        for name in set(CALLERS) - ON_SIGNUPS:
+            for act in ("confirm", "cancel"):
+                signup = owner.get("gig", f"{act}-{slug[name]}")
+                assert signup["status"] == "HELD", (name, act)
+                assert not signup["request_count"], (name, act)

@@ -8,7 +8,7 @@ import re
 import pytest
 from aws_cdk.assertions import Capture, Match, Template
 
-from turnstile.api import ROUTES
+from turnstile.api import ROUTES, WAITING_ROUTES
 from turnstile_cdk.api import (
     OPEN_ROUTES,
     ROUTE_ROLES,
@@ -29,11 +29,14 @@ ROUTE_KEYS = {
     "POST /events/{event_id}/signups",
     "GET /events/{event_id}/signups",
     "GET /events/{event_id}/signups/{signup_id}",
+    "GET /events/{event_id}/signups/{signup_id}/decision",  # the waiting read: the waiter's
     "POST /events/{event_id}/signups/{signup_id}/confirm",
     "POST /events/{event_id}/signups/{signup_id}/cancel",
     "GET /openapi.json",
     "ANY /{proxy+}",  # the API's own JSON 404/405 for anything else
 }
+#: The routes the waiter function serves.
+WAITING = {f"{r.method} {r.path}" for r in WAITING_ROUTES}
 #: With CORS (the variant stack) the catch-all leaves OPTIONS to API Gateway's preflights.
 CORS_CATCH_ALL = {f"{m} /{{proxy+}}" for m in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")}
 VARIANT_ROUTE_KEYS = ROUTE_KEYS - {"ANY /{proxy+}"} | CORS_CATCH_ALL
@@ -62,8 +65,9 @@ def test_every_route_requires_iam_by_default(template: Template) -> None:
     assert not template.find_resources("AWS::ApiGatewayV2::Authorizer")
 
 
-def test_routes_proxy_to_the_api_function_with_payload_v2(template: Template) -> None:
-    function_id, _ = function_by_handler(template, "turnstile.handlers.api.handler")
+def _integration(template: Template, handler: str) -> tuple[str, str]:
+    """The function of ``handler`` and its one AWS_PROXY (payload 2.0) integration."""
+    function_id, _ = function_by_handler(template, handler)
     integration_id, _ = only(
         template.find_resources(
             "AWS::ApiGatewayV2::Integration",
@@ -76,23 +80,58 @@ def test_routes_proxy_to_the_api_function_with_payload_v2(template: Template) ->
             },
         )
     )
+    return function_id, integration_id
+
+
+def test_routes_proxy_to_the_api_function_with_payload_v2(template: Template) -> None:
+    # The waiting read goes to the waiter, every other route to the API function: a held
+    # wait never takes an API instance.
+    api_id, api_integration = _integration(template, "turnstile.handlers.api.handler")
+    waiter_id, waiter_integration = _integration(template, "turnstile.handlers.api.waiter")
     routes = template.find_resources("AWS::ApiGatewayV2::Route")
-    assert {render(r["Properties"]["Target"]) for r in routes.values()} == {
-        f"integrations/${{{integration_id}}}"
+    targets = {
+        r["Properties"]["RouteKey"]: render(r["Properties"]["Target"]) for r in routes.values()
     }
-    # API Gateway may invoke the function only from this API's routes.
-    permissions = template.find_resources(
-        "AWS::Lambda::Permission",
-        {"Properties": {"FunctionName": {"Fn::GetAtt": [function_id, "Arn"]}}},
-    )
-    assert len(permissions) == len(ROUTE_KEYS)
-    for permission in permissions.values():
-        assert permission["Properties"]["Principal"] == "apigateway.amazonaws.com"
-        source = render(permission["Properties"]["SourceArn"])
-        assert source.startswith(
-            "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:"
-            f"${{{_api_id(template)}}}/"
+    assert targets == {
+        key: f"integrations/${{{waiter_integration if key in WAITING else api_integration}}}"
+        for key in ROUTE_KEYS
+    }
+    assert {"GET /events/{event_id}/signups/{signup_id}/decision"} == WAITING
+    # API Gateway may invoke each function only from this API's routes, its own.
+    for function_id, count in ((api_id, len(ROUTE_KEYS) - len(WAITING)), (waiter_id, len(WAITING))):
+        permissions = template.find_resources(
+            "AWS::Lambda::Permission",
+            {"Properties": {"FunctionName": {"Fn::GetAtt": [function_id, "Arn"]}}},
         )
+        assert len(permissions) == count
+        for permission in permissions.values():
+            assert permission["Properties"]["Principal"] == "apigateway.amazonaws.com"
+            source = render(permission["Properties"]["SourceArn"])
+            assert source.startswith(
+                "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:"
+                f"${{{_api_id(template)}}}/"
+            )
+
+
+def test_the_waiter_has_its_own_capped_concurrency_and_only_reads(template: Template) -> None:
+    _, waiter = function_by_handler(template, "turnstile.handlers.api.waiter")
+    _, api = function_by_handler(template, "turnstile.handlers.api.handler")
+    assert waiter["Properties"]["ReservedConcurrentExecutions"] == 50
+    assert api["Properties"]["ReservedConcurrentExecutions"] == 100
+    # A hung wait holds its instance no longer than the longest wait and its margin.
+    assert waiter["Properties"]["Timeout"] == 15
+    role = waiter["Properties"]["Role"]["Fn::GetAtt"][0]
+    actions = {
+        action
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        for action in (
+            [statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"]
+        )
+    }
+    dynamodb = {a for a in actions if a.startswith("dynamodb:")}
+    assert dynamodb == {"dynamodb:GetItem"}
 
 
 def test_default_stage_throttles_and_logs_access(template: Template) -> None:
@@ -240,9 +279,7 @@ def test_each_role_may_invoke_exactly_its_routes(template: Template) -> None:
 
 def _iam_matches(pattern: str, resource: str) -> bool:
     """IAM's ARN matching: '*' is any run of characters, '/' included; '?' is one."""
-    regex = "".join(
-        ".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern
-    )
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
     return re.fullmatch(regex, resource) is not None
 
 
@@ -298,6 +335,7 @@ def test_jwt_routes_require_their_roles_scopes(variant_template: Template) -> No
         ],
         "GET /events/{event_id}": reads,
         "GET /events/{event_id}/signups/{signup_id}": reads,
+        "GET /events/{event_id}/signups/{signup_id}/decision": reads,
         # Any valid token: the API's document and index, its own 404/405 for unknown paths.
         "GET /": None,
         "GET /openapi.json": None,
@@ -323,7 +361,9 @@ def _route_settings(template: Template) -> dict[str, object]:
 def test_signups_and_reads_are_throttled_apart(template: Template) -> None:
     signups = {"ThrottlingRateLimit": 500, "ThrottlingBurstLimit": 1000}
     reads = {"ThrottlingRateLimit": 1000, "ThrottlingBurstLimit": 2000}
+    waits = {"ThrottlingRateLimit": 50, "ThrottlingBurstLimit": 100}
     assert _route_settings(template) == {
+        "GET /events/{event_id}/signups/{signup_id}/decision": waits,
         "POST /events/{event_id}/signups": signups,
         # A producer's requests share its signups' limits.
         "POST /events/{event_id}/signups/{signup_id}/confirm": signups,
@@ -335,7 +375,7 @@ def test_signups_and_reads_are_throttled_apart(template: Template) -> None:
     } | {
         key: reads
         for key in SERVED
-        if ROUTE_ROLES.get(key) == CallerRole.READER and key not in ROUTE_KEYS
+        if ROUTE_ROLES.get(key) == CallerRole.READER and key not in ROUTE_KEYS | WAITING
     }
 
 
@@ -348,6 +388,10 @@ def test_route_throttling_follows_its_options(variant_template: Template) -> Non
     assert settings["GET /events/{event_id}/signups/{signup_id}"] == {
         "ThrottlingRateLimit": VARIANT_SETTINGS.read_rate_limit,
         "ThrottlingBurstLimit": VARIANT_SETTINGS.read_burst_limit,
+    }
+    assert settings["GET /events/{event_id}/signups/{signup_id}/decision"] == {
+        "ThrottlingRateLimit": VARIANT_SETTINGS.wait_rate_limit,
+        "ThrottlingBurstLimit": VARIANT_SETTINGS.wait_burst_limit,
     }
 
 

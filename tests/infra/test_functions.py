@@ -11,6 +11,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from tests.imports import ROOT, declared_names, import_closure, module_name, undeclared
+from turnstile.api import MAX_WAIT_S, WAIT_MARGIN_S
 from turnstile_cdk.functions import POWERTOOLS_VERSION
 
 from .conftest import VARIANT_SETTINGS, VARIANT_STACK, Synthesized, function_by_handler, render
@@ -18,6 +19,7 @@ from .conftest import VARIANT_SETTINGS, VARIANT_STACK, Synthesized, function_by_
 HANDLERS = (
     "turnstile.handlers.stream.handler",
     "turnstile.handlers.api.handler",
+    "turnstile.handlers.api.waiter",
     "turnstile.handlers.sweeper.handler",
     "turnstile.handlers.due_holds.handler",
 )
@@ -32,7 +34,9 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
     assert properties["TracingConfig"] == {"Mode": "Active"}
     # Responses of the API carry signups' attributes: never recorded in traces.
     api_only = (
-        {"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"} if handler.endswith("api.handler") else {}
+        {"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"}
+        if handler.endswith(("api.handler", "api.waiter"))
+        else {}
     )
     # The functions that log signups read the key of their references.
     (secret,) = template.find_resources("AWS::SecretsManager::Secret")
@@ -68,7 +72,10 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
 def test_timeouts_fit_their_callers(template: Template) -> None:
     _, api = function_by_handler(template, "turnstile.handlers.api.handler")
     _, sweeper = function_by_handler(template, "turnstile.handlers.sweeper.handler")
+    _, waiter = function_by_handler(template, "turnstile.handlers.api.waiter")
     assert api["Properties"]["Timeout"] < 30  # API Gateway's integration timeout
+    # The longest wait, the margin it stops before its deadline, within API Gateway's 30 s.
+    assert MAX_WAIT_S + WAIT_MARGIN_S <= waiter["Properties"]["Timeout"] < 30
     assert sweeper["Properties"]["Timeout"] < 5 * 60  # less than the sweep interval
 
 
@@ -229,6 +236,7 @@ def test_every_function_has_reserved_concurrency(template: Template) -> None:
     assert concurrency == {
         "turnstile.handlers.stream.handler": 10,
         "turnstile.handlers.api.handler": 100,
+        "turnstile.handlers.api.waiter": 50,
         "turnstile.handlers.sweeper.handler": 1,
         "turnstile.handlers.due_holds.handler": 1,
     }
@@ -239,6 +247,8 @@ def test_reserved_concurrency_can_be_changed_or_turned_off(variant_template: Tem
     _, sweeper = function_by_handler(variant_template, "turnstile.handlers.sweeper.handler")
     _, api = function_by_handler(variant_template, "turnstile.handlers.api.handler")
     _, due = function_by_handler(variant_template, "turnstile.handlers.due_holds.handler")
+    _, waiter = function_by_handler(variant_template, "turnstile.handlers.api.waiter")
+    assert waiter["Properties"]["ReservedConcurrentExecutions"] == 12
     assert "ReservedConcurrentExecutions" not in processor["Properties"]
     assert sweeper["Properties"]["ReservedConcurrentExecutions"] == 3
     assert api["Properties"]["ReservedConcurrentExecutions"] == 40

@@ -10,6 +10,7 @@ from turnstile_cdk.permissions import (
     DUE_HOLDS_GRANTS,
     PROCESSOR_GRANTS,
     SWEEPER_GRANTS,
+    WAITER_GRANTS,
     TableGrant,
 )
 
@@ -18,6 +19,7 @@ WRITES = {"PutItem", "UpdateItem", "DeleteItem", "BatchWriteItem"}
 GRANTS = {
     Function.PROCESSOR: PROCESSOR_GRANTS,
     Function.API: API_GRANTS,
+    Function.WAITER: WAITER_GRANTS,
     Function.SWEEPER: SWEEPER_GRANTS,
     Function.DUE_HOLDS: DUE_HOLDS_GRANTS,
 }

@@ -22,11 +22,13 @@ def test_defaults_are_production_defaults() -> None:
     assert settings.powertools_layer_version is None
     assert (settings.signup_rate_limit, settings.signup_burst_limit) == (500, 1000)
     assert (settings.read_rate_limit, settings.read_burst_limit) == (1000, 2000)
+    assert (settings.wait_rate_limit, settings.wait_burst_limit) == (50, 100)
     assert settings.intake_retention_days == 30
     assert settings.decision_retention_days == 365  # decisions expire a year on
     assert settings.processor_reserved_concurrency == 10
     assert settings.sweeper_reserved_concurrency == 1
     assert settings.api_reserved_concurrency == 100
+    assert settings.waiter_reserved_concurrency == 50
     assert settings.due_holds_reserved_concurrency == 1
     assert settings.retention_environment == {
         "TURNSTILE_INTAKE_RETENTION_DAYS": "30",
@@ -51,11 +53,14 @@ def test_cli_strings_are_parsed() -> None:
             ContextKey.SIGNUP_BURST_LIMIT: "6",
             ContextKey.READ_RATE_LIMIT: "7",
             ContextKey.READ_BURST_LIMIT: "8",
+            ContextKey.WAIT_RATE_LIMIT: "3",
+            ContextKey.WAIT_BURST_LIMIT: "4",
             ContextKey.INTAKE_RETENTION_DAYS: "14",
             ContextKey.DECISION_RETENTION_DAYS: "365",
             ContextKey.PROCESSOR_RESERVED_CONCURRENCY: "none",
             ContextKey.SWEEPER_RESERVED_CONCURRENCY: "0",
             ContextKey.API_RESERVED_CONCURRENCY: "25",
+            ContextKey.WAITER_RESERVED_CONCURRENCY: "none",
             ContextKey.DUE_HOLDS_RESERVED_CONCURRENCY: "none",
             ContextKey.API_CORS_ORIGINS: "https://app.example.com, http://localhost:3000",
         }
@@ -74,11 +79,14 @@ def test_cli_strings_are_parsed() -> None:
         signup_burst_limit=6,
         read_rate_limit=7,
         read_burst_limit=8,
+        wait_rate_limit=3,
+        wait_burst_limit=4,
         intake_retention_days=14,
         decision_retention_days=365,
         processor_reserved_concurrency=None,
         sweeper_reserved_concurrency=None,
         api_reserved_concurrency=25,
+        waiter_reserved_concurrency=None,
         due_holds_reserved_concurrency=None,
         api_cors_origins=("https://app.example.com", "http://localhost:3000"),
     )

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from tests.api.helpers import v2_event
 from tests.helpers import put_raw_intake
 from tests.roles import CheckedClient, roles_without, table_of
-from turnstile.api import create_app
+from turnstile.api import WAITING_ROUTES, create_app
 from turnstile.audit import audit
 from turnstile.contract import (
     STREAM_SOURCE,
@@ -61,6 +61,7 @@ from turnstile.sweeper import Sweeper
 from turnstile.transitions import iso_of_ms, ms_of
 
 API = Function.API
+WAITER = Function.WAITER
 PROCESSOR = Function.PROCESSOR
 SWEEPER = Function.SWEEPER
 DUE_HOLDS = Function.DUE_HOLDS
@@ -126,11 +127,15 @@ def woken_events(wakes: Any) -> list[str]:
 
 def test_the_api_role_runs_every_route(as_role, plain, stream, wakes):
     api_store, api_client = as_role(API)
+    waiter_store, waiter_client = as_role(WAITER)
     processor_store, processor_client = as_role(PROCESSOR)
     app = create_app(store=lambda: api_store)
+    # The waiting read runs as the waiter, a function (and role) of its own.
+    waiter = create_app(store=lambda: waiter_store, routes=WAITING_ROUTES)
 
     def call(method: str, path: str, body: Any = None, query: str = "") -> tuple[int, Any]:
-        response = app.resolve(v2_event(method, path, body, query=query), LocalLambdaContext())
+        served = waiter if path.endswith("/decision") else app
+        response = served.resolve(v2_event(method, path, body, query=query), LocalLambdaContext())
         return response["statusCode"], json.loads(response["body"])
 
     assert call("POST", "/events", {"event_id": "gala", "capacity": 2})[0] == 201
@@ -142,13 +147,15 @@ def test_the_api_role_runs_every_route(as_role, plain, stream, wakes):
     assert call("POST", "/events/gala/signups", {"signup_id": "ada", "seats": 1})[0] == 202
     assert call("POST", "/events/gala/signups", {"signup_id": "ada", "seats": 2})[0] == 409
     assert call("GET", "/events/gala/signups/ada")[1]["status"] == "PENDING"
-    assert call("GET", "/events/gala/signups/ada", query="wait=0.2")[1]["status"] == "PENDING"
+    waited = call("GET", "/events/gala/signups/ada/decision", query="wait=0.2")
+    assert waited[1]["status"] == "PENDING"
     pending = call("GET", "/events/gala/signups", query="status=PENDING&limit=1")[1]
     assert [s["signup_id"] for s in pending["signups"]] == ["ada"]
     rest = call("GET", "/events/gala/signups", query=f"status=PENDING&next={pending['next']}")
     assert [s["signup_id"] for s in rest[1]["signups"]] == ["bob"]
     assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
     assert call("GET", "/events/gala/signups/bob")[1]["status"] == "ACCEPTED"
+    assert call("GET", "/events/gala/signups/bob/decision")[1]["status"] == "ACCEPTED"
     # A confirm or cancel: recorded on intake (202), or refused with the status (409)
     assert call("POST", "/events/gala/signups/bob/cancel")[0] == 202
     status, body = call("POST", "/events/gala/signups/bob/confirm")
@@ -167,6 +174,12 @@ def test_the_api_role_runs_every_route(as_role, plain, stream, wakes):
     assert (status, body["state"], body["taken"]) == (200, "CLOSED", 2)
     assert call("GET", "/events/nope")[0] == 404
     assert api_client.denied == [] and processor_client.denied == []
+    # The waiter read an intake record and decisions: point reads, nothing else.
+    assert waiter_client.denied == []
+    assert {(r.action, table_of(r)) for r in waiter_client.allowed} == {
+        ("dynamodb:GetItem", "turnstile-intake"),
+        ("dynamodb:GetItem", "turnstile-main"),
+    }
     # It wrote event items only through the attribute-restricted UpdateItem.
     control_writes = {r.action for r in api_client.allowed if table_of(r) == "turnstile-control"}
     assert control_writes == {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:Scan"}
@@ -598,6 +611,25 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "due-holds-writes-decision": (
         DUE_HOLDS,
         lambda c: c.put_item(TableName=MAIN_TABLE, Item=DECISION),
+    ),
+    # The waiter: point reads of a signup, its decision and its event; nothing else.
+    "waiter-submits": (WAITER, lambda c: c.put_item(TableName=INTAKE_TABLE, Item=INTAKE_KEY)),
+    "waiter-requests": (WAITER, _update(INTAKE_TABLE, INTAKE_KEY, "SET #request = :v")),
+    "waiter-writes-decision": (WAITER, lambda c: c.put_item(TableName=MAIN_TABLE, Item=DECISION)),
+    "waiter-edits-event": (WAITER, _update(CONTROL, EVENT_KEY, "SET #capacity = :v")),
+    "waiter-wakes": (WAITER, lambda c: SignupStore(c).wake("gig", WakeReason.RETRY)),
+    "waiter-lists-decisions": (
+        WAITER,
+        lambda c: c.query(
+            TableName=MAIN_TABLE,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": "event_id"},
+            ExpressionAttributeValues={":pk": {"S": "gig"}},
+        ),
+    ),
+    "waiter-reads-the-sweeper-lease": (
+        WAITER,
+        lambda c: c.get_item(TableName=CONTROL, Key=LEASE_KEY),
     ),
     # The processor: never intake, never the sweeper's lease, never a wake-up (it is
     # woken, it wakes nothing).

@@ -15,11 +15,20 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-from turnstile.api import SERVICE, create_app
+from turnstile.api import SERVICE, WAITING_ROUTES, create_app
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 from turnstile.store import SignupStore
 
-__all__ = ["app", "get_store", "handler", "new_instance", "publish_metrics"]
+__all__ = [
+    "app",
+    "get_store",
+    "handler",
+    "new_instance",
+    "new_waiter_instance",
+    "publish_metrics",
+    "waiter",
+    "waiter_app",
+]
 
 logger = Logger(service=SERVICE)
 tracer = Tracer(service=SERVICE)
@@ -77,6 +86,11 @@ def _entry(resolver: Any) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
 
 handler = _entry(app)
 
+#: The waiter function's: the waiting reads only (``turnstile.api.WAITING_ROUTES``). Its
+#: own function, so a wait holds an instance of the waiter, never one the API needs.
+waiter_app = create_app(store=get_store, metrics=metrics, routes=WAITING_ROUTES)
+waiter = _entry(waiter_app)
+
 
 def new_instance(
     store: Callable[[], SignupStore] = get_store,
@@ -88,3 +102,10 @@ def new_instance(
     module's logger and metrics (so, locally, one request's counts may be published with
     another's)."""
     return _entry(create_app(store=store, metrics=metrics))
+
+
+def new_waiter_instance(
+    store: Callable[[], SignupStore] = get_store,
+) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+    """``new_instance`` for the waiter function: another instance serving waiting reads."""
+    return _entry(create_app(store=store, metrics=metrics, routes=WAITING_ROUTES))

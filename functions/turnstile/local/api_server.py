@@ -27,11 +27,12 @@ from turnstile.api import (
     LOCAL_OPERATOR,
     MAX_BODY_BYTES,
     ROUTES,
+    waits,
 )
 from turnstile.local.context import API_ACCOUNT_ID, LocalLambdaContext
 from turnstile.local.server import BackgroundServer, ListenError
 
-__all__ = ["MAX_DRAIN_BYTES", "ApiServer"]
+__all__ = ["DEFAULT_MAX_WAITERS", "MAX_DRAIN_BYTES", "ApiServer"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,11 @@ AppHandler = Callable[[dict[str, Any], Any], Any]
 
 #: At most this many invocations at once, when the server may start instances.
 DEFAULT_MAX_INSTANCES = 8
+#: At most this many waiting reads held at once (the waiter function's reserved
+#: concurrency; deployed, ``turnstile:waiterReservedConcurrency``): one more is throttled.
+DEFAULT_MAX_WAITERS = 16
+#: What API Gateway answers when Lambda throttles the function behind a route.
+_THROTTLED = {"message": "Internal Server Error"}
 #: What a preflight may ask for: the API's methods.
 _CORS_METHODS = ", ".join(sorted({route.method for route in ROUTES}))
 
@@ -106,7 +112,9 @@ class _Instances:
         self._count = len(self._idle)
         self._free = threading.Condition()
 
-    def acquire(self) -> AppHandler:
+    def acquire(self, block: bool = True) -> AppHandler | None:
+        """An instance; when all are busy, the first to be free (``block``), else None: a
+        throttled invocation."""
         with self._free:
             while True:
                 if self._idle:
@@ -114,6 +122,8 @@ class _Instances:
                 if self._new is not None and self._count < self._most:
                     self._count += 1
                     break
+                if not block:
+                    return None
                 self._free.wait()
         try:
             return self._new()  # type: ignore[misc]
@@ -155,9 +165,13 @@ class ApiServer(BackgroundServer):
     A handler serves one request at a time, as a Lambda instance does: Powertools'
     resolver keeps the current request on itself, so two at once would mix them up. With
     ``new_instance`` (a factory of such handlers) requests run side by side, each on an
-    instance of its own, up to ``max_instances``; a long ``?wait=`` then holds one
-    instance, not the whole API. ``cors_origins``: origins whose browsers may call the API
-    (``*`` any), as the stack's ``turnstile:apiCorsOrigins``; none by default.
+    instance of its own, up to ``max_instances`` (a request finding them all busy waits for
+    one). With ``new_waiter`` the waiting reads (``turnstile.api.waits``) have instances of
+    their own, as the stack's waiter function has: up to ``max_waiters``, and a wait finding
+    them all busy is throttled at once (500, as API Gateway answers when Lambda throttles),
+    never queued behind the others nor given an API instance. ``cors_origins``: origins
+    whose browsers may call the API (``*`` any), as the stack's ``turnstile:apiCorsOrigins``;
+    none by default.
     """
 
     def __init__(
@@ -170,10 +184,13 @@ class ApiServer(BackgroundServer):
         new_instance: Callable[[], AppHandler] | None = None,
         max_instances: int = DEFAULT_MAX_INSTANCES,
         cors_origins: Sequence[str] = (),
+        new_waiter: Callable[[], AppHandler] | None = None,
+        max_waiters: int = DEFAULT_MAX_WAITERS,
     ) -> None:
         self._health = health
         self._serves = app_handler is not None or new_instance is not None
         self._instances = _Instances(app_handler, new_instance, max_instances)
+        self._waiters = _Instances(None, new_waiter, max_waiters) if new_waiter else None
         self._max_body_bytes = max_body_bytes
         self._cors_origins = tuple(cors_origins)
         outer = self
@@ -320,12 +337,19 @@ class ApiServer(BackgroundServer):
             self._send_error(handler, exc.status, exc.code, exc.message, exc.close)
             return
         event = self.to_event(handler, body)
+        pool = self._instances
+        if self._waiters is not None and waits(handler.command, event["rawPath"]):
+            pool = self._waiters
         try:
-            instance = self._instances.acquire()
+            instance = pool.acquire(block=pool is self._instances)
+            if instance is None:
+                _log_request(handler, 500, started, "throttled")
+                self._send(handler, 500, _THROTTLED)
+                return
             try:
                 result = instance(event, LocalLambdaContext.api())
             finally:
-                self._instances.release(instance)
+                pool.release(instance)
         except Exception:
             # What API Gateway answers when the function itself fails.
             log.exception("API handler failed")

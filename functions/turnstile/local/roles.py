@@ -21,7 +21,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from turnstile.contract import ALL_TABLES, FAILURE_QUEUE_NAME, Function
+from turnstile.contract import ALL_TABLES, FAILURE_QUEUE_NAME, FUNCTION_HANDLERS
 from turnstile.local.iam import Authorizer, Policy
 
 __all__ = [
@@ -54,10 +54,7 @@ def access_key(role: str) -> str:
     return _KEY_PREFIX + re.sub(r"[^A-Z0-9]", "", role.upper())
 
 
-_ROLE_KEYS = {
-    access_key(role): role
-    for role in (Function.PROCESSOR, Function.API, Function.SWEEPER, Function.DUE_HOLDS)
-}
+_ROLE_KEYS = {access_key(role): role for role in FUNCTION_HANDLERS}
 
 
 def role_of_key(key: str) -> str | None:

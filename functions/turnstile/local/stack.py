@@ -209,6 +209,7 @@ def on_local_endpoint() -> bool:
 #: How long a stop waits for the worker's batch in flight: a Ctrl-C ends in seconds.
 WORKER_STOP_WAIT_S = 8.0
 
+
 class Worker:
     """The stream worker: two ``StreamPoller``s (the event source mappings: the intake
     stream, and the control table's wake-ups) feeding the real stream handler, all as the
@@ -409,6 +410,16 @@ class LocalStack:
     def _api_store(self) -> Any:
         return self.api_store
 
+    @functools.cached_property
+    def waiter_store(self) -> Any:
+        """The waiting reads' store, signing as the waiter's role (a function of its own)."""
+        from turnstile.store import SignupStore
+
+        return SignupStore(role_client(Function.WAITER))
+
+    def _waiter_store(self) -> Any:
+        return self.waiter_store
+
     def health(self) -> dict[str, bool]:
         checks = {"tables": self._ready.is_set()}
         if self.with_worker:
@@ -443,7 +454,14 @@ class LocalStack:
         os.environ["TURNSTILE_FAILURE_QUEUE_URL"] = resources["failure_queue_url"]
         self._ready.set()
         new_instance = _api_instances(self._api_store)
-        extra = {"new_instance": new_instance} if new_instance else {}
+        extra = (
+            {
+                "new_instance": new_instance,
+                "new_waiter": _api_instances(self._waiter_store, waiter=True),
+            }
+            if new_instance
+            else {}
+        )
         self.api = ApiServer(
             self.host, self.api_port, self.health, cors_origins=self.cors_origins, **extra
         )
@@ -585,14 +603,15 @@ def count_tables(budget_s: float, session: boto3.Session | None = None) -> Table
     return TableCounts(events=events, decided=len(decided), pending=len(intake - decided))
 
 
-def _api_instances(store: Callable[[], Any]) -> Any:
+def _api_instances(store: Callable[[], Any], waiter: bool = False) -> Any:
     """A factory of the HTTP API's Lambda handler (one per concurrent request, as Lambda
-    instances) on ``store``, served over real HTTP by ``ApiServer``."""
+    instances) on ``store``, served over real HTTP by ``ApiServer``; with ``waiter``, of
+    the waiter function's (the waiting reads)."""
     try:
-        from turnstile.handlers.api import new_instance
+        from turnstile.handlers.api import new_instance, new_waiter_instance
     except ImportError:  # the API is optional for the stream worker
         return None
-    return functools.partial(new_instance, store=store)
+    return functools.partial(new_waiter_instance if waiter else new_instance, store=store)
 
 
 def local_log_key(state_dir: Path | None) -> str:
