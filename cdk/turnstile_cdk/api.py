@@ -363,6 +363,7 @@ class ApiConstruct(Construct):
             "AccessLogs",
             retention=logs.RetentionDays.THREE_MONTHS,
             removal_policy=RemovalPolicy.DESTROY,
+            encryption_key=props.data_key,
         )
         log_format = access_log_format(jwt=auth.uses_jwt)
         self.stage = apigwv2.HttpStage(

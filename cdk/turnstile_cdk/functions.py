@@ -9,6 +9,7 @@ from pathlib import Path
 from aws_cdk import Acknowledgment, Aws, Duration, RemovalPolicy, Validations
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_secretsmanager as secretsmanager
@@ -18,7 +19,18 @@ from constructs import Construct
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 from turnstile.personal_data import LOG_KEY_SECRET_ENV
 
+from .encryption import grant_data_key
 from .permissions import CONTROL, INTAKE, MAIN, TableGrant
+
+#: The table actions that write: a function granted any of them encrypts with the tables' key.
+TABLE_WRITES = frozenset(
+    {
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:BatchWriteItem",
+    }
+)
 
 __all__ = [
     "FUNCTIONS_DIR",
@@ -142,6 +154,9 @@ class FunctionConstructProps:
     #: The secret keying the logs' signup references (``personal_data.signup_ref``), read
     #: by the functions that log them. Default: none (each process keys its own).
     log_key: secretsmanager.ISecret | None = None
+    #: The customer managed key of the tables and log groups (``turnstile:encryptionKey``).
+    #: Default: none (AWS managed keys).
+    data_key: kms.IKey | None = None
 
     @property
     def tables(self) -> dict[str, dynamodb.ITable]:
@@ -193,6 +208,7 @@ class FunctionConstruct(Construct):
             retention=props.log_retention,
             # Logs expire anyway; keeping them after the stack is gone only costs money.
             removal_policy=RemovalPolicy.DESTROY,
+            encryption_key=props.data_key,
         )
         self.role = iam.Role(
             self,
@@ -259,6 +275,14 @@ class FunctionConstruct(Construct):
         one as the table's own grant, a conditioned one or one on an index as a statement of
         its own."""
         tables = self.props.tables
+        grants = tuple(grants)
+        # The tables' key, if customer managed: to decrypt what the function reads, and to
+        # encrypt what it writes.
+        grant_data_key(
+            self.props.data_key,
+            self.function,
+            writes=any(set(grant.actions) & TABLE_WRITES for grant in grants),
+        )
         for grant in grants:
             table = tables[grant.table]
             if not grant.conditions and not grant.index:

@@ -19,9 +19,11 @@ from collections.abc import Mapping, Sequence
 
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 __all__ = [
+    "DATA_KEY_ACTIONS",
     "INTAKE_ACTIONS",
     "MAIN_ACTIONS",
     "ConfinedProducerPolicy",
@@ -41,6 +43,8 @@ INTAKE_ACTIONS = (
     "dynamodb:Query",
     "dynamodb:ConditionCheckItem",
 )
+#: What it needs of the tables' customer managed key (``turnstile:encryptionKey``), if any.
+DATA_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey")
 #: What it reads of the decisions of its events.
 MAIN_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query")
 #: An event id pattern: an id's characters, ``*`` and ``?`` (IAM's wildcards).
@@ -90,14 +94,24 @@ class ConfinedProducerPolicy(Construct):
         intake: dynamodb.ITable,
         main: dynamodb.ITable,
         event_ids: Sequence[str],
+        data_key: kms.IKey | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
+        statements = confined_statements(intake, main, event_ids)
+        if data_key is not None:
+            # The tables' customer managed key: to write its signups and read decisions.
+            statements.append(
+                iam.PolicyStatement(
+                    actions=list(DATA_KEY_ACTIONS),
+                    resources=[data_key.key_arn],
+                )
+            )
         self.policy = iam.ManagedPolicy(
             self,
             "Policy",
             description=f"turnstile direct producer {name}: intake and decisions of the "
             f"events {', '.join(event_ids)} only",
-            statements=confined_statements(intake, main, event_ids),
+            statements=statements,
         )
 
 
@@ -106,6 +120,7 @@ def confined_producers(
     producers: Mapping[str, Sequence[str]],
     intake: dynamodb.ITable,
     main: dynamodb.ITable,
+    data_key: kms.IKey | None = None,
 ) -> dict[str, ConfinedProducerPolicy]:
     """One ``ConfinedProducerPolicy`` per producer of ``producers`` (name: patterns)."""
     return {
@@ -116,6 +131,7 @@ def confined_producers(
             intake=intake,
             main=main,
             event_ids=patterns,
+            data_key=data_key,
         )
         for name, patterns in producers.items()
     }

@@ -8,7 +8,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["DECISION_RETENTION_ENV", "INTAKE_RETENTION_ENV", "ContextKey", "TurnstileSettings"]
+__all__ = [
+    "CREATE_KEY",
+    "DECISION_RETENTION_ENV",
+    "INTAKE_RETENTION_ENV",
+    "ContextKey",
+    "TurnstileSettings",
+]
+
+#: ``turnstile:encryptionKey``'s value asking the stack to create its own key.
+CREATE_KEY = "create"
+_KMS_KEY_ARN = re.compile(r"^arn:aws[a-z-]*:kms:[a-z0-9-]+:\d{12}:key/[A-Za-z0-9-]+$")
 
 #: The functions' environment variables carrying the retention options (days).
 INTAKE_RETENTION_ENV = "TURNSTILE_INTAKE_RETENTION_DAYS"
@@ -62,6 +72,10 @@ class ContextKey:
     #: The most events one organizer (an API caller who is no admin) may create; 0 or
     #: "none": no cap.
     MAX_EVENTS_PER_ORGANIZER = "turnstile:maxEventsPerOrganizer"
+    #: The key the tables, the functions' log groups, the API's access logs and the log
+    #: key's secret are encrypted with: unset (AWS owned/managed keys), "create" (a
+    #: customer managed key the stack creates), or the ARN of a key of your own.
+    ENCRYPTION_KEY = "turnstile:encryptionKey"
 
 
 #: An event id pattern of a confined producer: an id's characters, and IAM's ``*`` and ``?``.
@@ -124,6 +138,10 @@ class TurnstileSettings:
     confined_producers: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: One organizer's events, at most (created through the API; admins are not counted).
     max_events_per_organizer: int | None = 1000
+    #: None: AWS managed keys; CREATE_KEY: a customer managed key of the stack's own; else
+    #: the ARN of an existing customer managed key (its policy must let CloudWatch Logs use
+    #: it: docs/deploy.md).
+    encryption_key: str | None = None
 
     def __post_init__(self) -> None:
         if bool(self.jwt_issuer) != bool(self.jwt_audience):
@@ -169,6 +187,13 @@ class TurnstileSettings:
         ):
             if value is not None and value < 1:
                 raise ValueError(f'{key} must be a positive integer, or 0 / "none" for no limit')
+        if self.encryption_key not in (None, CREATE_KEY) and not _KMS_KEY_ARN.match(
+            str(self.encryption_key)
+        ):
+            raise ValueError(
+                f'{ContextKey.ENCRYPTION_KEY} must be "{CREATE_KEY}" or a KMS key ARN '
+                f"(arn:aws:kms:<region>:<account>:key/<id>), not {self.encryption_key!r}"
+            )
         if self.powertools_layer_version is not None and self.powertools_layer_version < 1:
             raise ValueError(f"{ContextKey.POWERTOOLS_LAYER_VERSION} must be a positive integer")
         for principal in self.admin_principals:
@@ -230,6 +255,7 @@ class TurnstileSettings:
             api_rate_limit=number(ContextKey.API_RATE_LIMIT, default.api_rate_limit),
             api_burst_limit=number(ContextKey.API_BURST_LIMIT, default.api_burst_limit),
             alarm_email=_text(get(ContextKey.ALARM_EMAIL)),
+            encryption_key=_text(get(ContextKey.ENCRYPTION_KEY)),
             signup_rate_limit=number(ContextKey.SIGNUP_RATE_LIMIT, default.signup_rate_limit),
             signup_burst_limit=number(ContextKey.SIGNUP_BURST_LIMIT, default.signup_burst_limit),
             read_rate_limit=number(ContextKey.READ_RATE_LIMIT, default.read_rate_limit),

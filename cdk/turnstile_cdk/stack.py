@@ -13,6 +13,7 @@ from turnstile.stack_outputs import OutputKey
 
 from .api import ApiAuth, ApiConstruct, ApiThrottling
 from .due_holds import DueHoldsConstruct
+from .encryption import data_key
 from .functions import FunctionCommons, FunctionConstructProps
 from .monitoring import MonitoringConstruct
 from .producers import confined_producers
@@ -43,11 +44,16 @@ class TurnstileStack(Stack):
             "turnstile: decides who gets a limited resource, exactly once, in arrival order"
         )
 
+        # turnstile:encryptionKey: none (AWS managed keys), the stack's own, or the operator's.
+        self.data_key = data_key(
+            Construct(self, "Encryption"), settings.encryption_key, retain=settings.retain_tables
+        )
         self.tables = TablesConstruct(
             self,
             "Tables",
             retain=settings.retain_tables,
             expire_decisions=settings.decision_retention_days is not None,
+            encryption_key=self.data_key,
         )
         # The key of the logs' signup references: without it a log line's reference cannot
         # be checked against a guessed e-mail address (personal_data.signup_ref).
@@ -58,6 +64,7 @@ class TurnstileStack(Stack):
             generate_secret_string=secretsmanager.SecretStringGenerator(
                 password_length=64, exclude_punctuation=True
             ),
+            encryption_key=self.data_key,
             removal_policy=RemovalPolicy.DESTROY,
         )
         Validations.of(self.log_key).acknowledge(
@@ -80,6 +87,7 @@ class TurnstileStack(Stack):
             main=self.tables.main,
             control=self.tables.control,
             log_key=self.log_key,
+            data_key=self.data_key,
         )
         self.processor = StreamProcessorConstruct(
             self,
@@ -190,7 +198,16 @@ class TurnstileStack(Stack):
             dict(settings.confined_producers),
             intake=self.tables.intake,
             main=self.tables.main,
+            data_key=self.data_key,
         )
+        if self.data_key is not None:
+            CfnOutput(
+                self,
+                "DataKeyArn",
+                value=self.data_key.key_arn,
+                description="The customer managed key of the tables and log groups: a direct "
+                "producer needs kms:Encrypt, kms:Decrypt and kms:GenerateDataKey* on it.",
+            )
         for name, producer in self.producers.items():
             CfnOutput(
                 self,

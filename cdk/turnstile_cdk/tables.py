@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, TableSpec
@@ -13,8 +14,11 @@ from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, Ta
 __all__ = ["TablesConstruct", "table_from_spec"]
 
 
-def table_from_spec(scope: Construct, spec: TableSpec, *, retain: bool) -> dynamodb.Table:
-    """One on-demand table with point-in-time recovery, keyed and streamed as ``spec`` says."""
+def table_from_spec(
+    scope: Construct, spec: TableSpec, *, retain: bool, encryption_key: kms.IKey | None = None
+) -> dynamodb.Table:
+    """One on-demand table with point-in-time recovery, keyed and streamed as ``spec`` says;
+    encrypted with ``encryption_key`` when given (``turnstile:encryptionKey``)."""
     stream = dynamodb.StreamViewType(spec.stream_view_type) if spec.stream_view_type else None
     table = dynamodb.Table(
         scope,
@@ -30,8 +34,14 @@ def table_from_spec(scope: Construct, spec: TableSpec, *, retain: bool) -> dynam
         point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
             point_in_time_recovery_enabled=True
         ),
-        # AWS managed key: key use shows in CloudTrail, no key to administer or pay for.
-        encryption=dynamodb.TableEncryption.AWS_MANAGED,
+        # AWS managed key by default: key use shows in CloudTrail, no key to administer or
+        # pay for; a customer managed key when the operator asks for one.
+        encryption=(
+            dynamodb.TableEncryption.CUSTOMER_MANAGED
+            if encryption_key is not None
+            else dynamodb.TableEncryption.AWS_MANAGED
+        ),
+        encryption_key=encryption_key,
         # The tables are the system of record (decisions are final): both guards follow the
         # one stack setting, so a test stack can still be torn down completely.
         deletion_protection=retain,
@@ -67,13 +77,16 @@ class TablesConstruct(Construct):
         *,
         retain: bool = True,
         expire_decisions: bool = False,
+        encryption_key: kms.IKey | None = None,
     ) -> None:
         """``expire_decisions``: decisions carry ``expires_at`` (turnstile:decisionRetentionDays)
-        and the main table deletes them by TTL; otherwise they are kept."""
+        and the main table deletes them by TTL; otherwise they are kept. ``encryption_key``:
+        the customer managed key of all three (none: AWS managed)."""
         super().__init__(scope, construct_id)
-        self.intake = table_from_spec(self, INTAKE_TABLE, retain=retain)
+        key = {"retain": retain, "encryption_key": encryption_key}
+        self.intake = table_from_spec(self, INTAKE_TABLE, **key)  # type: ignore[arg-type]
         main_spec = MAIN_TABLE
         if expire_decisions:
             main_spec = replace(MAIN_TABLE, ttl_attribute=Attr.EXPIRES_AT)
-        self.main = table_from_spec(self, main_spec, retain=retain)
-        self.control = table_from_spec(self, CONTROL_TABLE, retain=retain)
+        self.main = table_from_spec(self, main_spec, **key)  # type: ignore[arg-type]
+        self.control = table_from_spec(self, CONTROL_TABLE, **key)  # type: ignore[arg-type]

@@ -65,6 +65,7 @@ VARIANT_SETTINGS = TurnstileSettings(
     admin_principals=("arn:aws:iam::123456789012:role/ops-*",),
     confined_producers=(("shop-a", ("shop-a-*", "gala")), ("shop-b", ("shop-b-*",))),
     max_events_per_organizer=None,
+    encryption_key="create",  # a customer managed key of the stack's own
 )
 
 
