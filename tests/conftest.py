@@ -25,6 +25,7 @@ os.environ.pop("TURNSTILE_MAIN_TABLE", None)
 os.environ.pop("TURNSTILE_CONTROL_TABLE", None)
 
 import math
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -36,6 +37,13 @@ from tests.roles import functions_under_roles
 from turnstile.contract import ALL_TABLES, INTAKE_TABLE
 from turnstile.local.poller import to_lambda_record
 from turnstile.stream_reader import list_shards, read_page, shard_iterator
+
+# The processes the tests start (`turnstile local`, workers) get Ctrl-C as from a user's
+# terminal. A suite run as a background job of a non-interactive shell (`make test &` in a
+# script) inherits SIGINT ignored, and so would every child: `turnstile local` then rightly
+# ignores Ctrl-C, as it does in such a job, and the tests that press it wait in vain.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class StreamReader:
