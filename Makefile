@@ -11,7 +11,7 @@ PIP_INSTALL := $(PY) -m pip install --quiet -c requirements.txt
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_ACCOUNT_ID_ENDPOINT_MODE := disabled
 
-.PHONY: setup setup-local run test lint synth roles drills bench mutants clean
+.PHONY: setup setup-local run test check lint synth roles drills bench mutants clean
 
 setup: $(DEV_STAMP)
 
@@ -42,9 +42,15 @@ RUN_OPTIONS = $(strip $(call from_command_line,PORT,--port) $(call from_command_
 run: setup-local
 	$(VENV)/bin/turnstile local$(if $(RUN_OPTIONS), $(RUN_OPTIONS))
 
+# The whole suite, on every core (pytest-xdist; worksteal evens out the long tests).
 test: setup node_modules/.installed
 	$(VENV)/bin/ruff check functions benchmark cdk tests
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist worksteal
+
+# The inner loop: lint, the pure tests and the store contract (about a minute).
+check: setup
+	$(VENV)/bin/ruff check functions benchmark cdk tests
+	$(PY) -m pytest -n auto --dist worksteal tests/unit tests/contract
 
 # `make bench`: the quick preset (6 events) and the hot one (one event, 32 producers, far
 # fewer seats than asked), drawn in one figure, then the lifecycle preset (holds, confirms,
