@@ -17,11 +17,22 @@ for path in (ROOT / "cdk", ROOT / "functions"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+#: What the app needs beyond the runtime package: the `dev` extra (`make setup`).
+_CDK_MODULES = frozenset({"aws_cdk", "constructs", "jsii", "cdk_nag", "typeguard"})
+
 # Node 20 is past jsii's support window; the warning is noise on every synth (set before
 # aws_cdk starts its node process).
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from turnstile_cdk.application import cdk_json_context, create_app  # noqa: E402
+try:
+    from turnstile_cdk.application import cdk_json_context, create_app
+except ModuleNotFoundError as missing:  # `make run` installs the local stack, not the CDK
+    if missing.name and missing.name.split(".")[0] in _CDK_MODULES:
+        sys.exit(
+            f"turnstile: the CDK libraries are not installed ({missing.name} is missing): "
+            "run `make setup` (or `make synth`, which installs them and synthesizes)"
+        )
+    raise
 
 
 def main() -> None:

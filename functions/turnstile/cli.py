@@ -30,7 +30,7 @@ from botocore.exceptions import (
     NoRegionError,
 )
 
-from turnstile.client import ApiError, NotTurnstileApiError
+from turnstile.client import ApiError, ApiUnreachableError, NotTurnstileApiError
 from turnstile.clock import utc_now
 from turnstile.contract import Attr, Status
 from turnstile.errors import TurnstileError
@@ -868,7 +868,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.stack:
             _apply_stack(args.stack)
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`turnstile status ... | head -1`): nothing more to say to it.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("turnstile: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -901,6 +908,8 @@ def error_line(exc: Exception, args: argparse.Namespace) -> str | None:
             f"with {exc.content_type or 'no Content-Type'}, not the API's JSON "
             "(check --api-url or TURNSTILE_API_URL)"
         )
+    if isinstance(exc, ApiUnreachableError):
+        return f"cannot reach the turnstile API at {api_url or exc.url}: {exc.reason}"
     if isinstance(exc, ApiError):
         return f"API error {exc}"
     if api_url and isinstance(exc, HTTPException):  # not even HTTP came back
@@ -944,8 +953,9 @@ def _listen_error_line(exc: Any) -> str:
     option, env_var, _ = PORT_SETTINGS[exc.server]
     what = exc.NAMES[exc.server]
     if exc.in_use:
+        holder = "another turnstile local" if exc.by_turnstile else "another program"
         return (
-            f"port {exc.port} ({what}) is in use by another program: stop it, or choose "
+            f"port {exc.port} ({what}) is in use by {holder}: stop it, or choose "
             f"another port with {option} (or {env_var})"
         )
     return (
@@ -974,6 +984,8 @@ def _aws_error_line(exc: ClientError) -> str:
                 "use --stack NAME"
             )
         return f"AWS error {code} in {exc.operation_name} (region {_aws_region()}): {message}"
+    if code == "ServiceNotServedLocally":  # turnstile.local.server.UNSERVED_CODE
+        return f"{os.environ.get('AWS_ENDPOINT_URL') or 'the AWS endpoint'}: {message}"
     if str(code).isdigit():  # a bare HTTP status: what answered does not speak AWS
         endpoint = os.environ.get("AWS_ENDPOINT_URL") or "the AWS endpoint"
         said = f" ({message})" if message and len(message) <= 120 and "<" not in message else ""

@@ -10,6 +10,7 @@ required) signs requests with SigV4 when the API is IAM-authorized on AWS.
 
 from __future__ import annotations
 
+import http.client
 import json
 import random
 import re
@@ -29,6 +30,7 @@ from turnstile.contract import Status
 __all__ = [
     "FINAL_STATUSES",
     "ApiError",
+    "ApiUnreachableError",
     "NotTurnstileApiError",
     "TurnstileClient",
     "WaitTimeoutError",
@@ -103,6 +105,22 @@ class NotTurnstileApiError(ApiError):
         self.content_type = content_type
 
 
+class ApiUnreachableError(ApiError):
+    """No HTTP answer came back: nothing listens at the URL, the connection was refused,
+    reset or timed out, or the name does not resolve. ``status`` is 0 (no HTTP status),
+    ``code`` ``unreachable``, ``url`` the request's URL and ``reason`` what the network said.
+    Transient: a restarting server may answer the next request."""
+
+    def __init__(self, url: str, reason: object) -> None:
+        super().__init__(0, "unreachable", f"cannot reach {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+    @property
+    def transient(self) -> bool:
+        return True
+
+
 class WaitTimeoutError(TimeoutError):
     """``wait`` reached its deadline while the signup was still undecided."""
 
@@ -134,7 +152,9 @@ class TurnstileClient:
     ``sign``: True signs every request with SigV4 (service ``execute-api``) using the
     credentials of ``session`` (a boto3 Session, default one built on demand); None signs
     only when ``api_url`` is an execute-api host; False never signs.
-    Every method returns the API's JSON document as a dict, or raises ``ApiError``.
+    Every method returns the API's JSON document as a dict, or raises ``ApiError``
+    (``ApiUnreachableError`` when no HTTP answer came back, ``NotTurnstileApiError`` when
+    what answered is not the API).
     """
 
     def __init__(
@@ -258,12 +278,13 @@ class TurnstileClient:
         Without, any decision will do (any status but PENDING).
 
         Each request asks the API to wait (``.../decision?wait=``, up to 10 s and never
-        past the deadline), so a signup decided within 10 s costs one request. Between requests
-        that fail transiently (429, 5xx, connection errors) it pauses with exponential
-        backoff and full jitter (uniform in [0, delay], delay doubling up to
+        past the deadline), so a signup decided within 10 s costs one request. Between
+        requests that fail transiently (429, 5xx, connection errors) it pauses with
+        exponential backoff and full jitter (uniform in [0, delay], delay doubling up to
         ``max_delay_s``) and honours Retry-After. Raises ``WaitTimeoutError`` once
-        ``timeout_s`` has passed with no decision, and ``ApiError`` at once for a
-        permanent error such as 404.
+        ``timeout_s`` has passed with no decision, ``ApiUnreachableError`` instead when its
+        last request got no answer at all (nothing listening: not a slow decision), and
+        ``ApiError`` at once for a permanent error such as 404.
         """
         deadline = self._clock() + timeout_s
         delay = initial_delay_s
@@ -277,15 +298,15 @@ class TurnstileClient:
                 last = self.get(event_id, signup_id, wait_s)
                 if _reached(last.get("status"), statuses):
                     return last
-            except ApiError as exc:
+            except ApiError as exc:  # unreachable too: the server may be restarting
                 if not exc.transient:
                     raise
                 last = exc
                 pause_at_least = exc.retry_after or 0.0
-            except OSError as exc:  # refused, reset, timed out: the server may be restarting
-                last = exc
             remaining = deadline - self._clock()
             if remaining <= 0:
+                if isinstance(last, ApiUnreachableError):
+                    raise last  # not a signup that took too long: an API never reached
                 raise WaitTimeoutError(event_id, signup_id, timeout_s, last)
             waited = wait_s is not None and self._clock() - asked_at >= 0.9 * wait_s
             if isinstance(last, dict) and waited:
@@ -319,6 +340,11 @@ class TurnstileClient:
                     raise _not_turnstile(url, response.status, response.headers, raw) from None
         except urllib.error.HTTPError as exc:
             raise _api_error(url, exc) from None
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+            # No HTTP answer at all (an HTTPError above is one): refused, reset, timed out.
+            reason = getattr(exc, "reason", None) or exc
+            reason = getattr(reason, "strerror", None) or reason
+            raise ApiUnreachableError(url, reason) from None
 
     def _signed_headers(
         self, method: str, url: str, data: bytes | None, headers: dict[str, str]

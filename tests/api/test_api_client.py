@@ -16,6 +16,7 @@ from botocore.credentials import Credentials
 
 from turnstile.client import (
     ApiError,
+    ApiUnreachableError,
     NotTurnstileApiError,
     TurnstileClient,
     WaitTimeoutError,
@@ -340,3 +341,50 @@ def test_create_event_sends_only_the_options_given(server, scripted):
         {"event_id": "e1", "capacity": 5},
         {"event_id": "e1", "capacity": 5, "waitlist": 0, "hold_seconds": 60},
     ]
+
+
+def _nothing_listening() -> str:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_nothing_listening_is_an_api_error_not_a_bare_urlerror():
+    url = _nothing_listening()
+    with pytest.raises(ApiUnreachableError) as raised:
+        TurnstileClient(url).get("e1", "u1")
+    error = raised.value
+    assert isinstance(error, ApiError) and error.transient
+    assert (error.status, error.code) == (0, "unreachable")
+    assert error.url == f"{url}/events/e1/signups/u1"
+    assert "refused" in str(error.reason).lower()
+
+
+def test_wait_on_nothing_listening_ends_as_unreachable_not_as_a_slow_decision():
+    # GIVEN a clock only the client's pauses move, and no server at the URL
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    client = TurnstileClient(_nothing_listening(), sleep=sleep, clock=lambda: now[0])
+    # WHEN it waits 5 s THEN it retried through the deadline and says it never got an answer
+    with pytest.raises(ApiUnreachableError):
+        client.wait("e1", "u1", timeout_s=5, initial_delay_s=0.1, max_delay_s=0.8)
+    assert now[0] == pytest.approx(5.0)
+
+
+def test_wait_whose_api_answers_still_times_out_as_undecided(server, scripted):
+    # an API that answers PENDING to the end: a slow decision, not an outage
+    scripted.results = [reply(200, {"status": "PENDING"})] * 100
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    client = TurnstileClient(server.url, sleep=sleep, clock=lambda: now[0])
+    with pytest.raises(WaitTimeoutError) as timeout:
+        client.wait("e1", "u1", timeout_s=2, initial_delay_s=0.1, max_delay_s=0.4)
+    assert timeout.value.last["status"] == "PENDING"

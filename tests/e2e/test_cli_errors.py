@@ -3,6 +3,7 @@ each is one line on stderr starting ``turnstile:``, exit 2, never a traceback.""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import threading
@@ -78,9 +79,24 @@ def nothing_listening() -> str:
 # -- the AWS side ----------------------------------------------------------------------
 
 
-def test_an_unknown_stack_is_one_line(local_stack: RunningStack):
-    line = one_line_error(turnstile("--stack", "Nope", "audit", env=local_stack.env))
-    assert "stack 'Nope' not found" in line
+def test_a_stack_asked_of_the_local_endpoint_is_one_line(local_stack: RunningStack):
+    # --stack reads CloudFormation, which the local endpoint does not serve (whatever moto
+    # modules happen to be installed): one line naming what it serves, and no traceback on
+    # the local stack's console either.
+    line = one_line_error(turnstile("--stack", "Turnstile", "audit", env=local_stack.env))
+    assert line.startswith(f"turnstile: {local_stack.endpoint}: turnstile local serves ")
+    assert "not cloudformation; unset AWS_ENDPOINT_URL to reach AWS" in line
+    # The same for the AWS CLI, which reads the error the endpoint sends.
+    cli = subprocess.run(
+        [str(BIN / "aws"), "cloudformation", "describe-stacks"],
+        env=local_stack.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cli.returncode != 0
+    assert "ServiceNotServedLocally" in cli.stderr and "not cloudformation" in cli.stderr
+    assert "Traceback" not in (local_stack.state_dir / "local.log").read_text()
 
 
 def test_an_endpoint_that_is_not_a_url_is_one_line():
@@ -240,3 +256,57 @@ def test_version_is_the_package_version():
     result = turnstile("--version", env=user_environment("http://unused"))
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"turnstile {version('turnstile')}\n"
+
+
+def test_a_reader_that_closed_the_pipe_gets_quiet(local_stack: RunningStack):
+    # `turnstile ... | head -1`: the reader is gone before the output is written. Nothing on
+    # stderr, and success: the command did its work, only nobody read the rest.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [str(BIN / "turnstile"), "event", "create", "piped", "--capacity", "1"],
+            env=local_stack.env,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (0, "")
+    shown = turnstile("event", "show", "piped", env=local_stack.env)
+    assert shown.returncode == 0 and '"capacity": 1' in shown.stdout
+
+
+def test_a_second_local_on_the_same_state_directory_is_refused(local_stack: RunningStack):
+    # Other ports, the same state: refused before it touches the write log, naming the
+    # process that holds it; the first one runs on.
+    result = turnstile(
+        "local",
+        "--state-dir",
+        str(local_stack.state_dir),
+        "--port",
+        str(free_port()),
+        "--api-port",
+        str(free_port()),
+        env=local_stack.env,
+        timeout=120,
+    )
+    line = one_line_error(result)
+    assert (
+        f"the state directory {local_stack.state_dir} is in use by another turnstile local" in line
+    )
+    assert f"(pid {local_stack.process.pid})" in line
+    assert local_stack.process.poll() is None
+    assert turnstile("event", "list", env=local_stack.env).returncode == 0
+
+
+@pytest.mark.parametrize("server", ["aws", "api"])
+def test_a_port_held_by_another_local_says_so(local_stack: RunningStack, server: str):
+    taken = int(
+        (local_stack.endpoint if server == "aws" else local_stack.api_url).rsplit(":", 1)[1]
+    )
+    ports = {"aws": free_port(), "api": free_port()} | {server: taken}
+    line = one_line_error(local("--port", str(ports["aws"]), "--api-port", str(ports["api"])))
+    assert f"port {taken} " in line and "is in use by another turnstile local" in line

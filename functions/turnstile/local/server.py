@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import copy
 import errno
+import fcntl
 import html
 import io
 import json
 import logging
+import os
 import re
 import socket
 import threading
@@ -43,12 +45,17 @@ WAL_NAME = "aws.wal"
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "SERVED_SERVICES",
+    "UNSERVED_CODE",
     "BackgroundServer",
     "EmbeddedAws",
     "ListenError",
     "RoleEnforcement",
     "SerializedApp",
+    "StateDirInUseError",
+    "StateDirLock",
     "patch_moto_transactions",
+    "unserved_refusal",
 ]
 
 
@@ -61,11 +68,58 @@ class ListenError(TurnstileError):
 
     NAMES = {"aws": "the AWS endpoint", "api": "the HTTP API"}
 
-    def __init__(self, server: str, host: str, port: int, cause: OSError) -> None:
+    def __init__(
+        self, server: str, host: str, port: int, cause: OSError, by_turnstile: bool = False
+    ) -> None:
+        """``by_turnstile``: what holds the port answered as a ``turnstile local`` does."""
         self.server, self.host, self.port = server, host, port
         self.in_use = cause.errno == errno.EADDRINUSE
+        self.by_turnstile = by_turnstile
         self.reason = cause.strerror or str(cause)
         super().__init__(f"{self.NAMES[server]} cannot listen on {host}:{port}: {self.reason}")
+
+
+class StateDirInUseError(TurnstileError):
+    """Another ``turnstile local`` runs on this state directory (it holds its lock)."""
+
+    def __init__(self, state_dir: Path, pid: str) -> None:
+        self.state_dir, self.pid = state_dir, pid
+        held = f" (pid {pid})" if pid else ""
+        super().__init__(
+            f"the state directory {state_dir} is in use by another turnstile local{held}: "
+            "stop it, or give this one another --state-dir (or --in-memory)"
+        )
+
+
+class StateDirLock:
+    """The lock a ``turnstile local`` holds on its state directory while it runs: two
+    processes appending to one write log would each replay a history the other wrote half
+    of. An advisory ``flock`` on ``<state_dir>/local.lock`` (holding the owner's pid), freed
+    by the kernel when the process ends, however it ends."""
+
+    NAME = "local.lock"
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / self.NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise StateDirInUseError(self.path.parent, pid) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor frees the lock
+            self._fd = None
 
 
 class _TransactionBackup:
@@ -148,6 +202,9 @@ class SerializedApp:
         self.enforcement = enforcement
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        refused = unserved_refusal(environ, start_response)
+        if refused is not None:
+            return refused
         if self.enforcement is not None:
             refused = self.enforcement.answer(environ, start_response)
             if refused is not None:
@@ -286,6 +343,44 @@ class RoleEnforcement:
             headers.append(("x-amzn-query-error", "AccessDenied;Sender"))
         start_response("400 Bad Request", headers)
         return [json.dumps(payload).encode()]
+
+
+#: The services the embedded endpoint serves (as a SigV4 credential scope names them: the
+#: stream API signs as ``dynamodb``). moto's server would try any other, and fail with a
+#: traceback (its module for it is not installed) and an HTML 500 the caller cannot read.
+SERVED_SERVICES = ("dynamodb", "sqs")
+#: The error code of a request for a service the endpoint does not serve.
+UNSERVED_CODE = "ServiceNotServedLocally"
+
+
+def unserved_refusal(
+    environ: dict[str, Any], start_response: Callable[..., Any]
+) -> list[bytes] | None:
+    """One AWS error, in the protocol of the service asked for, naming what is served, for a
+    signed request to any other service; None: serve it."""
+    credential = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if credential is None or credential.group(3) in SERVED_SERVICES:
+        return None
+    service = credential.group(3)
+    message = (
+        f"turnstile local serves DynamoDB, DynamoDB Streams and SQS only, not {service}; "
+        "unset AWS_ENDPOINT_URL to reach AWS"
+    )
+    log.warning("refused a request for %s: the local endpoint does not serve it", service)
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    if length:
+        environ["wsgi.input"].read(length)  # drained: the connection stays usable
+    if environ.get("HTTP_X_AMZ_TARGET") or "json" in environ.get("CONTENT_TYPE", ""):
+        body = json.dumps({"__type": UNSERVED_CODE, "message": message}).encode()
+        start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.1")])
+        return [body]
+    body = (
+        "<ErrorResponse><Error><Type>Sender</Type>"
+        f"<Code>{UNSERVED_CODE}</Code><Message>{html.escape(message)}</Message></Error>"
+        "<RequestId>turnstile-local</RequestId></ErrorResponse>"
+    ).encode()
+    start_response("400 Bad Request", [("Content-Type", "text/xml")])
+    return [body]
 
 
 #: ``Credential=KEY/date/region/service/aws4_request`` of a SigV4 Authorization header.

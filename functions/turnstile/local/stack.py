@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import functools
+import json
 import logging
 import os
 import secrets
@@ -32,8 +34,8 @@ from turnstile.errors import TurnstileError
 from turnstile.local.api_server import ApiServer
 from turnstile.local.faults import FaultInjectingClient
 from turnstile.local.poller import CheckpointStore, StreamPoller
-from turnstile.local.roles import role_client, role_session
-from turnstile.local.server import WAL_NAME, EmbeddedAws, ListenError
+from turnstile.local.roles import DENIALS_PATH, role_client, role_session
+from turnstile.local.server import WAL_NAME, EmbeddedAws, ListenError, StateDirLock
 from turnstile.personal_data import LOG_KEY_ENV
 
 __all__ = [
@@ -366,7 +368,31 @@ def _check_port(server: str, host: str, port: int) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
     except OSError as exc:
-        raise ListenError(server, host, port, exc) from exc
+        in_use = exc.errno == errno.EADDRINUSE
+        raise ListenError(
+            server, host, port, exc, by_turnstile=in_use and _turnstile_at(server, host, port)
+        ) from exc
+
+
+def _turnstile_at(server: str, host: str, port: int) -> bool:
+    """Whether what listens on ``host:port`` answers as a ``turnstile local``'s AWS endpoint
+    (its denials list) or HTTP API (its health check) does."""
+    import urllib.error
+    import urllib.request
+
+    path = DENIALS_PATH if server == "aws" else "/health"
+    url = f"http://{host if ':' not in host else f'[{host}]'}:{port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            body = json.loads(answer.read())
+    except urllib.error.HTTPError as exc:  # an unhealthy stack answers 503 with its checks
+        try:
+            body = json.loads(exc.read())
+        except ValueError:
+            return False
+    except (OSError, ValueError):
+        return False
+    return isinstance(body, dict) and ("denials" in body if server == "aws" else "tables" in body)
 
 
 class LocalStack:
@@ -398,6 +424,7 @@ class LocalStack:
         self._stop = threading.Event()
         self._sweeper_thread: threading.Thread | None = None
         self._due_holds_thread: threading.Thread | None = None
+        self._lock: StateDirLock | None = None
 
     @functools.cached_property
     def api_store(self) -> Any:
@@ -430,9 +457,14 @@ class LocalStack:
 
     def start(self) -> None:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
-        # Both ports first: replaying the saved state can take a while.
+        # Both ports first: replaying the saved state can take a while, and a stack that
+        # cannot listen leaves its state directory untouched.
         _check_port("aws", self.host, self.port)
         _check_port("api", self.host, self.api_port)
+        if not self.in_memory:
+            # One turnstile local per state directory: the write log has one writer.
+            self._lock = StateDirLock(self.state_dir)
+            self._lock.acquire()
         if self.reset:
             for name in (WAL_NAME, "checkpoints.json"):
                 (self.state_dir / name).unlink(missing_ok=True)
@@ -542,6 +574,9 @@ class LocalStack:
                 log.warning("could not count what the tables hold: %s", exc)
         if self.aws:
             self.aws.stop()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         return counts
 
 
