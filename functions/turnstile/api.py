@@ -825,7 +825,8 @@ ROUTES: tuple[Route, ...] = (
         "getSignup",
         handler=_get_signup,
         spec={
-            "summary": "A signup's status: PENDING, ACCEPTED or REJECTED (read consistently).",
+            "summary": "A signup's status (PENDING, HELD, ACCEPTED, WAITLISTED, REJECTED, "
+            "CANCELLED or EXPIRED), read consistently.",
             "description": (
                 "Answers at once. To wait for the decision, read "
                 "`/events/{event_id}/signups/{signup_id}/decision` instead (a `wait` "

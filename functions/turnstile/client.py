@@ -235,7 +235,7 @@ class TurnstileClient:
         return self._call("POST", path)
 
     def get(self, event_id: str, signup_id: str, wait_s: float | None = None) -> dict[str, Any]:
-        """The signup's status document: PENDING, ACCEPTED or REJECTED. With ``wait_s``
+        """The signup's status document (any status of ``Status.ALL``). With ``wait_s``
         (above 0, at most 10) it is read from ``.../decision``, which holds the request
         until the signup is decided or that many seconds have passed."""
         path = f"/events/{_segment(event_id)}/signups/{_segment(signup_id)}"
@@ -256,7 +256,7 @@ class TurnstileClient:
         limit: int | None = None,
         next: str | None = None,
     ) -> dict[str, Any]:
-        """A page of an event's signups (``status``: PENDING, ACCEPTED or REJECTED, else
+        """A page of an event's signups (``status``: one of ``Status.ALL``, else
         all): ``{"signups": [...], "next": token or None}``."""
         query = _query(status=status, limit=limit, next=next)
         return self._call("GET", f"/events/{_segment(event_id)}/signups{query}")
