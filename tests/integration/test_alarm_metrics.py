@@ -29,16 +29,6 @@ class Context:
 
 
 @pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
-@pytest.fixture
 def emitted(monkeypatch, capsys):
     """Returns the metric values (name -> values) printed since the last call."""
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")

@@ -20,16 +20,6 @@ from turnstile.store import SignupStore
 NOW = "2026-01-01T00:00:00.000000Z"
 
 
-@pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
 class BusyStore(SignupStore):
     """A store whose reads of the main table race a processor: ``during_scan`` runs after
     the first item of a main-table read has been returned (a scan's first page)."""

@@ -19,16 +19,6 @@ from turnstile.store import SignupStore
 NOW = "2026-01-01T00:00:00.000000Z"
 
 
-@pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
 @pytest.fixture(autouse=True)
 def fresh_processor(aws):
     stream_handler._processor = None

@@ -8,8 +8,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import pytest
-
 from tests.helpers import put_raw_intake, table_items
 from turnstile.contract import (
     CONTROL_TABLE,
@@ -27,16 +25,6 @@ from turnstile.store import SignupStore
 
 NOW_MS = 1_800_000_000_000
 SUBMITTED = {"submitted_at": {"S": "2026-01-01T00:00:00Z"}}
-
-
-@pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
 
 
 def put_event(

@@ -43,7 +43,6 @@ from turnstile.errors import EventNotFoundError
 from turnstile.handlers import api as api_handler
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.context import LocalLambdaContext
-from turnstile.store import SignupStore
 from turnstile.sweeper import Sweeper
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -555,16 +554,6 @@ def test_hostile_accounts_refuse_an_over_long_key_too():
 #: Event ids a producer can write into intake whose control keys AWS refuses: ``EVENT#``
 #: and ``PARK#`` make them 2,051 and 2,054 bytes (2,050 and 2,053 with ``PARK#``).
 LONG_IDS = ["x" * 2045, "y" * 2048]
-
-
-@pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
 
 
 @pytest.mark.parametrize("event_id", LONG_IDS, ids=["2045", "2048"])

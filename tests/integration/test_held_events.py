@@ -57,16 +57,6 @@ class Outage:
         return None
 
 
-@pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
 @pytest.fixture(autouse=True)
 def fresh_processor():
     stream_handler._processor = None

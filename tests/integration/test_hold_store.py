@@ -72,16 +72,6 @@ class Refusing:
 
 
 @pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
-@pytest.fixture
 def busy(client):
     return SignupStore(Busy(client), sleep=lambda _: None)
 

@@ -26,16 +26,6 @@ DAY_S = 86_400
 NOW_EPOCH = int(datetime(2026, 1, 1, tzinfo=UTC).timestamp())
 
 
-@pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
 @pytest.fixture(autouse=True)
 def fresh_processor():
     stream_handler._processor = None

@@ -31,16 +31,6 @@ class Clock:
 
 
 @pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
-@pytest.fixture
 def ledger(store):
     return Ledger.beside(store)
 

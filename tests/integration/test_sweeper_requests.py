@@ -24,16 +24,6 @@ OLD = {"submitted_at": {"S": "2020-01-01T00:00:00Z"}}
 T0 = 1_800_000_000.0
 
 
-@pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
 def signup(
     client: Any,
     signup_id: str,
