@@ -22,8 +22,6 @@ import argparse
 import functools
 import json
 import logging
-import os
-import socket
 import statistics
 import tempfile
 import threading
@@ -34,16 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from turnstile_bench.inprocess import free_port, local_environment
+
 __all__ = ["main"]
 
 #: The API's instances, as the local stack starts them (``DEFAULT_MAX_INSTANCES``).
 API_INSTANCES = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _call(url: str, method: str = "GET", body: Any = None, timeout: float = 60) -> int:
@@ -130,11 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--waiters", type=int, default=16, help="the waiter's instances")
     parser.add_argument("--seconds", type=float, default=8.0, help="the honest caller's run")
     args = parser.parse_args(argv)
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    local_environment()
     # Each throttled wait is logged as an error by the local API: thousands of lines here.
     logging.getLogger("turnstile.local.api_server").setLevel(logging.CRITICAL)
     from turnstile.handlers.api import new_instance, new_waiter_instance
@@ -144,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = []
     with tempfile.TemporaryDirectory() as state:
         stack = LocalStack(
-            port=_free_port(),
-            api_port=_free_port(),
+            port=free_port(),
+            api_port=free_port(),
             state_dir=Path(state),
             in_memory=True,
             worker=False,
@@ -161,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
             for layout, extra in layouts.items():
                 server = ApiServer(
                     "127.0.0.1",
-                    _free_port(),
+                    free_port(),
                     lambda: {"ok": True},
                     new_instance=api,
                     max_instances=API_INSTANCES,

@@ -16,21 +16,15 @@ slower, and nothing here fails on a figure.
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from turnstile_bench.inprocess import free_port, local_environment
+
 __all__ = ["main"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _now() -> str:
@@ -41,17 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m turnstile_bench.wakeups")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+    local_environment()
     from turnstile.local.stack import LocalStack
     from turnstile.store import SignupStore
 
     with tempfile.TemporaryDirectory() as state:
         stack = LocalStack(
-            port=_free_port(), api_port=_free_port(), state_dir=Path(state), in_memory=True
+            port=free_port(), api_port=free_port(), state_dir=Path(state), in_memory=True
         )
         stack.start()
         try:

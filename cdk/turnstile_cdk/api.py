@@ -275,6 +275,11 @@ class ApiConstruct(Construct):
         super().__init__(scope, construct_id)
         route_keys = [route_key(method.value, path) for method, path in ROUTES]
         check_route_roles(route_keys)
+        # Both functions answer callers: responses carry signups' attributes (personal
+        # data), kept out of traces; both know the admins.
+        caller_facing = {"POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false"}
+        if auth.admin_principals:
+            caller_facing[ADMIN_PRINCIPALS_ENV] = ",".join(auth.admin_principals)
         self.handler = FunctionConstruct(
             self,
             "Handler",
@@ -284,14 +289,8 @@ class ApiConstruct(Construct):
             description="turnstile HTTP API: create/close events, submit signups, read status",
             timeout=Duration.seconds(API_TIMEOUT_S),
             memory_size=256,
-            # Responses carry signups' attributes (personal data): keep them out of traces.
             environment={
-                "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
-                **(
-                    {ADMIN_PRINCIPALS_ENV: ",".join(auth.admin_principals)}
-                    if auth.admin_principals
-                    else {}
-                ),
+                **caller_facing,
                 **(
                     {MAX_EVENTS_ENV: str(max_events_per_organizer)}
                     if max_events_per_organizer
@@ -311,14 +310,7 @@ class ApiConstruct(Construct):
             description="turnstile HTTP API: a signup's status, waiting for its decision",
             timeout=Duration.seconds(WAITER_TIMEOUT_S),
             memory_size=256,
-            environment={
-                "POWERTOOLS_TRACER_CAPTURE_RESPONSE": "false",
-                **(
-                    {ADMIN_PRINCIPALS_ENV: ",".join(auth.admin_principals)}
-                    if auth.admin_principals
-                    else {}
-                ),
-            },
+            environment=caller_facing,
             # Its own pool: however many waits are held, the API's instances stay free.
             reserved_concurrency=waiter_reserved_concurrency,
         )

@@ -24,6 +24,7 @@ equal to the items, and no decision kept shorter than its intake record.
 from __future__ import annotations
 
 import contextlib
+import os
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -325,13 +326,18 @@ class LifecycleOverStreams(RuleBasedStateMachine):
             "pad": ("pad", {"S": "x" * 350_000}),
             "seats": (Attr.SEATS, {"N": str(other)}),
         }[junk]
-        self.client.update_item(
-            TableName=INTAKE_TABLE.name,
-            Key=signup_key(*signup),
-            UpdateExpression="SET #a = :v",
-            ExpressionAttributeNames={"#a": name},
-            ExpressionAttributeValues={":v": value},
-        )
+        try:
+            self.client.update_item(
+                TableName=INTAKE_TABLE.name,
+                Key=signup_key(*signup),
+                UpdateExpression="SET #a = :v",
+                ExpressionAttributeNames={"#a": name},
+                ExpressionAttributeValues={":v": value},
+            )
+        except ClientError as exc:
+            # Padding a record that is big already: DynamoDB refuses an item past 400 KB,
+            # and nothing changes.
+            assert junk == "pad" and "Item size" in str(exc), exc
 
     # -- failures -----------------------------------------------------------------------
 
@@ -500,5 +506,9 @@ LifecycleOverStreams.TestCase.settings = settings(
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
+    # The same 25 programs on every run of `make test`, so a red suite means a change broke
+    # something. TURNSTILE_EXPLORE=1 draws new ones each run: the search for what no fixed
+    # set finds (an open finding: docs/testing.md, "What the search found").
+    derandomize=os.environ.get("TURNSTILE_EXPLORE", "") in ("", "0"),
 )
 TestLifecycleOverStreams = LifecycleOverStreams.TestCase
