@@ -326,13 +326,8 @@ class RoleEnforcement:
         log.error("ACCESS DENIED to role %s: %s", role, denial.request.describe())
         query_protocol = not target
         if query_protocol:
-            body_out = (
-                "<ErrorResponse><Error><Type>Sender</Type><Code>AccessDenied</Code>"
-                f"<Message>{html.escape(denial.message)}</Message></Error>"
-                "<RequestId>turnstile-local</RequestId></ErrorResponse>"
-            ).encode()
             start_response("403 Forbidden", [("Content-Type", "text/xml")])
-            return [body_out]
+            return [_query_error("AccessDenied", denial.message)]
         payload = {
             "__type": "com.amazon.coral.service#AccessDeniedException",
             "Message": denial.message,
@@ -374,13 +369,17 @@ def unserved_refusal(
         body = json.dumps({"__type": UNSERVED_CODE, "message": message}).encode()
         start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.1")])
         return [body]
-    body = (
-        "<ErrorResponse><Error><Type>Sender</Type>"
-        f"<Code>{UNSERVED_CODE}</Code><Message>{html.escape(message)}</Message></Error>"
+    start_response("400 Bad Request", [("Content-Type", "text/xml")])
+    return [_query_error(UNSERVED_CODE, message)]
+
+
+def _query_error(code: str, message: str) -> bytes:
+    """A sender's error as the query (XML) protocol spells it."""
+    return (
+        f"<ErrorResponse><Error><Type>Sender</Type><Code>{code}</Code>"
+        f"<Message>{html.escape(message)}</Message></Error>"
         "<RequestId>turnstile-local</RequestId></ErrorResponse>"
     ).encode()
-    start_response("400 Bad Request", [("Content-Type", "text/xml")])
-    return [body]
 
 
 #: ``Credential=KEY/date/region/service/aws4_request`` of a SigV4 Authorization header.
