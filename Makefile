@@ -2,7 +2,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 # Two installs, each remembered by a stamp: `make run` needs only the package and its `local`
-# extra (the embedded endpoint); everything else (tests, CDK, the AWS CLI, the benchmark, lint,
+# extra (the embedded endpoint); everything else (tests, CDK, the benchmark, lint,
 # mutmut) is the `dev` extra, installed by `make setup` for test, lint, synth, bench, drills.
 # Versions come from requirements.txt. The dev install includes the local one, so it stamps both.
 LOCAL_STAMP := $(VENV)/.installed-local
