@@ -1119,7 +1119,7 @@ _SCHEMAS: dict[str, Any] = {
             "capacity",
             "taken",
             "remaining",
-            "accepted",
+            "positions_given",
             "state",
             "created_at",
             "created_by",
@@ -1134,10 +1134,17 @@ _SCHEMAS: dict[str, Any] = {
             "taken": {
                 "type": "integer",
                 "minimum": 0,
-                "description": "Seats held or accepted.",
+                "description": "Seats held or accepted now.",
             },
             "remaining": {"type": "integer"},
-            "accepted": {"type": "integer", "minimum": 0, "description": "Signups accepted."},
+            "positions_given": {
+                "type": "integer",
+                "minimum": 0,
+                "description": (
+                    "Positions handed out: every signup ever given a seat, held or accepted, "
+                    "numbered in order. Seats are `taken`; signups by status, `status_counts`."
+                ),
+            },
             "state": {"type": "string", "enum": ["OPEN", "CLOSED"]},
             "created_at": {"type": "string", "nullable": True},
             "created_by": {

@@ -48,21 +48,23 @@ READ_ATTEMPTS = 3
 class EventAudit:
     event_id: str
     capacity: int | None = None
+    #: The event item's counter: seats held or accepted.
     taken: int | None = None
-    accepted_seats: int = 0
+    #: The seats of the HELD and ACCEPTED decisions, counted row by row: equals ``taken``.
+    seats_counted: int = 0
     #: Signups that moved after their first decision (a lifecycle transition).
     moved: int = 0
-    accepted: int = 0
-    rejected: int = 0
+    #: Decided signups by status now (``ACCEPTED`` means that status only, never a hold).
+    status_counts: dict[str, int] = field(default_factory=dict)
     pending: int = 0
     oldest_pending_s: float | None = None
     #: Pending records with no usable ``submitted_at`` (missing, junk, the future):
     #: their age is unknown, so they count as past the grace, never as young.
     pending_undated: int = 0
     unmaterialized: int = 0
-    #: Undecided records parked behind the event's hold (not counted in ``pending``).
-    held: int = 0
-    held_for_s: float | None = None
+    #: Undecided records parked behind a failing event (not counted in ``pending``).
+    parked: int = 0
+    parked_for_s: float | None = None
     violations: list[str] = field(default_factory=list)
     #: Worth knowing, not broken (a journal being written out, an inconclusive read).
     notes: list[str] = field(default_factory=list)
@@ -74,16 +76,15 @@ class EventAudit:
             "event_id": self.event_id,
             "capacity": self.capacity,
             "taken": self.taken,
-            "accepted_seats": self.accepted_seats,
-            "accepted": self.accepted,
-            "rejected": self.rejected,
+            "seats_counted": self.seats_counted,
+            "status_counts": dict(self.status_counts),
             "pending": self.pending,
             "oldest_pending_s": self.oldest_pending_s,
             "pending_undated": self.pending_undated,
             "unmaterialized": self.unmaterialized,
             "inconclusive": self.inconclusive,
-            "held": self.held,
-            "held_for_s": self.held_for_s,
+            "parked": self.parked,
+            "parked_for_s": self.parked_for_s,
             "violations": self.violations,
             "notes": self.notes,
         }
@@ -112,13 +113,17 @@ class AuditReport:
         return not self.broken and not self.inconclusive
 
     @property
-    def totals(self) -> dict[str, int]:
+    def totals(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for e in self.events:
+            for status, n in e.status_counts.items():
+                counts[status] = counts.get(status, 0) + n
         return {
             "events": len(self.events),
-            "accepted": sum(e.accepted for e in self.events),
-            "rejected": sum(e.rejected for e in self.events),
+            "taken": sum(e.taken or 0 for e in self.events),
+            "status_counts": counts,
             "pending": sum(e.pending for e in self.events),
-            "held": sum(e.held for e in self.events),
+            "parked": sum(e.parked for e in self.events),
             "violations": sum(len(e.violations) for e in self.events) + len(self.denials),
             "inconclusive": sum(e.inconclusive for e in self.events),
         }
@@ -175,14 +180,14 @@ def audit_event(
         if seats is None or (status == Status.ACCEPTED and seats < 1):
             # (an invalid_request rejection may carry 0 seats: its seats were the problem)
             v.append(f"{d[sid]}: seats {d.get(Attr.SEATS)!r} is not a seat count")
+        if status in Status.ALL:
+            report.status_counts[str(status)] = report.status_counts.get(str(status), 0) + 1
         if status in SEATED:
             # a hold's seats are taken as an acceptance's are (invariant 1)
-            report.accepted += 1
-            report.accepted_seats += seats or 0
+            report.seats_counted += seats or 0
             if _whole(d.get(Attr.POSITION)) is None:
                 v.append(f"{d[sid]}: {str(status).lower()} without a position")
         elif status == Status.REJECTED:
-            report.rejected += 1
             if d.get(Attr.REASON) not in Reason.REJECTIONS:
                 v.append(f"{d[sid]}: rejected with unknown reason {d.get(Attr.REASON)!r}")
         elif status not in (Status.WAITLISTED, Status.CANCELLED, Status.EXPIRED):
@@ -202,23 +207,26 @@ def audit_event(
         if _whole(d.get(Attr.SEQUENCE_NUMBER)) is None:
             v.append(f"{d[sid]}: decision has no sequence number")
 
-    # Invariant 1: never oversold; taken equals the accepted seats.
+    # Invariant 1: never oversold; taken equals the seats of the held and accepted signups.
+    seated = sum(report.status_counts.get(s, 0) for s in SEATED)
     if event_item is None:
-        if report.accepted:
-            v.append(f"{report.accepted} accepted signups but no event item")
+        if seated:
+            v.append(f"{seated} held or accepted signups but no event item")
     else:
         report.capacity = _whole(event_item.get(Attr.CAPACITY, 0))
         report.taken = _whole(event_item.get(Attr.TAKEN, 0))
         if report.capacity is None or report.taken is None:
             v.append("the event item's capacity or taken is not a whole number")
         report.unmaterialized = len(journal_ids - set(decided))
-        if report.capacity is not None and report.accepted_seats > report.capacity:
+        if report.capacity is not None and report.seats_counted > report.capacity:
             v.append(
-                f"oversold: {report.accepted_seats} seats accepted, capacity {report.capacity}"
+                f"oversold: {report.seats_counted} seats held or accepted, "
+                f"capacity {report.capacity}"
             )
-        if report.unmaterialized == 0 and report.accepted_seats != report.taken:
+        if report.unmaterialized == 0 and report.seats_counted != report.taken:
             v.append(
-                f"taken is {report.taken} but accepted seats add up to {report.accepted_seats}"
+                f"taken is {report.taken} but the held and accepted signups' seats add up "
+                f"to {report.seats_counted}"
             )
     _check_journal(report, journal_decided_at, pending_grace_s, now)
 
@@ -488,26 +496,26 @@ def audit_hold(
     pending_grace_s: float,
     now: datetime,
 ) -> None:
-    """Account for a held event: ``held_ids`` are its parked, undecided signups.
+    """Account for a failing event: ``held_ids`` are its parked, undecided signups.
 
     They are waiting in arrival order, not lost; but a hold is a failure being ridden out,
     so one older than the pending grace period is a violation (invariants 3 and 4 wait on
     it), and one whose error is IAM's refusal is a violation at once. Their order, once
     released, is checked like any decision's.
     """
-    report.held = len(held_ids)
-    report.held_for_s = age_s(hold.get(HoldAttr.HELD_SINCE), now)
+    report.parked = len(held_ids)
+    report.parked_for_s = age_s(hold.get(HoldAttr.HELD_SINCE), now)
     error = str(hold.get(HoldAttr.ERROR, ""))
     if error.startswith("AccessDenied"):
         # A missing grant, not a failure that passes: a violation from the first second.
         report.violations.append(
-            f"held: {report.held} records parked since sequence number "
+            f"parked: {report.parked} records since sequence number "
             f"{hold.get(HoldAttr.FIRST_SEQUENCE_NUMBER)} because {error}"
         )
-    elif report.held_for_s is not None and report.held_for_s > pending_grace_s:
+    elif report.parked_for_s is not None and report.parked_for_s > pending_grace_s:
         report.violations.append(
-            f"held for {report.held_for_s:.0f} s (more than {pending_grace_s:.0f} s): "
-            f"{report.held} records parked since sequence number "
+            f"parked for {report.parked_for_s:.0f} s (more than {pending_grace_s:.0f} s): "
+            f"{report.parked} records since sequence number "
             f"{hold.get(HoldAttr.FIRST_SEQUENCE_NUMBER)}, last error "
             f"{hold.get(HoldAttr.ERROR, 'unknown')}"
         )

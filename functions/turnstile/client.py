@@ -193,7 +193,8 @@ class TurnstileClient:
         return self._call("POST", "/events", body)
 
     def get_event(self, event_id: str) -> dict[str, Any]:
-        """The event: capacity, taken, remaining, accepted, state, created_at."""
+        """The event: capacity, taken (seats), remaining, positions_given, status_counts, state,
+        and its options."""
         return self._call("GET", f"/events/{_segment(event_id)}")
 
     def update_event(self, event_id: str, capacity: int) -> dict[str, Any]:

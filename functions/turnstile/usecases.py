@@ -182,7 +182,10 @@ def event_view(record: EventRecord) -> dict[str, Any]:
         "capacity": s.capacity,
         "taken": s.taken,
         "remaining": s.remaining,
-        "accepted": s.accepted,
+        # The event item's ``accepted`` counter: every signup ever given a seat, held or
+        # accepted, which numbers their positions. Not the ACCEPTED signups of now
+        # (``status_counts``), nor seats (``taken``): the view names it for what it is.
+        "positions_given": s.accepted,
         "state": s.state,
         "created_at": record.created_at,
         "created_by": record.created_by,

@@ -45,7 +45,7 @@ def test_create_event_answers_201_with_the_event_and_its_location(invoke: Invoke
         "capacity": 0,
         "taken": 0,
         "remaining": 0,
-        "accepted": 0,
+        "positions_given": 0,
         "state": "OPEN",
         # The handler saw no authorizer (the local stack's API has none).
         "created_by": None,

@@ -145,7 +145,7 @@ def test_many_producers_every_signup_decided_audit_clean_replay_harmless(local_s
     assert body["ok"] is True and body["totals"]["pending"] == 0
     for event in body["events"]:
         if event["event_id"] in CAPACITIES:
-            assert event["accepted_seats"] == event["taken"] <= event["capacity"]
+            assert event["seats_counted"] == event["taken"] <= event["capacity"]
 
     # WHEN the whole stream is replayed from the start by a second worker
     events = lambda: [i for i in scan(c, CONTROL_TABLE.name) if "capacity" in i]  # noqa: E731

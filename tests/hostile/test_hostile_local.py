@@ -116,7 +116,7 @@ def test_hostile_items_through_the_local_stack(stack):
         ]
         seats = sum(int(d["seats"]["N"]) for d in accepted)
         assert (event["capacity"], event["state"]) == (capacity, "OPEN"), event
-        assert (event["taken"], event["accepted"]) == (seats, len(accepted)), event
+        assert (event["taken"], event["positions_given"]) == (seats, len(accepted)), event
         assert 0 < seats <= capacity
 
     # and the sweeper still takes its lease and completes a run (the stack's own sweeper

@@ -60,7 +60,12 @@ def test_audit_reads_every_event_and_only_events(store):
     by_id = {e.event_id: e for e in report.events}
     assert sorted(by_id) == ["ghost", "gig"]
     gig = by_id["gig"]
-    assert (gig.capacity, gig.taken, gig.accepted, gig.unmaterialized) == (5, 2, 1, 1)
+    assert (gig.capacity, gig.taken, gig.status_counts, gig.unmaterialized) == (
+        5,
+        2,
+        {"ACCEPTED": 1},
+        1,
+    )
     # b is decided (in the journal, written out 600 s ago: past the grace), "late" is
     # pending past the default grace of 300 s
     assert (gig.pending, gig.oldest_pending_s) == (1, 600.0)
@@ -74,10 +79,10 @@ def test_audit_reads_every_event_and_only_events(store):
     assert ghost.violations == ["1 of 1 pending past the 300 s grace (the oldest known for 600 s)"]
     assert report.totals == {
         "events": 2,
-        "accepted": 1,
-        "rejected": 0,
+        "taken": 2,
+        "status_counts": {"ACCEPTED": 1},
         "pending": 2,
-        "held": 0,
+        "parked": 0,
         "violations": 3,
         "inconclusive": 0,
     }

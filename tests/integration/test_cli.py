@@ -235,7 +235,7 @@ def test_audit_reports_a_broken_table(aws, capsys):
     )
     code, out, _ = run(capsys, "audit")
     assert code == cli.EXIT_AUDIT_FAILED
-    assert "oversold: 3 seats accepted, capacity 1" in out
+    assert "oversold: 3 seats held or accepted, capacity 1" in out
     assert "audit BROKEN" in out
 
 

@@ -590,8 +590,8 @@ def test_the_audit_of_a_decided_hostile_record_is_clean(client, store, event_id)
         },
     )
     report = audit(store)
-    assert [(e.event_id, e.rejected, e.pending, e.violations) for e in report.events] == [
-        (event_id, 1, 0, [])
+    assert [(e.event_id, e.status_counts, e.pending, e.violations) for e in report.events] == [
+        (event_id, {"REJECTED": 1}, 0, [])
     ]
 
 

@@ -137,9 +137,7 @@ def test_a_group_that_keeps_failing_is_parked_and_the_batch_succeeds(client, sto
     assert store.get_event("hot").snapshot.taken == 0
 
 
-def test_a_held_event_parks_later_records_and_releases_them_in_arrival_order(
-    client, store, stream
-):
+def test_a_held_event_parks_later_records_and_releases_them_in_arrival_order(client, store, stream):
     # GIVEN hot (2 seats) held with h0 and h1 parked
     outage, _ = hold_outage(client, store, stream, capacity=2)
     # WHEN later signups of hot arrive while the outage lasts
@@ -268,9 +266,7 @@ def test_a_record_parked_during_a_release_keeps_the_event_held(client, store, st
     assert ("hot", "late") in decisions(client)
 
 
-def test_records_dynamodb_refuses_are_not_held_but_left_to_the_event_source(
-    client, store, stream
-):
+def test_records_dynamodb_refuses_are_not_held_but_left_to_the_event_source(client, store, stream):
     # GIVEN a commit of hot that DynamoDB refuses as invalid (the records are at fault)
     store.create_event("hot", 2, NOW)
     store.create_event("calm", 2, NOW)
@@ -311,17 +307,17 @@ def test_the_audit_accounts_for_held_records_and_flags_an_old_hold(client, store
     invoke(stream.read_new())
     # WHEN audited within the grace period
     fresh = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
-    # THEN the parked records are reported held (waiting in order), not pending, and OK
+    # THEN the records are reported parked (waiting in order), not pending, and OK
     [hot] = [e for e in fresh.events if e.event_id == "hot"]
-    assert (hot.held, hot.pending, hot.violations) == (3, 0, [])
-    assert fresh.ok and fresh.totals["held"] == 3
+    assert (hot.parked, hot.pending, hot.violations) == (3, 0, [])
+    assert fresh.ok and fresh.totals["parked"] == 3
     # WHEN the hold is older than the grace period
     late = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 1, 0, tzinfo=UTC))
     [hot] = [e for e in late.events if e.event_id == "hot"]
     # THEN it is a violation that says for how long, since which record and why
     assert not late.ok
     [violation] = hot.violations
-    assert violation.startswith("held for 3600 s (more than 300 s): 3 records parked since")
+    assert violation.startswith("parked for 3600 s (more than 300 s): 3 records since")
     assert violation.endswith("last error StoreUnavailableError")
 
 
@@ -342,11 +338,11 @@ def test_parked_records_a_commit_decided_are_not_held(client, store, stream):
     # WHEN audited THEN they are decided (in the journal, being written out), nothing is held
     report = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
     [hot] = [e for e in report.events if e.event_id == "hot"]
-    assert (hot.held, hot.held_for_s, hot.pending, hot.unmaterialized) == (0, None, 0, 3)
+    assert (hot.parked, hot.parked_for_s, hot.pending, hot.unmaterialized) == (0, None, 0, 3)
     # and an hour later only the journal left unwritten is a violation, not the hold
     late = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 1, 0, tzinfo=UTC))
     [hot] = [e for e in late.events if e.event_id == "hot"]
-    assert (hot.held, hot.held_for_s) == (0, None)
+    assert (hot.parked, hot.parked_for_s) == (0, None)
     assert [v.split(":")[0] for v in hot.violations] == ["unmaterialized journal"]
 
 
@@ -368,7 +364,12 @@ def test_a_decided_signup_replayed_into_a_held_event_is_not_held(client, store, 
     # THEN the audit holds only h2 as waiting: h0 is decided, its parked copy is not a signup
     report = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
     [hot] = report.events
-    assert (hot.held, hot.pending, hot.accepted, hot.violations) == (1, 0, 2, [])
+    assert (hot.parked, hot.pending, hot.status_counts, hot.violations) == (
+        1,
+        0,
+        {"ACCEPTED": 2},
+        [],
+    )
 
 
 def test_held_events_emit_metrics_and_a_warning_without_signup_ids(
@@ -460,9 +461,7 @@ def test_give_up_and_order_the_final_decisions_follow_arrival_exactly(endpoint, 
     # sequence number at which its signup first arrived, and the audit agrees.
     iterator = streams.get_shard_iterator(
         StreamArn=arn,
-        ShardId=streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0][
-            "ShardId"
-        ],
+        ShardId=streams.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"][0]["ShardId"],
         ShardIteratorType="TRIM_HORIZON",
     )["ShardIterator"]
     first_seen = arrivals(streams.get_records(ShardIterator=iterator, Limit=1000)["Records"])
@@ -476,9 +475,7 @@ def test_give_up_and_order_the_final_decisions_follow_arrival_exactly(endpoint, 
     assert {s: got[s].get("reason", {}).get("S") for s in got if s not in accepted} == {
         f"h{i}": Reason.CAPACITY_FULL for i in range(3, 8)
     }
-    assert {s: d["sequence_number"]["S"] for s, d in got.items()} == {
-        s: first_seen[s] for s in got
-    }
+    assert {s: d["sequence_number"]["S"] for s, d in got.items()} == {s: first_seen[s] for s in got}
     assert poller.stats.sent_to_failure_destination == 0
     assert store.get_hold("hot") is None and store.parked_requests("hot") == []
     assert audit(store).ok
@@ -564,9 +561,7 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
             ]
             expected = decide(EventSnapshot(event_id, capacity), requests).decisions
             actual = {k[1]: v for k, v in got.items() if k[0] == event_id}
-            assert {
-                d.signup_id: (d.status, d.position, d.sequence_number) for d in expected
-            } == {
+            assert {d.signup_id: (d.status, d.position, d.sequence_number) for d in expected} == {
                 s: (
                     v["status"]["S"],
                     int(v["position"]["N"]) if "position" in v else None,
@@ -664,9 +659,7 @@ def test_a_held_group_that_cannot_be_parked_fails_back_from_its_first_record(cli
     assert parked_ids(store, "hot") == ["h0"] and store.get_hold("hot") is not None
 
 
-def test_a_held_group_is_parked_then_released_with_the_counts_in_the_batch_result(
-    client, store
-):
+def test_a_held_group_is_parked_then_released_with_the_counts_in_the_batch_result(client, store):
     # GIVEN hot held with two records parked
     store.create_event("hot", 1, NOW)
     store.park(
@@ -811,9 +804,7 @@ def test_a_sweep_wakes_each_held_event_and_re_emits_none_of_the_parked(
     assert {"WAKE#a", "WAKE#b"} <= woken and "WAKE#calm" not in woken
 
 
-def test_a_release_that_did_not_use_the_event_read_with_the_hold_never_uses_it_later(
-    client, store
-):
+def test_a_release_that_did_not_use_the_event_read_with_the_hold_never_uses_it_later(client, store):
     # GIVEN hot held with one record parked, and a processor whose releases take nothing
     # (max_release 0): its group's event item, read with the hold marker, goes unused
     store.create_event("hot", 5, NOW)

@@ -52,7 +52,7 @@ def test_create_show_update_close_answer_the_event_shape(store):
         "capacity": 2,
         "taken": 0,
         "remaining": 2,
-        "accepted": 0,
+        "positions_given": 0,
         "state": "OPEN",
         "created_at": NOW,
         "created_by": "cli:ada",

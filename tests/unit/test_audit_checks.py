@@ -84,8 +84,8 @@ def decision(table: Table, signup_id: str) -> dict[str, Any]:
 def test_a_clean_table_passes_and_is_counted():
     report = run(clean_table())
     assert report.violations == []
-    assert (report.capacity, report.taken, report.accepted_seats) == (5, 5, 5)
-    assert (report.accepted, report.rejected, report.pending) == (2, 3, 1)
+    assert (report.capacity, report.taken, report.seats_counted) == (5, 5, 5)
+    assert (report.status_counts, report.pending) == ({"ACCEPTED": 2, "REJECTED": 3}, 1)
     assert report.oldest_pending_s == pytest.approx(10.0)
     assert report.unmaterialized == 0
 
@@ -136,13 +136,13 @@ def pending_too_long(t: Table) -> None:
     [
         (swap_positions, "c: position 1 out of stream order"),
         (reject_one_that_fitted, "b: rejected capacity_full although it fitted"),
-        (miscount_taken, "taken is 4 but accepted seats add up to 5"),
-        (oversell, "oversold: 5 seats accepted, capacity 4"),
+        (miscount_taken, "taken is 4 but the held and accepted signups' seats add up to 5"),
+        (oversell, "oversold: 5 seats held or accepted, capacity 4"),
         (drop_position, "c: accepted without a position"),
         (unknown_reason, "e: rejected with unknown reason 'because'"),
         (unknown_status, "e: status 'MAYBE'"),
         (no_sequence_number, "e: decision has no sequence number"),
-        (no_event_item, "2 accepted signups but no event item"),
+        (no_event_item, "2 held or accepted signups but no event item"),
         (pending_too_long, "1 of 1 pending past the 300 s grace (the oldest known for 3600 s)"),
     ],
     ids=lambda v: v.__name__ if callable(v) else "",
@@ -211,7 +211,7 @@ def test_a_journal_not_yet_written_out_is_decided_not_pending():
     # but once the journal is written out (only a in it), taken is checked again
     table["journal_ids"] = {"a"}
     assert run(table, grace_s=7200.0).violations == [
-        "taken is 3 but accepted seats add up to 2"
+        "taken is 3 but the held and accepted signups' seats add up to 2"
     ]
 
 
@@ -227,11 +227,11 @@ def test_an_unknown_event_with_only_rejections_is_clean():
     table["decisions"] = [rejected("a", 98, 1, Reason.UNKNOWN_EVENT)]
     table["intake"] = [{"signup_id": "a"}]
     report = run(table)
-    assert (report.violations, report.capacity, report.taken, report.rejected) == (
+    assert (report.violations, report.capacity, report.taken, report.status_counts) == (
         [],
         None,
         None,
-        1,
+        {"REJECTED": 1},
     )
 
 
@@ -250,7 +250,7 @@ def test_missing_seats_are_a_violation_and_count_as_none():
     # fitted
     assert run(table).violations == [
         "a: seats None is not a seat count",
-        "taken is 5 but accepted seats add up to 3",
+        "taken is 5 but the held and accepted signups' seats add up to 3",
         "b: rejected capacity_full although it fitted",
         "d: rejected capacity_full although it fitted",
     ]
@@ -271,8 +271,8 @@ def test_an_event_item_without_counters_has_capacity_and_taken_zero():
     report = run(table)
     assert (report.capacity, report.taken) == (0, 0)
     assert report.violations[:2] == [
-        "oversold: 5 seats accepted, capacity 0",
-        "taken is 0 but accepted seats add up to 5",
+        "oversold: 5 seats held or accepted, capacity 0",
+        "taken is 0 but the held and accepted signups' seats add up to 5",
     ]
 
 
@@ -302,7 +302,7 @@ def test_the_oldest_pending_age_may_be_under_a_second():
             {"capacity": 5, "taken": Decimal("4.5")},
             [
                 "the event item's capacity or taken is not a whole number",
-                "taken is None but accepted seats add up to 5",
+                "taken is None but the held and accepted signups' seats add up to 5",
             ],
         ),
         # capacity unreadable but a lowest capacity recorded: no traceback, no order verdict
@@ -367,11 +367,11 @@ def hold(held_s_ago: float, **attrs: Any) -> dict[str, Any]:
 def test_a_hold_is_a_violation_only_past_the_grace_a_bound():
     report = EventAudit(event_id="e1")
     audit_hold(report, hold(400, error="StoreUnavailableError"), {"a", "b"}, 400.0, NOW)
-    assert (report.held, report.held_for_s, report.violations) == (2, 400.0, [])
+    assert (report.parked, report.parked_for_s, report.violations) == (2, 400.0, [])
     report = EventAudit(event_id="e1")
     audit_hold(report, hold(400, error="StoreUnavailableError"), {"a", "b"}, 399.0, NOW)
     assert report.violations == [
-        "held for 400 s (more than 399 s): 2 records parked since sequence number 98, "
+        "parked for 400 s (more than 399 s): 2 records since sequence number 98, "
         "last error StoreUnavailableError"
     ]
 
@@ -381,7 +381,7 @@ def test_a_hold_that_recorded_no_error_says_so():
     report = EventAudit(event_id="e1")
     audit_hold(report, hold(3600), {"a"}, 300.0, NOW)
     assert report.violations == [
-        "held for 3600 s (more than 300 s): 1 records parked since sequence number 98, "
+        "parked for 3600 s (more than 300 s): 1 records since sequence number 98, "
         "last error unknown"
     ]
 
