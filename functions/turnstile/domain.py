@@ -1,14 +1,17 @@
-"""The decision engine: pure functions, no I/O.
+"""The domain's values and the rules of valid input: pure, no I/O.
 
-Given an event's state and the intake requests of that event in stream order, ``decide``
-returns one decision per new request and the event's next state. "Full" is a value here,
-not an exception; so is "invalid".
+An event as last committed (``EventSnapshot``), one intake record as the processor read it
+(``SignupRequest``, made by ``parse_request``, which says what is wrong with a record rather
+than raising), a first decision (``Decision``), a change to a decided signup
+(``ItemUpdate``) and what one commit writes (``Outcome``); and the limits every input is held
+to (seats, capacity, ids, attributes). The one engine that decides is ``lifecycle.step``;
+``transitions`` carries records to it and its answer back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -17,7 +20,6 @@ from turnstile.contract import (
     MAX_ATTRIBUTES_BYTES,
     MAX_OWNER_CHARS,
     EventState,
-    Reason,
     Status,
 )
 from turnstile.itemsize import value_size
@@ -37,7 +39,6 @@ __all__ = [
     "SignupRequest",
     "attributes_problem",
     "capacity_problem",
-    "decide",
     "id_problem",
     "parse_request",
     "seats_problem",
@@ -142,7 +143,7 @@ class ItemUpdate:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What ``decide`` returns: the new decisions in stream order and the next state.
+    """What one commit writes: the new decisions in stream order and the next state.
 
     The lifecycle's commits (``turnstile.transitions``) also carry, per decision, the
     typed attributes its item has beyond today's (``extras``: a hold's expiry, a place in
@@ -374,56 +375,3 @@ def _count(raw: Any) -> tuple[int | None, bool]:
         return None, False
     whole = Decimal(raw).to_integral_value(rounding="ROUND_CEILING")
     return int(whole), whole == raw
-
-
-def decide(
-    event: EventSnapshot | None,
-    requests: Sequence[SignupRequest],
-    already_decided: Iterable[str] = (),
-) -> Outcome:
-    """Decide each new request of one event, in the order given.
-
-    Rules, in order:
-    - a request whose signup is already decided, or repeats an earlier one here, gets no
-      new decision (a decision is made once, never changed);
-    - invalid input is REJECTED ``invalid_request`` (``detail`` says why, in at most
-      MAX_DETAIL_CHARS characters); a request's ``note`` goes into every decision's detail;
-    - no event item: REJECTED ``unknown_event``; a CLOSED event: REJECTED ``event_closed``;
-    - seats beyond what remains: REJECTED ``capacity_full`` (a later, smaller request may
-      still fit: that is not an order violation, it was never rejected while fitting);
-    - otherwise ACCEPTED with the next position, and the seats are taken.
-    The returned state is ``event`` advanced past every acceptance (version unchanged:
-    the store bumps it when it commits).
-    """
-    seen = set(already_decided)
-    decisions: list[Decision] = []
-    taken = event.taken if event else 0
-    accepted = event.accepted if event else 0
-    for request in requests:
-        if request.signup_id in seen:
-            continue
-        seen.add(request.signup_id)
-        decision = Decision(
-            signup_id=request.signup_id,
-            sequence_number=request.sequence_number,
-            status=Status.REJECTED,
-            seats=request.seats,
-        )
-        if request.note:
-            decision = replace(decision, detail=request.note)
-        if request.problem:
-            detail = "; ".join(p for p in (request.problem, request.note) if p)
-            decision = replace(decision, reason=Reason.INVALID_REQUEST, detail=_bounded(detail))
-        elif event is None:
-            decision = replace(decision, reason=Reason.UNKNOWN_EVENT)
-        elif event.state != EventState.OPEN:
-            decision = replace(decision, reason=Reason.EVENT_CLOSED)
-        elif request.seats > event.capacity - taken:
-            decision = replace(decision, reason=Reason.CAPACITY_FULL)
-        else:
-            taken += request.seats
-            accepted += 1
-            decision = replace(decision, status=Status.ACCEPTED, position=accepted)
-        decisions.append(decision)
-    state = replace(event, taken=taken, accepted=accepted) if event else None
-    return Outcome(decisions=tuple(decisions), state=state)

@@ -2,9 +2,11 @@
 
 ``step`` takes one event's state, the current state of the signups its requests touch, the
 requests in stream order and the processor's clock, and returns every transition it made,
-in order, with the event's next state. It is the successor of ``domain.decide``: with no
-waitlist, no holds and nothing but signups it gives exactly ``decide``'s decisions. Nothing
-calls it yet; docs/lifecycle.md states the rules and what wiring it in still has to settle.
+in order, with the event's next state. It is the one engine that decides: the processor
+calls it once per chunk of an event's records, for an event that does not exist too (each
+signup then rejected ``unknown_event``). With no waitlist, no holds and nothing but signups
+it decides exactly as the decider it replaced (kept as the tests' oracle, tests/oracle.py).
+docs/lifecycle.md states the rules.
 
 Times are whole milliseconds since the epoch (``now``, ``hold_expires_at``); the options
 ``hold_seconds`` are seconds. Sequence numbers are the stream's decimal strings, compared as

@@ -15,7 +15,7 @@ from typing import Any
 from turnstile import lifecycle
 from turnstile.clock import utc_now
 from turnstile.contract import ID_PATTERN, Attr, ControlKey
-from turnstile.domain import Decision, Outcome, SignupRequest, decide, parse_request
+from turnstile.domain import Decision, Outcome, SignupRequest, parse_request
 from turnstile.dynamo import AccessDenied, error_text, refused_as_invalid
 from turnstile.errors import CommitConflictError, JournalTooLargeError
 from turnstile.events import EventRecord
@@ -25,6 +25,7 @@ from turnstile.personal_data import TTL_LAG_S, decision_expires_at, outlives
 from turnstile.ports import ProcessorStore
 from turnstile.transitions import (
     Answered,
+    decisions_without_event,
     engine_requests,
     lifecycle_event,
     ms_of,
@@ -253,11 +254,11 @@ class StreamProcessor:
         )
         if event is None:
             existing = self.store.get_decisions(event_id, by_id)
-            outcome = decide(None, chunk, existing)
-            if outcome.decisions:
+            decisions = decisions_without_event(chunk, existing, ms_of(now))
+            if decisions:
                 self.store.reject_without_event(
                     event_id,
-                    outcome.decisions,
+                    decisions,
                     by_id,
                     now,
                     expires_at=expires_at,
@@ -270,7 +271,7 @@ class StreamProcessor:
                 self.store.materialize(
                     event_id, Journal(0, now, (), (), expires_at=expires_at, updates=answers)
                 )
-            return self._decided(event_id, outcome.decisions, now, by_id), len(chunk), []
+            return self._decided(event_id, decisions, now, by_id), len(chunk), []
 
         cache_key = (event_id, event.created_at)
         if event.journal is not None and self._materialized.get(cache_key) != event.journal.version:

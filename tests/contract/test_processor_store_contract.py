@@ -19,6 +19,7 @@ import pytest
 import turnstile.store as store_module
 from tests.fakes import FakeStore
 from tests.helpers import table_items
+from tests.oracle import decide
 from turnstile.contract import (
     CONTROL_TABLE,
     DUE_HOLDS_SHARD,
@@ -30,7 +31,7 @@ from turnstile.contract import (
     Reason,
     Status,
 )
-from turnstile.domain import EventSnapshot, Outcome, SignupRequest, decide
+from turnstile.domain import EventSnapshot, Outcome, SignupRequest
 from turnstile.dynamo import event_key, to_item
 from turnstile.errors import (
     CapacityBelowTakenError,

@@ -31,9 +31,7 @@ def invoke(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def submit(client, signup_id: str, seats: int = 1, event_id: str = "gig") -> None:
-    put_raw_intake(
-        client, event_id, signup_id, seats={"N": str(seats)}, submitted_at={"S": NOW}
-    )
+    put_raw_intake(client, event_id, signup_id, seats={"N": str(seats)}, submitted_at={"S": NOW})
 
 
 def status_of(client, signup_id: str, event_id: str = "gig") -> tuple[str, str | None]:
@@ -147,7 +145,8 @@ def test_update_capacity_of_a_hand_written_event_without_version(client, store):
 
 
 def test_a_capacity_change_makes_an_in_flight_commit_re_decide(client, store):
-    from turnstile.domain import SignupRequest, decide
+    from tests.oracle import decide
+    from turnstile.domain import SignupRequest
 
     # GIVEN a processor that read the event (capacity 1) and decided against it
     store.create_event("gig", 1, NOW)

@@ -16,8 +16,9 @@ from typing import Any
 import boto3
 
 from tests.helpers import decisions, put_raw_intake
+from tests.oracle import decide
 from turnstile.contract import ALL_TABLES, INTAKE_TABLE, STREAM_SOURCE
-from turnstile.domain import EventSnapshot, decide, parse_request
+from turnstile.domain import EventSnapshot, parse_request
 from turnstile.dynamo import default_client
 from turnstile.local.poller import CheckpointStore, StreamPoller, to_lambda_record
 from turnstile.processor import DecidedSignup, IntakeRecord, StreamProcessor

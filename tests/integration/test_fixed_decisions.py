@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import decisions, put_raw_intake
+from tests.oracle import decide
 from tests.unit.test_journal import V1_DECISIONS, V1_JOURNAL
 from turnstile.audit import audit
 from turnstile.contract import Reason, Status
-from turnstile.domain import Decision, SignupRequest, decide
+from turnstile.domain import Decision, SignupRequest
 from turnstile.dynamo import TRANSACTION_BYTES, event_key, signup_key
 from turnstile.errors import JournalTooLargeError
 from turnstile.handlers import stream as stream_handler
@@ -166,9 +167,12 @@ def test_an_intake_item_at_the_size_limit_is_decided_and_blocks_nothing(client, 
     got = decisions(client)
     assert {k[1] for k in got} == {"a", "huge", "c"}
     assert all(typed_item_size(item) <= MAX_DECISION_ITEM_BYTES for item in got.values())
-    assert got[("gig", "c")]["attributes"] == store.decision_item(
-        "gig", Decision("c", "1", Status.ACCEPTED, 1), NOW, store.get_intake("gig", "c")
-    )["attributes"]
+    assert (
+        got[("gig", "c")]["attributes"]
+        == store.decision_item(
+            "gig", Decision("c", "1", Status.ACCEPTED, 1), NOW, store.get_intake("gig", "c")
+        )["attributes"]
+    )
     event = store.get_event("gig")
     assert event is not None and event.snapshot.taken == 3
     assert audit(store).ok
@@ -346,9 +350,7 @@ def test_a_journal_too_large_commits_exactly_the_decisions_that_fit(client):
     store = CountingCommits(client, sleep=lambda _: None)
     store.create_event("gig", 60, NOW)
     # WHEN 100 big signups are decided in one chunk
-    result = StreamProcessor(store, clock=lambda: NOW, chunk_size=100).process(
-        big_records(0, 100)
-    )
+    result = StreamProcessor(store, clock=lambda: NOW, chunk_size=100).process(big_records(0, 100))
     # THEN each commit refused as too large is followed by one of exactly the decisions
     # that fit (not fewer), and every signup is decided once, in stream order
     refused = [(i, fits) for i, (_, fits) in enumerate(store.tries) if fits is not None]

@@ -18,6 +18,7 @@ from moto import mock_aws
 from tests.conftest import StreamReader, create_tables
 from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
 from tests.integration.test_processor import ConflictingStore
+from tests.oracle import decide
 from turnstile.audit import audit
 from turnstile.contract import (
     ALL_TABLES,
@@ -30,7 +31,7 @@ from turnstile.contract import (
     Reason,
     Status,
 )
-from turnstile.domain import EventSnapshot, SignupRequest, decide
+from turnstile.domain import EventSnapshot, SignupRequest
 from turnstile.dynamo import default_client
 from turnstile.handlers import stream as stream_handler
 from turnstile.local.context import LocalLambdaContext

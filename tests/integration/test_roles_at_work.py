@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 
 from tests.api.helpers import v2_event
 from tests.helpers import put_raw_intake
+from tests.oracle import decide
 from tests.roles import CheckedClient, roles_without, table_of
 from turnstile.api import WAITING_ROUTES, create_app
 from turnstile.audit import audit
@@ -44,7 +45,7 @@ from turnstile.contract import (
     WakeReason,
     undecided_shard,
 )
-from turnstile.domain import EventSnapshot, SignupRequest, decide
+from turnstile.domain import EventSnapshot, SignupRequest
 from turnstile.due_holds import release_due_holds
 from turnstile.errors import StoreUnavailableError
 from turnstile.eventfilter import matches_any
@@ -304,9 +305,7 @@ def test_the_api_role_wakes_the_event_it_changes(aws, as_role, plain, stream, wa
 
 
 @pytest.mark.parametrize("change", list(ORGANIZER_CHANGES))
-def test_the_api_s_wake_up_is_denied_without_its_grant(
-    aws, as_role, plain, stream, wakes, change
-):
+def test_the_api_s_wake_up_is_denied_without_its_grant(aws, as_role, plain, stream, wakes, change):
     call, waiting_becomes, reason = ORGANIZER_CHANGES[change]
     processor_store, processor_client = as_role(PROCESSOR)
     _one_waiting(aws, plain, processor_store, stream, wakes)
@@ -405,9 +404,7 @@ def test_the_sweeper_role_re_emits_and_lifts_an_empty_hold(aws, as_role, plain, 
     assert {r.signup_id for r in _re_emitted(stream)} == {"lost", "junk-counter"}
 
 
-def test_the_sweeper_role_reads_the_undecided_index_and_clears_markers(
-    aws, as_role, plain, stream
-):
+def test_the_sweeper_role_reads_the_undecided_index_and_clears_markers(aws, as_role, plain, stream):
     sweeper_store, sweeper_client = as_role(SWEEPER)
     plain.create_event("gig", 5, NOW)
     # GIVEN a full scan recorded (an empty intake), so the next run reads the index ...
@@ -427,9 +424,7 @@ def test_the_sweeper_role_reads_the_undecided_index_and_clears_markers(
     assert (result.status, result.full_scan) == ("succeeded", False)
     assert (result.re_emitted, result.unmarked) == (1, 1)
     assert sweeper_client.denied == []
-    intake = {
-        i["signup_id"]["S"]: i for i in client.scan(TableName=INTAKE_TABLE)["Items"]
-    }
+    intake = {i["signup_id"]["S"]: i for i in client.scan(TableName=INTAKE_TABLE)["Items"]}
     assert "undecided" not in intake["decided"] and "redrive" not in intake["decided"]
     assert intake["lost"]["redrive"] == {"N": "1"} and "undecided" in intake["lost"]
 

@@ -11,6 +11,7 @@ from boto3.dynamodb.types import Binary
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.oracle import decide
 from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
 from turnstile.domain import (
     MAX_ATTRIBUTES_DEPTH,
@@ -22,7 +23,6 @@ from turnstile.domain import (
     SignupRequest,
     attributes_problem,
     capacity_problem,
-    decide,
     parse_request,
     signup_problems,
 )
@@ -237,18 +237,30 @@ def test_every_kind_of_value_dynamodb_holds_is_valid(attributes):
     ("attributes", "problem"),
     [
         ({"n": Decimal("NaN")}, "attributes hold a number that is not finite"),
-        ({"n": Decimal("1e-131")}, "attributes hold a number DynamoDB cannot store (38 digits, "
-         "1e-130 to 1e125)"),
-        ({"n": Decimal("1e126")}, "attributes hold a number DynamoDB cannot store (38 digits, "
-         "1e-130 to 1e125)"),
+        (
+            {"n": Decimal("1e-131")},
+            "attributes hold a number DynamoDB cannot store (38 digits, 1e-130 to 1e125)",
+        ),
+        (
+            {"n": Decimal("1e126")},
+            "attributes hold a number DynamoDB cannot store (38 digits, 1e-130 to 1e125)",
+        ),
         ({"s": "\ud800"}, "attributes must be valid Unicode text"),
         ({"": 1}, "attribute names must be non-empty strings"),
         ({"l": [Decimal("Infinity")]}, "attributes hold a number that is not finite"),
         (_nested_lists(MAX_ATTRIBUTES_DEPTH + 1), "attributes are nested more than 16 levels deep"),
         ({"f": 1.5}, "attributes hold a float, which DynamoDB cannot store exactly"),
     ],
-    ids=["nan", "too-small", "too-big", "surrogate", "empty-name", "in-a-list", "lists-too-deep",
-         "float"],
+    ids=[
+        "nan",
+        "too-small",
+        "too-big",
+        "surrogate",
+        "empty-name",
+        "in-a-list",
+        "lists-too-deep",
+        "float",
+    ],
 )
 def test_each_attribute_problem_is_named_exactly(attributes, problem):
     assert attributes_problem(attributes) == problem
@@ -256,14 +268,25 @@ def test_each_attribute_problem_is_named_exactly(attributes, problem):
 
 @pytest.mark.parametrize(
     ("capacity", "valid"),
-    [(0, True), (1, True), (MAX_CAPACITY, True), (-1, False), (MAX_CAPACITY + 1, False),
-     (True, False), (1.0, False), ("3", False), (None, False)],
+    [
+        (0, True),
+        (1, True),
+        (MAX_CAPACITY, True),
+        (-1, False),
+        (MAX_CAPACITY + 1, False),
+        (True, False),
+        (1.0, False),
+        ("3", False),
+        (None, False),
+    ],
     ids=repr,
 )
 def test_capacity_rule(capacity, valid):
     problem = capacity_problem(capacity)
-    assert problem is None if valid else problem == (
-        f"capacity must be an integer from 0 to {MAX_CAPACITY}"
+    assert (
+        problem is None
+        if valid
+        else problem == (f"capacity must be an integer from 0 to {MAX_CAPACITY}")
     )
 
 
@@ -493,9 +516,12 @@ def test_the_strategies_reach_what_they_claim():
 
 
 @settings(max_examples=300, deadline=None)
-@given(image=st.dictionaries(st.sampled_from(["event_id", "signup_id", "seats", "attributes",
-                                              "submitted_at", "other"]),
-                             st.one_of(hostile_seats, hostile_attributes, hostile_ids)))
+@given(
+    image=st.dictionaries(
+        st.sampled_from(["event_id", "signup_id", "seats", "attributes", "submitted_at", "other"]),
+        st.one_of(hostile_seats, hostile_attributes, hostile_ids),
+    )
+)
 def test_any_image_parses_and_a_valid_request_is_sane(image):
     request = parse_request(image, "1")
     if request.problem is None:

@@ -1,6 +1,6 @@
 """The lifecycle engine by example: each transition, each refusal, expiry, promotion, replays;
 and a property: without a waitlist, holds or requests to confirm and cancel, it decides
-exactly as ``domain.decide``. The state machine test is test_lifecycle_machine.py."""
+exactly as the oracle ``tests.oracle.decide`` (the decider it replaced). The state machine test is test_lifecycle_machine.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.oracle import decide
 from tests.unit import test_domain as domain_tests
 from turnstile.contract import EventState, Reason, Status
-from turnstile.domain import decide
 from turnstile.lifecycle import (
     ALLOWED_TRANSITIONS,
     Cause,

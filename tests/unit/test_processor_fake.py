@@ -4,7 +4,7 @@ The fake keeps the real store's semantics (tests/contract holds it to them), so 
 what the processor does with what the store says: grouping by event, stream order,
 conflicts, journals too large, held events parked and released in arrival order,
 redeliveries, the unknown-event path. Where it makes sense the result is compared with
-``domain.decide`` run serially over the same requests: the processor may split, retry and
+the oracle (``tests.oracle.decide``) run serially over the same requests: the processor may split, retry and
 park, but the decisions must come out as if one loop had decided everything in order.
 """
 
@@ -21,12 +21,12 @@ from botocore.exceptions import ClientError
 
 import turnstile.store as store_module
 from tests.fakes import FakeStore
+from tests.oracle import decide
 from turnstile.contract import MAIN_TABLE, Reason, Status
 from turnstile.domain import (
     Decision,
     EventSnapshot,
     SignupRequest,
-    decide,
     id_problem,
     parse_request,
 )

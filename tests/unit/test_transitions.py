@@ -6,12 +6,18 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.oracle import decide
+from tests.unit import test_domain as domain_tests
 from turnstile.contract import Attr, EventState, Reason, Status
 from turnstile.domain import EventSnapshot, ItemUpdate, SignupRequest
 from turnstile.dynamo import to_item
 from turnstile.lifecycle import Hold, Request, Waiting, step
 from turnstile.lineup import encode_lineup
 from turnstile.transitions import (
+    decisions_without_event,
     engine_requests,
     history_of,
     iso_of_ms,
@@ -44,6 +50,23 @@ def refusal(request: str, reason: str, seq: str) -> dict:
         "at": iso_of_ms(NOW),
         "sequence_number": seq,
     }
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    requests=domain_tests.requests_strategy,
+    decided=st.sets(st.sampled_from([f"s{i}" for i in range(25)]), max_size=5),
+)
+def test_signups_of_an_event_that_does_not_exist_are_decided_as_the_oracle_decides(
+    requests, decided
+):
+    """The processor's one engine, given no event, rejects each new signup once, in order,
+    ``unknown_event`` or ``invalid_request``, exactly as the decider it replaced; signups
+    decided before get nothing, and neither does a wake-up."""
+    items = {sid: rejected(sid) for sid in decided}
+    tick = SignupRequest("e1", "", "99999", tick=True)
+    got = decisions_without_event([tick, *requests], items, NOW)
+    assert got == decide(None, requests, already_decided=decided).decisions
 
 
 def test_requests_on_an_event_that_does_not_exist_are_each_answered_once():
