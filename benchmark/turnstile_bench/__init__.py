@@ -72,6 +72,16 @@ def register(subparsers: Any) -> None:
         "claimed lowest first, slots:order)",
     )
     preset.add_argument(
+        "--demo",
+        action="store_true",
+        # The text of turnstile_bench.runner.demo_description(), kept here so the CLI starts
+        # without importing the benchmark (tests/bench/test_demo.py checks they agree).
+        help="the point in under two minutes: one event of 40 seats, 240 signups, 16 "
+        "producers, every way (naive, optimistic, transactional, slots, turnstile, "
+        "slots:order); no scale run, no cold start; with --plot, a figure that leads with "
+        "oversold seats, then the cost of the correct ways, then latency",
+    )
+    preset.add_argument(
         "--lifecycle",
         action="store_true",
         help="holds, confirmations, cancellations and a waitlist through the stream "
@@ -104,7 +114,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--plot",
         metavar="FILE.png",
-        help="draw oversold seats, conflicts, units per decision and scale (python -m "
+        help="draw oversold seats, the cost per decision of the ways that never oversold, "
+        "latency, conflicts and scale (a panel only where the run has its data; python -m "
         "turnstile_bench.plot draws the quick and hot runs' JSON files in one figure)",
     )
     p.add_argument(
@@ -112,7 +123,7 @@ def register(subparsers: Any) -> None:
         metavar="WAY[,WAY...]",
         help="comma-separated ways to run, of naive, optimistic, transactional, slots, "
         "turnstile and slots:order (slots claimed lowest first); default the five, "
-        "and slots:order too with --hot",
+        "and slots:order too with --hot and --demo",
     )
     knobs = p.add_argument_group("workload knobs (defaults depend on --quick)")
     knobs.add_argument("--events", type=int, help="events signed up for")
@@ -160,7 +171,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     _check_extra(args)
     from turnstile_bench.progress import Progress
     from turnstile_bench.report import render_table
-    from turnstile_bench.runner import FULL, HOT, QUICK, with_knobs
+    from turnstile_bench.runner import DEMO, FULL, HOT, QUICK, with_knobs
     from turnstile_bench.strategies import STRATEGIES
 
     if args.sweeper:
@@ -168,7 +179,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.lifecycle:
         return _lifecycle(args, Progress(enabled=not args.quiet))
 
-    options = HOT if args.hot else QUICK if args.quick else FULL
+    options = DEMO if args.demo else HOT if args.hot else QUICK if args.quick else FULL
     options = with_knobs(
         options,
         events=args.events,

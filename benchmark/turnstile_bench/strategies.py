@@ -552,6 +552,8 @@ def run_turnstile(
     printed_before = EMF_SINK.lines
     previous = stream_module._processor
     stream_module._processor = processor  # the handler's per-container processor
+    # The event source mapping as deployed (its batching window), at the bench's batch size.
+    source = replace(STREAM_SOURCE, batch_size=BATCH_SIZE)
     with tempfile.TemporaryDirectory(prefix="turnstile-bench-") as state:
         timings: list[float] = []
 
@@ -569,7 +571,7 @@ def run_turnstile(
             ),
             stream_arn=endpoint.stream_arn(),
             checkpoints=CheckpointStore(Path(state) / "checkpoints.json"),
-            settings=replace(STREAM_SOURCE, batch_size=BATCH_SIZE),
+            settings=source,
         )
         threads = [
             threading.Thread(target=poller.run, args=(stop,), name="bench-poller", daemon=True),
@@ -624,6 +626,12 @@ def run_turnstile(
             ),
             "failed_groups": processor.failed_groups,
             "handler_s_per_batch": round(sum(timings) / max(1, len(timings)), 4),
+            # What the poller fed the handler by: why turnstile answers a batch later.
+            "stream_source": {
+                "batch_size": source.batch_size,
+                "max_batching_window_s": source.max_batching_window_s,
+                "poll_interval_s": source.poll_interval_s,
+            },
             "event_item_bytes_max": max(
                 sizes.largest((endpoint.control_table, *ControlKey.event(e)))
                 for e in event_capacities(workload)
