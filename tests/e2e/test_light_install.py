@@ -1,13 +1,16 @@
 """What `make run` installs is enough: the package and its extra ``local`` run ``turnstile
-local`` whole, and the Lambda handlers import with the dependencies alone (Lambda's runtime
-and the Powertools layer). Each runs in an interpreter that cannot import any installed
-module the other installs (dev, bench; for the handlers local too) would have added.
+local`` whole, and the README's first session with it, on a machine with no AWS CLI of its
+own (the extra brings one into .venv); the Lambda handlers import with the dependencies
+alone (Lambda's runtime and the Powertools layer). Each runs in an interpreter that cannot
+import any installed module the other installs (dev, bench; for the handlers local too)
+would have added.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -16,6 +19,13 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import BIN, running_local_stack
+from tests.e2e.test_readme import (
+    FRESH_PATH,
+    ROOT,
+    check_first_session,
+    run_first_session,
+    session_environment,
+)
 from tests.imports import (
     PROJECT,
     declared,
@@ -125,6 +135,51 @@ def test_turnstile_local_runs_on_the_local_extra(
         assert json.loads(status.stdout)["status"] == "ACCEPTED"
         log = (tmp_path / "state" / "local.log").read_text()
         assert "blocked" not in log
+
+
+def path_without_aws(tmp_path: Path) -> str:
+    """A fresh shell's PATH (``FRESH_PATH``) on which no ``aws`` can be found: a directory of
+    it that holds one stands in as a directory of links to everything else it holds."""
+    directories = []
+    for number, name in enumerate(FRESH_PATH.split(os.pathsep)):
+        directory = Path(name)
+        if not (directory / "aws").exists():
+            directories.append(name)
+            continue
+        copy = tmp_path / f"path{number}"
+        copy.mkdir()
+        for entry in directory.iterdir():
+            if not entry.name.startswith("aws"):
+                (copy / entry.name).symlink_to(entry)
+        directories.append(str(copy))
+    return os.pathsep.join(directories)
+
+
+def test_first_session_on_the_local_extra_with_no_aws_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's first session, verbatim, on what `make run` installs and with no AWS CLI
+    on PATH: the `aws` it runs is the one the extra local put into .venv, which the session's
+    `source .venv/bin/activate` finds, and everything it imports is the extra's."""
+    for key, value in only(["local"], tmp_path).items():
+        monkeypatch.setenv(key, value)
+    path = path_without_aws(tmp_path)
+    assert shutil.which("aws", path=path) is None
+    with running_local_stack(tmp_path / "state", "--in-memory") as stack:
+        env = session_environment(stack, path, keep=("PYTHONPATH",))
+        found = subprocess.run(
+            ["bash", "-c", "command -v aws; source .venv/bin/activate && command -v aws"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert found.stdout.splitlines() == [str(ROOT / ".venv" / "bin" / "aws")], found
+        result = run_first_session(stack, env)
+    check_first_session(result)
+    assert "blocked" not in result.stderr
+    assert "blocked" not in (tmp_path / "state" / "local.log").read_text()
 
 
 def turnstile(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
