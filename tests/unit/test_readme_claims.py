@@ -295,3 +295,10 @@ def test_the_indexes_list_every_page() -> None:
     listed = set(re.findall(r"\]\(docs/([\w.-]+\.md)\)", next_steps))
     assert pages - index == set(), "docs/README.md does not list them"
     assert pages - listed == set(), "the README's Where to go next does not list them"
+
+
+def test_the_readme_stays_one_short_page():
+    """The README is the point, the two commands, a first session and where to go next;
+    everything else lives in docs/ (docs/README.md lists it)."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines: move the detail into docs/"
