@@ -76,6 +76,7 @@ ASSET_EXCLUDES = [
     "*.egg-info",
     "turnstile/local",
     "turnstile/cli.py",
+    "turnstile/output.py",
     "turnstile/client.py",
     "turnstile/audit.py",
     "turnstile/redrive.py",

@@ -411,7 +411,7 @@ class EventItems:
         for _ in range(attempts):
             current = self.get_event(event_id)
             if current is None:
-                raise EventNotFoundError(f"no event {event_id!r}")
+                raise EventNotFoundError(f"no such event {event_id!r}")
             snapshot = current.snapshot
             if capacity < snapshot.taken:
                 raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
@@ -457,7 +457,7 @@ class EventItems:
             self.wake(event_id, WakeReason.CAPACITY)
             updated = self.get_event(event_id)
             if updated is None:  # pragma: no cover - event items are never deleted
-                raise EventNotFoundError(f"no event {event_id!r}")
+                raise EventNotFoundError(f"no such event {event_id!r}")
             return updated
         raise StoreUnavailableError(
             f"event {event_id!r} kept changing under the capacity update; try again"

@@ -307,18 +307,34 @@ def create_event(
         if _options_of(existing) != options:
             theirs = _options_of(existing)
             raise EventExistsError(
-                f"event {event_id!r} already exists with waitlist {theirs.waitlist}, "
-                f"hold_seconds {theirs.hold_seconds}, max_seats {theirs.max_seats}, not "
-                f"{options.waitlist}, {options.hold_seconds}, {options.max_seats}"
+                f"event {event_id!r} already exists with "
+                f"{_described(existing.snapshot.capacity, theirs)}, not "
+                f"{_differing(theirs, options)}"
             ) from None
         return Created(body=event_view(existing), created=False)
+
+
+def _described(capacity: int, options: EventOptions) -> str:
+    """``capacity 5, waitlist 0, hold_seconds 0`` (and ``max_seats M`` when it has one)."""
+    named = f"capacity {capacity}, waitlist {options.waitlist}"
+    named += f", hold_seconds {options.hold_seconds}"
+    return named + (f", max_seats {options.max_seats}" if options.max_seats is not None else "")
+
+
+def _differing(theirs: EventOptions, asked: EventOptions) -> str:
+    """The options asked for that differ, each named: ``hold_seconds 30, max_seats none``."""
+    return ", ".join(
+        f"{name} {'none' if getattr(asked, name) is None else getattr(asked, name)}"
+        for name in ("waitlist", "hold_seconds", "max_seats")
+        if getattr(asked, name) != getattr(theirs, name)
+    )
 
 
 def show_event(store: SignupStore, event_id: Any) -> dict[str, Any]:
     event_id = _id(event_id, "event_id")
     record = store.get_event(event_id)
     if record is None:
-        raise EventNotFoundError(f"no event {event_id!r}")
+        raise EventNotFoundError(f"no such event {event_id!r}")
     return event_view(record)
 
 
@@ -344,7 +360,7 @@ def _organized(store: SignupStore, event_id: str, caller: Caller) -> EventRecord
     """The event, if ``caller`` runs it: ``EventNotFoundError``, else ``ForbiddenError``."""
     record = store.get_event(event_id)
     if record is None:
-        raise EventNotFoundError(f"no event {event_id!r}")
+        raise EventNotFoundError(f"no such event {event_id!r}")
     if not caller.organizes(record):
         raise ForbiddenError(f"event {event_id!r} is another organizer's")
     return record
@@ -370,7 +386,7 @@ def close_event(store: SignupStore, event_id: Any, caller: Caller = OPERATOR) ->
     _organized(store, event_id, caller)
     record, closed_now = store.close_event(event_id)
     if record is None:
-        raise EventNotFoundError(f"no event {event_id!r}")
+        raise EventNotFoundError(f"no such event {event_id!r}")
     return {**event_view(record), "closed_now": closed_now}
 
 
@@ -419,7 +435,7 @@ def submit_signup(
     # Checked here because the processor would only reject it later as unknown_event;
     # an event created meanwhile is fine either way.
     if store.get_event(event_id) is None:
-        raise EventNotFoundError(f"no event {event_id!r}")
+        raise EventNotFoundError(f"no such event {event_id!r}")
     record, created = store.put_intake(
         event_id,
         signup_id,

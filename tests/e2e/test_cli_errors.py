@@ -279,6 +279,49 @@ def test_a_reader_that_closed_the_pipe_gets_quiet(local_stack: RunningStack):
     assert shown.returncode == 0 and '"capacity": 1' in shown.stdout
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "piped", "alice"],
+        ["status", "piped", "alice", "--output", "table"],
+        ["event", "list", "-o", "text"],
+        ["audit"],
+        ["--help"],
+    ],
+)
+def test_a_pipe_closed_by_head_gets_quiet(local_stack: RunningStack, argv: list[str]):
+    # `turnstile status concert alice | head -1`, with a reader that reads nothing
+    # (head -c0): whether the write comes before or after head exits, nothing on stderr,
+    # exit 0 (pipefail: the exit is turnstile's).
+    local_stack.turnstile("event", "create", "piped", "--capacity", "1")
+    local_stack.turnstile("submit", "piped", "alice")
+    command = " ".join([str(BIN / "turnstile"), *argv])
+    result = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f"{command} | head -c0"],
+        env=local_stack.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (result.returncode, result.stderr, result.stdout) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["evnt", "list"], "turnstile: no such command 'evnt'; did you mean 'event'?"),
+        (
+            ["event", "create", "x", "--capcity", "3"],
+            "turnstile: no such option --capcity; did you mean --capacity?",
+        ),
+    ],
+)
+def test_a_typo_is_one_line_that_suggests_the_fix(argv: list[str], line: str):
+    result = turnstile(*argv, env=user_environment("http://unused"))
+    assert one_line_error(result) == line
+    assert result.stdout == ""
+
+
 def test_a_second_local_on_the_same_state_directory_is_refused(local_stack: RunningStack):
     # Other ports, the same state: refused before it touches the write log, naming the
     # process that holds it; the first one runs on.

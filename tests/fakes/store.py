@@ -292,7 +292,7 @@ class FakeStore:
         fault = self._enter("update_capacity", event_id)
         current = self._read_event(event_id)
         if current is None:
-            raise EventNotFoundError(f"no event {event_id!r}")
+            raise EventNotFoundError(f"no such event {event_id!r}")
         snapshot = current.snapshot
         if capacity < snapshot.taken:
             raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)

@@ -124,7 +124,7 @@ def test_unknown_events_are_not_found(store):
         lambda: usecases.close_event(store, "nope"),
         lambda: submit(store, "nope", "u1"),
     ):
-        with pytest.raises(EventNotFoundError, match="no event 'nope'") as info:
+        with pytest.raises(EventNotFoundError, match="no such event 'nope'") as info:
             call()
         assert isinstance(info.value, NotFoundError)
     # and the submission was not recorded, to be rejected later as unknown_event
