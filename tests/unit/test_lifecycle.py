@@ -1,6 +1,7 @@
 """The lifecycle engine by example: each transition, each refusal, expiry, promotion, replays;
 and a property: without a waitlist, holds or requests to confirm and cancel, it decides
-exactly as the oracle ``tests.oracle.decide`` (the decider it replaced). The state machine test is test_lifecycle_machine.py."""
+exactly as the oracle ``tests.oracle.decide`` (the decider it replaced). The state machine
+test is test_lifecycle_machine.py."""
 
 from __future__ import annotations
 

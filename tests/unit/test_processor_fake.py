@@ -4,8 +4,9 @@ The fake keeps the real store's semantics (tests/contract holds it to them), so 
 what the processor does with what the store says: grouping by event, stream order,
 conflicts, journals too large, held events parked and released in arrival order,
 redeliveries, the unknown-event path. Where it makes sense the result is compared with
-the oracle (``tests.oracle.decide``) run serially over the same requests: the processor may split, retry and
-park, but the decisions must come out as if one loop had decided everything in order.
+the oracle (``tests.oracle.decide``) run serially over the same requests: the processor may
+split, retry and park, but the decisions must come out as if one loop had decided
+everything in order.
 """
 
 from __future__ import annotations
