@@ -172,7 +172,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from turnstile_bench.progress import Progress
     from turnstile_bench.report import render_table
     from turnstile_bench.runner import DEMO, FULL, HOT, QUICK, with_knobs
-    from turnstile_bench.strategies import STRATEGIES
+    from turnstile_bench.ways import STRATEGIES
 
     if args.sweeper:
         return _sweeper(args, Progress(enabled=not args.quiet))

@@ -156,7 +156,7 @@ def run_bench(options: BenchOptions, progress: Progress) -> dict[str, Any]:
     from turnstile_bench.coldstart import measure_cold_start
     from turnstile_bench.cpu import measure_cpu
     from turnstile_bench.scale import events_summary, run_direct, scale_summary
-    from turnstile_bench.strategies import run_strategy
+    from turnstile_bench.ways import run_strategy
 
     # Powertools warns on every batch that decided nothing new (all replays): noise here.
     warnings.filterwarnings("ignore", message="No application metrics to publish")

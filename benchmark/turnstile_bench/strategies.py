@@ -51,7 +51,6 @@ from turnstile_bench.progress import Progress
 from turnstile_bench.workload import Signup, Workload, dynamodb_values, event_capacities
 
 __all__ = [
-    "STRATEGIES",
     "CountingProcessor",
     "Holdings",
     "StrategyRun",
@@ -59,7 +58,6 @@ __all__ = [
     "census",
     "create_events",
     "quiet",
-    "run_strategy",
 ]
 
 #: The stream processor's chunk and the event source's batch size (the issue's setting).
@@ -818,31 +816,3 @@ def census(
         result.intake_sizes = list(known_intake.values())
         result.size_mismatches += _size_check(endpoint.client, endpoint.intake_table, known_intake)
     return result
-
-
-# The two lock-target ways build on what is above.
-from turnstile_bench.lock_targets import run_transactional, slots_picked  # noqa: E402
-
-STRATEGIES: dict[
-    str, Callable[[LocalEndpoint, Workload, Sequence[Signup], Progress], StrategyRun]
-] = {
-    "naive": run_naive,
-    "optimistic": run_optimistic,
-    "transactional": run_transactional,
-    "slots": slots_picked("random"),
-    "turnstile": run_turnstile,
-    # A variant, not a way of its own: slots claimed lowest first, to show what the pick
-    # does to conflicts (the hot preset runs it).
-    "slots:order": slots_picked("order"),
-}
-
-
-def run_strategy(
-    name: str, workload: Workload, signups: Sequence[Signup], progress: Progress
-) -> StrategyRun:
-    """Run one way on its own fresh endpoint and tables."""
-    progress.phase(f"{name}: decisions", len(signups))
-    with LocalEndpoint(name.replace(":", "-")) as endpoint:
-        run = STRATEGIES[name](endpoint, workload, signups, progress)
-    progress.finish()
-    return run

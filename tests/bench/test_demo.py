@@ -18,7 +18,7 @@ import pytest
 from turnstile.contract import STREAM_SOURCE
 from turnstile_bench import register
 from turnstile_bench.runner import DEMO, PRESETS, WAYS, demo_description
-from turnstile_bench.strategies import STRATEGIES
+from turnstile_bench.ways import STRATEGIES
 from turnstile_bench.workload import generate
 
 REPO = Path(__file__).resolve().parents[2]
