@@ -3,7 +3,16 @@
 Starts ``turnstile local --no-worker`` as a user would (a subprocess on free ports), and
 measures: PutItem and GetItem requests/s against the embedded endpoint, in memory and
 persisted (each write fsynced before its response); then, persisted, the time from start
-to healthy with ``--items`` items in intake (written with BatchWriteItem), after a SIGKILL.
+to healthy with ``--items`` items in intake (written with BatchWriteItem, or PutItem with
+``--batch 1``; ``--updates`` rewrites of them after), after a SIGKILL, and again after a
+second SIGKILL (the first restart compacts: the second one loads the snapshot). The sizes
+of the write log and the snapshot are taken after each kill. ``--only restart`` measures
+only the restarts, ``--only rates`` only the request rates.
+
+``--only idle``: ``turnstile local`` with its worker (the sweeper and due-holds jobs run)
+left alone for ``--idle-s`` seconds: how much its write log grew (``--sweep-interval``
+shortens the sweeper's period from its default of 60 s).
+
 Prints one JSON object.
 """
 
@@ -36,16 +45,30 @@ def _free_port() -> int:
 
 
 class _Local:
-    def __init__(self, state_dir: Path, *extra: str) -> None:
+    def __init__(
+        self, state_dir: Path, *extra: str, worker: bool = False, env: dict[str, str] | None = None
+    ) -> None:
         self.port, api_port = _free_port(), _free_port()
         self.api_url = f"http://127.0.0.1:{api_port}"
         self.started = time.monotonic()
         exe = Path(sys.executable).parent / "turnstile"
+        no_worker = () if worker else ("--no-worker",)
         self.process = subprocess.Popen(
-            [str(exe), "local", "--no-worker", "--port", str(self.port), "--api-port",
-             str(api_port), "--state-dir", str(state_dir), *extra],
+            [
+                str(exe),
+                "local",
+                *no_worker,
+                "--port",
+                str(self.port),
+                "--api-port",
+                str(api_port),
+                "--state-dir",
+                str(state_dir),
+                *extra,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
         )
         self.healthy_after = self._wait_healthy()
 
@@ -55,7 +78,7 @@ class _Local:
                 raise RuntimeError("turnstile local exited")
             try:
                 with urllib.request.urlopen(f"{self.api_url}/health", timeout=2) as r:
-                    if r.status == 200:
+                    if r.status == 200 and all(json.load(r).values()):
                         return time.monotonic() - self.started
             except OSError:
                 pass
@@ -94,14 +117,19 @@ def _rate(local: _Local, requests: int, threads: int, op: str) -> float:
     return round(requests / (time.monotonic() - start), 1)
 
 
-def _load(local: _Local, items: int, threads: int = 4) -> None:
+def _load(local: _Local, items: int, threads: int = 4, batch_size: int = 25) -> None:
+    def item(i: int) -> dict[str, Any]:
+        return {"event_id": {"S": f"e{i % 100}"}, "signup_id": {"S": f"s{i}"}, "seats": {"N": "1"}}
+
     def work(t: int) -> None:
         c = local.client()
-        for base in range(t * 25, items, threads * 25):
+        for base in range(t * batch_size, items, threads * batch_size):
+            if batch_size == 1:
+                c.put_item(TableName=INTAKE_TABLE.name, Item=item(base))
+                continue
             batch = [
-                {"PutRequest": {"Item": {"event_id": {"S": f"e{i % 100}"},
-                                         "signup_id": {"S": f"s{i}"}, "seats": {"N": "1"}}}}
-                for i in range(base, min(base + 25, items))
+                {"PutRequest": {"Item": item(i)}}
+                for i in range(base, min(base + batch_size, items))
             ]
             c.batch_write_item(RequestItems={INTAKE_TABLE.name: batch})
 
@@ -112,36 +140,122 @@ def _load(local: _Local, items: int, threads: int = 4) -> None:
         w.join()
 
 
+def _update(local: _Local, items: int, updates: int, threads: int = 4) -> None:
+    """``updates`` UpdateItems spread over the loaded items (each one a logged write)."""
+
+    def work(t: int) -> None:
+        c = local.client()
+        for n in range(t, updates, threads):
+            i = (n * 7919) % items
+            c.update_item(
+                TableName=INTAKE_TABLE.name,
+                Key={"event_id": {"S": f"e{i % 100}"}, "signup_id": {"S": f"s{i}"}},
+                UpdateExpression="SET touched = :n",
+                ExpressionAttributeValues={":n": {"N": str(n)}},
+            )
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def _sizes(state: Path) -> dict[str, float]:
+    """The state directory's write log and snapshot, in MB (0: none)."""
+    return {
+        name: round(os.path.getsize(state / f"aws.{name}") / 1e6, 2)
+        if (state / f"aws.{name}").exists()
+        else 0.0
+        for name in ("wal", "snapshot")
+    }
+
+
+def _count(local: _Local) -> int:
+    count = local.client().scan(TableName=INTAKE_TABLE.name, Select="COUNT")
+    return count["Count"] + _rest(local, count)
+
+
+def _restarts(tmp: Path, args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    state = tmp / "restart"
+    local = _Local(state)
+    figures["empty_start_s"] = round(local.healthy_after, 2)
+    start = time.monotonic()
+    _load(local, args.items, args.threads, args.batch)
+    figures["items"] = args.items
+    figures["batch"] = args.batch
+    figures["load_s"] = round(time.monotonic() - start, 1)
+    if args.updates:
+        start = time.monotonic()
+        _update(local, args.items, args.updates, args.threads)
+        figures["updates"] = args.updates
+        figures["update_s"] = round(time.monotonic() - start, 1)
+    local.kill()
+    figures["restarts"] = []
+    for _ in range(args.restarts):
+        before = _sizes(state)
+        local = _Local(state)
+        figures["restarts"].append(
+            {
+                "wal_mb_before": before["wal"],
+                "snapshot_mb_before": before["snapshot"],
+                "restart_s": round(local.healthy_after, 2),
+                "items_after": _count(local),
+            }
+        )
+        local.kill()
+    after = _sizes(state)
+    figures["wal_mb_at_end"], figures["snapshot_mb_at_end"] = after["wal"], after["snapshot"]
+
+
+def _idle(tmp: Path, args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    state = tmp / "idle"
+    env = {"TURNSTILE_SWEEP_INTERVAL_S": str(args.sweep_interval)}
+    local = _Local(state, worker=True, env=env)
+    try:
+        time.sleep(2)  # start-up writes (the tables, the queue) are done
+        size = os.path.getsize(state / "aws.wal")
+        time.sleep(args.idle_s)
+        grown = os.path.getsize(state / "aws.wal") - size
+    finally:
+        local.kill()
+    figures["idle_s"] = args.idle_s
+    figures["sweep_interval_s"] = args.sweep_interval
+    figures["idle_wal_growth_bytes"] = grown
+    figures["idle_wal_growth_bytes_per_min"] = round(grown / args.idle_s * 60)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m turnstile_bench.persist")
+    parser.add_argument("--only", choices=["all", "rates", "restart", "idle"], default="all")
     parser.add_argument("--requests", type=int, default=2000, help="per measurement")
     parser.add_argument("--threads", type=int, default=4, help="concurrent clients")
     parser.add_argument("--items", type=int, default=100_000, help="items for the restart")
+    parser.add_argument(
+        "--batch", type=int, default=25, help="items per write request (1: PutItem)"
+    )
+    parser.add_argument("--updates", type=int, default=0, help="UpdateItems after the load")
+    parser.add_argument("--restarts", type=int, default=2, help="restarts after the load")
+    parser.add_argument("--idle-s", type=float, default=180.0, help="idle measurement")
+    parser.add_argument("--sweep-interval", type=float, default=60.0, help="idle: seconds")
     args = parser.parse_args(argv)
+    if not 1 <= args.batch <= 25:
+        parser.error("--batch must be from 1 to 25")
     tmp = Path(tempfile.mkdtemp(prefix="turnstile-persist-bench"))
     figures: dict[str, Any] = {"requests": args.requests, "threads": args.threads}
     try:
-        for mode, extra in (("in_memory", ("--in-memory",)), ("persisted", ())):
-            local = _Local(tmp / mode, *extra)
-            try:
-                figures[f"{mode}_put_per_s"] = _rate(local, args.requests, args.threads, "put")
-                figures[f"{mode}_get_per_s"] = _rate(local, args.requests, args.threads, "get")
-            finally:
-                local.kill()
-        state = tmp / "restart"
-        local = _Local(state)
-        figures["empty_start_s"] = round(local.healthy_after, 2)
-        start = time.monotonic()
-        _load(local, args.items)
-        figures["items"] = args.items
-        figures["load_s"] = round(time.monotonic() - start, 1)
-        local.kill()
-        figures["wal_mb"] = round(os.path.getsize(state / "aws.wal") / 1e6, 1)
-        local = _Local(state)
-        figures["restart_s"] = round(local.healthy_after, 2)
-        count = local.client().scan(TableName=INTAKE_TABLE.name, Select="COUNT")
-        figures["items_after_restart"] = count["Count"] + _rest(local, count)
-        local.kill()
+        if args.only in ("all", "rates"):
+            for mode, extra in (("in_memory", ("--in-memory",)), ("persisted", ())):
+                local = _Local(tmp / mode, *extra)
+                try:
+                    figures[f"{mode}_put_per_s"] = _rate(local, args.requests, args.threads, "put")
+                    figures[f"{mode}_get_per_s"] = _rate(local, args.requests, args.threads, "get")
+                finally:
+                    local.kill()
+        if args.only in ("all", "restart"):
+            _restarts(tmp, args, figures)
+        if args.only == "idle":
+            _idle(tmp, args, figures)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(figures, indent=1))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -15,6 +17,13 @@ import pytest
 
 from tests.e2e.conftest import RunningStack, running_local_stack
 from turnstile.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, MAIN_TABLE
+from turnstile.local.persist import (
+    COMPACT_BYTES_ENV,
+    SNAPSHOT_NAME,
+    STREAM_RETENTION_ENV,
+    WriteAheadLog,
+)
+from turnstile.local.server import WAL_NAME
 
 
 def client(stack: RunningStack, service: str = "dynamodb") -> Any:
@@ -36,9 +45,9 @@ def scan(stack: RunningStack, table: str) -> dict[tuple[str, str], dict[str, Any
     return items
 
 
-def put_signup(stack: RunningStack, event_id: str, signup_id: str) -> None:
+def put_signup(stack: RunningStack, event_id: str, signup_id: str, dynamodb: Any = None) -> None:
     """A producer's write straight into intake; returns once it is acknowledged (200)."""
-    client(stack).put_item(
+    (dynamodb or client(stack)).put_item(
         TableName=INTAKE_TABLE.name,
         Item={
             "event_id": {"S": event_id},
@@ -83,11 +92,21 @@ def banner(state_dir: Path) -> str:
     return (state_dir / "local.log").read_text()
 
 
-@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["sigint", "sigkill"])
-def test_state_survives_a_restart_and_nothing_is_decided_twice(tmp_path, how):
+#: Compact the write log after every write and at every start: each restart loads a
+#: snapshot (and a tail of at most one record), never the whole history.
+COMPACT_ALWAYS = {COMPACT_BYTES_ENV: "0"}
+
+
+@pytest.mark.parametrize(
+    ("how", "environment"),
+    [(signal.SIGINT, None), (signal.SIGKILL, None), (signal.SIGKILL, COMPACT_ALWAYS)],
+    ids=["sigint", "sigkill", "sigkill-compacting"],
+)
+def test_state_survives_a_restart_and_nothing_is_decided_twice(tmp_path, how, environment):
     state = tmp_path / "state"
+    running = functools.partial(running_local_stack, environment=environment)
     # 1. The worker decides a first lot; a burst acknowledged just before the kill follows.
-    with running_local_stack(state) as stack:
+    with running(state) as stack:
         assert stack.turnstile("event", "create", "p", "--capacity", "7").returncode == 0
         for i in range(6):
             put_signup(stack, "p", f"a{i}")
@@ -99,7 +118,7 @@ def test_state_survives_a_restart_and_nothing_is_decided_twice(tmp_path, how):
             api_signup(stack, "p", f"c{i}")
         stop(stack, how)
     # 2. Without a worker: everything acknowledged is there; more arrives, undecided.
-    with running_local_stack(state, "--no-worker") as stack:
+    with running(state, "--no-worker") as stack:
         assert "writes restored" in banner(state)
         intake = scan(stack, INTAKE_TABLE.name)
         assert {f"b{i}" for i in range(3)} | {f"c{i}" for i in range(3)} <= {k[1] for k in intake}
@@ -109,7 +128,7 @@ def test_state_survives_a_restart_and_nothing_is_decided_twice(tmp_path, how):
             put_signup(stack, "p", f"d{i}")
         stop(stack, how)
     # 3. The worker resumes: the rest decided, the first lot untouched, audit clean.
-    with running_local_stack(state) as stack:
+    with running(state) as stack:
         after = wait_all_decided(stack)
         intake = scan(stack, INTAKE_TABLE.name)
         assert len(intake) == 15
@@ -119,7 +138,10 @@ def test_state_survives_a_restart_and_nothing_is_decided_twice(tmp_path, how):
         assert sum(d["status"]["S"] == "ACCEPTED" for d in after.values()) == 7
         audit = stack.turnstile("audit")
         assert audit.returncode == 0, audit.stdout + audit.stderr
-        assert "audit OK: 1 events, 7 accepted, 8 rejected, 0 pending, 0 violations" in audit.stdout
+        assert (
+            "audit OK: 1 events, 7 seats taken, 7 accepted, 0 held, 8 rejected, 0 pending, "
+            "0 violations" in audit.stdout
+        )
         assert stream_arn(stack) == arn
         checkpoints = json.loads((state / "checkpoints.json").read_text())
         # one checkpoint per stream (intake's, and the control table's wake-ups), both
@@ -127,6 +149,73 @@ def test_state_survives_a_restart_and_nothing_is_decided_twice(tmp_path, how):
         assert arn in checkpoints and len(checkpoints) == 2
         (wake_arn,) = set(checkpoints) - {arn}
         assert ":table/turnstile-control/stream/" in wake_arn
+    if environment is COMPACT_ALWAYS:
+        # every restart loaded a snapshot; the log holds nothing since the last one
+        assert (state / SNAPSHOT_NAME).exists()
+        assert list(WriteAheadLog(state / WAL_NAME).records()) == []
+
+
+def test_a_sigkill_while_compacting_loses_no_acknowledged_write(tmp_path):
+    """Every write compacts the log (a snapshot written, renamed, a new log begun) before
+    its response: a SIGKILL amid the writes lands in a compaction or next to one."""
+    state = tmp_path / "state"
+    acknowledged: list[str] = []
+    with running_local_stack(state, "--no-worker", environment=COMPACT_ALWAYS) as stack:
+        stop_writing = threading.Event()
+
+        def write() -> None:
+            c = client(stack)
+            for i in range(100_000):
+                if stop_writing.is_set():
+                    return
+                try:
+                    put_signup(stack, "k", f"w{i}", c)
+                except Exception:  # the kill: this write was never acknowledged
+                    return
+                acknowledged.append(f"w{i}")
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        deadline = time.monotonic() + 60
+        while len(acknowledged) < 60 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stack.process.send_signal(signal.SIGKILL)
+        stack.process.wait(timeout=30)
+        stop_writing.set()
+        writer.join(timeout=30)
+    assert len(acknowledged) >= 60
+    with running_local_stack(state, "--no-worker", environment=COMPACT_ALWAYS) as stack:
+        restored = {k[1] for k in scan(stack, INTAKE_TABLE.name)}
+        assert set(acknowledged) <= restored
+        assert restored - set(acknowledged) <= {f"w{len(acknowledged)}"}  # the one in flight
+
+
+def test_undecided_signups_whose_stream_records_were_trimmed_are_decided_after_a_restart(
+    tmp_path,
+):
+    """A snapshot keeps a stream's records of the last 24 hours (DynamoDB Streams keep them
+    that long): a signup written, never decided, and its record trimmed by then, is found
+    by the sweeper (it looks every period; an idle one writes nothing) and re-emitted."""
+    state = tmp_path / "state"
+    with running_local_stack(state, "--no-worker") as stack:
+        assert stack.turnstile("event", "create", "t", "--capacity", "2").returncode == 0
+        for i in range(4):
+            put_signup(stack, "t", f"u{i}")
+        stop(stack, signal.SIGKILL)
+    # A start that compacts as if a day had passed: the snapshot has no stream records.
+    trim = {**COMPACT_ALWAYS, STREAM_RETENTION_ENV: "0"}
+    with running_local_stack(state, "--no-worker", environment=trim) as stack:
+        shard = client(stack, "dynamodbstreams").describe_stream(StreamArn=stream_arn(stack))
+        assert shard["StreamDescription"]["Shards"]
+        stop(stack, signal.SIGKILL)
+    sweeping = {"TURNSTILE_SWEEP_INTERVAL_S": "1", "TURNSTILE_SWEEP_MIN_AGE_S": "0"}
+    with running_local_stack(state, environment=sweeping) as stack:
+        decisions = wait_all_decided(stack)
+        assert set(decisions) == set(scan(stack, INTAKE_TABLE.name))
+        assert sum(d["status"]["S"] == "ACCEPTED" for d in decisions.values()) == 2
+        assert "sweeper re-emitted" in banner(state)
+        audit = stack.turnstile("audit")
+        assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 def test_the_failure_queue_survives_a_sigkill(tmp_path):
@@ -172,9 +261,12 @@ def test_in_memory_keeps_nothing_and_reset_starts_clean(tmp_path):
         put_signup(stack, "m", "x")
     with running_local_stack(state, "--no-worker") as stack:
         assert list(scan(stack, INTAKE_TABLE.name)) == [("m", "x")]
+    with running_local_stack(state, "--no-worker", environment=COMPACT_ALWAYS):
+        assert (state / SNAPSHOT_NAME).exists()  # the start compacted: a snapshot to reset
     with running_local_stack(state, "--reset", "--no-worker") as stack:
         assert "(0 writes restored)" in banner(state)
         assert scan(stack, INTAKE_TABLE.name) == {}
+        assert not (state / SNAPSHOT_NAME).exists()
     with running_local_stack(state, "--no-worker") as stack:
         assert scan(stack, INTAKE_TABLE.name) == {}  # the reset is itself persistent
 

@@ -184,8 +184,9 @@ def patch_moto_transactions() -> None:
 class SerializedApp:
     """WSGI middleware that runs one request at a time, body included.
 
-    Given a ``WriteAheadLog``, every successful request that changes state is appended to
-    it and fsynced before its response is returned (``turnstile.local.persist``). Given
+    Given a ``DurableState``, every successful request that changes state (and did change
+    it) is appended to its write log and fsynced before its response is returned
+    (``turnstile.local.persist``), which compacts the log into a snapshot when due. Given
     ``RoleEnforcement``, a request signed by a function's local key that its deployed role
     does not allow is answered ``AccessDeniedException`` and never reaches moto.
     """
@@ -231,6 +232,7 @@ class SerializedApp:
         if kind is None:
             return b"".join(self.app(environ, start_response))
         service, action = kind
+        unchanged = persist.unchanged_probe(service, action, body)
         record = persist.request_record(environ, body)
         if service == "sqs" and action in ("DeleteMessage", "DeleteMessageBatch"):
             record = persist.sqs_delete_record(body) or record
@@ -241,7 +243,7 @@ class SerializedApp:
             return lambda data: None
 
         response = b"".join(self.app(environ, capture))
-        if status and status[0].startswith("2"):
+        if status and status[0].startswith("2") and not (unchanged and unchanged()):
             if service == "sqs" and action in ("SendMessage", "SendMessageBatch"):
                 record["sqs_sent"] = persist.sqs_sent_ids(action, response)
             if service == "dynamodb" and action in ("CreateTable", "UpdateTable"):
@@ -251,11 +253,10 @@ class SerializedApp:
         return response
 
     def replay(self) -> int:
-        """Rebuild the state from the log, before the server takes requests."""
-        from turnstile.local import persist
-
+        """Rebuild the state from the snapshot and the log, before the server takes
+        requests; the writes it holds."""
         with self.lock:
-            return persist.replay(self.wal.records(), self.app)
+            return int(self.wal.restore(self.app))
 
 
 class RoleEnforcement:
@@ -441,14 +442,15 @@ class EmbeddedAws(BackgroundServer):
         state_dir: Path | None = None,
         enforcement: RoleEnforcement | None = None,
     ) -> None:
-        """``state_dir``: persist to its write-ahead log and replay it now (None: memory).
-        ``enforcement``: how the functions' roles are enforced (default: as deployed)."""
+        """``state_dir``: persist to its snapshot and write-ahead log, and restore them now
+        (None: memory). ``enforcement``: how the functions' roles are enforced (default: as
+        deployed)."""
         patch_moto_transactions()
         wal = None
         if state_dir is not None:
-            from turnstile.local.persist import WriteAheadLog
+            from turnstile.local.persist import DurableState
 
-            wal = WriteAheadLog(state_dir / WAL_NAME)
+            wal = DurableState(state_dir, WAL_NAME)
         self.enforcement = enforcement or RoleEnforcement()
         self.app = SerializedApp(
             DomainDispatcherApplication(create_backend_app), wal, self.enforcement
@@ -468,3 +470,9 @@ class EmbeddedAws(BackgroundServer):
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="embedded-aws", daemon=True
         )
+
+    def stop(self) -> None:
+        super().stop()
+        if self.app.wal is not None:
+            with self.app.lock:  # a request still being served finishes its append first
+                self.app.wal.close()

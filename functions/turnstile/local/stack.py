@@ -33,6 +33,7 @@ from turnstile.contract import (
 from turnstile.errors import TurnstileError
 from turnstile.local.api_server import ApiServer
 from turnstile.local.faults import FaultInjectingClient
+from turnstile.local.persist import SNAPSHOT_NAME
 from turnstile.local.poller import CheckpointStore, StreamPoller
 from turnstile.local.roles import DENIALS_PATH, role_client, role_session
 from turnstile.local.server import WAL_NAME, EmbeddedAws, ListenError, StateDirLock
@@ -49,6 +50,7 @@ __all__ = [
     "ensure_resources",
     "local_aws_environment",
     "local_event_source",
+    "sweep_has_work",
 ]
 
 log = logging.getLogger(__name__)
@@ -425,6 +427,11 @@ class LocalStack:
         self._sweeper_thread: threading.Thread | None = None
         self._due_holds_thread: threading.Thread | None = None
         self._lock: StateDirLock | None = None
+        #: Periods the background jobs ended (the sweeper's: looked for work, swept if
+        #: there was any) and sweeps run: tests wait for periods, not for time.
+        self.sweep_periods = 0
+        self.sweeps = 0
+        self.due_holds_periods = 0
 
     @functools.cached_property
     def api_store(self) -> Any:
@@ -466,13 +473,25 @@ class LocalStack:
             self._lock = StateDirLock(self.state_dir)
             self._lock.acquire()
         if self.reset:
-            for name in (WAL_NAME, "checkpoints.json"):
+            # The snapshot first: a crash in between leaves a log that names a snapshot
+            # that is gone, which stops the next start instead of restoring half a state.
+            for name in (SNAPSHOT_NAME, WAL_NAME, "checkpoints.json"):
                 (self.state_dir / name).unlink(missing_ok=True)
         self.aws = EmbeddedAws(
             self.host, self.port, state_dir=None if self.in_memory else self.state_dir
         )
         if self.aws.replayed:
-            log.info("restored %d logged writes from %s", self.aws.replayed, self.state_dir)
+            restored = self.aws.app.wal.restored
+            log.info(
+                "restored %d writes from %s: a snapshot of %d items and messages (%.2f s), "
+                "then %d logged writes (%.2f s)",
+                self.aws.replayed,
+                self.state_dir,
+                restored.get("snapshot_items", 0),
+                restored.get("snapshot_s", 0.0),
+                restored.get("log_records", 0),
+                restored.get("replay_s", 0.0),
+            )
         self.aws.start()
         os.environ.update(local_aws_environment(self.aws.url))
         # The key of the logs' signup references, kept with the state (deployed: a secret).
@@ -499,10 +518,13 @@ class LocalStack:
         )
         self.api.start()
         if self.with_worker:
-            # A new endpoint has new streams, a restored one too (replay makes a new stream
-            # ARN): checkpoints are keyed by stream ARN, so the old ones are ignored and the
-            # new stream is read from TRIM_HORIZON; decisions already made are kept
-            # (idempotent), undecided signups are decided.
+            # A restored endpoint has the same streams (ARNs, shard ids, sequence numbers:
+            # turnstile.local.persist): the worker resumes after its checkpoints, and the
+            # records after them (written while it was down) are delivered. A checkpoint
+            # older than the records a snapshot kept (24 hours) reads on from the oldest one,
+            # and the sweeper re-emits what was trimmed undecided; a new endpoint's streams
+            # have no checkpoint and are read from TRIM_HORIZON. Decisions already made are
+            # kept (idempotent), undecided signups are decided.
             self.worker = Worker(self.state_dir, on_decided=self.on_decided)
             self.worker.start()
             self._sweeper_thread = threading.Thread(
@@ -529,9 +551,11 @@ class LocalStack:
             except Exception as exc:
                 if not self._stop.is_set():  # (the endpoint may be going away with us)
                     log.error("releasing due holds failed (the next period retries): %s", exc)
+            self.due_holds_periods += 1
 
     def _sweep_forever(self) -> None:
-        """The local stand-in for the CDK stack's schedule: a sweep every interval."""
+        """The local stand-in for the CDK stack's schedule: a sweep every interval, when
+        there is anything to sweep (``sweep_has_work``): an idle stack writes nothing."""
         from turnstile.store import SignupStore
         from turnstile.sweeper import Sweeper
 
@@ -544,13 +568,17 @@ class LocalStack:
             min_age_s=min_age,
             full_scan_every_s=full_every,
         )
+        looked = _SweepLook()
         while not self._stop.wait(interval):
             try:
-                result = sweeper.sweep()
-                if result.re_emitted:
-                    log.warning("sweeper re-emitted %d undecided signups", result.re_emitted)
+                if sweep_has_work(sweeper, time.time(), looked):
+                    result = sweeper.sweep()
+                    self.sweeps += 1
+                    if result.re_emitted:
+                        log.warning("sweeper re-emitted %d undecided signups", result.re_emitted)
             except Exception:
                 log.exception("sweep failed; the next one retries")
+            self.sweep_periods += 1
 
     def stop(self, count_budget_s: float = 0.0) -> TableCounts | None:
         """Stop the worker and the API, then the endpoint.
@@ -578,6 +606,51 @@ class LocalStack:
             self._lock.release()
             self._lock = None
         return counts
+
+
+@dataclass
+class _SweepLook:
+    """What the sweep loop remembers between periods: when its last look at the whole
+    intake table (a due full scan's) found nothing."""
+
+    full_read_at: float | None = None
+
+
+def sweep_has_work(sweeper: Any, now: float, looked: _SweepLook | None = None) -> bool:
+    """Whether a sweep now would do anything beyond its own bookkeeping, read-only.
+
+    A sweep takes the lease (a write that bumps its fencing token), starts a run in the
+    history and appends its outcome, whatever it finds: every period, on a stack with
+    nothing to do, and each of those writes grew the write log. A sweep is worth its
+    writes when: an event is held (its release to set off); an intake record the sweep
+    would re-emit exists (``find_undecided``, old enough, no decision; from the index of
+    marked records, or from the whole table when a full scan is due); or a decided record
+    is still marked (the sweep removes the mark). A due full scan that found nothing is
+    not recorded (that is a write): ``looked`` remembers it, and the whole table is read
+    again only ``full_scan_every_s`` later.
+    """
+    from turnstile.sweeper import find_undecided
+
+    looked = looked if looked is not None else _SweepLook()
+    if sweeper.store.holds():
+        return True
+    full = sweeper.full_scan_due(now) and (
+        looked.full_read_at is None or now - looked.full_read_at >= sweeper.full_scan_every_s
+    )
+    marked: dict[tuple[str, str], Any] = {}
+    found = find_undecided(
+        sweeper.store,
+        sweeper.min_age_s,
+        now,
+        from_index=not full,
+        ledger=sweeper.ledger,
+        decided_marked=marked,
+    )
+    if next(iter(found), None) is not None or marked:
+        return True
+    if full:
+        looked.full_read_at = now
+    return False
 
 
 @dataclass(frozen=True)
