@@ -44,12 +44,12 @@ run: setup-local
 
 # The whole suite, on every core (pytest-xdist; worksteal evens out the long tests).
 test: setup node_modules/.installed
-	$(VENV)/bin/ruff check functions benchmark cdk tests
+	$(VENV)/bin/ruff check functions tools benchmark cdk tests
 	$(PY) -m pytest -n auto --dist worksteal
 
 # The inner loop: lint, the pure tests and the store contract (about a minute).
 check: setup
-	$(VENV)/bin/ruff check functions benchmark cdk tests
+	$(VENV)/bin/ruff check functions tools benchmark cdk tests
 	$(PY) -m pytest -n auto --dist worksteal tests/unit tests/contract
 
 # `make bench`: the quick preset (6 events) and the hot one (one event, 32 producers, far
@@ -89,13 +89,13 @@ synth: setup node_modules/.installed
 	npx --no-install cdk synth --quiet
 
 # The functions' IAM policies as `turnstile local` enforces them, written from a fresh
-# synthesis of the stack (functions/turnstile/local/roles.json; `make test` fails while it
+# synthesis of the stack (tools/turnstile_tools/local/roles.json; `make test` fails while it
 # differs). Run it after changing a grant (cdk/turnstile_cdk/permissions.py), and commit it.
 roles: setup
 	PYTHONPATH=cdk $(PY) -m turnstile_cdk.local_roles
 
 lint: setup
-	$(VENV)/bin/ruff check functions benchmark cdk tests
+	$(VENV)/bin/ruff check functions tools benchmark cdk tests
 
 clean:
 	rm -rf $(VENV) cdk.out .turnstile .pytest_cache .hypothesis .mutmut mutants

@@ -34,9 +34,9 @@ import pytest
 from moto import mock_aws
 
 from tests.roles import functions_under_roles
-from turnstile.contract import ALL_TABLES, INTAKE_TABLE
-from turnstile.local.poller import to_lambda_record
-from turnstile.stream_reader import list_shards, read_page, shard_iterator
+from turnstile.base.contract import ALL_TABLES, INTAKE_TABLE
+from turnstile_tools.local.poller import to_lambda_record
+from turnstile_tools.stream_reader import list_shards, read_page, shard_iterator
 
 # The processes the tests start (`turnstile local`, workers) get Ctrl-C as from a user's
 # terminal. A suite run as a background job of a non-interactive shell (`make test &` in a
@@ -84,10 +84,10 @@ def aws(request: pytest.FixtureRequest) -> Iterator[boto3.Session]:
     deployed role (``tests.roles.functions_under_roles``): a request the role would be
     refused on AWS is refused here, and fails the test, unless it is marked
     ``denials_expected``. Every client, of any session, is held to DynamoDB's key and item
-    limits as AWS holds it (``turnstile.local.limits``): an over-long key is refused on a
+    limits as AWS holds it (``turnstile_tools.local.limits``): an over-long key is refused on a
     read too, which moto alone would serve.
     """
-    from turnstile.local.limits import enforced_in_moto
+    from turnstile_tools.local.limits import enforced_in_moto
 
     with mock_aws(), enforced_in_moto():
         session = boto3.Session(region_name="us-east-1")
@@ -105,7 +105,7 @@ def sweep_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     records (raw producers write the marker, as the README asks; no full scan is ever due),
     and ``full-scan``, the whole intake table (every run)."""
     from tests import helpers
-    from turnstile import sweeper
+    from turnstile.jobs import sweeper
 
     if request.param == "index":
         monkeypatch.setattr(helpers, "MARK_RAW_INTAKE", True)
@@ -123,7 +123,7 @@ def stream(aws: boto3.Session) -> StreamReader:
 @pytest.fixture
 def wakes(aws: boto3.Session) -> StreamReader:
     """The control table's stream: the processor's wake-ups (``contract.WAKE_SOURCE``)."""
-    from turnstile.contract import CONTROL_TABLE
+    from turnstile.base.contract import CONTROL_TABLE
 
     return StreamReader(aws, CONTROL_TABLE.name)
 
@@ -134,7 +134,7 @@ def endpoint() -> Iterator[str]:
     (moto keeps one state per process, shared with in-process mocks)."""
     from moto.core.base_backend import BackendDict
 
-    from turnstile.local.server import EmbeddedAws
+    from turnstile_tools.local.server import EmbeddedAws
 
     BackendDict.reset()
     server = EmbeddedAws("127.0.0.1", 0)

@@ -7,8 +7,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, undecided_shard
-from turnstile.dynamo import to_item
+from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, undecided_shard
+from turnstile.storage.dynamo import to_item
 
 #: What the ``Event`` shape shows of an event created without options, before the stream
 #: processor has counted any status (docs/lifecycle.md, §1 and §10).

@@ -147,7 +147,7 @@ def import_closure(
 
 
 def third_party(imp: Import) -> bool:
-    return imp.top not in sys.stdlib_module_names and imp.top not in {PROJECT, f"{PROJECT}_bench"}
+    return imp.top not in sys.stdlib_module_names and imp.top not in {PROJECT, f"{PROJECT}_tools", f"{PROJECT}_bench"}
 
 
 def undeclared(files: Mapping[str, Path], allowed: set[str]) -> list[str]:

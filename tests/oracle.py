@@ -2,7 +2,7 @@
 
 ``decide`` decides signups alone (no holds, no waitlist, no requests): each new signup of
 an event, in order, ACCEPTED with the next position while its seats fit, else REJECTED
-with a reason. The lifecycle engine (``turnstile.lifecycle.step``), given an event with no
+with a reason. The lifecycle engine (``turnstile.engine.lifecycle.step``), given an event with no
 holds and no waitlist and nothing but signups, must decide exactly as this does
 (tests/unit/test_lifecycle.py); tests that need a commit's outcome without the engine's
 machinery build it here.
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from turnstile.contract import EventState, Reason, Status
-from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest, _bounded
+from turnstile.base.contract import EventState, Reason, Status
+from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest, _bounded
 
 __all__ = ["decide"]
 

@@ -1,9 +1,9 @@
 """The functions' deployed roles in the in-process tests: a client that IAM would refuse.
 
 The embedded endpoint enforces each function's role for everything that talks to it over
-HTTP (``turnstile.local.server.RoleEnforcement``). Tests that run a function's code against
+HTTP (``turnstile_tools.local.server.RoleEnforcement``). Tests that run a function's code against
 moto in-process give it a ``CheckedClient``: the same authorization
-(``turnstile.local.iam``) over the same generated policies (``turnstile.local.roles``),
+(``turnstile_tools.local.iam``) over the same generated policies (``turnstile_tools.local.roles``),
 before the call reaches moto, and a record of what was allowed and refused.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import Function
-from turnstile.dynamo import Dynamo
-from turnstile.local.iam import Request
-from turnstile.local.roles import LocalRoles
+from turnstile.base.contract import Function
+from turnstile.storage.dynamo import Dynamo
+from turnstile_tools.local.iam import Request
+from turnstile_tools.local.roles import LocalRoles
 
 __all__ = [
     "HANDLER_ROLES",
@@ -85,7 +85,7 @@ class CheckedClient:
 
     def _checked(self, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
         def checked(**kwargs: Any) -> Any:
-            from turnstile.local.iam import requests_of
+            from turnstile_tools.local.iam import requests_of
 
             action = self._actions[name]
             policy = self.roles.authorizer().policies[self.role]
@@ -175,10 +175,10 @@ def functions_under_roles() -> Iterator[list[CheckedClient]]:
     tests' own set-up and checks keep every right."""
     import importlib
 
-    from turnstile.dynamo import default_client
-    from turnstile.processor import StreamProcessor
-    from turnstile.store import SignupStore
-    from turnstile.sweeper import Sweeper
+    from turnstile.jobs.processor import StreamProcessor
+    from turnstile.jobs.sweeper import Sweeper
+    from turnstile.storage.dynamo import default_client
+    from turnstile.storage.store import SignupStore
 
     clients: list[CheckedClient] = []
     modules = [importlib.import_module(name) for name in HANDLER_ROLES]

@@ -155,7 +155,7 @@ def register(subparsers: Any) -> None:
 
 def _check_extra(args: argparse.Namespace) -> None:
     """Before a run of minutes: the bench extra's modules are there (one line if not)."""
-    from turnstile.cli import needs_extra
+    from turnstile_tools.extras import needs_extra
 
     # moto for the embedded endpoint (the local extra, which bench includes); matplotlib draws.
     for module in ("moto", "werkzeug", *(("matplotlib",) if args.plot else ())):

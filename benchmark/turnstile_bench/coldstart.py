@@ -41,7 +41,7 @@ _TIMER = "import time as _t\n_s = _t.perf_counter()\n{body}\nprint(_t.perf_count
 _DEPENDENCIES = (
     "from aws_lambda_powertools import Logger, Metrics\n"
     "from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent\n"
-    "import turnstile.processor, turnstile.store\n"
+    "import turnstile.jobs.processor, turnstile.storage.store\n"
     "Logger(service='turnstile'); Metrics(namespace='Turnstile', service='turnstile')\n"
 )
 

@@ -22,12 +22,13 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
-from turnstile import lifecycle, transitions
-from turnstile.contract import Attr
-from turnstile.domain import EventSnapshot, parse_request
-from turnstile.journal import Journal
-from turnstile.processor import StreamProcessor, utc_now
-from turnstile.store import SignupStore
+from turnstile.base.contract import Attr
+from turnstile.engine import lifecycle
+from turnstile.engine.domain import EventSnapshot, parse_request
+from turnstile.jobs.processor import StreamProcessor, utc_now
+from turnstile.storage import transitions
+from turnstile.storage.journal import Journal
+from turnstile.storage.store import SignupStore
 from turnstile_bench.endpoint import quiet_handler_environment
 from turnstile_bench.scale import lambda_record
 from turnstile_bench.workload import Workload, generate, intake_item
@@ -259,8 +260,8 @@ def measure_cpu(batches: int = 50) -> CpuProfile:
     """CPU per decision of the engine alone and of the whole handler (in-memory store)."""
     quiet_handler_environment()
     from turnstile.handlers import stream as stream_module
-    from turnstile.local.context import LocalLambdaContext
     from turnstile_bench.strategies import quiet
+    from turnstile_tools.local.context import LocalLambdaContext
 
     records = _records(batches)
     capacity = batches * 50

@@ -11,10 +11,10 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
-from turnstile.local.roles import role_session
-from turnstile.local.server import EmbeddedAws
-from turnstile.local.stack import ensure_resources, local_aws_environment
+from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile_tools.local.roles import role_session
+from turnstile_tools.local.server import EmbeddedAws
+from turnstile_tools.local.stack import ensure_resources, local_aws_environment
 
 __all__ = ["LocalEndpoint", "quiet_handler_environment"]
 
@@ -83,7 +83,7 @@ class LocalEndpoint:
         return self
 
     def client_as(self, role: str, service: str = "dynamodb") -> Any:
-        """A client that signs as ``role``'s function (``turnstile.local.roles``): the
+        """A client that signs as ``role``'s function (``turnstile_tools.local.roles``): the
         endpoint authorizes its requests against that function's deployed policy."""
         return role_session(role).client(service, config=CLIENT_CONFIG)
 

@@ -9,7 +9,7 @@ up front (seeded): of the signups it sees HELD, ``confirm_share`` confirm and th
 the hold lapse; of those it sees ACCEPTED, ``cancel_share`` cancel. A request is the
 producer's update of its own intake item (docs/lifecycle.md §10, "Requests"). Waitlisted
 signups are promoted by the processor as seats come back. Due holds are released by the
-due-holds scheduler's own code (``turnstile.due_holds.release_due_holds``), every second as
+due-holds scheduler's own code (``turnstile.jobs.due_holds.release_due_holds``), every second as
 ``turnstile local`` runs it.
 
 Every transition the processor commits is counted from its batches (the engine's moves, by
@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from turnstile.contract import (
+from turnstile.base.contract import (
     STREAM_SOURCE,
     WAKE_SOURCE,
     Attr,
@@ -51,8 +51,8 @@ from turnstile.contract import (
     RequestKind,
     Status,
 )
-from turnstile.processor import BatchResult, IntakeRecord, utc_now
-from turnstile.store import SignupStore
+from turnstile.jobs.processor import BatchResult, IntakeRecord, utc_now
+from turnstile.storage.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
 from turnstile_bench.metering import ItemSizes, Meter, MeteredClient, MeterSnapshot, combine
 from turnstile_bench.progress import Progress
@@ -393,7 +393,7 @@ class _Requester:
         self._queue.put((key, kind))
 
     def _loop(self) -> None:
-        from turnstile.contract import undecided_shard
+        from turnstile.base.contract import undecided_shard
 
         while (job := self._queue.get()) is not None:
             (event_id, signup_id), kind = job
@@ -428,7 +428,7 @@ class _Requester:
 
 class _Releaser:
     """The due-holds scheduler, as ``turnstile local`` runs it: every ``period_s``,
-    ``turnstile.due_holds.release_due_holds`` reads the control table's due-holds index and
+    ``turnstile.jobs.due_holds.release_due_holds`` reads the control table's due-holds index and
     wakes each due event (its wake-up item: a tick on the control table's stream; the
     step's expiry does the rest)."""
 
@@ -438,7 +438,7 @@ class _Releaser:
         self.wake_ups = 0
 
     def run(self, stop: threading.Event) -> None:
-        from turnstile.due_holds import release_due_holds
+        from turnstile.jobs.due_holds import release_due_holds
 
         while not stop.wait(self.period_s):
             self.wake_ups += release_due_holds(self.store, int(time.time() * 1000))
@@ -483,7 +483,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
     warnings.filterwarnings("ignore", message="No application metrics to publish")
     quiet_handler_environment()
     from turnstile.handlers import stream as stream_module
-    from turnstile.local.poller import CheckpointStore, StreamPoller
+    from turnstile_tools.local.poller import CheckpointStore, StreamPoller
 
     started_run = time.perf_counter()
     signups = generate(workload.signups_workload())
@@ -683,7 +683,7 @@ def run_lifecycle(workload: LifecycleWorkload, progress: Progress) -> dict[str, 
 
 
 def _audit(endpoint: LocalEndpoint) -> dict[str, Any]:
-    from turnstile.audit import audit
+    from turnstile_tools.audit import audit
 
     report = audit(
         SignupStore(
@@ -728,7 +728,7 @@ def _read_tables(endpoint: LocalEndpoint) -> Tables:
                 "#counts": Attr.STATUS_COUNTS,
             },
         ).get("Item", {})
-        from turnstile.dynamo import from_item
+        from turnstile.storage.dynamo import from_item
 
         tables.events[event_id] = from_item(item)
     return tables
@@ -894,7 +894,7 @@ def item_growth(
     intake = {
         (s.event_id, s.signup_id): size for s, size in zip(signups, sizes_of(signups), strict=True)
     }
-    from turnstile.transitions import history_of
+    from turnstile.storage.transitions import history_of
 
     by_moves: dict[int, list[tuple[int, int]]] = {}
     for item in tables.decisions:
@@ -925,8 +925,8 @@ def recount(
     requester: _Requester | None = None,
 ) -> dict[str, Any]:
     """Check the tables after the run; every problem found, by kind (empty lists: clean)."""
-    from turnstile.lifecycle import ALLOWED_TRANSITIONS
-    from turnstile.transitions import history_of
+    from turnstile.engine.lifecycle import ALLOWED_TRANSITIONS
+    from turnstile.storage.transitions import history_of
 
     problems: dict[str, list[str]] = {
         "history": [],

@@ -35,8 +35,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import Attr, ControlKey, Status
-from turnstile.processor import utc_now
+from turnstile.base.contract import Attr, ControlKey, Status
+from turnstile.jobs.processor import utc_now
 from turnstile_bench.endpoint import LocalEndpoint
 from turnstile_bench.metering import ItemSizes, Meter, MeteredClient
 from turnstile_bench.progress import Progress

@@ -22,7 +22,7 @@ Units follow DynamoDB's published on-demand rules, computed from the items thems
   unit per 1 KB of the index entry (the table's key, the index key and the projected
   attributes), at least one. Indexes change after a transaction completes, so an index write
   made by a transaction is counted once, not doubled like the transaction's own items.
-  Index definitions come from ``turnstile.contract`` (the intake table's ``undecided``).
+  Index definitions come from ``turnstile.base.contract`` (the intake table's ``undecided``).
 
 moto's ``ConsumedCapacity`` is deliberately not used: it does not follow these rules.
 
@@ -44,8 +44,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import ALL_TABLES, Attr, ControlKey, IndexSpec
-from turnstile.itemsize import typed_item_size, typed_value_size
+from turnstile.base.contract import ALL_TABLES, Attr, ControlKey, IndexSpec
+from turnstile.base.itemsize import typed_item_size, typed_value_size
 
 __all__ = [
     "READ_BLOCK_BYTES",

@@ -35,7 +35,7 @@ from typing import Any
 
 import boto3
 
-from turnstile.contract import INTAKE_TABLE
+from turnstile.base.contract import INTAKE_TABLE
 
 
 def _free_port() -> int:

@@ -18,9 +18,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnstile.contract import INTAKE_TABLE, Attr, ControlKey
-from turnstile.processor import utc_now
-from turnstile.store import SignupStore
+from turnstile.base.contract import INTAKE_TABLE, Attr, ControlKey
+from turnstile.jobs.processor import utc_now
+from turnstile.storage.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
 from turnstile_bench.metering import (
     ItemSizes,
@@ -176,7 +176,7 @@ def run_direct(
     """
     quiet_handler_environment()
     from turnstile.handlers import stream as stream_module
-    from turnstile.local.context import LocalLambdaContext
+    from turnstile_tools.local.context import LocalLambdaContext
 
     workload = Workload(
         events=events,

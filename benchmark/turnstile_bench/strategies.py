@@ -35,10 +35,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.contract import STREAM_SOURCE, Attr, ControlKey, Function, Reason, Status
-from turnstile.domain import Decision, SignupRequest
-from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
-from turnstile.store import SignupStore
+from turnstile.base.contract import STREAM_SOURCE, Attr, ControlKey, Function, Reason, Status
+from turnstile.engine.domain import Decision, SignupRequest
+from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
+from turnstile.storage.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
 from turnstile_bench.metering import (
     ItemSizes,
@@ -512,7 +512,7 @@ def run_turnstile(
     """Producers append to intake; the stream handler decides; a reader sees the result."""
     quiet_handler_environment()
     from turnstile.handlers import stream as stream_module
-    from turnstile.local.poller import CheckpointStore, StreamPoller
+    from turnstile_tools.local.poller import CheckpointStore, StreamPoller
 
     sizes = ItemSizes()
     setup = Meter("setup")
@@ -680,7 +680,7 @@ def quiet(handler: Callable[[dict[str, Any], Any], Any]) -> Callable[[dict[str, 
 
 def _audit(endpoint: LocalEndpoint) -> dict[str, Any]:
     """``turnstile audit`` on the run's tables: invariants 1-4."""
-    from turnstile.audit import audit
+    from turnstile_tools.audit import audit
 
     report = audit(
         SignupStore(

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from turnstile.contract import (
+from turnstile.base.contract import (
     CONTROL_TABLE,
     INTAKE_TABLE,
     MAIN_TABLE,
@@ -32,8 +32,8 @@ from turnstile.contract import (
     Status,
     undecided_shard,
 )
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper
+from turnstile.jobs.sweeper import Sweeper
+from turnstile.storage.store import SignupStore
 from turnstile_bench.metering import ItemSizes, Meter, MeteredClient, index_entry, item_size
 from turnstile_bench.progress import Progress
 from turnstile_bench.strategies import _DecisionWriter

@@ -126,10 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     local_environment()
     # Each throttled wait is logged as an error by the local API: thousands of lines here.
-    logging.getLogger("turnstile.local.api_server").setLevel(logging.CRITICAL)
+    logging.getLogger("turnstile_tools.local.api_server").setLevel(logging.CRITICAL)
     from turnstile.handlers.api import new_instance, new_waiter_instance
-    from turnstile.local.api_server import ApiServer
-    from turnstile.local.stack import LocalStack
+    from turnstile_tools.local.api_server import ApiServer
+    from turnstile_tools.local.stack import LocalStack
 
     outcomes = []
     with tempfile.TemporaryDirectory() as state:

@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args(argv)
     local_environment()
-    from turnstile.local.stack import LocalStack
-    from turnstile.store import SignupStore
+    from turnstile.storage.store import SignupStore
+    from turnstile_tools.local.stack import LocalStack
 
     with tempfile.TemporaryDirectory() as state:
         stack = LocalStack(

@@ -17,7 +17,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeSerializer
 
-from turnstile.contract import Attr, undecided_shard
+from turnstile.base.contract import Attr, undecided_shard
 from turnstile_bench.metering import item_size
 
 __all__ = [

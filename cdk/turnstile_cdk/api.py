@@ -19,21 +19,21 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from turnstile.api import (
-    CORS_ALLOW_HEADERS,
-    CORS_EXPOSE_HEADERS,
-    CORS_MAX_AGE_S,
-    MAX_WAIT_S,
-    WAITING_ROUTES,
-)
-from turnstile.api import ROUTES as API_ROUTES
-from turnstile.contract import (
+from turnstile.base.contract import (
     ADMIN_PRINCIPALS_ENV,
     ADMIN_SCOPE,
     FUNCTION_HANDLERS,
     MAX_EVENTS_ENV,
     Function,
 )
+from turnstile.web.api import (
+    CORS_ALLOW_HEADERS,
+    CORS_EXPOSE_HEADERS,
+    CORS_MAX_AGE_S,
+    MAX_WAIT_S,
+    WAITING_ROUTES,
+)
+from turnstile.web.api import ROUTES as API_ROUTES
 
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import API_GRANTS, WAITER_GRANTS
@@ -85,7 +85,7 @@ CORS_CATCH_ALL_METHODS = (
 #: The API function's timeout, under API Gateway's 30 s integration timeout: room for the
 #: store's retries of a throttled DynamoDB call.
 API_TIMEOUT_S = 25
-#: The waiter's: the longest wait (``turnstile.api.MAX_WAIT_S``) and the time a wait keeps
+#: The waiter's: the longest wait (``turnstile.web.api.MAX_WAIT_S``) and the time a wait keeps
 #: to answer before the deadline (``WAIT_MARGIN_S``), and a little more; a hung wait holds
 #: a waiter instance no longer than this.
 WAITER_TIMEOUT_S = MAX_WAIT_S + 5
@@ -112,7 +112,7 @@ class CallerRole(Enum):
         return f"{self.value.title()}PolicyArn"
 
 
-#: The one role each business route belongs to. A route of ``turnstile.api.ROUTES`` that
+#: The one role each business route belongs to. A route of ``turnstile.web.api.ROUTES`` that
 #: is in neither this mapping nor ``OPEN_ROUTES`` fails the synthesis: no route can be
 #: added without deciding who may call it. Entries the API does not serve yet are skipped.
 ROUTE_ROLES: Mapping[str, CallerRole] = {
@@ -251,10 +251,10 @@ class ApiThrottling:
 
 
 class ApiConstruct(Construct):
-    """Deploys the HTTP API (turnstile.api) in front of its two functions.
+    """Deploys the HTTP API (turnstile.web.api) in front of its two functions.
 
     Parts: ``function`` (every route but the waiting read), ``waiter`` (the waiting read,
-    ``turnstile.api.WAITING_ROUTES``: a request it holds never takes an instance of
+    ``turnstile.web.api.WAITING_ROUTES``: a request it holds never takes an instance of
     ``function``), ``http_api``, ``stage`` (the ``$default`` stage), ``access_logs``, and
     ``caller_policies``: one managed policy per caller role (IAM mode; empty with JWT).
     """

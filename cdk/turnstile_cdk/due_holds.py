@@ -6,7 +6,7 @@ from __future__ import annotations
 from aws_cdk import Duration
 from constructs import Construct
 
-from turnstile.contract import FUNCTION_HANDLERS, Function
+from turnstile.base.contract import FUNCTION_HANDLERS, Function
 
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import DUE_HOLDS_GRANTS

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from turnstile.contract import EventSourceSettings
+from turnstile.base.contract import EventSourceSettings
 
 __all__ = ["event_source_mapping_properties"]
 

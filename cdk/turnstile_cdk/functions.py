@@ -16,8 +16,8 @@ from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
-from turnstile.personal_data import LOG_KEY_SECRET_ENV
+from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile.base.personal_data import LOG_KEY_SECRET_ENV
 
 from .encryption import grant_data_key
 from .permissions import CONTROL, INTAKE, MAIN, TableGrant
@@ -64,24 +64,16 @@ _ARCH_NAME = "arm64"
 _PYTHON_TAG = "python312"  # the layer name's spelling of the runtime
 _PYTHON_VERSION = "python3.12"  # the SSM parameter path's spelling
 
-#: Left out of the asset: byte code, tests, packaging metadata, and the modules of the package
-#: that only run on a developer's or an operator's machine: the local stack and the CLI with
-#: what only it imports. (The benchmark is not in functions/ at all: benchmark/turnstile_bench.)
-#: tests/infra/test_functions.py checks the asset holds all the handlers import, and none of those.
+#: The asset is functions/ whole: the runtime package and nothing else (the CLI, the local
+#: stack and the audit are tools/turnstile_tools; the benchmark is benchmark/turnstile_bench).
+#: Left out: byte code, and what a developer's tools may leave beside it.
+#: tests/infra/test_functions.py checks the asset is exactly functions/turnstile's modules.
 ASSET_EXCLUDES = [
     "**/__pycache__",
     "**/*.pyc",
     "tests",
     "**/tests",
     "*.egg-info",
-    "turnstile/local",
-    "turnstile/cli.py",
-    "turnstile/output.py",
-    "turnstile/client.py",
-    "turnstile/audit.py",
-    "turnstile/redrive.py",
-    "turnstile/stream_reader.py",
-    "turnstile/stack_outputs.py",
 ]
 
 

@@ -1,7 +1,8 @@
-"""The functions' roles as the local stack enforces them: ``functions/turnstile/local/roles.json``.
+"""The functions' roles as the local stack enforces them:
+``tools/turnstile_tools/local/roles.json``.
 
 ``turnstile local`` runs every function under the IAM policy it has when deployed
-(``turnstile.local.roles``), without the CDK: it reads that policy from a file generated
+(``turnstile_tools.local.roles``), without the CDK: it reads that policy from a file generated
 here from a synthesis of the stack. ``make roles`` writes it; tests/infra/test_local_roles.py
 fails when the file and a fresh synthesis differ, naming this command.
 
@@ -18,8 +19,8 @@ import sys
 import tempfile
 from typing import Any
 
-from turnstile.contract import FUNCTION_HANDLERS
-from turnstile.local.roles import ROLES_FILE
+from turnstile.base.contract import FUNCTION_HANDLERS
+from turnstile_tools.local.roles import ROLES_FILE
 
 __all__ = ["REGENERATE", "local_roles", "render", "roles_text"]
 

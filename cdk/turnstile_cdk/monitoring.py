@@ -17,7 +17,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from turnstile.api import SERVICE as API_SERVICE
+from turnstile.web.api import SERVICE as API_SERVICE
 
 from .functions import METRICS_NAMESPACE, SERVICE_NAME
 from .sweeper import SWEEP_INTERVAL

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from turnstile.contract import (
+from turnstile.base.contract import (
     DECISION_ATTRIBUTES,
     DUE_HOLDS_INDEX,
     EVENT_CONFIG_ATTRIBUTES,
@@ -362,7 +362,7 @@ SWEEPER_GRANTS = (
     _wakes("a held event is released"),
 )
 
-#: Releasing due holds (``turnstile.due_holds``): it reads the control table's ``due-holds``
+#: Releasing due holds (``turnstile.jobs.due_holds``): it reads the control table's ``due-holds``
 #: index and wakes the events due; it touches no intake record.
 DUE_HOLDS_GRANTS = (
     TableGrant(

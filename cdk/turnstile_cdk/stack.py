@@ -9,7 +9,7 @@ from aws_cdk import aws_apigatewayv2 as apigwv2
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from turnstile.stack_outputs import OutputKey
+from turnstile_tools.stack_outputs import OutputKey
 
 from .api import ApiAuth, ApiConstruct, ApiThrottling
 from .due_holds import DueHoldsConstruct

@@ -7,7 +7,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from turnstile.contract import (
+from turnstile.base.contract import (
     FUNCTION_HANDLERS,
     STREAM_SOURCE,
     WAKE_SOURCE,
@@ -23,7 +23,7 @@ __all__ = ["StreamProcessorConstruct"]
 
 
 class StreamProcessorConstruct(Construct):
-    """Deploys the stream processor (turnstile.processor.StreamProcessor), the only writer
+    """Deploys the stream processor (turnstile.jobs.processor.StreamProcessor), the only writer
     of decisions.
 
     Parts: ``function``, ``failure_queue`` (metadata of batches given up on: the input of

@@ -6,7 +6,7 @@ from aws_cdk import Duration
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
-from turnstile.contract import FUNCTION_HANDLERS, Function
+from turnstile.base.contract import FUNCTION_HANDLERS, Function
 
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import SWEEPER_GRANTS
@@ -21,7 +21,7 @@ FULL_SCAN_EVERY = Duration.days(1)
 
 
 class SweeperConstruct(Construct):
-    """Deploys the sweeper (turnstile.sweeper.Sweeper) on its schedule. The sweeper never
+    """Deploys the sweeper (turnstile.jobs.sweeper.Sweeper) on its schedule. The sweeper never
     decides (docs/design.md): it bumps ``redrive`` on a stale intake record, a MODIFY the
     stream filter lets through, so the processor decides it like any other record.
 

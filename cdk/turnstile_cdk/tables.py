@@ -9,7 +9,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, TableSpec
+from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, TableSpec
 
 __all__ = ["TablesConstruct", "table_from_spec"]
 

@@ -18,12 +18,12 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from tests.api.helpers import Answer, Invoke, LiveApi, v2_event
-from turnstile.contract import ALL_TABLES
-from turnstile.dynamo import default_client
+from turnstile.base.contract import ALL_TABLES
 from turnstile.handlers import api as api_handler
-from turnstile.local.api_server import ApiServer
-from turnstile.local.context import LocalLambdaContext
-from turnstile.store import SignupStore
+from turnstile.storage.dynamo import default_client
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.api_server import ApiServer
+from turnstile_tools.local.context import LocalLambdaContext
 
 #: Waiting reads the live API holds at once (the waiter's reserved concurrency, locally).
 MAX_WAITERS = 2

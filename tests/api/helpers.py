@@ -10,8 +10,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from tests.oracle import decide
-from turnstile.domain import Decision, parse_request
-from turnstile.store import SignupStore
+from turnstile.engine.domain import Decision, parse_request
+from turnstile.storage.store import SignupStore
 
 
 def v2_event(

@@ -14,7 +14,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from turnstile.client import (
+from turnstile_tools.client import (
     ApiError,
     ApiUnreachableError,
     NotTurnstileApiError,
@@ -22,7 +22,7 @@ from turnstile.client import (
     WaitTimeoutError,
     region_of_execute_api,
 )
-from turnstile.local.api_server import ApiServer
+from turnstile_tools.local.api_server import ApiServer
 
 AUTHORIZATION = re.compile(
     r"^AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/\d{8}/(?P<region>[a-z0-9-]+)/execute-api/"

@@ -13,8 +13,8 @@ import pytest
 
 from tests.api.conftest import MAX_WAITERS
 from tests.api.helpers import LiveApi, decide_pending
-from turnstile.api import MAX_BODY_BYTES
-from turnstile.client import ApiError, TurnstileClient, WaitTimeoutError
+from turnstile.web.api import MAX_BODY_BYTES
+from turnstile_tools.client import ApiError, TurnstileClient, WaitTimeoutError
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +281,7 @@ def test_confirm_and_cancel_over_http_and_through_the_cli(
     client: TurnstileClient, live_api: LiveApi, capsys: pytest.CaptureFixture[str]
 ):
     from tests.helpers import put_decision
-    from turnstile import cli
+    from turnstile_tools import cli
 
     # GIVEN a HELD signup and an ACCEPTED one
     client.create_event("holds", 4, hold_seconds=60)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.api.helpers import Invoke, decide_pending, v2_event
-from turnstile import listing
 from turnstile.handlers import api as api_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.store import SignupStore
+from turnstile.storage import listing
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-11-21T21:00:00.000000Z"
 

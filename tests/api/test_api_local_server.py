@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from turnstile.local.api_server import MAX_DRAIN_BYTES, ApiServer
+from turnstile_tools.local.api_server import MAX_DRAIN_BYTES, ApiServer
 
 LIMIT = 1024
 

@@ -10,10 +10,10 @@ import pytest
 from openapi_spec_validator import validate
 
 from tests.api.helpers import Invoke
-from turnstile.api import OPENAPI, ROUTES
+from turnstile.web.api import OPENAPI, ROUTES
 
 COMMITTED = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
-REGENERATE = "python -m turnstile.api > docs/openapi.json"
+REGENERATE = "python -m turnstile.web.api > docs/openapi.json"
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 

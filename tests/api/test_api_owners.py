@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.api.helpers import Invoke, decide_pending
-from turnstile.contract import ADMIN_PRINCIPALS_ENV, ADMIN_SCOPE
-from turnstile.store import SignupStore
+from turnstile.base.contract import ADMIN_PRINCIPALS_ENV, ADMIN_SCOPE
+from turnstile.storage.store import SignupStore
 
 ACCOUNT = "arn:aws:sts::123456789012:assumed-role"
 #: name -> (IAM caller ARN, token subject)
@@ -163,7 +163,7 @@ def test_the_event_itself_is_public_to_every_caller(scene: Any):
 def test_an_organizer_creates_at_most_its_quota_of_events(
     invoke: Invoke, store: SignupStore, kind: str, monkeypatch: pytest.MonkeyPatch
 ):
-    from turnstile.contract import MAX_EVENTS_ENV
+    from turnstile.base.contract import MAX_EVENTS_ENV
 
     monkeypatch.setenv(MAX_EVENTS_ENV, "2")
 

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from tests.api.helpers import Invoke
 from tests.conftest import StreamReader
-from turnstile.contract import MAX_ATTRIBUTES_BYTES, Reason
+from turnstile.base.contract import MAX_ATTRIBUTES_BYTES, Reason
 from turnstile.handlers.stream import to_intake_record
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.storage.store import SignupStore
 
 EVENT = "agree"
 _ids = itertools.count()

@@ -11,12 +11,12 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.api.helpers import Invoke, decide_pending, v2_event
 from tests.helpers import NO_EVENT_OPTIONS, put_decision
-from turnstile import api
-from turnstile.dynamo import event_key
+from turnstile.base.itemsize import value_size
 from turnstile.handlers import api as api_handler
-from turnstile.itemsize import value_size
-from turnstile.local.context import LocalLambdaContext
-from turnstile.store import SignupStore
+from turnstile.storage.dynamo import event_key
+from turnstile.storage.store import SignupStore
+from turnstile.web import api
+from turnstile_tools.local.context import LocalLambdaContext
 
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 

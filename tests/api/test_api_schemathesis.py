@@ -28,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from tests.api.helpers import LiveApi, decide_pending
-from turnstile.api import ROUTES
-from turnstile.domain import attributes_problem
-from turnstile.events import lineup_problem
+from turnstile.engine.domain import attributes_problem
+from turnstile.storage.events import lineup_problem
+from turnstile.web.api import ROUTES
 
 KNOWN_EVENT = "concert-2026"
 KNOWN_SIGNUP = "user-42"

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from turnstile.contract import STREAM_SOURCE
+from turnstile.base.contract import STREAM_SOURCE
 from turnstile_bench import register
 from turnstile_bench.runner import DEMO, PRESETS, WAYS, demo_description
 from turnstile_bench.ways import STRATEGIES

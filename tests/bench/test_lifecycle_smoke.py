@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from turnstile.contract import Attr, Status
-from turnstile.lifecycle import Transition
-from turnstile.transitions import history_of
+from turnstile.base.contract import Attr, Status
+from turnstile.engine.lifecycle import Transition
+from turnstile.storage.transitions import history_of
 from turnstile_bench import register
 from turnstile_bench.lifecycle_run import LIFECYCLE, Tables, recount, render_lifecycle
 

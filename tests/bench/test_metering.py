@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from turnstile.contract import (
+from turnstile.base.contract import (
     DUE_HOLDS_INDEX,
     INTAKE_TABLE,
     MAIN_TABLE,

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
-from turnstile.store import SignupStore
+from turnstile.base.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.storage.store import SignupStore
 from turnstile_bench import register
 from turnstile_bench.cpu import measure_cpu
 from turnstile_bench.lock_targets import (

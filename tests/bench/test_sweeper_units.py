@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from turnstile.contract import ALL_TABLES, Attr
-from turnstile.dynamo import default_client
+from turnstile.base.contract import ALL_TABLES, Attr
+from turnstile.storage.dynamo import default_client
 from turnstile_bench.metering import ItemSizes, read_units
 from turnstile_bench.sweep import MIN_AGE_S, SWEEP_AT, Tables, index_entry_size, load, measure
 

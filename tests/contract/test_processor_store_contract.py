@@ -1,4 +1,4 @@
-"""The processor's store contract (``turnstile.ports.ProcessorStore``), run against both
+"""The processor's store contract (``turnstile.storage.ports.ProcessorStore``), run against both
 implementations: ``FakeStore`` (in memory) and ``SignupStore`` over moto.
 
 Every case runs on both, with the same expectations; what each store wrote is compared
@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-import turnstile.store as store_module
+import turnstile.storage.store as store_module
 from tests.fakes import FakeStore
 from tests.helpers import table_items
 from tests.oracle import decide
-from turnstile.contract import (
+from turnstile.base.contract import (
     CONTROL_TABLE,
     DUE_HOLDS_SHARD,
     INTAKE_TABLE,
@@ -31,20 +31,20 @@ from turnstile.contract import (
     Reason,
     Status,
 )
-from turnstile.domain import EventSnapshot, Outcome, SignupRequest
-from turnstile.dynamo import event_key, to_item
-from turnstile.errors import (
+from turnstile.base.errors import (
     CapacityBelowTakenError,
     CommitConflictError,
     EventExistsError,
     JournalTooLargeError,
 )
-from turnstile.hold import MAX_HOLD_ERROR_CHARS
-from turnstile.journal import Journal
-from turnstile.ports import ProcessorStore
-from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore
-from turnstile.transitions import ms_of
+from turnstile.engine.domain import EventSnapshot, Outcome, SignupRequest
+from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.storage.dynamo import event_key, to_item
+from turnstile.storage.hold import MAX_HOLD_ERROR_CHARS
+from turnstile.storage.journal import Journal
+from turnstile.storage.ports import ProcessorStore
+from turnstile.storage.store import SignupStore
+from turnstile.storage.transitions import ms_of
 
 NOW = "2026-01-01T00:00:00.000000Z"
 LATER = "2026-01-01T00:05:00.000000Z"
@@ -499,7 +499,7 @@ def test_the_fake_and_the_real_store_end_with_the_same_items(aws):
 
 def _lifecycle_scenario(store: Any) -> None:
     """Holds, a waitlist, requests, an expiry and promotions, through the processor."""
-    from turnstile.dynamo import event_key
+    from turnstile.storage.dynamo import event_key
 
     def record(signup_id: str, seq: int, kind: str | None = None, count: int = 0):
         keys = {"event_id": "life", "signup_id": signup_id}

@@ -24,8 +24,8 @@ import pytest
 from botocore.config import Config
 
 from tests.e2e.conftest import BIN, running_local_stack
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, ControlKey
-from turnstile.domain import id_problem
+from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, ControlKey
+from turnstile.engine.domain import id_problem
 
 pytestmark = pytest.mark.drill
 
@@ -639,9 +639,9 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     other holds lapse, as the docs tell them to (an update of their own intake item), while
     workers are killed mid-batch. Nothing is lost, doubled or oversold; every request is
     answered once; every hold ends; every history is one the lifecycle allows."""
-    from turnstile.contract import undecided_shard
-    from turnstile.lifecycle import ALLOWED_TRANSITIONS
-    from turnstile.transitions import history_of
+    from turnstile.base.contract import undecided_shard
+    from turnstile.engine.lifecycle import ALLOWED_TRANSITIONS
+    from turnstile.storage.transitions import history_of
 
     options = {
         "l-hold": {"capacity": 25, "waitlist": 40, "hold_seconds": 2},
@@ -723,7 +723,7 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     time.sleep(2.5)
     # every hold due before this moment must lapse at the step that follows (invariant 4)
     ticked_at = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-    from turnstile.store import SignupStore
+    from turnstile.storage.store import SignupStore
 
     for event_id in options:
         SignupStore(drill.client).wake(event_id, "hold_due")

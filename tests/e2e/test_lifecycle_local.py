@@ -16,8 +16,8 @@ import pytest
 
 from tests.e2e.conftest import RunningStack, denials, running_local_stack
 from tests.roles import roles_without
-from turnstile.contract import Function
-from turnstile.local.roles import ROLES_ENV
+from turnstile.base.contract import Function
+from turnstile_tools.local.roles import ROLES_ENV
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ import pytest
 from botocore.config import Config
 
 from tests.e2e.conftest import BIN, RunningStack
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 
 pytestmark = pytest.mark.e2e
 
@@ -217,7 +217,7 @@ def test_local_api_with_cors_lists_and_waits(tmp_path):
     import urllib.request
 
     from tests.e2e.conftest import running_local_stack
-    from turnstile.client import TurnstileClient
+    from turnstile_tools.client import TurnstileClient
 
     origin = "http://localhost:3000"
     with running_local_stack(tmp_path, "--cors-origin", origin) as stack:

@@ -16,8 +16,8 @@ from typing import Any
 import boto3
 
 from tests.e2e.conftest import running_local_stack
-from turnstile.client import ApiError, TurnstileClient
-from turnstile.contract import ADMIN_PRINCIPALS_ENV
+from turnstile.base.contract import ADMIN_PRINCIPALS_ENV
+from turnstile_tools.client import ApiError, TurnstileClient
 
 
 def signed(stack: Any, access_key: str) -> TurnstileClient:

@@ -16,14 +16,14 @@ import boto3
 import pytest
 
 from tests.e2e.conftest import RunningStack, running_local_stack
-from turnstile.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, MAIN_TABLE
-from turnstile.local.persist import (
+from turnstile.base.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, MAIN_TABLE
+from turnstile_tools.local.persist import (
     COMPACT_BYTES_ENV,
     SNAPSHOT_NAME,
     STREAM_RETENTION_ENV,
     WriteAheadLog,
 )
-from turnstile.local.server import WAL_NAME
+from turnstile_tools.local.server import WAL_NAME
 
 
 def client(stack: RunningStack, service: str = "dynamodb") -> Any:

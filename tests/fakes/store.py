@@ -1,4 +1,4 @@
-"""``FakeStore``: the processor's store (``turnstile.ports.ProcessorStore``) in memory.
+"""``FakeStore``: the processor's store (``turnstile.storage.ports.ProcessorStore``) in memory.
 
 Same semantics as ``SignupStore`` on every method the processor calls, held to it by
 ``tests/contract/test_processor_store_contract.py``, which runs the same cases against both.
@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from turnstile import dynamo, events, hold
-from turnstile import store as real
-from turnstile.clock import utc_now
-from turnstile.contract import (
+from turnstile.base.clock import utc_now
+from turnstile.base.contract import (
     CONTROL_TABLE,
     DUE_HOLDS_SHARD,
     INTAKE_TABLE,
@@ -38,9 +36,7 @@ from turnstile.contract import (
     WakeAttr,
     WakeReason,
 )
-from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
-from turnstile.dynamo import from_item, to_item
-from turnstile.errors import (
+from turnstile.base.errors import (
     CapacityBelowTakenError,
     CommitConflictError,
     EventExistsError,
@@ -48,11 +44,15 @@ from turnstile.errors import (
     JournalTooLargeError,
     StoreUnavailableError,
 )
-from turnstile.events import EventRecord
-from turnstile.hold import MAX_HOLD_ERROR_CHARS
-from turnstile.journal import Journal
-from turnstile.store import SignupStore
-from turnstile.transitions import ms_of
+from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.storage import dynamo, events, hold
+from turnstile.storage import store as real
+from turnstile.storage.dynamo import from_item, to_item
+from turnstile.storage.events import EventRecord
+from turnstile.storage.hold import MAX_HOLD_ERROR_CHARS
+from turnstile.storage.journal import Journal
+from turnstile.storage.store import SignupStore
+from turnstile.storage.transitions import ms_of
 
 __all__ = ["FakeStore", "Fault"]
 

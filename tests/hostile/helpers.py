@@ -13,11 +13,11 @@ from moto import mock_aws
 
 from tests.conftest import StreamReader, create_tables
 from tests.roles import functions_under_roles
-from turnstile.contract import STREAM_SOURCE
+from turnstile.base.contract import STREAM_SOURCE
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.local.poller import matches_filter
-from turnstile.store import SignupStore
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.poller import matches_filter
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -134,8 +134,8 @@ class Account:
 def fresh_account() -> Iterator[Account]:
     """A new moto account (tables from the shared fixtures' ``create_tables``) and a
     stream processor that starts cold in it, under the processor's deployed role, every
-    client held to DynamoDB's key and item limits (``turnstile.local.limits``)."""
-    from turnstile.local.limits import enforced_in_moto
+    client held to DynamoDB's key and item limits (``turnstile_tools.local.limits``)."""
+    from turnstile_tools.local.limits import enforced_in_moto
 
     with mock_aws(), enforced_in_moto():
         session = boto3.Session(region_name="us-east-1")

@@ -17,7 +17,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from turnstile.contract import ID_PATTERN
+from turnstile.base.contract import ID_PATTERN
 
 __all__ = [
     "MAX_DECISION_BYTES",

@@ -31,16 +31,16 @@ from tests.hostile.helpers import (
     raw_decision,
 )
 from tests.hostile.strategies import MAX_DECISION_BYTES, item_size
-from turnstile import cli
-from turnstile.api import create_app
-from turnstile.audit import audit
-from turnstile.contract import EventState, Reason, Status
-from turnstile.dynamo import from_item
+from turnstile.base.contract import EventState, Reason, Status
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper, find_undecided
+from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.jobs.sweeper import Sweeper, find_undecided
+from turnstile.storage.dynamo import from_item
+from turnstile.storage.store import SignupStore
+from turnstile.web.api import create_app
+from turnstile_tools import cli
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

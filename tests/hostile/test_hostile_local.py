@@ -16,7 +16,7 @@ from botocore.config import Config
 
 from tests.e2e.conftest import RunningStack, running_local_stack
 from tests.hostile.helpers import key, scan_raw
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE
+from turnstile.base.contract import INTAKE_TABLE, MAIN_TABLE
 
 pytestmark = pytest.mark.e2e
 

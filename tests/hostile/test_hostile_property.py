@@ -35,9 +35,9 @@ from tests.hostile.strategies import (
     rewrites,
     valid_body,
 )
-from turnstile.audit import audit
-from turnstile.contract import EventState, Reason, Status
-from turnstile.sweeper import Sweeper
+from turnstile.base.contract import EventState, Reason, Status
+from turnstile.jobs.sweeper import Sweeper
+from turnstile_tools.audit import audit
 
 EVENTS = {"ev-tiny": 1, "ev-small": 3, "ev-big": 40}
 UNKNOWN = "ev-none"

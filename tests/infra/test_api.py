@@ -8,7 +8,7 @@ import re
 import pytest
 from aws_cdk.assertions import Capture, Match, Template
 
-from turnstile.api import ROUTES, WAITING_ROUTES
+from turnstile.web.api import ROUTES, WAITING_ROUTES
 from turnstile_cdk.api import (
     OPEN_ROUTES,
     ROUTE_ROLES,
@@ -219,7 +219,7 @@ def test_every_business_route_has_exactly_one_role() -> None:
 
 
 def test_a_route_without_a_role_fails_the_synthesis() -> None:
-    """A route added to turnstile.api.ROUTES without a role cannot slip through."""
+    """A route added to turnstile.web.api.ROUTES without a role cannot slip through."""
     unmapped = "DELETE /events/{event_id}"
     with pytest.raises(ValueError, match=re.escape(f"{unmapped} have no caller role")):
         check_route_roles([*SERVED, unmapped])
@@ -432,7 +432,7 @@ def test_admin_principals_reach_the_api_function(
 def test_the_function_outlasts_the_longest_wait(template: Template) -> None:
     """A status read may wait MAX_WAIT_S and stops WAIT_MARGIN_S before the invocation's
     deadline; API Gateway gives up on the integration at 30 s."""
-    from turnstile.api import MAX_WAIT_S, WAIT_MARGIN_S
+    from turnstile.web.api import MAX_WAIT_S, WAIT_MARGIN_S
 
     _, function = function_by_handler(template, "turnstile.handlers.api.handler")
     assert MAX_WAIT_S + WAIT_MARGIN_S < function["Properties"]["Timeout"] < 30

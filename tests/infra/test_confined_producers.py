@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from turnstile.local.iam import Authorizer
-from turnstile.local.roles import LocalRoles
 from turnstile_cdk.local_roles import render
 from turnstile_cdk.producers import output_key
+from turnstile_tools.local.iam import Authorizer
+from turnstile_tools.local.roles import LocalRoles
 
 REGION, ACCOUNT = "us-east-1", "123456789012"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from turnstile.contract import STREAM_SOURCE, WAKE_SOURCE, EventSourceSettings
+from turnstile.base.contract import STREAM_SOURCE, WAKE_SOURCE, EventSourceSettings
 from turnstile_cdk.event_source import event_source_mapping_properties
 
 from .conftest import function_by_handler, only

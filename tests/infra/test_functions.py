@@ -11,7 +11,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from tests.imports import ROOT, declared_names, import_closure, module_name, undeclared
-from turnstile.api import MAX_WAIT_S, WAIT_MARGIN_S
+from turnstile.web.api import MAX_WAIT_S, WAIT_MARGIN_S
 from turnstile_cdk.functions import POWERTOOLS_VERSION
 
 from .conftest import VARIANT_SETTINGS, VARIANT_STACK, Synthesized, function_by_handler, render
@@ -89,7 +89,7 @@ def test_function_code_is_the_functions_asset(
     asset_dir = synthesized.outdir / _asset_source(synthesized, object_key)
     # The handler module is in the asset under its import path...
     module = handler.rsplit(".", 1)[0].replace(".", "/") + ".py"
-    assert (asset_dir / "turnstile" / "contract.py").is_file()
+    assert (asset_dir / "turnstile" / "base" / "contract.py").is_file()
     if handler.endswith("stream.handler"):  # the others are being written alongside
         assert (asset_dir / module).is_file()
     # ...and nothing that only builds or tests it.
@@ -108,8 +108,15 @@ def test_asset_is_the_runtime_code(synthesized: Synthesized, template: Template)
         synthesized, function["Properties"]["Code"]["S3Key"]
     )
     files = sorted(str(p.relative_to(asset_dir)) for p in asset_dir.rglob("*") if p.is_file())
-    assert "turnstile/handlers/stream.py" in files and "turnstile/store.py" in files
+    assert "turnstile/handlers/stream.py" in files and "turnstile/storage/store.py" in files
     assert [f for f in files if not f.endswith(".py")] == []
+    # exactly the runtime package, functions/turnstile: the operator's tools live elsewhere
+    runtime = ROOT / "functions"
+    assert set(files) == {
+        str(p.relative_to(runtime))
+        for p in runtime.rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
     assert [f for f in files if re.search(r"bench|tests?/|test_|/local/|/cli\.py$", f)] == []
     named = {module_name(asset_dir, asset_dir / f): asset_dir / f for f in files}
     # What the handlers import is there, and so is what anything else in it imports.
@@ -206,7 +213,7 @@ def test_functions_dir_is_the_repository_package() -> None:
     from turnstile_cdk.functions import FUNCTIONS_DIR
 
     assert Path(__file__).resolve().parents[2] / "functions" == FUNCTIONS_DIR
-    assert (FUNCTIONS_DIR / "turnstile" / "contract.py").is_file()
+    assert (FUNCTIONS_DIR / "turnstile" / "base" / "contract.py").is_file()
 
 
 @pytest.mark.parametrize("handler", HANDLERS)

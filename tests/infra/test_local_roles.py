@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from turnstile.local.roles import ROLES_FILE, LocalRoles
 from turnstile_cdk.local_roles import REGENERATE, roles_text
+from turnstile_tools.local.roles import ROLES_FILE, LocalRoles
 
 from .conftest import DEFAULT_STACK, Synthesized
 

@@ -377,7 +377,7 @@ _METRIC_KEYS = (
     [
         # Emitted by handlers/stream.py (Metrics(service="turnstile")) per failed group.
         ("ProcessorGroupFailed", "GroupFailed", "turnstile"),
-        # Emitted by the API (turnstile.api.SERVICE) with each 503.
+        # Emitted by the API (turnstile.web.api.SERVICE) with each 503.
         ("StoreUnavailable", "StoreUnavailable", "turnstile-api"),
     ],
 )

@@ -1,10 +1,10 @@
-"""The stack's name and outputs: what the CLI (turnstile.stack_outputs) looks up."""
+"""The stack's name and outputs: what the CLI (turnstile_tools.stack_outputs) looks up."""
 
 from __future__ import annotations
 
 from aws_cdk.assertions import Template
 
-from turnstile.stack_outputs import ENVIRONMENT_BY_OUTPUT, OutputKey
+from turnstile_tools.stack_outputs import ENVIRONMENT_BY_OUTPUT, OutputKey
 
 from .conftest import DEFAULT_STACK, Synthesized
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from turnstile.contract import Function
+from turnstile.base.contract import Function
 from turnstile_cdk.permissions import (
     API_GRANTS,
     DUE_HOLDS_GRANTS,

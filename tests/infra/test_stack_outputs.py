@@ -1,4 +1,4 @@
-"""turnstile.stack_outputs against a stubbed CloudFormation client (botocore Stubber)."""
+"""turnstile_tools.stack_outputs against a stubbed CloudFormation client (botocore Stubber)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from turnstile.stack_outputs import (
+from turnstile_tools.stack_outputs import (
     StackNotFoundError,
     environment_for_stack,
     find_stack_outputs,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from aws_cdk.assertions import Template
 
-from turnstile.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, TableSpec
+from turnstile.base.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, TableSpec
 
 from .conftest import VARIANT_SETTINGS
 

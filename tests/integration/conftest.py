@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from turnstile.store import SignupStore
+from turnstile.storage.store import SignupStore
 
 
 @pytest.fixture

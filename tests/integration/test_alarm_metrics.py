@@ -12,10 +12,10 @@ import pytest
 from tests.helpers import FaultyClient, put_raw_intake
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers import sweeper as sweeper_handler
-from turnstile.ledger import Ledger
-from turnstile.local.context import LocalLambdaContext
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-01-01T00:00:00.000000Z"
 TICK = {"scheduled_time": "2026-11-21T22:07:00Z"}
@@ -73,7 +73,7 @@ def test_a_failed_sweep_does_not_count(store, emitted, monkeypatch):
     def broken(*_: Any, **__: Any) -> Any:
         raise RuntimeError("scan failed")
 
-    monkeypatch.setattr("turnstile.sweeper.find_undecided", broken)
+    monkeypatch.setattr("turnstile.jobs.sweeper.find_undecided", broken)
     with pytest.raises(RuntimeError, match="failed"):
         sweeper_handler.handler(TICK, Context())
     metrics = emitted()

@@ -20,11 +20,11 @@ import pytest
 
 from tests.api.helpers import decide_pending, v2_event
 from tests.helpers import put_decision
-from turnstile.contract import ALL_TABLES
-from turnstile.dynamo import default_client
+from turnstile.base.contract import ALL_TABLES
 from turnstile.handlers import api as api_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.store import SignupStore
+from turnstile.storage.dynamo import default_client
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.context import LocalLambdaContext
 
 USER = "tester"
 #: The API caller whose identity reads as the CLI's ``created_by`` (``cli:<user>``).
@@ -335,7 +335,7 @@ def via_cli(op: Op, endpoint: str) -> Outcome:
         "USER": USER,
     }
     done = subprocess.run(
-        [sys.executable, "-m", "turnstile.cli", *op.argv],
+        [sys.executable, "-m", "turnstile_tools.cli", *op.argv],
         env=env,
         capture_output=True,
         text=True,

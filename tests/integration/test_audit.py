@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import put_raw_intake
-from turnstile import cli
-from turnstile.audit import audit
-from turnstile.errors import EventNotFoundError
+from turnstile.base.errors import EventNotFoundError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.storage.store import SignupStore
+from turnstile_tools import cli
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

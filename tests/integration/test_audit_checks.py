@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from turnstile.audit import audit
-from turnstile.clock import utc_now
-from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
-from turnstile.ledger import Ledger
-from turnstile.store import SignupStore
+from turnstile.base.clock import utc_now
+from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.store import SignupStore
+from turnstile_tools.audit import audit
 
 NOW = "2026-01-01T00:00:00.000000Z"
 LATER = datetime(2026, 1, 1, 0, 10, 0, tzinfo=UTC)  # 600 s after NOW

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import decisions, put_raw_intake
-from turnstile.audit import audit
-from turnstile.contract import Reason, Status
-from turnstile.dynamo import event_key
-from turnstile.errors import CapacityBelowTakenError, CommitConflictError, EventNotFoundError
+from turnstile.base.contract import Reason, Status
+from turnstile.base.errors import CapacityBelowTakenError, CommitConflictError, EventNotFoundError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.store import SignupStore
+from turnstile.storage.dynamo import event_key
+from turnstile.storage.store import SignupStore
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -146,7 +146,7 @@ def test_update_capacity_of_a_hand_written_event_without_version(client, store):
 
 def test_a_capacity_change_makes_an_in_flight_commit_re_decide(client, store):
     from tests.oracle import decide
-    from turnstile.domain import SignupRequest
+    from turnstile.engine.domain import SignupRequest
 
     # GIVEN a processor that read the event (capacity 1) and decided against it
     store.create_event("gig", 1, NOW)
@@ -194,7 +194,7 @@ def test_lowering_capacity_below_seats_a_racing_commit_took_is_refused(client, s
 
 
 def test_a_close_that_lands_before_a_commit_makes_it_reject_event_closed(client, store, stream):
-    from turnstile.processor import StreamProcessor
+    from turnstile.jobs.processor import StreamProcessor
 
     # GIVEN a processor that read the OPEN event, and a close that lands before its commit
     store.create_event("gig", 5, NOW)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.helpers import NO_LIFECYCLE_FIELDS
-from turnstile import cli
+from turnstile_tools import cli
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -178,7 +178,7 @@ def test_event_create_again_with_other_options_names_the_fields(aws, capsys):
 
 def test_lists_print_what_the_api_answers(aws, capsys):
     from tests.api.helpers import decide_pending
-    from turnstile.store import SignupStore
+    from turnstile.storage.store import SignupStore
 
     assert run(capsys, "event", "create", "gig", "--capacity", "1")[0] == 0
     assert run(capsys, "event", "create", "fest", "--capacity", "1")[0] == 0
@@ -231,7 +231,7 @@ def test_stack_option_is_accepted_after_the_command(monkeypatch, capsys):
 
 
 def test_audit_reports_a_broken_table(aws, capsys):
-    from turnstile.store import SignupStore
+    from turnstile.storage.store import SignupStore
 
     store = SignupStore(aws.client("dynamodb"))
     store.create_event("gig", 1, "2026-01-01T00:00:00Z")

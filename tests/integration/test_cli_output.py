@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from turnstile import cli
+from turnstile_tools import cli
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -26,8 +26,8 @@ def world(aws, capsys) -> dict[str, str]:
     queue."""
     from tests.api.helpers import decide_pending
     from tests.helpers import put_decision
-    from turnstile.clock import utc_now
-    from turnstile.store import SignupStore
+    from turnstile.base.clock import utc_now
+    from turnstile.storage.store import SignupStore
 
     assert run(capsys, "event", "create", "gig", "--capacity", "4")[0] == 0
     for fmt in FORMATS:

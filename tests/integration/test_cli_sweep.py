@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from turnstile import cli
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper, run_id_for
+from turnstile.jobs.sweeper import Sweeper, run_id_for
+from turnstile.storage.store import SignupStore
+from turnstile_tools import cli
 
 
 def sweep(capsys, *argv: str) -> list[dict]:

@@ -17,12 +17,12 @@ import boto3
 
 from tests.helpers import decisions, put_raw_intake
 from tests.oracle import decide
-from turnstile.contract import ALL_TABLES, INTAKE_TABLE, STREAM_SOURCE
-from turnstile.domain import EventSnapshot, parse_request
-from turnstile.dynamo import default_client
-from turnstile.local.poller import CheckpointStore, StreamPoller, to_lambda_record
-from turnstile.processor import DecidedSignup, IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.base.contract import ALL_TABLES, INTAKE_TABLE, STREAM_SOURCE
+from turnstile.engine.domain import EventSnapshot, parse_request
+from turnstile.jobs.processor import DecidedSignup, IntakeRecord, StreamProcessor
+from turnstile.storage.dynamo import default_client
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.poller import CheckpointStore, StreamPoller, to_lambda_record
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

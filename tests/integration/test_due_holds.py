@@ -1,4 +1,4 @@
-"""Releasing due holds (``turnstile.due_holds``): the control table's sparse ``due-holds``
+"""Releasing due holds (``turnstile.jobs.due_holds``): the control table's sparse ``due-holds``
 index finds the events whose earliest hold has lapsed, and the held events whose release
 is due; each is woken once, by a write of its own wake-up item (turnstile's, in the control
 table), whose record on the control table's stream the processor takes as a step."""
@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from tests.helpers import put_raw_intake, table_items
-from turnstile.contract import (
+from turnstile.base.contract import (
     CONTROL_TABLE,
     DUE_HOLDS_INDEX,
     DUE_HOLDS_SHARD,
@@ -19,9 +19,9 @@ from turnstile.contract import (
     WakeAttr,
     WakeReason,
 )
-from turnstile.due_holds import due_events, release_due_holds
-from turnstile.local.poller import matches_filter
-from turnstile.store import SignupStore
+from turnstile.jobs.due_holds import due_events, release_due_holds
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.poller import matches_filter
 
 NOW_MS = 1_800_000_000_000
 SUBMITTED = {"submitted_at": {"S": "2026-01-01T00:00:00Z"}}
@@ -127,7 +127,7 @@ def test_a_commit_or_a_parked_record_never_passes_the_wake_ups_filter(store, cli
 
 def test_a_held_event_due_for_its_release_is_woken(store, client):
     # GIVEN an event whose deciding failed: its records parked, its marker due at once
-    from turnstile.domain import SignupRequest
+    from turnstile.engine.domain import SignupRequest
 
     store.park("held", [SignupRequest("held", "a", "1" * 21)], "2026-01-01T00:00:00.000000Z", "X")
     # WHEN due holds are released
@@ -163,7 +163,7 @@ def test_an_entry_that_names_no_event_is_skipped_and_the_rest_go_on(store, clien
     put_event(client, "victim", NOW_MS - 10, pk="EVENT#elsewhere")
     # ... and one good entry among them
     put_event(client, "good", NOW_MS - 10)
-    with caplog.at_level(logging.WARNING, logger="turnstile.due_holds"):
+    with caplog.at_level(logging.WARNING, logger="turnstile.jobs.due_holds"):
         assert release_due_holds(store, NOW_MS) == 1
     # THEN only the good one was woken, and each skip said so in one line
     assert set(woken(client)) == {"good"}
@@ -200,7 +200,7 @@ def test_the_local_stack_adds_the_index_and_the_stream_to_an_older_control_table
     them (the index with its numeric sort key), and the due event is found through it."""
     from dataclasses import replace
 
-    from turnstile.local.stack import _ensure_table
+    from turnstile_tools.local.stack import _ensure_table
 
     client = aws.client("dynamodb")
     client.delete_table(TableName=CONTROL_TABLE.name)
@@ -218,7 +218,7 @@ def test_the_local_stack_adds_the_index_and_the_stream_to_an_older_control_table
 
 def test_the_handler_wakes_what_is_due_by_its_clock(client, monkeypatch):
     from turnstile.handlers import due_holds as handler_module
-    from turnstile.local.context import LocalLambdaContext
+    from turnstile_tools.local.context import LocalLambdaContext
 
     put_event(client, "due", NOW_MS - 1)
     put_event(client, "later", NOW_MS + 60_000)

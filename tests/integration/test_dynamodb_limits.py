@@ -3,7 +3,7 @@
 AWS refuses a partition key value over 2,048 bytes (UTF-8), a sort key value over 1,024
 bytes and an empty string key on every operation that takes a key, reads included, and an
 item over 400 KB on write. moto refuses some of it on writes only. The validator
-(``turnstile.local.limits``) says what AWS would; the embedded endpoint and the tests'
+(``turnstile_tools.local.limits``) says what AWS would; the embedded endpoint and the tests'
 in-process moto (the ``aws`` fixture, ``tests.hostile.helpers.fresh_account``) enforce it,
 so a read AWS would refuse is refused here too.
 
@@ -25,9 +25,7 @@ from botocore.exceptions import ClientError
 
 from tests.api.helpers import v2_event
 from tests.helpers import decisions, put_raw_intake
-from turnstile import cli
-from turnstile.audit import audit
-from turnstile.contract import (
+from turnstile.base.contract import (
     CONTROL_TABLE,
     DUE_HOLDS_INDEX,
     INTAKE_TABLE,
@@ -38,12 +36,14 @@ from turnstile.contract import (
     fits_partition_key,
     is_id,
 )
-from turnstile.dynamo import default_client
-from turnstile.errors import EventNotFoundError
+from turnstile.base.errors import EventNotFoundError
 from turnstile.handlers import api as api_handler
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.sweeper import Sweeper
+from turnstile.jobs.sweeper import Sweeper
+from turnstile.storage.dynamo import default_client
+from turnstile_tools import cli
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -364,13 +364,13 @@ CASES: list[tuple[str, str, dict[str, Any], str | None]] = [
     ids=[case[0] for case in CASES],
 )
 def test_the_validator_says_what_dynamodb_would(action, params, expected):
-    from turnstile.local import limits
+    from turnstile_tools.local import limits
 
     assert limits.problem(action, params) == expected
 
 
 def test_the_validator_reads_the_table_names_in_force(monkeypatch):
-    from turnstile.local import limits
+    from turnstile_tools.local import limits
 
     # GIVEN the control table under another name
     monkeypatch.setenv(CONTROL_TABLE.env_var, "renamed-control")
@@ -420,7 +420,7 @@ def test_is_id_is_the_full_pattern(value, expected):
 def test_the_moto_check_nests_and_is_removed_on_the_way_out():
     from moto.core.botocore_stubber import BotocoreStubber
 
-    from turnstile.local.limits import enforced_in_moto
+    from turnstile_tools.local.limits import enforced_in_moto
 
     original = BotocoreStubber.process_request
     with enforced_in_moto():
@@ -462,7 +462,7 @@ def test_the_endpoint_refuses_an_over_long_key_as_aws_does(endpoint):
 def test_a_refused_request_never_reaches_moto_nor_the_log(tmp_path):
     from moto.core.base_backend import BackendDict
 
-    from turnstile.local.server import WAL_NAME, EmbeddedAws
+    from turnstile_tools.local.server import WAL_NAME, EmbeddedAws
 
     BackendDict.reset()
     server = EmbeddedAws("127.0.0.1", 0, state_dir=tmp_path)
@@ -490,7 +490,7 @@ def test_a_refused_request_never_reaches_moto_nor_the_log(tmp_path):
 def test_the_endpoint_still_enforces_the_roles_and_refuses_for_them_too(endpoint, monkeypatch):
     """A request signed by a function's local key goes through both checks: the role's
     (it read the body first) and the limits' (they read it again)."""
-    from turnstile.local.roles import role_session
+    from turnstile_tools.local.roles import role_session
 
     client = default_client(endpoint)
     client.create_table(**CONTROL_TABLE.create_table_kwargs())
@@ -725,7 +725,7 @@ def test_the_processor_rejects_a_record_with_an_over_long_event_id(client, strea
 def test_no_key_of_turnstile_s_own_items_is_ever_built_from_an_id_that_is_no_id(bad):
     """The last line of defence: a path that forgot to check an id fails here, loudly,
     instead of on AWS (a key DynamoDB refuses) or by naming another kind of item."""
-    from turnstile.contract import ControlKey
+    from turnstile.base.contract import ControlKey
 
     for build in (ControlKey.event, ControlKey.hold, ControlKey.wake):
         with pytest.raises(ValueError, match="not an event id"):

@@ -6,8 +6,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from turnstile.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE
-from turnstile.dynamo import default_client
+from turnstile.base.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE
+from turnstile.storage.dynamo import default_client
 
 
 def update(key: str) -> dict:

@@ -13,17 +13,17 @@ import pytest
 from tests.helpers import decisions, put_raw_intake
 from tests.oracle import decide
 from tests.unit.test_journal import V1_DECISIONS, V1_JOURNAL
-from turnstile.audit import audit
-from turnstile.contract import Reason, Status
-from turnstile.domain import Decision, SignupRequest
-from turnstile.dynamo import TRANSACTION_BYTES, event_key, signup_key
-from turnstile.errors import JournalTooLargeError
+from turnstile.base.contract import Reason, Status
+from turnstile.base.errors import JournalTooLargeError
+from turnstile.base.itemsize import typed_item_size
+from turnstile.engine.domain import Decision, SignupRequest
 from turnstile.handlers import stream as stream_handler
-from turnstile.itemsize import typed_item_size
-from turnstile.journal import MAX_DECISION_ITEM_BYTES, Journal
-from turnstile.local.context import LocalLambdaContext
-from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import MAX_JOURNAL_BYTES, SignupStore
+from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.storage.dynamo import TRANSACTION_BYTES, event_key, signup_key
+from turnstile.storage.journal import MAX_DECISION_ITEM_BYTES, Journal
+from turnstile.storage.store import MAX_JOURNAL_BYTES, SignupStore
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-01-01T00:00:00.000000Z"
 SUBMITTED = {"S": "2026-01-01T00:00:00Z"}

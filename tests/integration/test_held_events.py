@@ -19,8 +19,7 @@ from tests.conftest import StreamReader, create_tables
 from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
 from tests.integration.test_processor import ConflictingStore
 from tests.oracle import decide
-from turnstile.audit import audit
-from turnstile.contract import (
+from turnstile.base.contract import (
     ALL_TABLES,
     CONTROL_TABLE,
     FAILURE_QUEUE_NAME,
@@ -31,15 +30,16 @@ from turnstile.contract import (
     Reason,
     Status,
 )
-from turnstile.domain import EventSnapshot, SignupRequest
-from turnstile.dynamo import default_client
+from turnstile.engine.domain import EventSnapshot, SignupRequest
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.local.poller import CheckpointStore, StreamPoller, matches_filter
-from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
-from turnstile.redrive import redrive_queue
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper
+from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.jobs.sweeper import Sweeper
+from turnstile.storage.dynamo import default_client
+from turnstile.storage.store import SignupStore
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.poller import CheckpointStore, StreamPoller, matches_filter
+from turnstile_tools.redrive import redrive_queue
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -602,7 +602,7 @@ def test_a_group_whose_first_read_fails_is_parked_whole_and_not_decided(client, 
     processor = processor_for(client, failing("batch_get_item"))
     batch = [intake("hot", "h0", 11), intake("hot", "h1", 12), intake("warm", "w0", 13)]
     # WHEN a batch of them and a healthy event is processed
-    with caplog.at_level(logging.ERROR, logger="turnstile.processor"):
+    with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
         result = processor.process([*batch, intake("calm", "c0", 14)])
     # THEN nothing of theirs is decided or failed back: every record is parked (all three
     # counted), each event held with the error that held it; calm is decided
@@ -629,7 +629,7 @@ def test_a_group_that_can_be_neither_read_nor_parked_fails_back_from_its_first_r
         store.create_event(event_id, 5, NOW)
     processor = processor_for(client, failing("batch_get_item", "batch_write_item"))
     batch = [intake("hot", "h0", 11), intake("hot", "h1", 12), intake("calm", "c0", 14)]
-    with caplog.at_level(logging.ERROR, logger="turnstile.processor"):
+    with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
         result = processor.process(batch)
     # THEN the event source gets hot's first record back (it redelivers from there), and
     # nothing of hot is parked, held or decided
@@ -714,7 +714,7 @@ def test_a_failed_release_says_so_and_leaves_the_rest_parked(client, store, capl
     store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
     processor = processor_for(client, failing("batch_get_item", "query", events=("hot",)))
     result = BatchResult()
-    with caplog.at_level(logging.ERROR, logger="turnstile.processor"):
+    with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
         assert processor.release("hot", result) is False
     assert result.held == [("hot", "StoreUnavailableError")]
     assert [(r.getMessage(), r.event_id, r.exc_info is not None) for r in caplog.records] == [

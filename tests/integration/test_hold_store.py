@@ -10,13 +10,13 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.helpers import CallRecorder, put_raw_intake
-from turnstile.contract import CONTROL_TABLE, ControlKey
-from turnstile.domain import SignupRequest
-from turnstile.dynamo import control_key, refused_as_invalid
-from turnstile.errors import StoreUnavailableError
-from turnstile.hold import MAX_HOLD_ERROR_CHARS
-from turnstile.ledger import Ledger
-from turnstile.store import SignupStore
+from turnstile.base.contract import CONTROL_TABLE, ControlKey
+from turnstile.base.errors import StoreUnavailableError
+from turnstile.engine.domain import SignupRequest
+from turnstile.storage.dynamo import control_key, refused_as_invalid
+from turnstile.storage.hold import MAX_HOLD_ERROR_CHARS
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 LATER = "2026-01-01T00:05:00.000000Z"

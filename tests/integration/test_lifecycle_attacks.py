@@ -22,12 +22,12 @@ from tests.integration.test_lifecycle_processor import (
     statuses,
 )
 from tests.roles import as_user
-from turnstile.audit import audit
-from turnstile.contract import Attr, HistoryKey, Reason, Status
-from turnstile.dynamo import signup_key
-from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore
-from turnstile.transitions import history_of, iso_of_ms
+from turnstile.base.contract import Attr, HistoryKey, Reason, Status
+from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.storage.dynamo import signup_key
+from turnstile.storage.store import SignupStore
+from turnstile.storage.transitions import history_of, iso_of_ms
+from turnstile_tools.audit import audit
 
 
 @pytest.fixture
@@ -313,7 +313,7 @@ def _intake(store: SignupStore, event_id: str, signup_id: str) -> None:
 def test_a_confirm_at_hold_expires_at_is_refused_by_the_api_and_by_the_processor(
     store, processor, feed, clock
 ):
-    from turnstile.errors import RequestRefusedError
+    from turnstile.base.errors import RequestRefusedError
 
     make_event(store, "gig", 1, hold_seconds=60)
     _intake(store, "gig", "a")
@@ -405,7 +405,7 @@ def test_a_close_that_lands_between_read_and_commit_rejects_the_line(aws, feed, 
 
 
 def test_a_capacity_lowered_to_the_seats_held_then_raised(store, processor, feed, clock):
-    from turnstile.errors import CapacityBelowTakenError
+    from turnstile.base.errors import CapacityBelowTakenError
 
     make_event(store, "gig", 4, waitlist=3, hold_seconds=10)
     processor.process([feed.signup("gig", "a", 2), feed.signup("gig", "b", 1)])
@@ -508,7 +508,7 @@ def test_a_request_count_of_1e125_is_answered_and_the_sweeper_then_unmarks_it(
     """1E+125 is a number DynamoDB stores (1 digit, magnitude 125): a request like any
     other (docs/lifecycle.md §10). Written out as 126 digits it is refused, so answering it
     once failed the event's every batch (and parking it too)."""
-    from turnstile.sweeper import Sweeper
+    from turnstile.jobs.sweeper import Sweeper
 
     make_event(store, "gig", 1, waitlist=1)
     for sid in ("a", "w"):

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from turnstile.contract import Attr, HistoryKey, Reason, Status
-from turnstile.dynamo import event_key
-from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore
-from turnstile.transitions import history_of, iso_of_ms, ms_of
+from turnstile.base.contract import Attr, HistoryKey, Reason, Status
+from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.storage.dynamo import event_key
+from turnstile.storage.store import SignupStore
+from turnstile.storage.transitions import history_of, iso_of_ms, ms_of
 
 T0 = "2026-01-01T00:00:00.000000Z"
 
@@ -430,7 +430,7 @@ def test_an_older_journal_written_late_undoes_nothing(aws, feed, clock):
 
 
 def test_the_audit_passes_a_lifecycle_and_catches_a_broken_history(store, processor, feed, clock):
-    from turnstile.audit import audit
+    from turnstile_tools.audit import audit
 
     make_event(store, "gig", 2, waitlist=2, hold_seconds=4)
     processor.process([feed.signup("gig", s) for s in ("a", "b", "c", "d", "e")])
@@ -479,10 +479,10 @@ def test_a_producer_s_documented_request_reaches_the_handler_through_the_filter(
     import json
 
     from tests.helpers import put_raw_intake
-    from turnstile.contract import STREAM_SOURCE, undecided_shard
-    from turnstile.eventfilter import matches_any
+    from turnstile.base.contract import STREAM_SOURCE, undecided_shard
+    from turnstile.base.eventfilter import matches_any
     from turnstile.handlers import stream as stream_handler
-    from turnstile.local.context import LocalLambdaContext
+    from turnstile_tools.local.context import LocalLambdaContext
 
     client = aws.client("dynamodb")
     store = SignupStore(client, sleep=lambda _: None)

@@ -46,10 +46,8 @@ from moto import mock_aws
 
 from tests.conftest import StreamReader, create_tables
 from tests.roles import CheckedClient, functions_under_roles
-from turnstile import events as event_items
-from turnstile.audit import audit
-from turnstile.clock import parse_timestamp
-from turnstile.contract import (
+from turnstile.base.clock import parse_timestamp
+from turnstile.base.contract import (
     CONTROL_TABLE,
     INTAKE_TABLE,
     STREAM_SOURCE,
@@ -60,25 +58,27 @@ from turnstile.contract import (
     Function,
     Status,
 )
-from turnstile.due_holds import release_due_holds
-from turnstile.dynamo import signup_key
-from turnstile.errors import (
+from turnstile.base.errors import (
     CapacityBelowTakenError,
     RequestRefusedError,
     SignupConflictError,
     SignupNotFoundError,
 )
+from turnstile.base.personal_data import DAY_S, outlives
+from turnstile.engine.lineup import decode_lineup
 from turnstile.handlers import stream as stream_handler
-from turnstile.lineup import decode_lineup
-from turnstile.local.context import LocalLambdaContext
-from turnstile.local.limits import enforced_in_moto
-from turnstile.local.poller import matches_filter
-from turnstile.local.server import patch_moto_transactions
-from turnstile.personal_data import DAY_S, outlives
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper, request_unanswered, requests_answered
-from turnstile.transitions import history_of, iso_of_ms, ms_of
+from turnstile.jobs.due_holds import release_due_holds
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.jobs.sweeper import Sweeper, request_unanswered, requests_answered
+from turnstile.storage import events as event_items
+from turnstile.storage.dynamo import signup_key
+from turnstile.storage.store import SignupStore
+from turnstile.storage.transitions import history_of, iso_of_ms, ms_of
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.limits import enforced_in_moto
+from turnstile_tools.local.poller import matches_filter
+from turnstile_tools.local.server import patch_moto_transactions
 
 T0 = "2026-01-01T00:00:00.000000Z"
 EVENTS = ("e0", "e1")

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import put_raw_intake
-from turnstile.contract import MAIN_TABLE
+from turnstile.base.contract import MAIN_TABLE
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.local.stack import DecisionStats, TableCounts, count_tables, counting_processor
-from turnstile.store import SignupStore
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.stack import DecisionStats, TableCounts, count_tables, counting_processor
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from turnstile.local.stack import DUE_HOLDS_INTERVAL_ENV, LocalStack, local_aws_environment
-from turnstile.store import SignupStore
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.stack import DUE_HOLDS_INTERVAL_ENV, LocalStack, local_aws_environment
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

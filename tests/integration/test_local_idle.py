@@ -15,18 +15,18 @@ from typing import Any
 
 import pytest
 
-from turnstile.contract import INTAKE_TABLE
-from turnstile.local import persist
-from turnstile.local.server import WAL_NAME
-from turnstile.local.stack import (
+from turnstile.base.contract import INTAKE_TABLE
+from turnstile.jobs.sweeper import Sweeper
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local import persist
+from turnstile_tools.local.server import WAL_NAME
+from turnstile_tools.local.stack import (
     DUE_HOLDS_INTERVAL_ENV,
     LocalStack,
     _SweepLook,
     local_aws_environment,
     sweep_has_work,
 )
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper
 
 OLD = "2020-01-01T00:00:00.000000Z"
 NOW = "2026-01-01T00:00:00.000000Z"

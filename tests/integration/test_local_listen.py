@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from turnstile.local.api_server import ApiServer
-from turnstile.local.server import EmbeddedAws, ListenError
-from turnstile.local.stack import LocalStack
+from turnstile_tools.local.api_server import ApiServer
+from turnstile_tools.local.server import EmbeddedAws, ListenError
+from turnstile_tools.local.stack import LocalStack
 
 
 @pytest.fixture

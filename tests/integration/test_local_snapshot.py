@@ -1,4 +1,4 @@
-"""The local stack's snapshot and compaction (``turnstile.local.persist``), in process: a
+"""The local stack's snapshot and compaction (``turnstile_tools.local.persist``), in process: a
 restart after compaction brings back every table, item, index, stream record, queue and
 message; the log after a compaction holds only the writes made since; a crash at any
 point of a compaction loses nothing acknowledged; stream records past the retention are
@@ -16,11 +16,16 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from turnstile.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE
-from turnstile.local import persist
-from turnstile.local.persist import SNAPSHOT_NAME, DurableState, StateFilesError, WriteAheadLog
-from turnstile.local.server import WAL_NAME, EmbeddedAws
-from turnstile.local.stack import ensure_resources, local_aws_environment
+from turnstile.base.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE
+from turnstile_tools.local import persist
+from turnstile_tools.local.persist import (
+    SNAPSHOT_NAME,
+    DurableState,
+    StateFilesError,
+    WriteAheadLog,
+)
+from turnstile_tools.local.server import WAL_NAME, EmbeddedAws
+from turnstile_tools.local.stack import ensure_resources, local_aws_environment
 
 EXTRA = "t-extra"
 NEVER = 10**15  # a compaction threshold nothing reaches

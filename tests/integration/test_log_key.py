@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from turnstile import personal_data
-from turnstile.personal_data import LOG_KEY_ENV, LOG_KEY_SECRET_ENV, reset_log_key, signup_ref
+from turnstile.base import personal_data
+from turnstile.base.personal_data import LOG_KEY_ENV, LOG_KEY_SECRET_ENV, reset_log_key, signup_ref
 
 EMAIL = "ada@example.com"
 

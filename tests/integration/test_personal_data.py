@@ -13,13 +13,13 @@ import pytest
 
 from tests.api.helpers import v2_event
 from tests.helpers import decisions, put_raw_intake
-from turnstile.api import create_app
+from turnstile.base.personal_data import TTL_LAG_S, signup_ref
 from turnstile.handlers import stream as stream_handler
-from turnstile.journal import Journal
-from turnstile.local.context import LocalLambdaContext
-from turnstile.personal_data import TTL_LAG_S, signup_ref
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.storage.journal import Journal
+from turnstile.storage.store import SignupStore
+from turnstile.web.api import create_app
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-01-01T00:00:00.000000Z"
 DAY_S = 86_400
@@ -112,7 +112,7 @@ def test_a_record_made_to_outlive_its_decision_afterwards_keeps_it_longer(
     """A producer that extends (or removes) its record's expires_at after the decision:
     the sweeper's full read sees the record outlive its decision and re-emits it, and the
     processor keeps the decision longer (never shorter), without deciding it again."""
-    from turnstile.sweeper import Sweeper
+    from turnstile.jobs.sweeper import Sweeper
 
     stream_handler._processor = StreamProcessor(
         store, clock=lambda: NOW, decision_retention_days=400
@@ -180,7 +180,7 @@ class Collect(logging.Handler):
 def logs_at_info() -> Iterator[Collect]:
     """The functions' loggers (Powertools' ``turnstile`` and ``turnstile-api``, and the
     modules' own ``turnstile.*``) at INFO, as deployed, collected."""
-    import turnstile.api  # noqa: F401  (its child logger, turnstile-api.turnstile.api)
+    import turnstile.web.api  # noqa: F401  (its child logger, turnstile-api.turnstile.api)
 
     collect = Collect()
     roots = [logging.getLogger("turnstile"), logging.getLogger("turnstile-api")]

@@ -17,9 +17,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.helpers import put_raw_intake
-from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
-from turnstile.local import poller as poller_module
-from turnstile.local.poller import CheckpointStore, StreamPoller, matches_filter
+from turnstile.base.contract import INTAKE_TABLE, STREAM_SOURCE
+from turnstile_tools.local import poller as poller_module
+from turnstile_tools.local.poller import CheckpointStore, StreamPoller, matches_filter
 
 FAST = replace(STREAM_SOURCE, batch_size=4, max_batching_window_s=0, retry_attempts=2)
 
@@ -520,7 +520,7 @@ def test_a_half_too_old_to_retry_does_not_drop_the_other_half(setup, stream, cap
     poller = make(recorder)
     # s0 has aged past the limit by the time its half comes up (after the first failure)
     poller._too_old = lambda record: bool(failed) and signup_id(record) == "s0"
-    with caplog.at_level(logging.WARNING, logger="turnstile.local.poller"):
+    with caplog.at_level(logging.WARNING, logger="turnstile_tools.local.poller"):
         drain(poller)
     assert recorder.batches == [["s0", "s1"], ["s1"]]
     [message] = messages()
@@ -797,8 +797,8 @@ def test_settings_refuse_a_parallelization_factor_aws_refuses():
 
 
 def test_the_local_worker_takes_its_window_and_lanes_from_the_environment(monkeypatch):
-    from turnstile.errors import TurnstileError
-    from turnstile.local.stack import local_event_source
+    from turnstile.base.errors import TurnstileError
+    from turnstile_tools.local.stack import local_event_source
 
     assert local_event_source() == STREAM_SOURCE  # nothing set: the deployed settings
     monkeypatch.setenv("TURNSTILE_BATCHING_WINDOW_S", "0")

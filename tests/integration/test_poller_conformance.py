@@ -27,11 +27,11 @@ from typing import Any
 import pytest
 
 from tests.helpers import put_raw_intake
-from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE, EventSourceSettings
-from turnstile.eventfilter import InvalidFilterPattern, matches_any
+from turnstile.base.contract import INTAKE_TABLE, STREAM_SOURCE, EventSourceSettings
+from turnstile.base.eventfilter import InvalidFilterPattern, matches_any
 from turnstile.handlers import sweeper as sweeper_handler
-from turnstile.local.poller import CheckpointStore, StreamPoller, to_lambda_record
-from turnstile.sweeper import run_id_for
+from turnstile.jobs.sweeper import run_id_for
+from turnstile_tools.local.poller import CheckpointStore, StreamPoller, to_lambda_record
 
 SNAPSHOT = (
     "localstack/localstack tests/aws/services/lambda_/event_source_mapping/"

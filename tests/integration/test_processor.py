@@ -13,10 +13,10 @@ from decimal import Decimal
 import pytest
 
 from tests.helpers import CallRecorder
-from turnstile.contract import Reason, Status, main_table_name
-from turnstile.errors import CommitConflictError, JournalTooLargeError
-from turnstile.processor import IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.base.contract import Reason, Status, main_table_name
+from turnstile.base.errors import CommitConflictError, JournalTooLargeError
+from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.storage.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -126,7 +126,7 @@ def test_conflicts_are_counted_and_the_loser_decides_again(aws):
 def test_a_conflict_storm_holds_the_group_and_says_so(aws, caplog):
     store = ConflictingStore(aws.client("dynamodb"), conflicts=10)
     store.create_event("gig", 5, NOW)
-    with caplog.at_level(logging.ERROR, logger="turnstile.processor"):
+    with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
         result = processor(store, max_conflicts=3).process([insert("gig", "a", 7)])
     # Nothing decided, nothing failed back: the event is held with its record parked.
     assert (result.conflicts, result.failures, result.decided) == (3, [], [])

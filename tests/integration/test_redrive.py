@@ -8,14 +8,14 @@ from dataclasses import replace
 import pytest
 
 from tests.helpers import decisions, put_raw_intake
-from turnstile.audit import audit
-from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE
+from turnstile.base.contract import INTAKE_TABLE, STREAM_SOURCE
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.local.poller import CheckpointStore, StreamPoller
-from turnstile.processor import StreamProcessor
-from turnstile.redrive import redrive_queue
-from turnstile.store import SignupStore
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.storage.store import SignupStore
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.poller import CheckpointStore, StreamPoller
+from turnstile_tools.redrive import redrive_queue
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

@@ -8,8 +8,8 @@ import io
 import json
 from typing import Any
 
-from turnstile.local.roles import access_key
-from turnstile.local.server import RoleEnforcement
+from turnstile_tools.local.roles import access_key
+from turnstile_tools.local.server import RoleEnforcement
 
 
 def environ(body: bytes, length: int) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 outside it gets through: IAM alone keeps a role to its job.
 
 moto enforces no IAM: the store's client here (``tests.roles.CheckedClient``) refuses what
-the role's statements (the generated ``turnstile/local/roles.json``, which
+the role's statements (the generated ``turnstile_tools/local/roles.json``, which
 tests/infra/test_local_roles.py keeps equal to a synthesis) would not allow on AWS.
 """
 
@@ -26,9 +26,7 @@ from tests.api.helpers import v2_event
 from tests.helpers import put_raw_intake
 from tests.oracle import decide
 from tests.roles import CheckedClient, roles_without, table_of
-from turnstile.api import WAITING_ROUTES, create_app
-from turnstile.audit import audit
-from turnstile.contract import (
+from turnstile.base.contract import (
     STREAM_SOURCE,
     WAKE_SOURCE,
     Attr,
@@ -45,21 +43,23 @@ from turnstile.contract import (
     WakeReason,
     undecided_shard,
 )
-from turnstile.domain import EventSnapshot, SignupRequest
-from turnstile.due_holds import release_due_holds
-from turnstile.errors import StoreUnavailableError
-from turnstile.eventfilter import matches_any
+from turnstile.base.errors import StoreUnavailableError
+from turnstile.base.eventfilter import matches_any
+from turnstile.engine.domain import EventSnapshot, SignupRequest
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers.stream import to_intake_record
-from turnstile.ledger import Ledger
-from turnstile.local.context import LocalLambdaContext
-from turnstile.local.iam import Request
-from turnstile.local.roles import LocalRoles
-from turnstile.processor import StreamProcessor
-from turnstile.redrive import redrive_queue
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper
-from turnstile.transitions import iso_of_ms, ms_of
+from turnstile.jobs.due_holds import release_due_holds
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.jobs.sweeper import Sweeper
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.store import SignupStore
+from turnstile.storage.transitions import iso_of_ms, ms_of
+from turnstile.web.api import WAITING_ROUTES, create_app
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.iam import Request
+from turnstile_tools.local.roles import LocalRoles
+from turnstile_tools.redrive import redrive_queue
 
 API = Function.API
 WAITER = Function.WAITER

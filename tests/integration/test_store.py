@@ -7,18 +7,18 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from tests.helpers import CallRecorder
-from turnstile.domain import Decision, EventSnapshot, Outcome, SignupRequest
-from turnstile.dynamo import event_key
-from turnstile.errors import (
+from turnstile.base.errors import (
     CommitConflictError,
     EventExistsError,
     JournalTooLargeError,
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.events import EventRecord
-from turnstile.journal import MAX_DECISION_ITEM_BYTES, Journal
-from turnstile.store import SignupStore
+from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.storage.dynamo import event_key
+from turnstile.storage.events import EventRecord
+from turnstile.storage.journal import MAX_DECISION_ITEM_BYTES, Journal
+from turnstile.storage.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -319,7 +319,7 @@ def test_a_commit_bounds_each_decision_item_by_its_own_event_id_to_the_byte(aws)
 
 
 def test_a_journal_of_exactly_the_bound_commits_and_one_byte_more_does_not(gig, monkeypatch):
-    import turnstile.store as store_module
+    import turnstile.storage.store as store_module
 
     store, snapshot = gig
     before = snapshot()

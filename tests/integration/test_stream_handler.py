@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from tests.helpers import FaultyClient, decisions, put_raw_intake, state_items
-from turnstile.audit import audit
-from turnstile.contract import CONTROL_TABLE, Reason, Status
-from turnstile.dynamo import signup_key
+from turnstile.base.contract import CONTROL_TABLE, Reason, Status
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.storage.dynamo import signup_key
+from turnstile.storage.store import SignupStore
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

@@ -18,17 +18,17 @@ from tests.helpers import (
     decisions,
     put_raw_intake,
 )
-from turnstile.audit import audit
-from turnstile.clock import utc_now
-from turnstile.contract import STREAM_SOURCE
-from turnstile.errors import DuplicateRunError, LeaseLostError
+from turnstile.base.clock import utc_now
+from turnstile.base.contract import STREAM_SOURCE
+from turnstile.base.errors import DuplicateRunError, LeaseLostError
 from turnstile.handlers import stream as stream_handler
-from turnstile.ledger import Ledger
-from turnstile.local.context import LocalLambdaContext
-from turnstile.local.poller import matches_filter
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper, find_undecided
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.jobs.sweeper import Sweeper, find_undecided
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.store import SignupStore
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.poller import matches_filter
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -200,7 +200,7 @@ def test_replay_failed_reruns_only_failed_runs(store, ledger, client, caplog):
 
     flaky = SignupStore(FaultyClient(client, fail_first_scan), sleep=lambda _: None, max_attempts=1)
     sweeper = Sweeper(flaky, owner="s", min_age_s=0)
-    with caplog.at_level(logging.ERROR, logger="turnstile.sweeper"):
+    with caplog.at_level(logging.ERROR, logger="turnstile.jobs.sweeper"):
         failed = sweeper.sweep("run-ok-later")
     [logged] = caplog.records
     assert (logged.getMessage(), logged.run_id) == ("sweep run failed", "run-ok-later")

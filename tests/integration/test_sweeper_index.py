@@ -10,12 +10,12 @@ from decimal import Decimal
 import pytest
 
 from tests.helpers import CallRecorder, put_raw_intake
-from turnstile.contract import STREAM_SOURCE, Attr, undecided_shard
-from turnstile.domain import Decision, Outcome
-from turnstile.ledger import Ledger
-from turnstile.local.poller import matches_filter
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper, find_undecided
+from turnstile.base.contract import STREAM_SOURCE, Attr, undecided_shard
+from turnstile.engine.domain import Decision, Outcome
+from turnstile.jobs.sweeper import Sweeper, find_undecided
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.poller import matches_filter
 
 NOW = "2026-01-01T00:00:00.000000Z"
 OLD = {"submitted_at": {"S": "2026-01-01T00:00:00Z"}}
@@ -296,7 +296,7 @@ def test_a_full_scan_out_of_time_for_unmarking_is_still_recorded(client, ledger)
 
 
 def test_markers_are_removed_chunk_by_chunk_and_all_counted(store, client, monkeypatch):
-    from turnstile import sweeper as sweeper_module
+    from turnstile.jobs import sweeper as sweeper_module
 
     monkeypatch.setattr(sweeper_module, "UNMARK_CHUNK", 2)
     for i in range(5):

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from tests.helpers import put_raw_intake, table_items
-from turnstile.contract import INTAKE_TABLE, MAIN_TABLE, Attr
-from turnstile.ledger import Ledger
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper
+from turnstile.base.contract import INTAKE_TABLE, MAIN_TABLE, Attr
+from turnstile.jobs.sweeper import Sweeper
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.store import SignupStore
 
 #: Every test here runs on both ways a run finds records: the index and the full scan.
 pytestmark = pytest.mark.usefixtures("sweep_path")

@@ -12,10 +12,8 @@ from botocore.exceptions import ClientError
 
 from tests.api.helpers import decide_pending
 from tests.helpers import NO_EVENT_OPTIONS, NO_LIFECYCLE_FIELDS, put_decision
-from turnstile import usecases
-from turnstile.contract import undecided_shard
-from turnstile.domain import MAX_CAPACITY, MAX_SEATS
-from turnstile.errors import (
+from turnstile.base.contract import undecided_shard
+from turnstile.base.errors import (
     CapacityBelowTakenError,
     ConflictError,
     EventExistsError,
@@ -26,10 +24,12 @@ from turnstile.errors import (
     SignupConflictError,
     SignupNotFoundError,
 )
+from turnstile.engine.domain import MAX_CAPACITY, MAX_SEATS
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.service import usecases
+from turnstile.storage.store import SignupStore
+from turnstile_tools.local.context import LocalLambdaContext
 
 NOW = "2026-11-21T21:00:00.000000Z"
 

@@ -18,15 +18,15 @@ import pytest
 
 from tests.conftest import StreamReader
 from tests.helpers import put_raw_intake
-from turnstile.contract import INTAKE_TABLE, STREAM_SOURCE, WAKE_SOURCE, Reason, Status
-from turnstile.due_holds import release_due_holds
-from turnstile.errors import RequestRefusedError
+from turnstile.base.contract import INTAKE_TABLE, STREAM_SOURCE, WAKE_SOURCE, Reason, Status
+from turnstile.base.errors import RequestRefusedError
 from turnstile.handlers import stream as stream_handler
-from turnstile.local.context import LocalLambdaContext
-from turnstile.local.poller import matches_filter
-from turnstile.processor import StreamProcessor
-from turnstile.store import SignupStore
-from turnstile.transitions import iso_of_ms, ms_of
+from turnstile.jobs.due_holds import release_due_holds
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.storage.store import SignupStore
+from turnstile.storage.transitions import iso_of_ms, ms_of
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.poller import matches_filter
 
 T0 = "2026-01-01T00:00:00.000000Z"
 HOLD_S = 60
@@ -87,7 +87,7 @@ def streams_survive_cancelled_transactions() -> None:
     """A cancelled transaction (a refused request) must not cut a stream off: in-process
     moto replaces the table with its backup, stream and all, where DynamoDB (and the
     local stack, which patches it) changes nothing. Safe here: one request at a time."""
-    from turnstile.local.server import patch_moto_transactions
+    from turnstile_tools.local.server import patch_moto_transactions
 
     patch_moto_transactions()
 
@@ -340,7 +340,7 @@ def test_a_held_event_with_nothing_parked_is_released_and_its_due_holds_still_en
     """A worker killed between unparking the last records and lifting the hold leaves an
     event held with nothing parked. Its wake-up lifts the hold and is still the event's
     tick: a hold due by then ends (the release alone decides no record, so takes no step)."""
-    from turnstile.domain import SignupRequest
+    from turnstile.engine.domain import SignupRequest
 
     scene.store.create_event("gig", 1, T0, waitlist=1, hold_seconds=HOLD_S)
     scene.signup("gig", "a", "b")

@@ -35,6 +35,13 @@ HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "config.toml"
 EQUIVALENT = HERE / "equivalent.toml"
 WORK = ROOT / ".mutmut"
+#: The packages mutated, each in its folder: the runtime and the operator's tools.
+PACKAGES = {"turnstile": "functions", "turnstile_tools": "tools"}
+
+
+def source_path(source: str) -> str:
+    """A config's ``source`` (``turnstile/engine/domain.py``) as a path from the root."""
+    return f"{PACKAGES[source.split('/', 1)[0]]}/{source}"
 RESULTS_JSON = ROOT / "results" / "mutants.json"
 RESULTS_MD = ROOT / "results" / "mutants.md"
 #: The hand-written part of results/mutants.md ends here; the rest is generated.
@@ -64,13 +71,15 @@ def prepare(name: str, module: dict[str, Any], keep: bool = False) -> tuple[Path
     if not keep:
         shutil.rmtree(workspace, ignore_errors=True)
         workspace.mkdir(parents=True)
-        (workspace / "src").symlink_to(ROOT / "functions")
+        (workspace / "src").mkdir()
+        for package, folder in PACKAGES.items():
+            (workspace / "src" / package).symlink_to(ROOT / folder / package)
         (workspace / "tests").symlink_to(ROOT / "tests")
     tests = [t for t in module["tests"] if (ROOT / t).exists()]
     for missing in sorted(set(module["tests"]) - set(tests)):
         print(f"mutants: {name}: {missing} does not exist, left out", flush=True)
     settings = {
-        "source_paths": ["src/turnstile"],
+        "source_paths": [f"src/{package}" for package in PACKAGES],
         "only_mutate": [f"src/{module['source']}"],
         "pytest_add_cli_args_test_selection": tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-W", "ignore"],
@@ -124,7 +133,7 @@ def collect(name: str, module: dict[str, Any], seconds: int) -> dict[str, Any]:
         survivors.append({"mutant": key, "status": status, "diff": diff})
     result = {
         "module": name,
-        "source": f"functions/{module['source']}",
+        "source": source_path(module["source"]),
         "tests": module["tests"],
         "total": len(in_scope),
         "killed": len(killed),

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from turnstile.audit import audit_event
+from turnstile_tools.audit import audit_event
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 EVENT = {"event_id": "e1", "signup_id": "#EVENT", "capacity": 5, "taken": 0}

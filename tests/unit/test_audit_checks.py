@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from turnstile.audit import EventAudit, audit_event, audit_hold
-from turnstile.contract import HoldAttr, Reason, Status
+from turnstile.base.contract import HoldAttr, Reason, Status
+from turnstile_tools.audit import EventAudit, audit_event, audit_hold
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 Table = dict[str, Any]

@@ -1,4 +1,4 @@
-"""``--output json|table|text`` (turnstile.output) and the audit's table and closing line,
+"""``--output json|table|text`` (turnstile_tools.output) and the audit's table and closing line,
 read from ``AuditReport.to_dict()`` alone."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from turnstile import cli, output
+from turnstile_tools import cli, output
 
 EVENT = {
     "event_id": "gig",

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import pytest
 
-from turnstile import cli
+from turnstile_tools import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -259,7 +259,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
 def test_manual_run_ids_are_their_own():
     from datetime import UTC, datetime
 
-    from turnstile.sweeper import run_id_for
+    from turnstile.jobs.sweeper import run_id_for
 
     at = datetime(2026, 11, 21, 22, 4, 59, 123456, tzinfo=UTC)
     assert cli.manual_run_id(at) == "manual-2026-11-21T22:04:59.123456Z"

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 import pytest
 
-from turnstile import cli, output
+from turnstile_tools import cli, output
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 COMMAND_HEADING = re.compile(r"^#{2,4} `(turnstile[^`]*)`\s*$")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from turnstile.clock import MAX_CLOCK_SKEW_S, age_s, parse_timestamp, utc_now
+from turnstile.base.clock import MAX_CLOCK_SKEW_S, age_s, parse_timestamp, utc_now
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

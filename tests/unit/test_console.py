@@ -8,10 +8,10 @@ from datetime import datetime
 
 import pytest
 
-from turnstile.contract import Status
-from turnstile.domain import Decision
-from turnstile.local.console import Console, TextFormatter, decision_line
-from turnstile.processor import DecidedSignup
+from turnstile.base.contract import Status
+from turnstile.engine.domain import Decision
+from turnstile.jobs.processor import DecidedSignup
+from turnstile_tools.local.console import Console, TextFormatter, decision_line
 
 DECIDED_AT = "2026-01-01T12:00:03.500000Z"
 
@@ -117,10 +117,10 @@ def test_the_console_counts_decisions_and_prints_them_only_as_text(log_format, p
 def test_later_moves_and_refusals_have_their_own_lines_and_counts():
     import io
 
-    from turnstile.lifecycle import Transition
-    from turnstile.local.console import move_line
-    from turnstile.processor import MovedSignup
-    from turnstile.transitions import ms_of
+    from turnstile.engine.lifecycle import Transition
+    from turnstile.jobs.processor import MovedSignup
+    from turnstile.storage.transitions import ms_of
+    from turnstile_tools.local.console import move_line
 
     at = ms_of(DECIDED_AT)
     promoted = MovedSignup(

@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.oracle import decide
-from turnstile.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
-from turnstile.domain import (
+from turnstile.base.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
+from turnstile.base.itemsize import value_size
+from turnstile.engine.domain import (
     MAX_ATTRIBUTES_DEPTH,
     MAX_CAPACITY,
     MAX_DETAIL_CHARS,
@@ -26,7 +27,6 @@ from turnstile.domain import (
     parse_request,
     signup_problems,
 )
-from turnstile.itemsize import value_size
 
 
 def req(signup_id: str, seats: int = 1, seq: int = 0, problem: str | None = None) -> SignupRequest:

@@ -10,7 +10,7 @@ from boto3.dynamodb.types import Binary, TypeSerializer
 from hypothesis import given
 from hypothesis import strategies as st
 
-from turnstile.itemsize import item_size, number_size, typed_item_size, value_size
+from turnstile.base.itemsize import item_size, number_size, typed_item_size, value_size
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from turnstile.contract import Reason, Status
-from turnstile.domain import Decision, SignupRequest
-from turnstile.journal import MAX_DECISION_ITEM_BYTES, Journal, bounded_decision
-from turnstile.store import MAX_JOURNAL_BYTES, SignupStore
+from turnstile.base.contract import Reason, Status
+from turnstile.engine.domain import Decision, SignupRequest
+from turnstile.storage.journal import MAX_DECISION_ITEM_BYTES, Journal, bounded_decision
+from turnstile.storage.store import MAX_JOURNAL_BYTES, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -97,8 +97,8 @@ def test_a_format_2_journal_as_stored_today_still_decodes_and_encodes_the_same()
 
 
 def test_a_format_3_journal_carries_lifecycle_attributes_and_changes():
-    from turnstile.domain import ItemUpdate
-    from turnstile.dynamo import to_item
+    from turnstile.engine.domain import ItemUpdate
+    from turnstile.storage.dynamo import to_item
 
     held = Decision("u1", "100", Status.HELD, 2, position=1)
     waiting = Decision("u2", "101", Status.WAITLISTED, 1)
@@ -206,9 +206,9 @@ EXPIRES = 1_900_000_000
 
 def _item_at(size: int, event_id: str = LONG_EVENT, expires_at: int | None = None):
     """A request whose decision item (base + copied fields) is exactly ``size`` bytes."""
-    from turnstile.dynamo import to_item
-    from turnstile.itemsize import typed_item_size
-    from turnstile.journal import base_item
+    from turnstile.base.itemsize import typed_item_size
+    from turnstile.storage.dynamo import to_item
+    from turnstile.storage.journal import base_item
 
     def total(pad: int) -> int:
         req = request(attributes={"pad": "x" * pad}, submitted_at=NOW)
@@ -226,7 +226,7 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
     # The base item counts the event id, decided_at and expires_at as written: a bound that
     # left any of them out (or counted "None") would keep copies one byte over the limit.
     store = SignupStore(client=object())
-    from turnstile.itemsize import typed_item_size
+    from turnstile.base.itemsize import typed_item_size
 
     at_limit = _item_at(MAX_DECISION_ITEM_BYTES, expires_at=expires_at)
     over = _item_at(MAX_DECISION_ITEM_BYTES + 1, expires_at=expires_at)
@@ -251,7 +251,7 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
 def _row_of(json_bytes: int):
     """A request whose copied fields are exactly ``json_bytes`` of journal JSON, while the
     item stays far under its limit (two-byte binaries: seven bytes of JSON each)."""
-    from turnstile.dynamo import to_item, typed_json
+    from turnstile.storage.dynamo import to_item, typed_json
 
     binaries = {i.to_bytes(2, "big") for i in range(18_000)}
 
@@ -265,7 +265,7 @@ def _row_of(json_bytes: int):
 
 
 def test_a_journal_row_of_exactly_its_bound_is_kept_and_one_byte_more_is_dropped():
-    from turnstile.journal import MAX_JOURNAL_ROW_BYTES
+    from turnstile.storage.journal import MAX_JOURNAL_ROW_BYTES
 
     bound = MAX_JOURNAL_ROW_BYTES - 1024  # room for the row's own fields
     _, kept = bounded_decision("gig", accepted(), NOW, _row_of(bound))
@@ -344,7 +344,7 @@ def test_the_longest_prefix_is_exactly_what_fits_at_every_limit():
 
 
 def test_an_event_record_reads_its_lowest_capacity():
-    from turnstile.events import EventRecord
+    from turnstile.storage.events import EventRecord
 
     base = {"event_id": "gig", "capacity": 5, "taken": 0, "accepted": 0, "version": 1}
     assert EventRecord.from_values({**base, "min_capacity": Decimal(3)}).min_capacity == 3
@@ -371,7 +371,7 @@ def _items(*sizes: int) -> list[dict]:
     ],
 )
 def test_batches_are_the_longest_runs_within_count_and_bytes(sizes, count, limit, expected):
-    from turnstile.dynamo import chunks_within
+    from turnstile.storage.dynamo import chunks_within
 
     items = _items(*sizes)
     runs = [list(run) for run in chunks_within(items, count, limit)]

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from tests.oracle import decide
 from tests.unit import test_domain as domain_tests
-from turnstile.contract import EventState, Reason, Status
-from turnstile.lifecycle import (
+from turnstile.base.contract import EventState, Reason, Status
+from turnstile.engine.lifecycle import (
     ALLOWED_TRANSITIONS,
     Cause,
     Hold,
@@ -621,7 +621,7 @@ def test_without_waitlist_holds_or_requests_it_decides_exactly_as_decide(
 
 
 def test_from_snapshot_keeps_todays_defaults():
-    from turnstile.domain import EventSnapshot
+    from turnstile.engine.domain import EventSnapshot
 
     snapshot = EventSnapshot("e1", capacity=5, taken=2, accepted=1, version=7)
     assert LifecycleEvent.from_snapshot(snapshot) == LifecycleEvent(

@@ -26,8 +26,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from turnstile.contract import EventState, Reason, Status
-from turnstile.lifecycle import (
+from turnstile.base.contract import EventState, Reason, Status
+from turnstile.engine.lifecycle import (
     ALLOWED_TRANSITIONS,
     Cause,
     Kind,

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from turnstile.local import persist
-from turnstile.local.persist import (
+from turnstile_tools.local import persist
+from turnstile_tools.local.persist import (
     SNAPSHOT_NAME,
     DurableState,
     StateFilesError,

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-FUNCTIONS = ROOT / "functions"
+#: Where each package's sources are (a config's ``source`` starts with its package).
+FOLDERS = {"turnstile": ROOT / "functions", "turnstile_tools": ROOT / "tools"}
 CONFIG = tomllib.loads((ROOT / "tests/mutation/config.toml").read_text())["modules"]
 EQUIVALENT = tomllib.loads((ROOT / "tests/mutation/equivalent.toml").read_text())["equivalent"]
 
@@ -37,15 +38,21 @@ def mangled_functions(path: Path) -> set[str]:
     return names
 
 
+def source_file(source: str) -> Path:
+    """A config's ``source`` (``turnstile/engine/domain.py``): its file."""
+    return FOLDERS[source.split("/", 1)[0]] / source
+
+
 def dotted(source: str) -> str:
-    """``turnstile/local/poller.py`` -> ``turnstile.local.poller``, as mutmut names mutants."""
+    """``turnstile_tools/local/poller.py`` -> ``turnstile_tools.local.poller``, as mutmut
+    names mutants."""
     return source.removesuffix(".py").replace("/", ".")
 
 
 @pytest.mark.parametrize("name", sorted(CONFIG))
 def test_each_module_names_a_source_its_functions_and_tests_that_exist(name):
     module = CONFIG[name]
-    source = FUNCTIONS / module["source"]
+    source = source_file(module["source"])
     assert source.is_file(), module["source"]
     missing = [f for f in module["functions"] if f != "*" and f not in mangled_functions(source)]
     assert missing == [], f"{name}: not in {module['source']}"
@@ -57,7 +64,7 @@ def test_each_equivalent_mutant_is_of_a_function_that_is_mutated():
     for module in CONFIG.values():
         functions = module["functions"]
         if functions == ["*"]:
-            functions = mangled_functions(FUNCTIONS / module["source"])
+            functions = mangled_functions(source_file(module["source"]))
         mutated |= {f"{dotted(module['source'])}.{f}" for f in functions}
     unknown = [name for name in EQUIVALENT if name.rpartition("__mutmut_")[0] not in mutated]
     assert unknown == []

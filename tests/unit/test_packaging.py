@@ -28,6 +28,7 @@ from tests.imports import (
 )
 
 FUNCTIONS = ROOT / "functions"
+TOOLS = ROOT / "tools"
 BENCHMARK = ROOT / "benchmark"
 HANDLERS = ("turnstile.handlers.stream", "turnstile.handlers.api", "turnstile.handlers.sweeper")
 
@@ -38,14 +39,23 @@ def test_lambda_code_imports_only_the_dependencies() -> None:
     closure = import_closure(FUNCTIONS, HANDLERS)
     assert not closure.missing
     files = {module_name(FUNCTIONS, p): p for p in closure.files}
-    assert "turnstile.handlers.stream" in files and "turnstile.store" in files
+    assert "turnstile.handlers.stream" in files and "turnstile.storage.store" in files
     assert undeclared(files, declared_names()) == []
 
 
-def test_runtime_package_imports_only_the_dependencies_and_local() -> None:
-    """Everything in functions/turnstile (the CLI, turnstile local) runs on what `make run`
-    installs: the dependencies and the extra local."""
+def test_runtime_package_imports_only_the_dependencies() -> None:
+    """Everything in functions/turnstile (the Lambda asset, whole) runs on the dependencies
+    alone: what Lambda's runtime and the Powertools layer provide."""
     files = dict(python_files(FUNCTIONS, "turnstile"))
+    assert "turnstile.web.api" in files
+    assert undeclared(files, declared_names()) == []
+
+
+def test_tools_import_only_the_dependencies_and_local() -> None:
+    """Everything in tools/turnstile_tools (the CLI, turnstile local) runs on what `make run`
+    installs: the dependencies and the extra local."""
+    files = dict(python_files(TOOLS, "turnstile_tools"))
+    assert "turnstile_tools.local.stack" in files
     assert undeclared(files, declared_names(["local"])) == []
 
 
@@ -65,12 +75,13 @@ def test_an_import_for_type_checking_only_needs_no_install(tmp_path) -> None:
                        "real": False}
 
 
-def test_runtime_package_never_needs_the_benchmark() -> None:
-    """functions/turnstile imports turnstile_bench only where it is optional (the CLI's
-    `bench` command, which says what to install when it is not there)."""
+def test_runtime_and_tools_never_need_the_benchmark() -> None:
+    """functions/turnstile and tools/turnstile_tools import turnstile_bench only where it is
+    optional (the CLI's `bench` command, which says what to install when it is not there)."""
     needing = [
         f"{module}:{imp.line}"
-        for module, path in python_files(FUNCTIONS, "turnstile")
+        for root, package in ((FUNCTIONS, "turnstile"), (TOOLS, "turnstile_tools"))
+        for module, path in python_files(root, package)
         for imp in imports_of(path, module)
         if imp.top == "turnstile_bench" and not imp.guarded
     ]

@@ -1,4 +1,4 @@
-"""Each protocol of ``turnstile.ports`` is exactly what its user calls, and the
+"""Each protocol of ``turnstile.storage.ports`` is exactly what its user calls, and the
 implementations match it.
 
 No type checker runs in this repository, so this checks by hand what one would: each
@@ -18,10 +18,11 @@ from types import ModuleType
 import pytest
 
 from tests.fakes import FakeStore
-from turnstile import audit, processor, sweeper
-from turnstile.ledger import Ledger
-from turnstile.ports import AuditStore, ProcessorStore, SweeperLedger, SweeperStore
-from turnstile.store import SignupStore
+from turnstile.jobs import processor, sweeper
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.ports import AuditStore, ProcessorStore, SweeperLedger, SweeperStore
+from turnstile.storage.store import SignupStore
+from turnstile_tools import audit
 
 
 def members(protocol: type) -> list[str]:

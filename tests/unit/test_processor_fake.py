@@ -20,20 +20,20 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-import turnstile.store as store_module
+import turnstile.storage.store as store_module
 from tests.fakes import FakeStore
 from tests.oracle import decide
-from turnstile.contract import MAIN_TABLE, Reason, Status
-from turnstile.domain import (
+from turnstile.base.contract import MAIN_TABLE, Reason, Status
+from turnstile.base.errors import CommitConflictError, JournalTooLargeError, StoreUnavailableError
+from turnstile.engine.domain import (
     Decision,
     EventSnapshot,
     SignupRequest,
     id_problem,
     parse_request,
 )
-from turnstile.errors import CommitConflictError, JournalTooLargeError, StoreUnavailableError
-from turnstile.journal import Journal
-from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.storage.journal import Journal
 
 NOW = "2026-01-01T00:00:00.000000Z"
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from turnstile.contract import Status
+from turnstile.base.contract import Status
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

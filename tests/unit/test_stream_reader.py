@@ -1,10 +1,11 @@
-"""``turnstile.stream_reader`` against a scripted streams client: where a read of pages stops."""
+"""``turnstile_tools.stream_reader`` against a scripted streams client: where a read of pages
+stops."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from turnstile.stream_reader import list_shards, read_pages, shard_iterator
+from turnstile_tools.stream_reader import list_shards, read_pages, shard_iterator
 
 
 class ScriptedStreams:

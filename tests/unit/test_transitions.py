@@ -1,4 +1,4 @@
-"""``turnstile.transitions`` on its own: the pieces between the stream and the lifecycle
+"""``turnstile.storage.transitions`` on its own: the pieces between the stream and the lifecycle
 engine that the processor tests reach only as a whole (the exact answers to requests on an
 event that does not exist, the history entries, what is read off an item)."""
 
@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from tests.oracle import decide
 from tests.unit import test_domain as domain_tests
-from turnstile.contract import Attr, EventState, Reason, Status
-from turnstile.domain import EventSnapshot, ItemUpdate, SignupRequest
-from turnstile.dynamo import to_item
-from turnstile.lifecycle import Hold, Request, Waiting, step
-from turnstile.lineup import encode_lineup
-from turnstile.transitions import (
+from turnstile.base.contract import Attr, EventState, Reason, Status
+from turnstile.engine.domain import EventSnapshot, ItemUpdate, SignupRequest
+from turnstile.engine.lifecycle import Hold, Request, Waiting, step
+from turnstile.engine.lineup import encode_lineup
+from turnstile.storage.dynamo import to_item
+from turnstile.storage.transitions import (
     decisions_without_event,
     engine_requests,
     history_of,

@@ -1,7 +1,7 @@
 """Lambda entry point of the HTTP API (API Gateway HTTP API, payload format 2.0).
 
-Thin by design: Powertools decorators, then the resolver of ``turnstile.api``. The same
-``handler`` serves the local stack through ``turnstile.local.api_server.ApiServer``.
+Thin by design: Powertools decorators, then the resolver of ``turnstile.web.api``. The same
+``handler`` serves the local stack through ``turnstile_tools.local.api_server.ApiServer``.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
-from turnstile.api import SERVICE, WAITING_ROUTES, create_app
-from turnstile.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
-from turnstile.store import SignupStore
+from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile.storage.store import SignupStore
+from turnstile.web.api import SERVICE, WAITING_ROUTES, create_app
 
 __all__ = [
     "app",
@@ -86,7 +86,7 @@ def _entry(resolver: Any) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
 
 handler = _entry(app)
 
-#: The waiter function's: the waiting reads only (``turnstile.api.WAITING_ROUTES``). Its
+#: The waiter function's: the waiting reads only (``turnstile.web.api.WAITING_ROUTES``). Its
 #: own function, so a wait holds an instance of the waiter, never one the API needs.
 waiter_app = create_app(store=get_store, metrics=metrics, routes=WAITING_ROUTES)
 waiter = _entry(waiter_app)

@@ -1,7 +1,7 @@
 """Lambda entry point that releases due holds (EventBridge Scheduler, every minute).
 
 It wakes every event whose earliest hold is due, or whose release (a held event) is due
-(``turnstile.due_holds``): a write of the event's wake-up item, which the stream
+(``turnstile.jobs.due_holds``): a write of the event's wake-up item, which the stream
 processor takes as a tick of the event. It decides nothing.
 """
 
@@ -14,8 +14,8 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from turnstile.due_holds import release_due_holds
-from turnstile.store import SignupStore
+from turnstile.jobs.due_holds import release_due_holds
+from turnstile.storage.store import SignupStore
 
 logger = Logger(service="turnstile")
 metrics = Metrics(namespace="Turnstile", service="turnstile")

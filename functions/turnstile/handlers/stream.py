@@ -15,11 +15,11 @@ from aws_lambda_powertools.utilities.data_classes import DynamoDBStreamEvent, ev
 from aws_lambda_powertools.utilities.data_classes.dynamo_db_stream_event import DynamoDBRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from turnstile.clock import parse_timestamp
-from turnstile.contract import Status
-from turnstile.personal_data import decision_retention_days, signup_ref
-from turnstile.processor import BatchResult, IntakeRecord, StreamProcessor
-from turnstile.store import SignupStore
+from turnstile.base.clock import parse_timestamp
+from turnstile.base.contract import Status
+from turnstile.base.personal_data import decision_retention_days, signup_ref
+from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.storage.store import SignupStore
 
 logger = Logger(service="turnstile")
 metrics = Metrics(namespace="Turnstile", service="turnstile")

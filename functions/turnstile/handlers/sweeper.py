@@ -10,8 +10,8 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from turnstile.store import SignupStore
-from turnstile.sweeper import Sweeper, run_id_for
+from turnstile.jobs.sweeper import Sweeper, run_id_for
+from turnstile.storage.store import SignupStore
 
 logger = Logger(service="turnstile")
 metrics = Metrics(namespace="Turnstile", service="turnstile")

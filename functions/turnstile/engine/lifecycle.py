@@ -1,0 +1,637 @@
+"""The lifecycle engine: holds, confirmations, cancellations and a waitlist. Pure, no I/O.
+
+``step`` takes one event's state, the current state of the signups its requests touch, the
+requests in stream order and the processor's clock, and returns every transition it made,
+in order, with the event's next state. It is the one engine that decides: the processor
+calls it once per chunk of an event's records, for an event that does not exist too (each
+signup then rejected ``unknown_event``). With no waitlist, no holds and nothing but signups
+it decides exactly as the decider it replaced (kept as the tests' oracle, tests/oracle.py).
+docs/lifecycle.md states the rules.
+
+Times are whole milliseconds since the epoch (``now``, ``hold_expires_at``); the options
+``hold_seconds`` are seconds. Sequence numbers are the stream's decimal strings, compared as
+integers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from turnstile.base.contract import EventState, Reason, Status
+from turnstile.engine.domain import EventSnapshot, SignupRequest, _bounded
+
+__all__ = [
+    "ALLOWED_TRANSITIONS",
+    "Cause",
+    "Hold",
+    "Kind",
+    "LifecycleEvent",
+    "Request",
+    "SignupState",
+    "Step",
+    "Transition",
+    "Waiting",
+    "advance",
+    "history_problems",
+    "step",
+]
+
+
+class Kind:
+    """What an intake record asks of the engine."""
+
+    #: The first record of a signup (later ones change nothing).
+    SIGNUP = "signup"
+    CONFIRM = "confirm"
+    CANCEL = "cancel"
+    #: The event closed: no new seats, and the waitlist is rejected ``event_closed``.
+    CLOSE = "close"
+    #: Any other record (a re-emission, a batch with nothing new): it only lets time advance.
+    TICK = "tick"
+
+    ALL = (SIGNUP, CONFIRM, CANCEL, CLOSE, TICK)
+
+
+class Cause:
+    """Why a transition happened: a request of one of these kinds, or one of the two moves
+    the engine makes by itself."""
+
+    SIGNUP = Kind.SIGNUP
+    CONFIRM = Kind.CONFIRM
+    CANCEL = Kind.CANCEL
+    CLOSE = Kind.CLOSE
+    #: A hold reached ``hold_expires_at`` unconfirmed.
+    EXPIRY = "expiry"
+    #: Seats came back and went to a waitlisted signup.
+    PROMOTION = "promotion"
+
+
+#: Every move a signup may make, and no other.
+ALLOWED_TRANSITIONS: frozenset[tuple[str, str]] = frozenset(
+    {
+        (Status.PENDING, Status.HELD),
+        (Status.PENDING, Status.ACCEPTED),
+        (Status.PENDING, Status.WAITLISTED),
+        (Status.PENDING, Status.REJECTED),
+        (Status.HELD, Status.ACCEPTED),
+        (Status.HELD, Status.EXPIRED),
+        (Status.HELD, Status.CANCELLED),
+        (Status.ACCEPTED, Status.CANCELLED),
+        (Status.WAITLISTED, Status.HELD),
+        (Status.WAITLISTED, Status.ACCEPTED),
+        (Status.WAITLISTED, Status.CANCELLED),
+        (Status.WAITLISTED, Status.REJECTED),
+    }
+)
+
+#: Statuses whose seats count in ``taken``.
+SEATED = (Status.HELD, Status.ACCEPTED)
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A HELD signup's entry in the event: its seats are taken until ``expires_at``."""
+
+    signup_id: str
+    seats: int
+    position: int
+    expires_at: int
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A WAITLISTED signup's entry in the event; the event keeps them in waitlist order."""
+
+    signup_id: str
+    seats: int
+    #: The sequence number of the signup's first record.
+    arrival: str
+
+
+@dataclass(frozen=True)
+class LifecycleEvent:
+    """An event's options and the state the engine decides from (one item's worth)."""
+
+    event_id: str
+    capacity: int
+    #: How many signups may wait for seats at once (0: no waitlist).
+    waitlist: int = 0
+    #: How long a granted signup holds its seats before it must be confirmed (0: no hold,
+    #: a granted signup is ACCEPTED at once).
+    hold_seconds: int = 0
+    #: The most seats one signup may ask for; None: no limit but the capacity (as today).
+    max_seats: int | None = None
+    #: Seats of HELD and ACCEPTED signups.
+    taken: int = 0
+    #: Positions given out so far: every grant of seats (a hold, or an acceptance without
+    #: one) takes the next; a cancellation or an expiry never gives one back.
+    accepted: int = 0
+    state: str = EventState.OPEN
+    #: The store's optimistic lock; the engine leaves it as it is.
+    version: int = 0
+    #: The current holds, by (expires_at, position).
+    holds: tuple[Hold, ...] = ()
+    #: The waitlist, in waitlist order (the order the signups joined it).
+    waiting: tuple[Waiting, ...] = ()
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        snapshot: EventSnapshot,
+        *,
+        waitlist: int = 0,
+        hold_seconds: int = 0,
+        max_seats: int | None = None,
+    ) -> LifecycleEvent:
+        """Today's event item, with the lifecycle's options (defaults: today's behaviour)."""
+        return cls(
+            event_id=snapshot.event_id,
+            capacity=snapshot.capacity,
+            waitlist=waitlist,
+            hold_seconds=hold_seconds,
+            max_seats=max_seats,
+            taken=snapshot.taken,
+            accepted=snapshot.accepted,
+            state=snapshot.state,
+            version=snapshot.version,
+        )
+
+    @property
+    def remaining(self) -> int:
+        return self.capacity - self.taken
+
+
+@dataclass(frozen=True)
+class Request:
+    """One intake record of the event, in stream order, as the engine needs it."""
+
+    kind: str
+    sequence_number: str
+    #: None for a close or a tick.
+    signup_id: str | None = None
+    #: A signup's seats (0 when invalid); unused by the other kinds.
+    seats: int = 1
+    #: Why a signup breaks the contract (it is then rejected ``invalid_request``).
+    problem: str | None = None
+    #: A remark kept in the decision's detail (as ``SignupRequest.note``).
+    note: str | None = None
+    #: A later request carried by the same record as the one before it for this signup
+    #: (a record recovered from intake answers every request of its log): its sequence
+    #: number equals the signup's last one and is no replay.
+    follows: bool = False
+
+    @classmethod
+    def of_signup(cls, request: SignupRequest) -> Request:
+        """A signup's first record, as ``domain.parse_request`` made it."""
+        return cls(
+            kind=Kind.SIGNUP,
+            sequence_number=request.sequence_number,
+            signup_id=request.signup_id,
+            seats=request.seats,
+            problem=request.problem,
+            note=request.note,
+        )
+
+    @classmethod
+    def confirm(cls, signup_id: str, sequence_number: str) -> Request:
+        return cls(Kind.CONFIRM, sequence_number, signup_id)
+
+    @classmethod
+    def cancel(cls, signup_id: str, sequence_number: str) -> Request:
+        return cls(Kind.CANCEL, sequence_number, signup_id)
+
+    @classmethod
+    def close(cls, sequence_number: str) -> Request:
+        return cls(Kind.CLOSE, sequence_number)
+
+    @classmethod
+    def tick(cls, sequence_number: str) -> Request:
+        return cls(Kind.TICK, sequence_number)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One move of one signup, or one refused request (``refused``: then ``from_status`` ==
+    ``to_status`` is the signup's current status and ``reason`` says why)."""
+
+    signup_id: str
+    from_status: str
+    to_status: str
+    #: ``now`` of the step that made it.
+    at: int
+    #: The record that caused it (for an expiry, the first record of its step).
+    sequence_number: str
+    cause: str
+    seats: int
+    reason: str | None = None
+    position: int | None = None
+    waitlist_position: int | None = None
+    hold_expires_at: int | None = None
+    detail: str | None = None
+    refused: bool = False
+
+    @property
+    def current_status(self) -> str:
+        """The signup's status once this is applied (for a refusal, the unchanged one)."""
+        return self.to_status
+
+
+@dataclass(frozen=True)
+class SignupState:
+    """A signup as its last applied record left it."""
+
+    signup_id: str
+    status: str
+    seats: int
+    #: The greatest sequence number of the signup's own records the engine has seen (a
+    #: signup, a confirm, a cancel; applied or refused): records up to it are replays.
+    last_sequence_number: str
+    #: The sequence number of the signup's first record (None: none seen yet).
+    arrival: str | None = None
+    position: int | None = None
+    waitlist_position: int | None = None
+    hold_expires_at: int | None = None
+    reason: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """What ``step`` returns."""
+
+    transitions: tuple[Transition, ...]
+    #: The event's next state (None for an unknown event); ``version`` unchanged.
+    event: LifecycleEvent | None
+    #: The next state of every signup given to ``step`` and of every signup it first saw.
+    #: A signup moved only by the engine itself (an expiry, a promotion, a close) and not
+    #: given is not here: ``advance`` applies its transitions to its stored state.
+    signups: Mapping[str, SignupState] = field(default_factory=dict)
+
+
+_OWN_RECORDS = (Cause.SIGNUP, Cause.CONFIRM, Cause.CANCEL)
+
+
+def advance(state: SignupState | None, transition: Transition) -> SignupState:
+    """A signup's state after ``transition`` (its first decision when ``state`` is None).
+
+    A transition caused by the signup's own record (or a refusal of one) moves
+    ``last_sequence_number`` to that record; an expiry, promotion or close does not.
+    """
+    own = transition.cause in _OWN_RECORDS
+    if state is None:
+        state = SignupState(
+            signup_id=transition.signup_id,
+            status=Status.PENDING,
+            seats=0,
+            last_sequence_number=transition.sequence_number,
+        )
+    if own and _seq(transition.sequence_number) > _seq(state.last_sequence_number):
+        state = replace(state, last_sequence_number=transition.sequence_number)
+    if transition.refused:
+        return state
+    changes: dict[str, object] = {"status": transition.to_status, "seats": transition.seats}
+    if transition.from_status == Status.PENDING:
+        changes["arrival"] = transition.sequence_number
+    for name in ("position", "waitlist_position", "hold_expires_at", "reason", "detail"):
+        value = getattr(transition, name)
+        if value is not None:
+            changes[name] = value
+    return replace(state, **changes)  # type: ignore[arg-type]
+
+
+def _seq(sequence_number: str) -> int:
+    return int(sequence_number)
+
+
+class _Run:
+    """One step's working state; every change goes through ``_move``."""
+
+    def __init__(
+        self, event: LifecycleEvent | None, signups: Mapping[str, SignupState], now: int
+    ) -> None:
+        self.event = event
+        self.signups = dict(signups)
+        self.now = now
+        self.transitions: list[Transition] = []
+
+    # -- recording ---------------------------------------------------------------------
+
+    def _emit(self, transition: Transition) -> None:
+        self.transitions.append(transition)
+        known = self.signups.get(transition.signup_id)
+        if known is not None or transition.cause in _OWN_RECORDS:
+            self.signups[transition.signup_id] = advance(known, transition)
+
+    def _move(
+        self,
+        signup_id: str,
+        from_status: str,
+        to_status: str,
+        seq: str,
+        cause: str,
+        seats: int,
+        **fields: object,
+    ) -> None:
+        self._emit(
+            Transition(
+                signup_id=signup_id,
+                from_status=from_status,
+                to_status=to_status,
+                at=self.now,
+                sequence_number=seq,
+                cause=cause,
+                seats=seats,
+                **fields,  # type: ignore[arg-type]
+            )
+        )
+
+    def _refuse(self, request: Request, state: SignupState | None, reason: str) -> None:
+        status = state.status if state is not None else Status.PENDING
+        seats = state.seats if state is not None else 0
+        assert request.signup_id is not None
+        self._emit(
+            Transition(
+                signup_id=request.signup_id,
+                from_status=status,
+                to_status=status,
+                at=self.now,
+                sequence_number=request.sequence_number,
+                cause=request.kind,
+                seats=seats,
+                reason=reason,
+                refused=True,
+            )
+        )
+
+    # -- the moves -----------------------------------------------------------------------
+
+    def _grant(
+        self, signup_id: str, seats: int, from_status: str, seq: str, cause: str, **fields: object
+    ) -> None:
+        """Seats for a signup that fits: HELD when the event holds, else ACCEPTED."""
+        event = self.event
+        assert event is not None
+        position = event.accepted + 1
+        if event.hold_seconds > 0:
+            expires_at = self.now + event.hold_seconds * 1000
+            hold = Hold(signup_id, seats, position, expires_at)
+            holds = tuple(sorted((*event.holds, hold), key=lambda h: (h.expires_at, h.position)))
+            self.event = replace(event, taken=event.taken + seats, accepted=position, holds=holds)
+            self._move(
+                signup_id,
+                from_status,
+                Status.HELD,
+                seq,
+                cause,
+                seats,
+                position=position,
+                hold_expires_at=expires_at,
+                **fields,
+            )
+        else:
+            self.event = replace(event, taken=event.taken + seats, accepted=position)
+            self._move(
+                signup_id,
+                from_status,
+                Status.ACCEPTED,
+                seq,
+                cause,
+                seats,
+                position=position,
+                **fields,
+            )
+
+    def expire(self, seq: str) -> None:
+        """Every hold due at ``now`` lapses, earliest first; its seats come back."""
+        event = self.event
+        if event is None:
+            return
+        due = [h for h in event.holds if h.expires_at <= self.now]
+        if not due:
+            return
+        self.event = replace(
+            event,
+            taken=event.taken - sum(h.seats for h in due),
+            holds=tuple(h for h in event.holds if h.expires_at > self.now),
+        )
+        for h in due:
+            self._move(
+                h.signup_id,
+                Status.HELD,
+                Status.EXPIRED,
+                seq,
+                Cause.EXPIRY,
+                h.seats,
+                position=h.position,
+                hold_expires_at=h.expires_at,
+            )
+
+    def promote(self, seq: str) -> None:
+        """Free seats go down the waitlist in order: each waiting signup that fits gets
+        them; one that does not keeps its place."""
+        event = self.event
+        if event is None or event.state != EventState.OPEN or not event.waiting:
+            return
+        kept: list[Waiting] = []
+        for w in event.waiting:
+            assert self.event is not None
+            if w.seats <= self.event.remaining:
+                self._grant(w.signup_id, w.seats, Status.WAITLISTED, seq, Cause.PROMOTION)
+            else:
+                kept.append(w)
+        assert self.event is not None
+        self.event = replace(self.event, waiting=tuple(kept))
+
+    def close(self, seq: str) -> None:
+        """The event is closed: everyone waiting is rejected ``event_closed``."""
+        event = self.event
+        if event is None:
+            return
+        self.event = replace(event, state=EventState.CLOSED, waiting=())
+        for w in event.waiting:
+            self._move(
+                w.signup_id,
+                Status.WAITLISTED,
+                Status.REJECTED,
+                seq,
+                Cause.CLOSE,
+                w.seats,
+                reason=Reason.EVENT_CLOSED,
+            )
+
+    def first_decision(self, request: Request) -> None:
+        """A signup's first record: rejected, granted seats, or put on the waitlist."""
+        sid, seq, seats = request.signup_id, request.sequence_number, request.seats
+        assert sid is not None
+        event = self.event
+        reason = None
+        detail = request.note
+        if request.problem:
+            reason = Reason.INVALID_REQUEST
+            detail = _bounded("; ".join(p for p in (request.problem, request.note) if p))
+        elif event is None:
+            reason = Reason.UNKNOWN_EVENT
+        elif event.state != EventState.OPEN:
+            reason = Reason.EVENT_CLOSED
+        elif event.max_seats is not None and seats > event.max_seats:
+            reason = Reason.SEATS_ABOVE_MAX
+        elif seats <= event.remaining:
+            self._grant(sid, seats, Status.PENDING, seq, Cause.SIGNUP, detail=detail)
+            return
+        elif seats <= event.capacity and len(event.waiting) < event.waitlist:
+            waiting = (*event.waiting, Waiting(sid, seats, seq))
+            self.event = replace(event, waiting=waiting)
+            self._move(
+                sid,
+                Status.PENDING,
+                Status.WAITLISTED,
+                seq,
+                Cause.SIGNUP,
+                seats,
+                waitlist_position=len(waiting),
+                detail=detail,
+            )
+            return
+        else:
+            reason = Reason.CAPACITY_FULL
+        self._move(
+            sid,
+            Status.PENDING,
+            Status.REJECTED,
+            seq,
+            Cause.SIGNUP,
+            seats,
+            reason=reason,
+            detail=detail,
+        )
+
+    def confirm(self, request: Request, state: SignupState | None) -> None:
+        """HELD → ACCEPTED. A hold due at ``now`` has lapsed already (expiry runs first)."""
+        if state is None or state.status != Status.HELD:
+            lapsed = state is not None and state.status == Status.EXPIRED
+            self._refuse(
+                request, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
+            )
+            return
+        event = self.event
+        assert event is not None
+        self.event = replace(
+            event, holds=tuple(h for h in event.holds if h.signup_id != state.signup_id)
+        )
+        self._move(
+            state.signup_id,
+            Status.HELD,
+            Status.ACCEPTED,
+            request.sequence_number,
+            Cause.CONFIRM,
+            state.seats,
+            position=state.position,
+        )
+
+    def cancel(self, request: Request, state: SignupState | None) -> None:
+        """HELD, ACCEPTED or WAITLISTED → CANCELLED; freed seats go down the waitlist."""
+        status = state.status if state is not None else Status.PENDING
+        if state is None or status not in (Status.HELD, Status.ACCEPTED, Status.WAITLISTED):
+            lapsed = status == Status.EXPIRED
+            self._refuse(
+                request, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
+            )
+            return
+        event = self.event
+        assert event is not None
+        sid, seq = state.signup_id, request.sequence_number
+        if status == Status.WAITLISTED:
+            waiting = tuple(w for w in event.waiting if w.signup_id != sid)
+            self.event = replace(event, waiting=waiting)
+        else:
+            holds = tuple(h for h in event.holds if h.signup_id != sid)
+            self.event = replace(event, taken=event.taken - state.seats, holds=holds)
+        self._move(
+            sid, status, Status.CANCELLED, seq, Cause.CANCEL, state.seats, position=state.position
+        )
+        self.promote(seq)
+
+
+def step(
+    event: LifecycleEvent | None,
+    signups: Mapping[str, SignupState],
+    requests: Sequence[Request],
+    now: int,
+) -> Step:
+    """Apply one event's records, in stream order, at the processor's time ``now`` (ms).
+
+    Rules, in order:
+    - before any request: every hold with ``hold_expires_at <= now`` lapses (EXPIRED,
+      earliest first); a CLOSED event's waitlist is rejected ``event_closed``; free seats
+      go down the waitlist. These are attributed to the step's first record, and a step
+      with no record changes nothing;
+    - a record of a signup whose sequence number is not greater than the last one seen for
+      it is a replay and changes nothing; so is a signup record of a signup already decided,
+      a close of a closed or unknown event, and a tick;
+    - a signup's first record: ``invalid_request``, ``unknown_event``, ``event_closed``,
+      ``seats_above_max`` (only when ``max_seats`` is set), else it fits (HELD with
+      ``hold_seconds``, else ACCEPTED, with the next position), else WAITLISTED when it
+      could ever fit and the waitlist has room, else ``capacity_full``;
+    - a confirm or cancel with a ``problem`` (a request the producer got wrong) is refused
+      ``invalid_request``;
+    - a confirm: HELD → ACCEPTED; a cancel: HELD, ACCEPTED or WAITLISTED → CANCELLED, and
+      the freed seats go down the waitlist at once; anything else is refused, with the
+      current status and a reason, and changes nothing;
+    - a close: the event is CLOSED and its waitlist rejected ``event_closed``; holds stay
+      (they may still be confirmed, cancelled or lapse).
+
+    ``signups`` must hold the current state of every signup a request names that has one.
+    """
+    if not requests:
+        return Step((), event, dict(signups))
+    run = _Run(event, signups, now)
+    first = requests[0].sequence_number
+    run.expire(first)
+    if run.event is not None and run.event.state != EventState.OPEN and run.event.waiting:
+        run.close(first)
+    run.promote(first)
+    for request in requests:
+        if request.kind == Kind.TICK:
+            continue
+        if request.kind == Kind.CLOSE:
+            if run.event is not None and run.event.state == EventState.OPEN:
+                run.close(request.sequence_number)
+            continue
+        if request.kind not in Kind.ALL or request.signup_id is None:
+            raise ValueError(f"not a request the engine knows: {request.kind!r}")
+        state = run.signups.get(request.signup_id)
+        seq = _seq(request.sequence_number)
+        last = _seq(state.last_sequence_number) if state is not None else -1
+        if state is not None and (seq < last or (seq == last and not request.follows)):
+            continue  # a replay
+        if request.kind == Kind.SIGNUP:
+            if state is None or state.status == Status.PENDING:
+                run.first_decision(request)
+        elif request.problem:
+            run._refuse(request, state, Reason.INVALID_REQUEST)
+        elif request.kind == Kind.CONFIRM:
+            run.confirm(request, state)
+        else:
+            run.cancel(request, state)
+    return Step(tuple(run.transitions), run.event, run.signups)
+
+
+def history_problems(history: Iterable[Transition]) -> list[str]:
+    """What is wrong with one signup's history of applied transitions (empty: nothing).
+
+    A history starts at PENDING, follows ``ALLOWED_TRANSITIONS`` link by link, and so makes
+    each transition at most once (the allowed moves never return to a status).
+    """
+    problems = []
+    status = Status.PENDING
+    for t in history:
+        if t.refused:
+            problems.append(f"a refusal in the history: {t}")
+            continue
+        if t.from_status != status:
+            problems.append(f"{t.signup_id}: from {t.from_status}, but it was {status}")
+        if (t.from_status, t.to_status) not in ALLOWED_TRANSITIONS:
+            problems.append(f"{t.signup_id}: {t.from_status} -> {t.to_status} is not allowed")
+        status = t.to_status
+    return problems

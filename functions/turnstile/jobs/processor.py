@@ -1,0 +1,499 @@
+"""The stream processor's logic: group a batch by event, decide each group in order, commit.
+
+It receives its store (``SignupStore`` or anything with the same methods) and a clock, so
+tests run it against moto, a stubbed client or a fake.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from turnstile.base.clock import utc_now
+from turnstile.base.contract import ID_PATTERN, Attr, ControlKey
+from turnstile.base.errors import CommitConflictError, JournalTooLargeError
+from turnstile.base.personal_data import TTL_LAG_S, decision_expires_at, outlives
+from turnstile.engine import lifecycle
+from turnstile.engine.domain import Decision, Outcome, SignupRequest, parse_request
+from turnstile.engine.lifecycle import Transition
+from turnstile.storage.dynamo import AccessDenied, error_text, refused_as_invalid
+from turnstile.storage.events import EventRecord
+from turnstile.storage.journal import Journal
+from turnstile.storage.ports import ProcessorStore
+from turnstile.storage.transitions import (
+    Answered,
+    decisions_without_event,
+    engine_requests,
+    lifecycle_event,
+    ms_of,
+    outcome_of,
+    refusals_without_event,
+    signup_state,
+    touched_without_state,
+)
+
+__all__ = [
+    "BatchResult",
+    "DecidedSignup",
+    "IntakeRecord",
+    "MovedSignup",
+    "StreamProcessor",
+    "utc_now",
+]
+
+log = logging.getLogger(__name__)
+
+NEW_RECORD_EVENTS = frozenset({"INSERT", "MODIFY"})
+#: A held event whose release failed is tried again this much later (the due-holds index).
+RELEASE_RETRY_MS = 5_000
+
+
+@dataclass(frozen=True)
+class IntakeRecord:
+    """One stream record, reduced to what the processor needs (plain Python values)."""
+
+    sequence_number: str
+    event_name: str
+    keys: Mapping[str, Any]
+    new_image: Mapping[str, Any] | None = None
+
+    @property
+    def event_id(self) -> str:
+        return str(self.keys.get("event_id", ""))
+
+    @property
+    def woken_event(self) -> str | None:
+        """The event a wake-up record (the control table's stream) wakes; None for an
+        intake record."""
+        pk = self.keys.get(ControlKey.PK)
+        if isinstance(pk, str) and pk.startswith(ControlKey.WAKE_PREFIX):
+            return pk.removeprefix(ControlKey.WAKE_PREFIX)
+        return None
+
+
+@dataclass(frozen=True)
+class DecidedSignup:
+    event_id: str
+    decision: Decision
+    decided_at: str
+    submitted_at: str | None
+
+
+@dataclass(frozen=True)
+class MovedSignup:
+    """A signup's later move (a confirmation, cancellation, expiry, promotion, close) or
+    a refused request, as a report of what a batch did."""
+
+    event_id: str
+    transition: Transition
+
+
+@dataclass
+class BatchResult:
+    """What one batch came to: failed sequence numbers (one per failed event group)."""
+
+    failures: list[str] = field(default_factory=list)
+    decided: list[DecidedSignup] = field(default_factory=list)
+    ignored: int = 0
+    conflicts: int = 0
+    #: (event_id, error class) of each event whose deciding failed and that is now held.
+    held: list[tuple[str, str]] = field(default_factory=list)
+    parked: int = 0
+    released: int = 0
+    #: (event_id, transition) of every move and refusal the lifecycle made, in order
+    #: (first decisions included: ``decided`` has them as decisions).
+    transitions: list[tuple[str, Transition]] = field(default_factory=list)
+
+
+class StreamProcessor:
+    """Decides a batch of intake stream records, event by event, in stream order."""
+
+    def __init__(
+        self,
+        store: ProcessorStore,
+        clock: Callable[[], str] = utc_now,
+        chunk_size: int = 100,
+        max_conflicts: int = 20,
+        journal_cache_size: int = 10_000,
+        max_release: int = 5_000,
+        decision_retention_days: int | None = None,
+    ) -> None:
+        self.store = store
+        #: Decisions carry ``expires_at`` this many days after they are decided (TTL); None:
+        #: they are kept.
+        self.decision_retention_days = decision_retention_days
+        self.clock = clock
+        self.chunk_size = chunk_size
+        self.max_conflicts = max_conflicts
+        # Journals this process has materialized, so it does not write them twice. Losing
+        # this (a cold start) only costs one re-materialization; it never affects safety.
+        self._materialized: OrderedDict[tuple[str, str | None], int] = OrderedDict()
+        self._cache_size = journal_cache_size
+        #: Records one release decides at most; the rest stay parked for the next one.
+        self.max_release = max_release
+        # The event item read together with the hold marker, for the group's first chunk.
+        self._prefetched: dict[str, EventRecord | None] = {}
+
+    def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+        """Decide every new intake record; report the first record of each failed group.
+
+        A group (one event's records) that fails stops there: its later records are not
+        decided before the failed one. They are parked and the event held, until a release
+        decides them in arrival order; only if parking fails too does the failure's sequence
+        number go back to the event source, which redelivers from it. Other events carry on.
+        """
+        result = BatchResult()
+        groups: dict[str, list[SignupRequest]] = {}
+        wakes: dict[str, str] = {}
+        for record in records:
+            if record.event_name not in NEW_RECORD_EVENTS:
+                result.ignored += 1  # REMOVE (TTL clean-up) never decides anything
+                continue
+            woken = record.woken_event
+            if woken is not None:
+                wakes[woken] = record.sequence_number  # one step per event is enough
+                continue
+            request = parse_request(record.new_image, record.sequence_number, record.keys)
+            if record.new_image is None:
+                request = _with_problem(request, "record has no new image")
+            groups.setdefault(request.event_id, []).append(request)
+        for event_id, requests in groups.items():
+            self._process_group(event_id, requests, result)
+        for event_id, sequence_number in wakes.items():
+            self._wake(event_id, sequence_number, result)
+        return result
+
+    def _wake(self, event_id: str, sequence_number: str, result: BatchResult) -> None:
+        """A wake-up: the event takes one step with no record of a signup (a tick: lapsed
+        holds end, seats given back or added reach the waitlist, a close is acted on); a
+        held event's parked records are released first (the tick follows: a release with
+        nothing left parked takes no step). A failure goes back to the event source (the
+        wake-up is retried); nothing is parked, as a wake-up is no arrival."""
+        self._prefetched.clear()
+        if not ID_PATTERN.fullmatch(event_id):
+            result.ignored += 1
+            return
+        try:
+            event, hold = self.store.get_event_and_hold(event_id)
+            if hold is not None:
+                if not self.release(event_id, result):
+                    return  # still held: its release is due again (release_due)
+                event = self.store.get_event(event_id)
+            if event is None:
+                result.ignored += 1
+                return
+            self._prefetched[event_id] = event
+            tick = SignupRequest(event_id, "", sequence_number, seats=0, tick=True)
+            decided, _ = self._decide_chunk(event_id, [tick], result)
+            result.decided.extend(decided)
+        except Exception:
+            log.exception("wake-up failed", extra={"event_id": event_id})
+            result.failures.append(sequence_number)
+            try:  # written again later, whatever becomes of this record's retries
+                self.store.wake_later(event_id, ms_of(self.clock()) + RELEASE_RETRY_MS)
+            except Exception:
+                log.exception("could not put off the wake-up", extra={"event_id": event_id})
+        finally:
+            self._prefetched.pop(event_id, None)
+
+    def _process_group(
+        self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
+    ) -> None:
+        if self._held_group(event_id, requests, result):
+            return
+        start = 0
+        while start < len(requests):
+            chunk = requests[start : start + self.chunk_size]
+            try:
+                decided, consumed = self._decide_chunk(event_id, chunk, result)
+            except Exception as exc:
+                log.exception("event group failed", extra={"event_id": event_id})
+                if not self._park(event_id, requests[start:], exc, result):
+                    result.failures.append(chunk[0].sequence_number)
+                return
+            result.decided.extend(decided)
+            start += consumed
+
+    def _decide_chunk(
+        self, event_id: str, chunk: Sequence[SignupRequest], result: BatchResult
+    ) -> tuple[list[DecidedSignup], int]:
+        for _ in range(self.max_conflicts):
+            try:
+                decided, consumed, moves = self._try_chunk(event_id, chunk)
+            except CommitConflictError:
+                result.conflicts += 1
+                continue
+            result.transitions.extend(moves)
+            return decided, consumed
+        raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
+
+    def _try_chunk(
+        self, event_id: str, chunk: Sequence[SignupRequest]
+    ) -> tuple[list[DecidedSignup], int, list[tuple[str, Transition]]]:
+        """Decide and commit ``chunk``, or the longest prefix of it whose journal fits.
+
+        Returns what was decided and how many requests of ``chunk`` that covers; the
+        caller hands the rest to the next round, which decides them from the new state.
+        """
+        by_id: dict[str, SignupRequest] = {}
+        for request in chunk:
+            if not request.tick:
+                by_id.setdefault(request.signup_id, request)
+        # An id that is no id names no event (none can be created), and a key built from it
+        # may be one DynamoDB refuses (an event id of up to 2,048 bytes from intake, plus a
+        # prefix): the event item is never read, its records are rejected invalid.
+        valid = ID_PATTERN.fullmatch(event_id) is not None
+        event = self._load_event(event_id) if valid else None
+        now = self.clock()
+        # Never before an intake record of the chunk could bring its signup back.
+        expires_at = decision_expires_at(
+            now, self.decision_retention_days, (r.expires_at for r in chunk if not r.tick)
+        )
+        if event is None:
+            existing = self.store.get_decisions(event_id, by_id)
+            decisions = decisions_without_event(chunk, existing, ms_of(now))
+            if decisions:
+                self.store.reject_without_event(
+                    event_id,
+                    decisions,
+                    by_id,
+                    now,
+                    expires_at=expires_at,
+                    event_may_appear=valid,
+                )
+            # Requests on signups rejected before (no event: nothing to lock, nothing to
+            # move) are answered all the same, refused, so none stays unanswered.
+            answers = refusals_without_event(chunk, existing, ms_of(now))
+            if answers:
+                self.store.materialize(
+                    event_id, Journal(0, now, (), (), expires_at=expires_at, updates=answers)
+                )
+            return self._decided(event_id, decisions, now, by_id), len(chunk), []
+
+        cache_key = (event_id, event.created_at)
+        if event.journal is not None and self._materialized.get(cache_key) != event.journal.version:
+            # The last commit may not have reached its items (a crash, another processor):
+            # write them before anything new is decided.
+            self.store.materialize(event_id, event.journal, by_id)
+            self._remember(cache_key, event.journal.version)
+        # Every signup the chunk names, as its item says now (the last journal is written).
+        decided = {
+            sid: signup_state(item)
+            for sid, item in self.store.get_decisions(event_id, by_id).items()
+        }
+        self._keep_while_intake_lives(event_id, chunk, decided)
+        outcome, moves = self._step(event, chunk, decided, now)
+        if outcome is None:
+            return [], len(chunk), []
+        while True:
+            try:
+                journal = self.store.commit(
+                    event.snapshot, outcome, now, by_id, expires_at=expires_at
+                )
+                break
+            except JournalTooLargeError as too_big:
+                # Big copied fields: commit what a prefix of the chunk decides (deciding a
+                # prefix gives a prefix): up to the last first decision that fits, else
+                # half. The next round decides the rest from the new state.
+                if len(chunk) == 1:
+                    raise
+                chunk = chunk[: _prefix(chunk, outcome, too_big.fits)]
+                outcome, moves = self._step(event, chunk, dict(decided), now)
+                if outcome is None:
+                    return [], len(chunk), []
+        self.store.materialize(event_id, journal, by_id)
+        self._remember(cache_key, journal.version)
+        return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
+
+    def _keep_while_intake_lives(
+        self, event_id: str, chunk: Sequence[SignupRequest], decided: Mapping[str, Answered]
+    ) -> None:
+        """A decision that would expire before its intake record (a producer wrote or
+        changed the record's ``expires_at`` after the decision) is kept longer, or for
+        good: TTL must never leave a record whose decision is gone, which the sweeper
+        would have decided again. Never shortens a decision's life."""
+        for record in chunk:
+            answered = decided.get(record.signup_id)
+            if record.tick or answered is None:
+                continue
+            kept = answered.item.get(Attr.EXPIRES_AT)
+            if outlives(record.expires_at, kept):
+                until = None if record.expires_at is None else record.expires_at + TTL_LAG_S
+                self.store.keep_decision(event_id, record.signup_id, until)
+
+    def _step(
+        self,
+        event: EventRecord,
+        chunk: Sequence[SignupRequest],
+        decided: dict[str, Answered],
+        now: str,
+    ) -> tuple[Outcome | None, list[tuple[str, Transition]]]:
+        """The lifecycle engine's step over ``chunk`` (docs/lifecycle.md), as a commit
+        (None when it changes nothing), and its transitions. Reads the items of the
+        signups it moved by itself (an expiry, a promotion) that ``decided`` lacks."""
+        requests, counts = engine_requests(chunk, decided)
+        before = lifecycle_event(
+            event.snapshot,
+            waitlist=event.waitlist,
+            hold_seconds=event.hold_seconds,
+            max_seats=event.max_seats,
+            lineup=event.lineup,
+        )
+        result = lifecycle.step(
+            before, {sid: a.state for sid, a in decided.items()}, requests, ms_of(now)
+        )
+        moves = [(event.snapshot.event_id, t) for t in result.transitions]
+        if not result.transitions:
+            return None, moves
+        missing = touched_without_state(result, decided)
+        if missing:
+            for sid, item in self.store.get_decisions(event.snapshot.event_id, missing).items():
+                decided[sid] = signup_state(item)
+        requested = {r.sequence_number: r.request for r in chunk if r.request is not None}
+        outcome = outcome_of(
+            before, event.snapshot, event.status_counts, result, decided, counts, requested
+        )
+        return outcome, moves
+
+    def _remember(self, key: tuple[str, str | None], version: int) -> None:
+        self._materialized[key] = version
+        self._materialized.move_to_end(key)
+        while len(self._materialized) > self._cache_size:
+            self._materialized.popitem(last=False)
+
+    @staticmethod
+    def _decided(
+        event_id: str,
+        decisions: Sequence[Decision],
+        decided_at: str,
+        by_id: Mapping[str, SignupRequest],
+    ) -> list[DecidedSignup]:
+        # A signup moved by the engine whose item had to be written again (it was gone)
+        # has no record in the chunk: it is no first decision (its move is reported).
+        return [
+            DecidedSignup(event_id, d, decided_at, by_id[d.signup_id].submitted_at)
+            for d in decisions
+            if d.signup_id in by_id
+        ]
+
+    # -- held events: park, then release in arrival order (docs/arrival-order.md) --------
+
+    def _load_event(self, event_id: str) -> EventRecord | None:
+        """The event item: the one read with the hold marker if not used yet, else a fresh
+        consistent read (after a conflict, or for the next chunk)."""
+        if event_id in self._prefetched:
+            return self._prefetched.pop(event_id)
+        return self.store.get_event(event_id)
+
+    def _held_group(
+        self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
+    ) -> bool:
+        """Whether the group was dealt with as a held event's: parked behind the records
+        parked before it, then a release tried (or, if it could not be parked, failed).
+
+        Otherwise the event item read alongside the hold marker serves the first chunk.
+        """
+        self._prefetched.clear()
+        if not ID_PATTERN.fullmatch(event_id):
+            return False  # no event has this id: each record is rejected invalid_request
+        try:
+            event, hold = self.store.get_event_and_hold(event_id)
+        except Exception as exc:
+            log.exception("event group failed", extra={"event_id": event_id})
+            if not self._park(event_id, requests, exc, result):
+                result.failures.append(requests[0].sequence_number)
+            return True
+        self._prefetched[event_id] = event
+        if hold is None:
+            return False
+        if not self._park(event_id, requests, None, result):
+            self._prefetched.clear()
+            result.failures.append(requests[0].sequence_number)
+            return True
+        self.release(event_id, result)
+        return True
+
+    def _park(
+        self,
+        event_id: str,
+        requests: Sequence[SignupRequest],
+        error: BaseException | None,
+        result: BatchResult,
+    ) -> bool:
+        """Park ``requests`` and hold the event; False if that failed too (the event
+        source then retries the group: the last resort), or if DynamoDB refused the
+        records themselves (holding would block the event behind records that can never
+        be decided: they take the event source's retries, bisect and on-failure queue)."""
+        if not ID_PATTERN.fullmatch(event_id) or refused_as_invalid(error):
+            return False
+        error_class = error_text(error) if error is not None else None
+        if isinstance(error, AccessDenied):
+            # Not a failure to ride out: a grant is missing. Say so at once, loudly.
+            log.error("event held: %s", error_class, extra={"event_id": event_id})
+        try:
+            self.store.park(event_id, requests, self.clock(), error_class)
+        except Exception:
+            log.exception("parking failed", extra={"event_id": event_id})
+            return False
+        result.parked += len(requests)
+        if error_class is not None:
+            result.held.append((event_id, error_class))
+        return True
+
+    def release(self, event_id: str, result: BatchResult | None = None) -> bool:
+        """Decide a held event's parked records in arrival order, then lift the hold.
+
+        Parked records are decided by the same path as stream records, under their own
+        (arrival) sequence numbers; the decided ones are unparked chunk by chunk, and the
+        hold is lifted only if nothing was parked since it was read. Returns whether the
+        event is no longer held. Never raises: a failed release leaves the rest parked.
+        """
+        result = result if result is not None else BatchResult()
+        try:
+            hold = self.store.get_hold(event_id)
+            if hold is None:
+                return True
+            version = int(hold["version"])
+            parked = self.store.parked_requests(event_id)
+            limit = min(len(parked), self.max_release)
+            start = 0
+            while start < limit:
+                chunk = parked[start : min(start + self.chunk_size, limit)]
+                decided, consumed = self._decide_chunk(event_id, chunk, result)
+                result.decided.extend(decided)
+                self.store.unpark(event_id, [r.sequence_number for r in chunk[:consumed]])
+                result.released += consumed
+                start += consumed
+            if len(parked) > self.max_release:
+                return False
+            return self.store.lift_hold(event_id, version)
+        except Exception as exc:
+            log.exception("release failed", extra={"event_id": event_id})
+            result.held.append((event_id, error_text(exc)))
+            try:  # tried again after a pause, however the event is woken meanwhile
+                self.store.release_due(event_id, ms_of(self.clock()) + RELEASE_RETRY_MS)
+            except Exception:
+                log.exception("could not put off the release", extra={"event_id": event_id})
+            return False
+        finally:
+            self._prefetched.pop(event_id, None)
+
+
+def _prefix(chunk: Sequence[SignupRequest], outcome: Outcome, fits: int) -> int:
+    """How many records of ``chunk`` to decide again when only ``fits`` of ``outcome``'s
+    first decisions fit a journal: those up to the last of them (fewer than all), else
+    half the chunk."""
+    if 0 < fits < len(outcome.decisions):
+        last = outcome.decisions[fits - 1].signup_id
+        cut = next(i for i, r in enumerate(chunk) if r.signup_id == last) + 1
+        if cut < len(chunk):
+            return cut
+    return max(1, len(chunk) // 2)
+
+
+def _with_problem(request: SignupRequest, problem: str) -> SignupRequest:
+    joined = f"{request.problem}; {problem}" if request.problem else problem
+    return replace(request, problem=joined)

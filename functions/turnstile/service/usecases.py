@@ -1,0 +1,619 @@
+"""The operations on events and signups, shared by the HTTP API and the ``turnstile`` CLI.
+
+Each function takes plain values (already parsed from JSON or from the command line),
+validates them with the one set of rules (``domain``, which the stream processor applies
+too), calls ``SignupStore`` and returns the public JSON shape of the answer: the shapes
+the OpenAPI document calls ``Event``, ``EventClosed``, ``SignupAccepted`` and ``Signup``.
+Both adapters print or send that value as it is, so the API and the CLI cannot disagree.
+Lists come a page at a time (``EventList``, ``SignupList``: ``next`` is the token of the
+next page); ``listing`` reads them.
+
+Refusals are typed (``errors``): ``InvalidRequestError`` (its ``problems`` named),
+``EventNotFoundError`` / ``SignupNotFoundError``, ``EventExistsError`` /
+``SignupConflictError`` (conflicts), ``CapacityBelowTakenError``. Logging and metrics are
+the adapters' (the CLI's stdout is its JSON).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from turnstile.base.clock import utc_now
+from turnstile.base.contract import MAX_HOLD_SECONDS, MAX_LINEUP_ENTRIES, Attr, RequestKind, Status
+from turnstile.base.errors import (
+    EventExistsError,
+    EventNotFoundError,
+    ForbiddenError,
+    InvalidRequestError,
+    SignupNotFoundError,
+)
+from turnstile.base.jsonable import plain
+from turnstile.base.personal_data import intake_expires_at
+from turnstile.engine.domain import (
+    MAX_CAPACITY,
+    MAX_SEATS,
+    MAX_SUBMITTED_AT_CHARS,
+    id_problem,
+    parse_request,
+    signup_problems,
+)
+from turnstile.storage import listing
+from turnstile.storage.events import EventRecord, lineup_problem
+from turnstile.storage.requests import ANYONE, request_transition
+from turnstile.storage.store import SignupStore
+from turnstile.storage.transitions import history_of
+
+__all__ = [
+    "ABSENT",
+    "DEFAULT_PAGE_SIZE",
+    "LISTED_STATUSES",
+    "MAX_PAGE_SIZE",
+    "Created",
+    "EventOptions",
+    "Submitted",
+    "await_decision",
+    "close_event",
+    "create_event",
+    "list_events",
+    "list_signups",
+    "request_signup",
+    "show_event",
+    "signup_status",
+    "submit_signup",
+    "update_capacity",
+]
+
+#: Page sizes of the lists (``limit``).
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 100
+#: What ``list_signups`` may filter on: every status (docs/lifecycle.md, §2).
+LISTED_STATUSES = Status.ALL
+
+
+class _Absent:
+    """The type of ``ABSENT``: a field the caller left out (not the same as JSON null)."""
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+#: A field left out of the request (``seats`` then means 1; ``attributes`` none).
+ABSENT: Final = _Absent()
+
+
+# -- validation -----------------------------------------------------------------------
+
+
+def _id(value: Any, name: str) -> str:
+    problem = id_problem(value, name)
+    if problem:
+        raise InvalidRequestError([problem])
+    return str(value)
+
+
+def _integer_problem(value: Any, name: str, minimum: int, maximum: int) -> str | None:
+    # bool is an int subclass, and a Decimal means the JSON had a fraction or exponent
+    # (even 2.0): both are refused, so only integers pass.
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        return f"{name} must be an integer from {minimum} to {maximum}"
+    return None
+
+
+def _capacity(value: Any) -> int:
+    problem = _integer_problem(value, "capacity", 0, MAX_CAPACITY)
+    if problem:
+        raise InvalidRequestError([problem])
+    return int(value)
+
+
+@dataclass(frozen=True)
+class EventOptions:
+    """An event's options (docs/lifecycle.md, §1), validated: ``waitlist`` and
+    ``hold_seconds`` 0 (none) by default, ``max_seats`` None (only the capacity bounds a
+    signup)."""
+
+    waitlist: int = 0
+    hold_seconds: int = 0
+    max_seats: int | None = None
+
+
+def event_options(
+    capacity: int, waitlist: Any = ABSENT, hold_seconds: Any = ABSENT, max_seats: Any = ABSENT
+) -> EventOptions:
+    """The options of a new event of ``capacity`` seats; ``InvalidRequestError`` naming
+    every problem. ``ABSENT`` is the default; None (JSON null) is refused, as for every
+    optional field: leave it out. The lineup the processor keeps on the event item is
+    bounded (``MAX_LINEUP_ENTRIES``), so are the options that feed it."""
+    problems: list[str] = []
+    values: dict[str, int | None] = {}
+    for name, value, low, high in (
+        ("waitlist", waitlist, 0, MAX_LINEUP_ENTRIES),
+        ("hold_seconds", hold_seconds, 0, MAX_HOLD_SECONDS),
+        ("max_seats", max_seats, 1, MAX_SEATS),
+    ):
+        if value is ABSENT:
+            values[name] = None
+            continue
+        problem = _integer_problem(value, name, low, high)
+        if problem:
+            problems.append(problem)
+        values[name] = None if problem else int(value)
+    if problems:
+        raise InvalidRequestError(problems)
+    options = EventOptions(
+        waitlist=values["waitlist"] or 0,
+        hold_seconds=values["hold_seconds"] or 0,
+        max_seats=values["max_seats"],
+    )
+    problem = lineup_problem(capacity, options.waitlist, options.hold_seconds)
+    if problem:
+        raise InvalidRequestError([problem])
+    return options
+
+
+def _options_of(record: EventRecord) -> EventOptions:
+    return EventOptions(record.waitlist, record.hold_seconds, record.max_seats)
+
+
+# -- views ----------------------------------------------------------------------------
+
+
+def _whole(value: Any) -> int | None:
+    """An item's number as an int, or None where a direct writer left something else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        return int(value)
+    return None
+
+
+def event_view(record: EventRecord) -> dict[str, Any]:
+    """The ``Event`` shape."""
+    s = record.snapshot
+    # No version: the processor's optimistic lock is not part of the public answer.
+    return {
+        "event_id": s.event_id,
+        "capacity": s.capacity,
+        "taken": s.taken,
+        "remaining": s.remaining,
+        # The event item's ``accepted`` counter: every signup ever given a seat, held or
+        # accepted, which numbers their positions. Not the ACCEPTED signups of now
+        # (``status_counts``), nor seats (``taken``): the view names it for what it is.
+        "positions_given": s.accepted,
+        "state": s.state,
+        "created_at": record.created_at,
+        "created_by": record.created_by,
+        "waitlist": record.waitlist,
+        "hold_seconds": record.hold_seconds,
+        "max_seats": record.max_seats,
+        "status_counts": dict(record.status_counts or {}),
+    }
+
+
+def signup_view(
+    event_id: str,
+    signup_id: str,
+    decision: Mapping[str, Any] | None,
+    intake: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The ``Signup`` shape, from its decision item or else its intake record."""
+    if decision is not None:
+        seats = decision.get(Attr.SEATS)
+        attributes = decision.get(Attr.ATTRIBUTES)
+        submitted_at = decision.get(Attr.SUBMITTED_AT)
+    else:
+        # A pending signup is shown as the processor will read it: whatever a producer
+        # wrote straight into intake (400 KB of submitted_at, a map of any size) is
+        # bounded by the same rules, never copied as it is.
+        request = parse_request(intake or {}, "", {"event_id": event_id, "signup_id": signup_id})
+        seats, attributes = request.seats or None, request.attributes
+        submitted_at = request.submitted_at
+    if not isinstance(submitted_at, str) or len(submitted_at) > MAX_SUBMITTED_AT_CHARS:
+        submitted_at = None
+    decided = decision or {}
+    # every transition, the first (the decision itself) read off the item; none pending
+    history = [plain(h) for h in history_of(decided)] if decision is not None else []
+    return {
+        "event_id": event_id,
+        "signup_id": signup_id,
+        "status": decided.get(Attr.STATUS, Status.PENDING),
+        "seats": _whole(seats),
+        "reason": decided.get(Attr.REASON),
+        "detail": decided.get("detail"),
+        "position": _whole(decided.get(Attr.POSITION)),
+        "submitted_at": submitted_at,
+        "decided_at": decided.get(Attr.DECIDED_AT),
+        "attributes": plain(attributes) if isinstance(attributes, Mapping) else {},
+        # The lifecycle's fields (docs/lifecycle.md, §10): null until the processor
+        # writes them.
+        "hold_expires_at": _text(decided.get(Attr.HOLD_EXPIRES_AT)),
+        "waitlist_position": _whole(decided.get(Attr.WAITLIST_POSITION)),
+        # when it last moved: the history's last entry (not stored twice)
+        "updated_at": _text(history[-1].get("at")) if history else None,
+        "request_count": _whole(decided.get(Attr.REQUEST_COUNT)),
+        "history": history,
+        "last_refusal": _map(decided.get(Attr.LAST_REFUSAL)),
+    }
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _map(value: Any) -> dict[str, Any] | None:
+    return plain(dict(value)) if isinstance(value, Mapping) else None
+
+
+# -- events ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Created:
+    """An event after ``create_event``: ``body`` is the ``Event`` shape; ``created`` is
+    False when it existed already with this capacity (a retry)."""
+
+    body: dict[str, Any]
+    created: bool
+
+
+def create_event(
+    store: SignupStore,
+    event_id: Any,
+    capacity: Any,
+    created_by: str | None,
+    now: str | None = None,
+    *,
+    waitlist: Any = ABSENT,
+    hold_seconds: Any = ABSENT,
+    max_seats: Any = ABSENT,
+    quota: int | None = None,
+) -> Created:
+    """Create an OPEN event, idempotently: an event with this id, this capacity and these
+    options is answered as it is now (``created`` False); with another capacity or other
+    options, ``EventExistsError`` naming them. The capacity compared is the current one: a
+    create retried after the capacity was changed is a conflict. ``created_by`` stays the
+    first creator's. The options (``event_options``) default to none. ``quota``: the most
+    events ``created_by`` may create (``EventQuotaError`` past it); None: no cap."""
+    event_id = _id(event_id, "event_id")
+    capacity = _capacity(capacity)
+    options = event_options(capacity, waitlist, hold_seconds, max_seats)
+    try:
+        record = store.create_event(
+            event_id,
+            capacity,
+            now=now or utc_now(),
+            created_by=created_by,
+            waitlist=options.waitlist,
+            hold_seconds=options.hold_seconds,
+            max_seats=options.max_seats,
+            quota=quota,
+        )
+        return Created(body=event_view(record), created=True)
+    except EventExistsError:
+        existing = store.get_event(event_id)
+        if existing is None:  # deleted by hand in between: nothing to be idempotent with
+            raise
+        if existing.snapshot.capacity != capacity:
+            raise EventExistsError(
+                f"event {event_id!r} already exists with capacity "
+                f"{existing.snapshot.capacity}, not {capacity}"
+            ) from None
+        if _options_of(existing) != options:
+            theirs = _options_of(existing)
+            raise EventExistsError(
+                f"event {event_id!r} already exists with "
+                f"{_described(existing.snapshot.capacity, theirs)}, not "
+                f"{_differing(theirs, options)}"
+            ) from None
+        return Created(body=event_view(existing), created=False)
+
+
+def _described(capacity: int, options: EventOptions) -> str:
+    """``capacity 5, waitlist 0, hold_seconds 0`` (and ``max_seats M`` when it has one)."""
+    named = f"capacity {capacity}, waitlist {options.waitlist}"
+    named += f", hold_seconds {options.hold_seconds}"
+    return named + (f", max_seats {options.max_seats}" if options.max_seats is not None else "")
+
+
+def _differing(theirs: EventOptions, asked: EventOptions) -> str:
+    """The options asked for that differ, each named: ``hold_seconds 30, max_seats none``."""
+    return ", ".join(
+        f"{name} {'none' if getattr(asked, name) is None else getattr(asked, name)}"
+        for name in ("waitlist", "hold_seconds", "max_seats")
+        if getattr(asked, name) != getattr(theirs, name)
+    )
+
+
+def show_event(store: SignupStore, event_id: Any) -> dict[str, Any]:
+    event_id = _id(event_id, "event_id")
+    record = store.get_event(event_id)
+    if record is None:
+        raise EventNotFoundError(f"no such event {event_id!r}")
+    return event_view(record)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who asks: ``identity`` as the API authenticated it (an IAM ARN, a token's subject;
+    None for an unsigned request to the local stack), and whether it is an admin."""
+
+    identity: str | None
+    admin: bool = False
+
+    def organizes(self, record: EventRecord) -> bool:
+        """Whether it may run the event: its creator (``created_by``), or an admin."""
+        return self.admin or (record.created_by or None) == self.identity
+
+
+#: The operator's own tools (the CLI, a library caller): every right, as the table access
+#: they run with gives them anyway. The API never uses it: it passes its caller.
+OPERATOR = Caller(identity=None, admin=True)
+
+
+def _organized(store: SignupStore, event_id: str, caller: Caller) -> EventRecord:
+    """The event, if ``caller`` runs it: ``EventNotFoundError``, else ``ForbiddenError``."""
+    record = store.get_event(event_id)
+    if record is None:
+        raise EventNotFoundError(f"no such event {event_id!r}")
+    if not caller.organizes(record):
+        raise ForbiddenError(f"event {event_id!r} is another organizer's")
+    return record
+
+
+def update_capacity(
+    store: SignupStore, event_id: Any, capacity: Any, caller: Caller = OPERATOR
+) -> dict[str, Any]:
+    """Up at any time, down to the seats taken (``CapacityBelowTakenError`` below); for
+    an event with holds, never so high that its lineup could pass ``MAX_LINEUP_ENTRIES``
+    (``InvalidRequestError``: the store checks it against the options it reads). Only by
+    the event's creator or an admin (``ForbiddenError``)."""
+    event_id = _id(event_id, "event_id")
+    capacity = _capacity(capacity)
+    _organized(store, event_id, caller)
+    return event_view(store.update_capacity(event_id, capacity))
+
+
+def close_event(store: SignupStore, event_id: Any, caller: Caller = OPERATOR) -> dict[str, Any]:
+    """OPEN -> CLOSED, idempotent; the ``EventClosed`` shape (``closed_now``). Only by the
+    event's creator or an admin (``ForbiddenError``)."""
+    event_id = _id(event_id, "event_id")
+    _organized(store, event_id, caller)
+    record, closed_now = store.close_event(event_id)
+    if record is None:
+        raise EventNotFoundError(f"no such event {event_id!r}")
+    return {**event_view(record), "closed_now": closed_now}
+
+
+# -- signups --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A recorded submission: ``body`` is the ``SignupAccepted`` shape; ``created`` is
+    False when the same body had been submitted before."""
+
+    body: dict[str, Any]
+    created: bool
+
+
+def submit_signup(
+    store: SignupStore,
+    event_id: Any,
+    signup_id: Any,
+    seats: Any = ABSENT,
+    attributes: Any = ABSENT,
+    *,
+    retention_days: int,
+    now: str | None = None,
+    owner: str | None = None,
+) -> Submitted:
+    """Record a PENDING signup of an existing event, ``owner``'s (idempotent for the same
+    body from the same owner; another body, or another owner, is a conflict)."""
+    event_id = _id(event_id, "event_id")
+    problems: list[str] = []
+    # Strictness first (2.0 and true are no seat counts; null is no map), then the one
+    # validator the stream processor applies too.
+    if seats is ABSENT:
+        seats = 1
+    else:
+        problem = _integer_problem(seats, "seats", 1, MAX_SEATS)
+        if problem:
+            raise InvalidRequestError([problem])
+    if attributes is ABSENT:
+        attributes = None
+    elif attributes is None:
+        raise InvalidRequestError(["attributes must be a map (a JSON object), or left out"])
+    problems = signup_problems(event_id, signup_id, seats, attributes)
+    if problems:
+        raise InvalidRequestError(problems)
+    # Checked here because the processor would only reject it later as unknown_event;
+    # an event created meanwhile is fine either way.
+    if store.get_event(event_id) is None:
+        raise EventNotFoundError(f"no such event {event_id!r}")
+    record, created = store.put_intake(
+        event_id,
+        signup_id,
+        seats,
+        attributes,
+        submitted_at=now or utc_now(),
+        expires_at=intake_expires_at(retention_days),
+        owner=owner,
+    )
+    submitted_at = record.get(Attr.SUBMITTED_AT)
+    body = {
+        "status": Status.PENDING,
+        "event_id": event_id,
+        "signup_id": signup_id,
+        "seats": seats,
+        "submitted_at": submitted_at if isinstance(submitted_at, str) else None,
+    }
+    return Submitted(body=body, created=created)
+
+
+def request_signup(
+    store: SignupStore,
+    event_id: Any,
+    signup_id: Any,
+    kind: str,
+    now: str | None = None,
+    caller: Caller = OPERATOR,
+) -> dict[str, Any]:
+    """Ask to confirm or cancel a signup (``kind``: a ``RequestKind``): the
+    ``RequestRecorded`` shape ``{event_id, signup_id, request}`` once it is recorded for
+    the stream processor to apply. Refused at once, nothing recorded, when the signup's
+    current status does not allow it (``RequestRefusedError``, with that status: a confirm
+    needs HELD before ``hold_expires_at``, a cancel HELD, ACCEPTED or WAITLISTED);
+    ``SignupNotFoundError`` if it was never submitted, or if it is not ``caller``'s to ask
+    of (it is only its owner's, its event's organizers' and admins'): the same answer, so a
+    stranger learns nothing of another's signup. The owner is checked in the same
+    transaction that records the request."""
+    event_id = _id(event_id, "event_id")
+    signup_id = _id(signup_id, "signup_id")
+    if kind not in RequestKind.ALL:
+        raise InvalidRequestError([f"request must be one of {', '.join(RequestKind.ALL)}"])
+    now = now or utc_now()
+    try:
+        recorded = request_transition(
+            store, event_id, signup_id, kind, now, owner=_owned_by(caller)
+        )
+    except SignupNotFoundError:
+        # Not the caller's: an organizer of the event may still ask (an admin was not
+        # held to the owner in the first place).
+        record = store.get_event(event_id) if not caller.admin else None
+        if record is None or not caller.organizes(record):
+            raise
+        recorded = request_transition(store, event_id, signup_id, kind, now)
+    return {
+        "event_id": recorded.event_id,
+        "signup_id": recorded.signup_id,
+        "request": recorded.request,
+    }
+
+
+def _owned_by(caller: Caller) -> str | object | None:
+    """The owner a request of ``caller`` is held to: none for an admin (``ANYONE``)."""
+    return ANYONE if caller.admin else caller.identity
+
+
+def signup_status(
+    store: SignupStore, event_id: Any, signup_id: Any, caller: Caller = OPERATOR
+) -> dict[str, Any]:
+    """The signup's status (``Status``); ``SignupNotFoundError`` if never submitted, or
+    if it is not ``caller``'s to read (its owner's, its event's organizers', admins')."""
+    event_id = _id(event_id, "event_id")
+    signup_id = _id(signup_id, "signup_id")
+    # Decision first: a decision never goes away, so if it is absent now and the intake
+    # record is present next, the signup was PENDING at some point in between.
+    decision = store.get_decision(event_id, signup_id)
+    intake = None if decision is not None else store.get_intake(event_id, signup_id)
+    if decision is None and intake is None:
+        raise SignupNotFoundError(f"no signup {signup_id!r} for event {event_id!r}")
+    owner = (decision or intake or {}).get(Attr.OWNER)
+    if not caller.admin and owner != caller.identity:
+        record = store.get_event(event_id)
+        if record is None or not caller.organizes(record):
+            raise SignupNotFoundError(f"no signup {signup_id!r} for event {event_id!r}")
+    return signup_view(event_id, signup_id, decision, intake)
+
+
+def await_decision(
+    store: SignupStore,
+    event_id: Any,
+    signup_id: Any,
+    wait_s: float,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    first_delay_s: float = 0.05,
+    max_delay_s: float = 0.5,
+    statuses: Collection[str] | None = None,
+    caller: Caller = OPERATOR,
+) -> dict[str, Any]:
+    """``signup_status``, waiting up to ``wait_s`` seconds for a decision (or, with
+    ``statuses``, for one of them or a final status): as soon as it is read, else the
+    status at the deadline. After the first read (which 404s an unknown signup at once) it
+    polls only the decision item, a strongly consistent point read every ``first_delay_s``
+    doubling to ``max_delay_s``."""
+    deadline = clock() + max(0.0, wait_s)
+    status = signup_status(store, event_id, signup_id, caller)
+    delay = first_delay_s
+    while not Status.reached(status[Attr.STATUS], statuses):
+        remaining = deadline - clock()
+        if remaining <= 0:
+            break
+        sleep(min(delay, remaining))
+        delay = min(delay * 2, max_delay_s)
+        decision = store.get_decision(status["event_id"], status["signup_id"])
+        if decision is not None:
+            status = signup_view(status["event_id"], status["signup_id"], decision, None)
+    return status
+
+
+# -- lists ----------------------------------------------------------------------------
+
+
+def _page_size(limit: Any) -> int:
+    if limit is None:
+        return DEFAULT_PAGE_SIZE
+    problem = _integer_problem(limit, "limit", 1, MAX_PAGE_SIZE)
+    if problem:
+        raise InvalidRequestError([problem])
+    return int(limit)
+
+
+def list_events(
+    store: SignupStore, limit: Any = None, next_token: str | None = None
+) -> dict[str, Any]:
+    """A page of events (the ``EventList`` shape): ``{"events": [Event, ...], "next"}``,
+    in the control table's order (no particular one); ``next`` is None on the last page."""
+    size = _page_size(limit)
+    after: tuple[str, str] | None = None
+    if next_token:
+        payload = listing.decode_token(next_token, "events")
+        if not listing.valid_control_key(payload.get("a")):
+            raise InvalidRequestError([listing.TOKEN_REFUSED])
+        after = (payload["a"][0], payload["a"][1])
+    items, last, more = listing.event_items(store, size, after)
+    events = [event_view(EventRecord.from_values(item)) for item in items]
+    token = listing.encode_token({"k": "events", "a": list(last)}) if more and last else None
+    return {"events": events, "next": token}
+
+
+def list_signups(
+    store: SignupStore,
+    event_id: Any,
+    status: Any = None,
+    limit: Any = None,
+    next_token: str | None = None,
+    caller: Caller = OPERATOR,
+) -> dict[str, Any]:
+    """A page of an event's signups (the ``SignupList`` shape): ``{"signups": [Signup,
+    ...], "next"}`` in ``signup_id`` order, only those with ``status`` if given (PENDING:
+    recorded, not decided yet). ``EventNotFoundError`` for an unknown event; only for the
+    event's organizers and admins (``ForbiddenError``): the signups' attributes are
+    personal data."""
+    event_id = _id(event_id, "event_id")
+    if status is not None and status not in LISTED_STATUSES:
+        raise InvalidRequestError([f"status must be one of {', '.join(LISTED_STATUSES)}"])
+    size = _page_size(limit)
+    after: str | None = None
+    if next_token:
+        payload = listing.decode_token(next_token, "signups")
+        if payload.get("e") != event_id or payload.get("s") != status:
+            raise InvalidRequestError([listing.TOKEN_REFUSED])
+        if not listing.valid_signup_cursor(payload.get("a")):
+            raise InvalidRequestError([listing.TOKEN_REFUSED])
+        after = payload["a"]
+    _organized(store, event_id, caller)
+    rows, last, more = listing.signup_rows(store, event_id, status, size, after)
+    signups = [signup_view(event_id, sid, decision, intake) for sid, decision, intake in rows]
+    token = None
+    if more and last is not None:
+        token = listing.encode_token({"k": "signups", "e": event_id, "s": status, "a": last})
+    return {"signups": signups, "next": token}

@@ -1,0 +1,464 @@
+"""Event items: creating, reading, listing, closing and re-sizing events.
+
+An event item (control table, ``ControlKey.event``) holds the event's configuration, which
+organizers write (``capacity``, ``min_capacity``, ``state``, ``created_at``,
+``created_by``: ``contract.EVENT_CONFIG_ATTRIBUTES``), and its counters and last journal,
+which only the stream processor's commit writes (``SignupStore.commit``). The writes here
+name only the configuration and leave ``version`` alone: every commit is conditioned on
+the ``capacity`` and ``state`` it decided from, so an organizer's change that lands first
+makes it decide again (docs/design.md, section 4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from turnstile.base.clock import utc_now
+from turnstile.base.contract import (
+    DUE_HOLDS_SHARD,
+    EVENTS_CREATED,
+    MAX_IDENTITY_CHARS,
+    MAX_LINEUP_ENTRIES,
+    Attr,
+    ControlKey,
+    EventState,
+    WakeAttr,
+    WakeReason,
+)
+from turnstile.base.errors import (
+    CapacityBelowTakenError,
+    EventExistsError,
+    EventNotFoundError,
+    EventQuotaError,
+    InvalidRequestError,
+    StoreUnavailableError,
+)
+from turnstile.engine.domain import EventSnapshot
+from turnstile.storage.dynamo import (
+    ConditionFailed,
+    Dynamo,
+    TransactionCancelled,
+    control_key,
+    event_key,
+    from_item,
+)
+from turnstile.storage.journal import Journal
+
+__all__ = [
+    "MAX_CREATED_BY_CHARS",
+    "EventItems",
+    "EventRecord",
+    "is_or_absent_as",
+    "lineup_problem",
+]
+
+#: ``created_by`` is cut to this: an IAM ARN or a token subject is far shorter.
+MAX_CREATED_BY_CHARS = MAX_IDENTITY_CHARS
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """The event item: the lockable state, when it was created, and its last journal."""
+
+    snapshot: EventSnapshot
+    created_at: str | None = None
+    journal: Journal | None = None
+    #: The lowest capacity the event has had, once it was changed (None: never changed).
+    min_capacity: int | None = None
+    #: Who created it (``Attr.CREATED_BY``); None for an event item written by other means.
+    created_by: str | None = None
+    #: The lifecycle's options (docs/lifecycle.md): absent on the item reads as 0, 0, None.
+    waitlist: int = 0
+    hold_seconds: int = 0
+    max_seats: int | None = None
+    #: Signups per status (the processor's ``Attr.STATUS_COUNTS``); None before any commit
+    #: of the lifecycle.
+    status_counts: dict[str, int] | None = None
+    #: The stored lineup (``turnstile.engine.lineup``), compressed; None when the event holds
+    #: nothing and nobody waits.
+    lineup: bytes | None = None
+
+    @classmethod
+    def from_item(cls, raw: Mapping[str, Any]) -> EventRecord:
+        """From the event item as stored (typed)."""
+        return cls.from_values(from_item(raw))
+
+    @classmethod
+    def from_values(cls, item: Mapping[str, Any]) -> EventRecord:
+        """From the event item as plain Python values (what ``from_item`` returns)."""
+        journal_blob = item.get(Attr.JOURNAL)
+        return cls(
+            snapshot=EventSnapshot(
+                event_id=item[Attr.EVENT_ID],
+                capacity=int(item.get(Attr.CAPACITY, 0)),
+                taken=int(item.get(Attr.TAKEN, 0)),
+                accepted=int(item.get(Attr.ACCEPTED, 0)),
+                state=str(item.get(Attr.STATE, EventState.OPEN)),
+                version=int(item.get(Attr.VERSION, 0)),
+            ),
+            created_at=item.get(Attr.CREATED_AT),
+            journal=Journal.decode(bytes(journal_blob)) if journal_blob is not None else None,
+            min_capacity=(
+                int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
+            ),
+            created_by=_text_or_none(item.get(Attr.CREATED_BY)),
+            waitlist=_whole(item.get(Attr.WAITLIST)) or 0,
+            hold_seconds=_whole(item.get(Attr.HOLD_SECONDS)) or 0,
+            max_seats=_whole(item.get(Attr.MAX_SEATS)),
+            status_counts=(
+                {str(k): int(v) for k, v in counts.items()}
+                if isinstance(counts := item.get(Attr.STATUS_COUNTS), Mapping)
+                else None
+            ),
+            lineup=bytes(lineup) if (lineup := item.get(Attr.LINEUP)) is not None else None,
+        )
+
+
+def _whole(value: Any) -> int | None:
+    """An option as the event item holds it (a number), else None."""
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def lineup_problem(capacity: int, waitlist: int, hold_seconds: int) -> str | None:
+    """Why these options could need a lineup longer than ``MAX_LINEUP_ENTRIES``, or None.
+
+    The lineup holds every hold and every waiting signup (docs/lifecycle.md, §10): with
+    holds, up to ``capacity + waitlist`` entries (one seat each); without, ``waitlist``.
+    """
+    if waitlist > MAX_LINEUP_ENTRIES:
+        return f"waitlist must be at most {MAX_LINEUP_ENTRIES}"
+    if hold_seconds > 0 and capacity + waitlist > MAX_LINEUP_ENTRIES:
+        return (
+            f"an event with holds (hold_seconds above 0) may have capacity + waitlist of at "
+            f"most {MAX_LINEUP_ENTRIES}; this one would have {capacity} + {waitlist} = "
+            f"{capacity + waitlist}"
+        )
+    return None
+
+
+def is_or_absent_as(name: str, placeholder: str, value: Any, default: Any) -> str:
+    """``name = placeholder``; when ``value`` is what an absent attribute reads as
+    (``default``), its absence matches too (an event item written by hand)."""
+    if value == default:
+        return f"(attribute_not_exists({name}) OR {name} = {placeholder})"
+    return f"{name} = {placeholder}"
+
+
+class EventItems:
+    """The event items of the control table; a part of ``SignupStore``, which gives it
+    ``dynamo`` and ``control_table``."""
+
+    dynamo: Dynamo
+    control_table: str
+
+    def create_event(
+        self,
+        event_id: str,
+        capacity: int,
+        now: str,
+        created_by: str | None = None,
+        *,
+        waitlist: int = 0,
+        hold_seconds: int = 0,
+        max_seats: int | None = None,
+        quota: int | None = None,
+    ) -> EventRecord:
+        """Create an OPEN event; raise ``EventExistsError`` if the id is taken.
+
+        With a ``quota`` (and a ``created_by``), the creator's count of events it created
+        (its organizer item, ``ControlKey.organizer``) is raised in the same transaction,
+        only while it is below the quota: ``EventQuotaError`` past it, nothing written.
+
+        An ``UpdateItem`` that names only the event's configuration
+        (``contract.EVENT_CONFIG_ATTRIBUTES``): the counters, ``version`` and the journal
+        are the processor's, absent until its first commit (they read as 0). So the API's
+        role needs no write on any attribute the processor owns (docs/design.md, §5).
+        """
+        snapshot = EventSnapshot(event_id=event_id, capacity=capacity)
+        names = {
+            "#pk": ControlKey.PK,
+            "#event": Attr.EVENT_ID,
+            "#capacity": Attr.CAPACITY,
+            "#state": Attr.STATE,
+            "#created": Attr.CREATED_AT,
+        }
+        values: dict[str, Any] = {
+            ":event": {"S": event_id},
+            ":capacity": {"N": str(capacity)},
+            ":open": {"S": EventState.OPEN},
+            ":now": {"S": now},
+        }
+        expression = "SET #event = :event, #capacity = :capacity, #state = :open, #created = :now"
+        if created_by:
+            created_by = created_by[:MAX_CREATED_BY_CHARS]
+            names["#by"] = Attr.CREATED_BY
+            values[":by"] = {"S": created_by}
+            expression += ", #by = :by"
+        # The options only when they are not their defaults: an event without them is
+        # written (and read back) exactly as before they existed.
+        options = {
+            Attr.WAITLIST: waitlist or None,
+            Attr.HOLD_SECONDS: hold_seconds or None,
+            Attr.MAX_SEATS: max_seats,
+        }
+        for name, value in options.items():
+            if value is not None:
+                names[f"#{name}"] = name
+                values[f":{name}"] = {"N": str(value)}
+                expression += f", #{name} = :{name}"
+        update = {
+            "TableName": self.control_table,
+            "Key": event_key(event_id),
+            "UpdateExpression": expression,
+            "ConditionExpression": "attribute_not_exists(#pk)",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+        try:
+            if quota is None or not created_by:
+                self.dynamo.call("update_item", **update)
+            else:
+                self._create_counted(event_id, update, created_by, quota)
+        except ConditionFailed as exc:
+            raise EventExistsError(f"event {event_id!r} already exists") from exc
+        return EventRecord(
+            snapshot=snapshot,
+            created_at=now,
+            created_by=created_by or None,
+            waitlist=waitlist,
+            hold_seconds=hold_seconds,
+            max_seats=max_seats,
+        )
+
+    def _create_counted(
+        self, event_id: str, update: dict[str, Any], created_by: str, quota: int
+    ) -> None:
+        """The event's creation and its creator's count, one transaction."""
+        count = {
+            "TableName": self.control_table,
+            "Key": control_key(ControlKey.organizer(created_by)),
+            "UpdateExpression": "ADD #n :one",
+            "ConditionExpression": "attribute_not_exists(#n) OR #n < :quota",
+            "ExpressionAttributeNames": {"#n": EVENTS_CREATED},
+            "ExpressionAttributeValues": {":one": {"N": "1"}, ":quota": {"N": str(quota)}},
+        }
+        try:
+            self.dynamo.call(
+                "transact_write_items", TransactItems=[{"Update": update}, {"Update": count}]
+            )
+        except TransactionCancelled as exc:
+            reasons = exc.reasons
+            exists = (
+                reasons[0] == "ConditionalCheckFailed"
+                if reasons
+                else self.get_event(event_id) is not None
+            )
+            if exists:
+                raise EventExistsError(f"event {event_id!r} already exists") from exc
+            raise EventQuotaError(
+                f"the caller has created its {quota} events, as many as one organizer may "
+                "(turnstile:maxEventsPerOrganizer)"
+            ) from exc
+
+    def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
+        """The event item, read strongly consistent by default, or None."""
+        item = self.dynamo.get(self.control_table, event_key(event_id), consistent)
+        return EventRecord.from_values(item) if item is not None else None
+
+    def last_woken(self, event_id: str) -> str | None:
+        """When the event was last woken (``wake``), or None: never."""
+        item = self.dynamo.get(self.control_table, control_key(ControlKey.wake(event_id)))
+        woken = (item or {}).get(WakeAttr.WOKEN_AT)
+        return woken if isinstance(woken, str) else None
+
+    def last_journal(self, event_id: str) -> Journal | None:
+        """The event's last commit (its journal alone, read consistently), or None."""
+        response = self.dynamo.call(
+            "get_item",
+            TableName=self.control_table,
+            Key=event_key(event_id),
+            ConsistentRead=True,
+            ProjectionExpression="#j",
+            ExpressionAttributeNames={"#j": Attr.JOURNAL},
+        )
+        blob = response.get("Item", {}).get(Attr.JOURNAL, {}).get("B")
+        return Journal.decode(bytes(blob)) if blob is not None else None
+
+    def scan_events(self) -> Iterator[EventRecord]:
+        """Every event (the audit's and the CLI's listing; never the decision path)."""
+        for item in self.event_items():
+            yield EventRecord.from_values(item)
+
+    def event_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Event items as plain values: one event's (if it exists) or all, read consistently."""
+        if event_id is not None:
+            item = self.dynamo.get(self.control_table, event_key(event_id))
+            if item is not None:
+                yield item
+            return
+        yield from self.dynamo.items(
+            "scan",
+            TableName=self.control_table,
+            ConsistentRead=True,
+            FilterExpression="begins_with(#pk, :prefix)",
+            ExpressionAttributeNames={"#pk": ControlKey.PK},
+            ExpressionAttributeValues={":prefix": {"S": ControlKey.EVENT_PREFIX}},
+        )
+
+    def close_event(self, event_id: str) -> tuple[EventRecord | None, bool]:
+        """OPEN -> CLOSED, conditionally; returns the event after the call and whether this
+        call closed it.
+
+        It leaves ``version`` (the processor's) alone: every commit is conditioned on the
+        state it decided from, so a commit that decided on the OPEN event and lands after
+        the close conflicts and decides again, rejecting ``event_closed``. No signup is
+        accepted once the close has been written (docs/design.md, §4).
+        """
+        try:
+            self.dynamo.call(
+                "update_item",
+                TableName=self.control_table,
+                Key=event_key(event_id),
+                UpdateExpression="SET #state = :closed",
+                ConditionExpression=(
+                    "attribute_exists(#pk) AND "
+                    + is_or_absent_as("#state", ":open", EventState.OPEN, EventState.OPEN)
+                ),
+                ExpressionAttributeNames={"#state": Attr.STATE, "#pk": ControlKey.PK},
+                ExpressionAttributeValues={
+                    ":closed": {"S": EventState.CLOSED},
+                    ":open": {"S": EventState.OPEN},
+                },
+            )
+        except ConditionFailed:
+            record = self.get_event(event_id)
+            if record is not None:
+                # Closed already: maybe by a call that failed before its wake-up.
+                self.wake(event_id, WakeReason.CLOSE)
+            return record, False
+        self.wake(event_id, WakeReason.CLOSE)
+        return self.get_event(event_id), True
+
+    def wake(self, event_id: str, reason: str, now: str | None = None) -> None:
+        """Make the event take a step soon: a write of its wake-up item, whose record on
+        the control table's stream the processor takes as a tick of the event (a lapsed
+        hold, a waitlist promoted into seats given back or added, a close acted on, a held
+        event released). Turnstile's own item: nothing a producer writes can stop it.
+        Idempotent in effect (a second tick finds nothing more to do)."""
+        self.dynamo.call(
+            "update_item",
+            TableName=self.control_table,
+            Key=control_key(ControlKey.wake(event_id)),
+            # A wake-up that was due to be written again (``wake_later``) is written now.
+            UpdateExpression="ADD #n :one SET #at = :at, #why = :why REMOVE #due, #shard",
+            ExpressionAttributeNames={
+                "#n": WakeAttr.WAKES,
+                "#at": WakeAttr.WOKEN_AT,
+                "#why": WakeAttr.REASON,
+                "#due": Attr.HOLD_DUE_AT,
+                "#shard": Attr.HOLD_DUE_SHARD,
+            },
+            ExpressionAttributeValues={
+                ":one": {"N": "1"},
+                ":at": {"S": now or utc_now()},
+                ":why": {"S": reason},
+            },
+        )
+
+    def wake_later(self, event_id: str, due_ms: int) -> None:
+        """A wake-up whose step failed is written again at ``due_ms`` (epoch ms): its item
+        is put in the due-holds index, which the release of due holds reads (and ``wake``
+        takes it out again). So no wake-up is lost, a close or a capacity change's included,
+        however often its step fails."""
+        self.dynamo.call(
+            "update_item",
+            TableName=self.control_table,
+            Key=control_key(ControlKey.wake(event_id)),
+            UpdateExpression="SET #event = :event, #due = :due, #shard = :shard",
+            ExpressionAttributeNames={
+                "#event": Attr.EVENT_ID,
+                "#due": Attr.HOLD_DUE_AT,
+                "#shard": Attr.HOLD_DUE_SHARD,
+            },
+            ExpressionAttributeValues={
+                ":event": {"S": event_id},
+                ":due": {"N": str(int(due_ms))},
+                ":shard": {"S": DUE_HOLDS_SHARD},
+            },
+        )
+
+    def update_capacity(self, event_id: str, capacity: int, attempts: int = 10) -> EventRecord:
+        """Set an event's capacity: up at any time, down to the seats taken and no lower.
+
+        Conditioned on the capacity it read (and the lowest capacity, ``min_capacity``, it
+        keeps for the audit) and on ``capacity_floor``, the seats taken that every commit
+        writes: so a commit that took seats meanwhile refuses a capacity below them. It
+        leaves ``version`` (the processor's) alone; a commit decided against the old
+        capacity conflicts anyway, since every commit is conditioned on the capacity it
+        read, and is decided again with the new one.
+        Raises ``EventNotFoundError``, ``CapacityBelowTakenError`` (with the seats taken),
+        or ``StoreUnavailableError`` if the event kept changing for ``attempts`` tries.
+        """
+        for _ in range(attempts):
+            current = self.get_event(event_id)
+            if current is None:
+                raise EventNotFoundError(f"no such event {event_id!r}")
+            snapshot = current.snapshot
+            if capacity < snapshot.taken:
+                raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
+            # The options never change once created, so the ones read here stand.
+            problem = lineup_problem(capacity, current.waitlist, current.hold_seconds)
+            if problem:
+                raise InvalidRequestError([f"capacity {capacity}: {problem}"])
+            lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
+            names = {
+                "#pk": ControlKey.PK,
+                "#capacity": Attr.CAPACITY,
+                "#min": Attr.MIN_CAPACITY,
+                "#floor": Attr.CAPACITY_FLOOR,
+            }
+            values = {
+                ":capacity": {"N": str(capacity)},
+                ":min": {"N": str(min(lowest, capacity))},
+                ":read": {"N": str(snapshot.capacity)},
+            }
+            if current.min_capacity is None:
+                min_unchanged = "attribute_not_exists(#min)"
+            else:
+                min_unchanged = "#min = :read_min"
+                values[":read_min"] = {"N": str(current.min_capacity)}
+            try:
+                self.dynamo.call(
+                    "update_item",
+                    TableName=self.control_table,
+                    Key=event_key(event_id),
+                    UpdateExpression="SET #capacity = :capacity, #min = :min",
+                    ConditionExpression=(
+                        "attribute_exists(#pk) AND "
+                        f"{is_or_absent_as('#capacity', ':read', snapshot.capacity, 0)} AND "
+                        f"{min_unchanged} AND "
+                        "(attribute_not_exists(#floor) OR #floor <= :capacity)"
+                    ),
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues=values,
+                )
+            except ConditionFailed:
+                continue  # a commit or another change moved the event on: read again
+            # Seats added may be the waitlist's now: the event takes a step.
+            self.wake(event_id, WakeReason.CAPACITY)
+            updated = self.get_event(event_id)
+            if updated is None:  # pragma: no cover - event items are never deleted
+                raise EventNotFoundError(f"no such event {event_id!r}")
+            return updated
+        raise StoreUnavailableError(
+            f"event {event_id!r} kept changing under the capacity update; try again"
+        )

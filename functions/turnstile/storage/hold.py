@@ -1,0 +1,261 @@
+"""Held events: the hold marker and the parked records of an event (control table).
+
+An event whose group of records keeps failing is *held* (docs/arrival-order.md): the
+stream processor parks its records under ``ControlKey.parked``, sorted by stream sequence
+number, so the shard moves on; they are released in that order once deciding works again.
+The hold marker is never deleted, only cleared: its ``version`` grows for ever, so a
+release that read version N can never lift a hold placed after it (no ABA).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from turnstile.base.clock import parse_timestamp
+from turnstile.base.contract import DUE_HOLDS_SHARD, Attr, ControlKey, HoldAttr
+from turnstile.base.personal_data import intake_expiry
+from turnstile.engine.domain import SignupRequest
+from turnstile.storage.dynamo import (
+    ConditionFailed,
+    Dynamo,
+    control_key,
+    event_key,
+    from_item,
+    to_item,
+)
+from turnstile.storage.events import EventRecord
+
+__all__ = ["MAX_HOLD_ERROR_CHARS", "HeldEvents"]
+
+#: A hold marker keeps this much of its last error: enough for IAM's refusal
+#: (``dynamo.error_text``), which names the role, the action and the resource.
+MAX_HOLD_ERROR_CHARS = 400
+
+
+class HeldEvents:
+    """Held events' items of the control table; a part of ``SignupStore``, which gives it
+    ``dynamo`` and ``control_table``."""
+
+    dynamo: Dynamo
+    control_table: str
+
+    def get_event_and_hold(self, event_id: str) -> tuple[EventRecord | None, dict[str, Any] | None]:
+        """The event item and the event's hold marker (None unless held), in one consistent
+        ``BatchGetItem``: the decision path's only read before deciding a group."""
+        keys = [event_key(event_id), control_key(ControlKey.hold(event_id))]
+        event: EventRecord | None = None
+        hold: dict[str, Any] | None = None
+        for raw in self.dynamo.batch_get(self.control_table, keys):
+            if raw[ControlKey.SK]["S"] == ControlKey.EVENT_SK:
+                event = EventRecord.from_item(raw)
+            else:
+                hold = _held(from_item(raw))
+        return event, hold
+
+    def get_hold(self, event_id: str) -> dict[str, Any] | None:
+        """The event's hold marker, read consistently, if the event is held."""
+        hold = self.dynamo.get(self.control_table, control_key(ControlKey.hold(event_id)))
+        return _held(hold) if hold is not None else None
+
+    def holds(self, event_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """Hold markers of held events by event id (one event's, or all: a filtered Scan)."""
+        if event_id is not None:
+            hold = self.get_hold(event_id)
+            return {event_id: hold} if hold else {}
+        markers = self.dynamo.items(
+            "scan",
+            TableName=self.control_table,
+            ConsistentRead=True,
+            FilterExpression="begins_with(#pk, :prefix) AND #sk = :hold AND "
+            "attribute_exists(#since)",
+            ExpressionAttributeNames={
+                "#pk": ControlKey.PK,
+                "#sk": ControlKey.SK,
+                "#since": HoldAttr.HELD_SINCE,
+            },
+            ExpressionAttributeValues={
+                ":prefix": {"S": ControlKey.PARK_PREFIX},
+                ":hold": {"S": ControlKey.HOLD_SK},
+            },
+        )
+        return {item[Attr.EVENT_ID]: item for item in markers}
+
+    def park(
+        self, event_id: str, requests: Sequence[SignupRequest], now: str, error: str | None
+    ) -> int:
+        """Park records of an event (keeping their sequence numbers) and hold the event.
+
+        The records are written first and the hold marker bumped second, so a release that
+        ran in between either fails to lift the hold (the version moved) or lifted it before
+        the bump, which holds the event again. Parking a record twice writes the same item.
+        Returns the hold's new version. Raises ``ValueError`` for a record without a stream
+        sequence number (it cannot be ordered).
+        """
+        items: dict[str, dict[str, Any]] = {}
+        for request in requests:
+            pk, sk = ControlKey.parked(event_id, request.sequence_number)
+            items.setdefault(
+                sk,
+                to_item(
+                    {
+                        ControlKey.PK: pk,
+                        ControlKey.SK: sk,
+                        Attr.EVENT_ID: event_id,
+                        Attr.SIGNUP_ID: request.signup_id,
+                        Attr.SEQUENCE_NUMBER: request.sequence_number,
+                        Attr.SEATS: request.seats,
+                        Attr.ATTRIBUTES: dict(request.attributes) or None,
+                        Attr.SUBMITTED_AT: request.submitted_at,
+                        HoldAttr.PROBLEM: request.problem,
+                        Attr.REQUEST: request.request,
+                        Attr.REQUEST_COUNT: request.request_count,
+                        Attr.REQUESTS: list(request.requests) if request.requests else None,
+                        HoldAttr.INTAKE_EXPIRES_AT: request.expires_at,
+                        Attr.OWNER: request.owner,
+                    }
+                ),
+            )
+        self.dynamo.put_all(self.control_table, list(items.values()))
+        first = min(requests, key=lambda r: int(r.sequence_number)).sequence_number
+        names = {
+            "#version": Attr.VERSION,
+            "#event": Attr.EVENT_ID,
+            "#since": HoldAttr.HELD_SINCE,
+            "#first": HoldAttr.FIRST_SEQUENCE_NUMBER,
+            "#due": Attr.HOLD_DUE_AT,
+            "#shard": Attr.HOLD_DUE_SHARD,
+        }
+        values: dict[str, Any] = {
+            ":one": {"N": "1"},
+            ":event": {"S": event_id},
+            ":now": {"S": now},
+            ":first": {"S": first},
+            ":due": {"N": str(_ms(now))},
+            ":shard": {"S": DUE_HOLDS_SHARD},
+        }
+        # Due at once in the due-holds index: the next period wakes the event, whose
+        # processor then releases it (no producer's record needed).
+        expression = (
+            "ADD #version :one SET #event = :event, #since = if_not_exists(#since, :now), "
+            "#first = if_not_exists(#first, :first), #due = :due, #shard = :shard"
+        )
+        if error:
+            expression += ", #error = :error"
+            names["#error"] = HoldAttr.ERROR
+            values[":error"] = {"S": error[:MAX_HOLD_ERROR_CHARS]}
+        response = self.dynamo.call(
+            "update_item",
+            TableName=self.control_table,
+            Key=control_key(ControlKey.hold(event_id)),
+            UpdateExpression=expression,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(response["Attributes"][Attr.VERSION]["N"])
+
+    def parked_requests(self, event_id: str) -> list[SignupRequest]:
+        """The event's parked records, in arrival order, read consistently."""
+        pk, _ = ControlKey.hold(event_id)
+        parked = self.dynamo.items(
+            "query",
+            TableName=self.control_table,
+            ConsistentRead=True,
+            KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
+            ExpressionAttributeNames={"#pk": ControlKey.PK, "#sk": ControlKey.SK},
+            ExpressionAttributeValues={
+                ":pk": {"S": pk},
+                ":prefix": {"S": ControlKey.PARKED_PREFIX},
+            },
+        )
+        requests: list[SignupRequest] = []
+        for item in parked:
+            attributes = item.get(Attr.ATTRIBUTES)
+            requests.append(
+                SignupRequest(
+                    event_id=event_id,
+                    signup_id=str(item[Attr.SIGNUP_ID]),
+                    sequence_number=str(item[Attr.SEQUENCE_NUMBER]),
+                    seats=int(item.get(Attr.SEATS, 0)),
+                    attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
+                    submitted_at=item.get(Attr.SUBMITTED_AT),
+                    problem=item.get(HoldAttr.PROBLEM),
+                    request=item.get(Attr.REQUEST),
+                    request_count=(
+                        int(item[Attr.REQUEST_COUNT]) if Attr.REQUEST_COUNT in item else None
+                    ),
+                    requests=(
+                        tuple(str(r) for r in item[Attr.REQUESTS])
+                        if isinstance(item.get(Attr.REQUESTS), list)
+                        else None
+                    ),
+                    expires_at=intake_expiry(item.get(HoldAttr.INTAKE_EXPIRES_AT)),
+                    owner=item.get(Attr.OWNER) if isinstance(item.get(Attr.OWNER), str) else None,
+                )
+            )
+        return requests
+
+    def unpark(self, event_id: str, sequence_numbers: Iterable[str]) -> None:
+        """Delete parked records (once they are decided); deleting one twice is harmless."""
+        keys = {ControlKey.parked(event_id, s) for s in sequence_numbers}
+        requests = [{"DeleteRequest": {"Key": control_key(k)}} for k in sorted(keys)]
+        self.dynamo.batch_write(self.control_table, requests)
+
+    def lift_hold(self, event_id: str, version: int) -> bool:
+        """Clear the hold if its version is still ``version``; False if records were parked
+        meanwhile (the event stays held). The marker stays, cleared, with its version."""
+        try:
+            self.dynamo.call(
+                "update_item",
+                TableName=self.control_table,
+                Key=control_key(ControlKey.hold(event_id)),
+                UpdateExpression="REMOVE #since, #first, #error, #due, #shard",
+                ConditionExpression="#version = :version",
+                ExpressionAttributeNames={
+                    "#since": HoldAttr.HELD_SINCE,
+                    "#first": HoldAttr.FIRST_SEQUENCE_NUMBER,
+                    "#error": HoldAttr.ERROR,
+                    "#version": Attr.VERSION,
+                    "#due": Attr.HOLD_DUE_AT,
+                    "#shard": Attr.HOLD_DUE_SHARD,
+                },
+                ExpressionAttributeValues={":version": {"N": str(version)}},
+            )
+        except ConditionFailed:
+            return False
+        return True
+
+    def release_due(self, event_id: str, due_ms: int) -> None:
+        """When a held event's release is tried next (after one that failed): its hold
+        marker's place in the due-holds index. Nothing if it is not held any more."""
+        with contextlib.suppress(ConditionFailed):
+            self.dynamo.call(
+                "update_item",
+                TableName=self.control_table,
+                Key=control_key(ControlKey.hold(event_id)),
+                UpdateExpression="SET #due = :due, #shard = :shard",
+                ConditionExpression="attribute_exists(#since)",
+                ExpressionAttributeNames={
+                    "#due": Attr.HOLD_DUE_AT,
+                    "#shard": Attr.HOLD_DUE_SHARD,
+                    "#since": HoldAttr.HELD_SINCE,
+                },
+                ExpressionAttributeValues={
+                    ":due": {"N": str(due_ms)},
+                    ":shard": {"S": DUE_HOLDS_SHARD},
+                },
+            )
+
+
+def _ms(timestamp: str) -> int:
+    """Epoch milliseconds of a timestamp turnstile wrote (now, if it is none)."""
+    parsed = parse_timestamp(timestamp)
+    return int((parsed or datetime.now(UTC)).timestamp() * 1000)
+
+
+def _held(hold: dict[str, Any]) -> dict[str, Any] | None:
+    """A hold marker counts only while it is set (a released one keeps just its version)."""
+    return hold if HoldAttr.HELD_SINCE in hold else None

@@ -1,0 +1,566 @@
+"""The signup store: intake records, decisions, and the commit that decides them.
+
+``SignupStore`` is what every part of turnstile reads and writes signups through. It is
+made of parts, each in its own module: the event items (``turnstile.storage.events``), held events
+(``turnstile.storage.hold``), and, here, the intake records, the decision items and the commit;
+all of them talk to DynamoDB through ``turnstile.storage.dynamo`` (retries, batches, pages). The
+sweeper's own items and writes are its ``turnstile.storage.ledger``.
+
+The commit design (why each decision costs one write unit, and why that is safe):
+
+* The event item is the serialization point. A group's decisions are committed by one
+  ``UpdateItem`` on it, conditioned on ``version`` (an optimistic lock), on the
+  ``capacity`` and ``state`` they were decided from (organizers change those without
+  touching ``version``: their IAM role may not write it) and, when it takes seats, on
+  ``taken <= capacity``; the update stores the new counters and a compact *journal*
+  (``turnstile.storage.journal``) of exactly the decisions that commit made.
+* The decision items are then *materialized* from that journal with single conditional
+  writes, a few at a time in parallel: one write unit per decision item of up to 1 KB,
+  instead of the two a transaction charges. A first decision is written only where no
+  item exists; a change to an item decided before (the lifecycle: a confirmation, a
+  cancellation, an expiry, a promotion) only while its status is the one the change was
+  decided from. No transition returns to a status a signup left, so materializing is
+  idempotent, and a stale materialization (a slower processor writing an older journal)
+  can never undo a newer one.
+* Nothing a producer writes can make an item too big to write: the journal bounds every
+  decision, and a commit whose journal would exceed ``MAX_JOURNAL_BYTES`` raises
+  ``JournalTooLargeError`` saying how many decisions fit; the processor commits those and
+  decides the rest in its next round. The event item stays well under 400 KB.
+* Before a processor commits journal N+1 it makes sure journal N is materialized (it
+  wrote it itself, or it writes it again). So every decision is either an item or in the
+  current journal, and "already decided" is known exactly before each commit.
+* A signup of an event that does not exist has no event item to lock; its rejection is
+  a transaction guarded by a ConditionCheck that the event item still does not exist.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from typing import Any
+
+from turnstile.base.contract import DUE_HOLDS_SHARD, Attr, ControlKey, EventState, undecided_shard
+from turnstile.base.errors import CommitConflictError, JournalTooLargeError, SignupConflictError
+from turnstile.engine.domain import Decision, EventSnapshot, ItemUpdate, Outcome, SignupRequest
+from turnstile.storage.dynamo import (
+    TRANSACTION_BYTES,
+    TRANSACTION_LIMIT,
+    ConditionFailed,
+    Tables,
+    TransactionCancelled,
+    chunks_within,
+    event_key,
+    from_item,
+    number_text,
+    signup_key,
+    to_item,
+)
+from turnstile.storage.events import EventItems, is_or_absent_as
+from turnstile.storage.hold import HeldEvents
+from turnstile.storage.journal import Journal
+from turnstile.storage.journal import decision_item as _decision_item
+from turnstile.storage.requests import SignupRequests
+
+__all__ = ["MAX_JOURNAL_BYTES", "SignupStore"]
+
+#: An encoded (compressed) journal stays under this, so the event item that carries it
+#: stays under 300 KB, far from DynamoDB's 400 KB item limit (and under it where binary is
+#: counted as its base64 text, as moto does).
+MAX_JOURNAL_BYTES = 192 * 1024
+#: The journal and the lineup together stay under this: a big lineup shrinks the journal's
+#: bound (the lineup is bounded by the event's options, ``MAX_LINEUP_ENTRIES``).
+MAX_JOURNAL_AND_LINEUP_BYTES = 300 * 1024
+#: Conditional writes of one materialization sent at once.
+MATERIALIZE_THREADS = 8
+
+
+class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
+    """DynamoDB access for the three tables. Pass ``client`` to use a stubbed or local one.
+
+    ``intake`` and ``main`` are keyed by ``(event_id, signup_id)``: the producer's record and
+    its decision. Everything turnstile keeps for itself (event items, held events, the
+    sweeper's lease and run history) lives in the ``control`` table under ``ControlKey``
+    keys, out of reach of any key a producer can write. The constructor is ``Tables``'.
+    """
+
+    # -- intake -----------------------------------------------------------------------
+
+    def put_intake(
+        self,
+        event_id: str,
+        signup_id: str,
+        seats: int,
+        attributes: Mapping[str, Any] | None,
+        submitted_at: str,
+        expires_at: int | None = None,
+        owner: str | None = None,
+    ) -> tuple[dict[str, Any], bool]:
+        """Write a provisional signup once (``attribute_not_exists``), marked ``undecided``
+        so the sweeper finds it through its index until it is decided, deleted by TTL at
+        ``expires_at`` (epoch seconds; None: kept), and ``owner``'s (who submitted it).
+
+        The same body again from the same owner returns the stored record and False; a
+        different body, or another owner, for the same key raises ``SignupConflictError``.
+        The marker is not part of what it returns.
+        """
+        values = {
+            Attr.EVENT_ID: event_id,
+            Attr.SIGNUP_ID: signup_id,
+            Attr.SEATS: seats,
+            Attr.SUBMITTED_AT: submitted_at,
+            Attr.ATTRIBUTES: _decimalize(dict(attributes)) if attributes else None,
+            Attr.EXPIRES_AT: expires_at,
+            Attr.OWNER: owner,
+        }
+        marker = {Attr.UNDECIDED: undecided_shard(event_id, signup_id)}
+        try:
+            self.dynamo.call(
+                "put_item",
+                TableName=self.intake_table,
+                Item=to_item({**values, **marker}),
+                ConditionExpression="attribute_not_exists(#sk)",
+                ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
+            )
+            return {k: v for k, v in values.items() if v is not None}, True
+        except ConditionFailed:
+            pass
+        existing = self.get_intake(event_id, signup_id) or {}
+        existing.pop(Attr.UNDECIDED, None)
+        if existing.get(Attr.OWNER) != owner:
+            raise SignupConflictError(
+                f"signup {signup_id!r} of event {event_id!r} was submitted by another caller"
+            )
+        same = int(existing.get(Attr.SEATS, 1)) == seats and (
+            existing.get(Attr.ATTRIBUTES) or {}
+        ) == (_decimalize(attributes) or {})
+        if not same:
+            raise SignupConflictError(
+                f"signup {signup_id!r} of event {event_id!r} was submitted with another body"
+            )
+        return existing, False
+
+    def get_intake(self, event_id: str, signup_id: str) -> dict[str, Any] | None:
+        """The intake record, read strongly consistent, or None."""
+        return self.dynamo.get(self.intake_table, signup_key(event_id, signup_id))
+
+    def get_intakes(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        return self._batch_get(self.intake_table, event_id, list(signup_ids))
+
+    def re_emit(self, event_id: str, signup_id: str) -> bool:
+        """Re-emit an intake record into the stream (a MODIFY) by bumping its re-emissions'
+        counter (``Attr.RE_EMITS``); it is marked ``undecided`` too (a string shard), which
+        lets the MODIFY through the stream filter and keeps the record in the sweeper's
+        index until it is decided. False if there is no such record. (The sweeper's own
+        re-emissions are fenced by its lease: ``Ledger.fenced_re_emit_many``.)"""
+        try:
+            self.dynamo.call(
+                "update_item",
+                TableName=self.intake_table,
+                Key=signup_key(event_id, signup_id),
+                UpdateExpression="ADD #count :one SET #mark = :shard",
+                ConditionExpression="attribute_exists(#sk)",
+                ExpressionAttributeNames={
+                    "#count": Attr.RE_EMITS,
+                    "#sk": Attr.SIGNUP_ID,
+                    "#mark": Attr.UNDECIDED,
+                },
+                ExpressionAttributeValues={
+                    ":one": {"N": "1"},
+                    ":shard": {"S": undecided_shard(event_id, signup_id)},
+                },
+            )
+        except ConditionFailed:
+            return False
+        return True
+
+    def intake_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every intake record (or one event's), read consistently, page by page: the
+        audit's and the sweeper's daily full scan; never the decision path."""
+        return self._read_whole(self.intake_table, event_id)
+
+    # -- decisions --------------------------------------------------------------------
+
+    def get_decision(
+        self, event_id: str, signup_id: str, consistent: bool = True
+    ) -> dict[str, Any] | None:
+        """The decision item, read strongly consistent by default, or None."""
+        return self.dynamo.get(self.main_table, signup_key(event_id, signup_id), consistent)
+
+    def get_decisions(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """Decision items that exist for these signups, read strongly consistent."""
+        return self._batch_get(self.main_table, event_id, list(dict.fromkeys(signup_ids)))
+
+    def _batch_get(
+        self, table: str, event_id: str, signup_ids: list[str]
+    ) -> dict[str, dict[str, Any]]:
+        keys = [signup_key(event_id, s) for s in signup_ids]
+        items = (from_item(raw) for raw in self.dynamo.batch_get(table, keys))
+        return {item[Attr.SIGNUP_ID]: item for item in items}
+
+    def decision_items(self, event_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Every decision item (or one event's), read consistently, page by page: the
+        audit's; never the decision path."""
+        return self._read_whole(self.main_table, event_id)
+
+    def _read_whole(self, table: str, event_id: str | None) -> Iterator[dict[str, Any]]:
+        """A Scan of intake or main, or a Query of one event's partition."""
+        if event_id is None:
+            return self.dynamo.items("scan", TableName=table, ConsistentRead=True)
+        return self.dynamo.items(
+            "query",
+            TableName=table,
+            ConsistentRead=True,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": Attr.EVENT_ID},
+            ExpressionAttributeValues={":pk": {"S": event_id}},
+        )
+
+    def commit(
+        self,
+        expected: EventSnapshot,
+        outcome: Outcome,
+        decided_at: str,
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        expires_at: int | None = None,
+    ) -> Journal:
+        """Commit a group's decisions and the event's counters in one conditional write.
+
+        The journal fixes each decision item to the byte, with the fields it copies from
+        ``requests`` (by signup id) and ``expires_at`` (when TTL deletes them; None: kept).
+        The write is conditioned on every input of the decision: the ``version`` (the
+        counters and the journal, the processor's), and the ``capacity`` and ``state`` it
+        was decided against (the organizer's, changed without touching ``version``).
+        Raises ``CommitConflictError`` when any of them moved on (another processor, a
+        capacity change, a close), so the caller reloads and decides again;
+        ``JournalTooLargeError`` (nothing written) when the journal would exceed
+        ``MAX_JOURNAL_BYTES``, with how many leading decisions would fit.
+        """
+        assert outcome.state is not None
+        journal = Journal.build(
+            expected.event_id,
+            expected.version + 1,
+            decided_at,
+            outcome.decisions,
+            requests,
+            expires_at,
+            extras=outcome.extras,
+            updates=outcome.updates,
+        )
+        blob = journal.encode()
+        lifecycle = dict(outcome.lifecycle or {})
+        lineup = lifecycle.get(Attr.LINEUP)
+        limit = min(MAX_JOURNAL_BYTES, MAX_JOURNAL_AND_LINEUP_BYTES - len(lineup or b""))
+        if len(blob) > limit:
+            fits = journal.longest_prefix(limit)
+            raise JournalTooLargeError(
+                f"event {expected.event_id!r}: a journal of {len(outcome.decisions)} decisions"
+                + (f" and {len(outcome.updates)} changes" if outcome.updates else "")
+                + f" is {len(blob)} bytes; {fits} fit in {limit}",
+                fits=fits,
+            )
+        names = {
+            "#pk": ControlKey.PK,
+            "#taken": Attr.TAKEN,
+            "#accepted": Attr.ACCEPTED,
+            "#version": Attr.VERSION,
+            "#journal": Attr.JOURNAL,
+            "#floor": Attr.CAPACITY_FLOOR,
+            "#capacity": Attr.CAPACITY,
+            "#state": Attr.STATE,
+        }
+        # The event still exists, and is what the decisions were made from: a close or a
+        # capacity change that landed first makes this commit conflict.
+        condition = " AND ".join(
+            (
+                "attribute_exists(#pk)",
+                _version_is(expected.version),
+                is_or_absent_as("#capacity", ":capacity", expected.capacity, 0),
+                is_or_absent_as("#state", ":state", expected.state, EventState.OPEN),
+            )
+        )
+        if outcome.state.taken > expected.taken:
+            # Only a commit that takes seats depends on room for them: one that only
+            # rejects must go through even when an operator left capacity below taken.
+            condition += " AND #capacity >= :taken"
+        values: dict[str, Any] = {
+            ":taken": {"N": str(outcome.state.taken)},
+            ":accepted": {"N": str(outcome.state.accepted)},
+            ":next": {"N": str(journal.version)},
+            ":expected": {"N": str(expected.version)},
+            ":capacity": {"N": str(expected.capacity)},
+            ":state": {"S": expected.state},
+            ":j": {"B": blob},
+        }
+        # capacity_floor: what a capacity change is conditioned on (it may not read taken,
+        # see update_capacity).
+        sets = [
+            "#taken = :taken",
+            "#accepted = :accepted",
+            "#version = :next",
+            "#journal = :j",
+            "#floor = :taken",
+        ]
+        removes: list[str] = []
+        if outcome.lifecycle is not None:
+            _lifecycle_expression(lifecycle, names, values, sets, removes)
+        expression = "SET " + ", ".join(sets)
+        if removes:
+            expression += " REMOVE " + ", ".join(removes)
+        try:
+            self.dynamo.call(
+                "update_item",
+                TableName=self.control_table,
+                Key=event_key(expected.event_id),
+                UpdateExpression=expression,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ConditionFailed as exc:
+            raise CommitConflictError(
+                f"event {expected.event_id!r} moved past version {expected.version} "
+                "(or its capacity or state changed)"
+            ) from exc
+        return journal
+
+    def decision_item(
+        self,
+        event_id: str,
+        decision: Decision,
+        decided_at: str,
+        request: SignupRequest | Mapping[str, Any] | None,
+        expires_at: int | None = None,
+    ) -> dict[str, Any]:
+        """The decision item exactly as the contract describes it (``journal.decision_item``)."""
+        return _decision_item(event_id, decision, decided_at, request, expires_at)
+
+    def journal_items(
+        self,
+        event_id: str,
+        journal: Journal,
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
+    ) -> list[dict[str, Any]]:
+        """The journal's decision items. A journal fixes them to the byte; only one of
+        format 1 takes the copied fields from ``requests``, or else from intake."""
+        if journal.copies is not None:
+            return journal.items(event_id)
+        requests = requests or {}
+        missing = [d.signup_id for d in journal.decisions if d.signup_id not in requests]
+        sources: dict[str, SignupRequest | Mapping[str, Any]] = dict(requests)
+        if missing:
+            sources.update(self.get_intakes(event_id, missing))
+        return [
+            self.decision_item(event_id, d, journal.decided_at, sources.get(d.signup_id))
+            for d in journal.decisions
+        ]
+
+    def materialize(
+        self,
+        event_id: str,
+        journal: Journal,
+        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
+    ) -> None:
+        """Write the journal's decision items and changes (idempotent: the journal fixes
+        their content, and each write is conditioned, see the module's notes).
+
+        ``requests`` is read only for a journal of format 1 (see ``journal_items``).
+        """
+        writes: list[dict[str, Any]] = [
+            {
+                "op": "put_item",
+                "TableName": self.main_table,
+                "Item": item,
+                "ConditionExpression": "attribute_not_exists(#sk)",
+                "ExpressionAttributeNames": {"#sk": Attr.SIGNUP_ID},
+            }
+            for item in self.journal_items(event_id, journal, requests)
+        ]
+        writes += [
+            _update_call(self.main_table, event_id, u) for u in journal.retained_updates()
+        ]
+        if len(writes) <= 1:
+            for write in writes:
+                self._conditional(write)
+            return
+        with ThreadPoolExecutor(min(MATERIALIZE_THREADS, len(writes))) as pool:
+            list(pool.map(self._conditional, writes))
+
+    def keep_decision(self, event_id: str, signup_id: str, until: int | None) -> None:
+        """Keep a decision until ``until`` (epoch seconds; None: for good), never shorter
+        than it is kept now (conditioned: a later, longer keep is never undone)."""
+        names = {"#e": Attr.EXPIRES_AT}
+        if until is None:
+            kwargs: dict[str, Any] = {
+                "UpdateExpression": "REMOVE #e",
+                "ConditionExpression": "attribute_exists(#e)",
+            }
+        else:
+            kwargs = {
+                "UpdateExpression": "SET #e = :until",
+                "ConditionExpression": "#e < :until",
+                "ExpressionAttributeValues": {":until": {"N": str(int(until))}},
+            }
+        with contextlib.suppress(ConditionFailed):
+            self.dynamo.call(
+                "update_item",
+                TableName=self.main_table,
+                Key=signup_key(event_id, signup_id),
+                ExpressionAttributeNames=names,
+                **kwargs,
+            )
+
+    def _conditional(self, write: Mapping[str, Any]) -> None:
+        """One conditional write of a materialization; a false condition means the item
+        is already as this write, or a later one, left it."""
+        kwargs = dict(write)
+        operation = kwargs.pop("op")
+        with contextlib.suppress(ConditionFailed):
+            self.dynamo.call(operation, **kwargs)
+
+    def reject_without_event(
+        self,
+        event_id: str,
+        decisions: Sequence[Decision],
+        requests: Mapping[str, SignupRequest],
+        decided_at: str,
+        expires_at: int | None = None,
+        event_may_appear: bool = True,
+    ) -> None:
+        """Write rejections for an event with no event item, only while it still has none.
+
+        Each transaction checks that the event item does not exist, so a rejection can
+        never race with an acceptance committed after the event was created. Transactions
+        hold at most 99 items and ``TRANSACTION_BYTES``. Without ``event_may_appear`` (an
+        event id that is no id: no such event can ever be created, and its key may be one
+        DynamoDB refuses) there is nothing to check: the puts alone, each conditioned on
+        no decision existing.
+        """
+        items = [
+            self.decision_item(event_id, d, decided_at, requests.get(d.signup_id), expires_at)
+            for d in decisions
+        ]
+        for chunk in chunks_within(items, TRANSACTION_LIMIT - 1, TRANSACTION_BYTES):
+            actions: list[dict[str, Any]] = []
+            if event_may_appear:
+                actions.append(
+                    {
+                        "ConditionCheck": {
+                            "TableName": self.control_table,
+                            "Key": event_key(event_id),
+                            "ConditionExpression": "attribute_not_exists(#pk)",
+                            "ExpressionAttributeNames": {"#pk": ControlKey.PK},
+                        }
+                    }
+                )
+            actions += [
+                {
+                    "Put": {
+                        "TableName": self.main_table,
+                        "Item": item,
+                        "ConditionExpression": "attribute_not_exists(#sk)",
+                        "ExpressionAttributeNames": {"#sk": Attr.SIGNUP_ID},
+                    }
+                }
+                for item in chunk
+            ]
+            try:
+                self.dynamo.call("transact_write_items", TransactItems=actions)
+            except TransactionCancelled as exc:
+                raise CommitConflictError(
+                    f"event {event_id!r} appeared, or a signup was decided, meanwhile"
+                ) from exc
+
+
+def _lifecycle_expression(
+    lifecycle: Mapping[str, Any],
+    names: dict[str, str],
+    values: dict[str, Any],
+    sets: list[str],
+    removes: list[str],
+) -> None:
+    """The commit's writes of the event's lifecycle state: the lineup, the counts per
+    status, and the earliest hold due (the key of the due-holds index), each removed when
+    there is none."""
+    names.update(
+        {
+            "#lineup": Attr.LINEUP,
+            "#counts": Attr.STATUS_COUNTS,
+            "#due": Attr.HOLD_DUE_AT,
+            "#due_signup": Attr.HOLD_DUE_SIGNUP,
+            "#due_shard": Attr.HOLD_DUE_SHARD,
+        }
+    )
+    counts = lifecycle.get(Attr.STATUS_COUNTS) or {}
+    values[":counts"] = {"M": {k: {"N": str(int(v))} for k, v in counts.items()}}
+    sets.append("#counts = :counts")
+    lineup = lifecycle.get(Attr.LINEUP)
+    if lineup:
+        values[":lineup"] = {"B": lineup}
+        sets.append("#lineup = :lineup")
+    else:
+        removes.append("#lineup")
+    due = lifecycle.get(Attr.HOLD_DUE_AT)
+    if due is not None:
+        values[":due"] = {"N": str(int(due))}
+        values[":due_signup"] = {"S": str(lifecycle[Attr.HOLD_DUE_SIGNUP])}
+        values[":due_shard"] = {"S": DUE_HOLDS_SHARD}
+        sets += ["#due = :due", "#due_signup = :due_signup", "#due_shard = :due_shard"]
+    else:
+        removes += ["#due", "#due_signup", "#due_shard"]
+
+
+def _update_call(table: str, event_id: str, update: ItemUpdate) -> dict[str, Any]:
+    """A journal's change to an item decided before, as one conditional ``UpdateItem``:
+    applied only while the item's status is the one it was decided from (and its answered
+    requests below the change's)."""
+    names = {"#status": Attr.STATUS}
+    values: dict[str, Any] = {":from": {"S": update.from_status}}
+    sets = []
+    for i, (name, value) in enumerate(sorted(update.set.items())):
+        names[f"#s{i}"] = name
+        values[f":s{i}"] = value
+        sets.append(f"#s{i} = :s{i}")
+    removes = []
+    for i, name in enumerate(update.remove):
+        names[f"#r{i}"] = name
+        removes.append(f"#r{i}")
+    expression = "SET " + ", ".join(sets) if sets else ""
+    if removes:
+        expression += " REMOVE " + ", ".join(removes)
+    condition = "#status = :from"
+    if update.request_count is not None:
+        names["#rc"] = Attr.REQUEST_COUNT
+        values[":rc"] = {"N": number_text(update.request_count)}
+        condition += " AND (attribute_not_exists(#rc) OR #rc < :rc)"
+    return {
+        "op": "update_item",
+        "TableName": table,
+        "Key": signup_key(event_id, update.signup_id),
+        "UpdateExpression": expression.strip(),
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+
+
+def _version_is(expected: int) -> str:
+    """The optimistic lock's condition on ``#version`` = ``:expected``. An event item
+    written by hand may have no version: that reads as 0, so 0 also matches its absence."""
+    if expected == 0:
+        return "(attribute_not_exists(#version) OR #version = :expected)"
+    return "#version = :expected"
+
+
+def _decimalize(value: Any) -> Any:
+    """JSON floats and ints as DynamoDB returns them (Decimal), for comparing bodies."""
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, float | int):
+        return Decimal(str(value))
+    if isinstance(value, Mapping):
+        return {k: _decimalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_decimalize(v) for v in value]
+    return value

@@ -1,0 +1,609 @@
+"""``StreamPoller``: Lambda's DynamoDB event source mapping, for the local stack.
+
+It reads a stream through the public DynamoDB Streams API (``turnstile_tools.stream_reader``, so
+it works against any endpoint), and invokes a handler the way Lambda does: batch size,
+batching window and the 6 MB payload limit, filters, retries (bounded, or -1: until the
+record expires), bisect on function error, partial batch failures (checkpoint before the
+lowest failed record), a maximum record age, an on-failure destination (an SQS queue,
+messages shaped as AWS's) and a parallelization factor. Checkpoints survive a crash, in a
+file. What it does is checked against AWS's own recordings in
+tests/integration/test_poller_conformance.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import os
+import random
+import tempfile
+import threading
+import time
+import uuid
+import zlib
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from turnstile.base.contract import STREAM_SOURCE, EventSourceSettings
+from turnstile.base.eventfilter import matches_any, matches_filter
+from turnstile.base.itemsize import typed_item_size
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.stream_reader import (
+    MAX_RECORDS_PER_READ,
+    error_code,
+    list_shards,
+    read_page,
+    shard_iterator,
+)
+
+__all__ = [
+    "CheckpointStore",
+    "StreamPoller",
+    "matches_filter",
+    "to_lambda_record",
+]
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[dict[str, Any], Any], Any]
+
+#: The largest payload of one invocation: a batch is sent when the next record would not fit.
+MAX_PAYLOAD_BYTES = 6 * 1024 * 1024
+_PAYLOAD_ENVELOPE = len(json.dumps({"Records": []}))
+
+
+# -- the shape of a Lambda DynamoDB stream event ---------------------------------------
+
+
+def _typed_value(value: Any) -> Any:
+    """boto3 turns B/BS into bytes; the Lambda event carries them base64-encoded."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(bytes(value)).decode()
+    if isinstance(value, Mapping):
+        return {k: _typed_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed_value(v) for v in value]
+    return value
+
+
+def _size_bytes(stream: Mapping[str, Any]) -> int | None:
+    """DynamoDB's size of the record's keys and images (AWS's SizeBytes)."""
+    try:
+        parts = ("Keys", "NewImage", "OldImage")
+        return sum(typed_item_size(stream[k]) for k in parts if k in stream)
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def to_lambda_record(record: Mapping[str, Any], stream_arn: str) -> dict[str, Any]:
+    """A GetRecords record (as boto3 returns it) in the form Lambda delivers it.
+
+    As recorded against AWS: ``eventVersion`` "1.1", ``ApproximateCreationDateTime`` a
+    float of seconds, ``SizeBytes`` by DynamoDB's item-size rules, binary base64-encoded.
+    """
+    stream = dict(record.get("dynamodb", {}))
+    created = stream.get("ApproximateCreationDateTime")
+    if isinstance(created, datetime):
+        stream["ApproximateCreationDateTime"] = created.timestamp()
+    elif isinstance(created, int | float):
+        stream["ApproximateCreationDateTime"] = float(created)
+    size = _size_bytes(stream)
+    if size is not None:
+        stream["SizeBytes"] = size
+    for key in ("Keys", "NewImage", "OldImage"):
+        if key in stream:
+            stream[key] = _typed_value(stream[key])
+    out = {
+        "eventID": record.get("eventID"),
+        "eventName": record.get("eventName"),
+        "eventVersion": "1.1",
+        "eventSource": record.get("eventSource", "aws:dynamodb"),
+        "awsRegion": record.get("awsRegion"),
+        "dynamodb": stream,
+        "eventSourceARN": stream_arn,
+    }
+    if "userIdentity" in record:
+        out["userIdentity"] = dict(record["userIdentity"])
+    return out
+
+
+# -- checkpoints ----------------------------------------------------------------------
+
+
+class CheckpointStore:
+    """The last sequence number handled per shard, in a JSON file, written atomically."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def _load(self) -> dict[str, dict[str, str]]:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+
+    def _write(self, data: Mapping[str, Any]) -> None:
+        """A new file beside the old one, synced, then renamed over it: a crash at any
+        point leaves either the old checkpoints or the new ones, never a torn file."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checkpoints")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(data, f, indent=1)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def get(self, stream_arn: str, shard_id: str) -> str | None:
+        with self._lock:
+            return self._load().get(stream_arn, {}).get(shard_id)
+
+    def put(self, stream_arn: str, shard_id: str, sequence_number: str) -> None:
+        with self._lock:
+            data = self._load()
+            data.setdefault(stream_arn, {})[shard_id] = sequence_number
+            self._write(data)
+
+    def clear(self, stream_arn: str) -> None:
+        with self._lock:
+            data = self._load()
+            if data.pop(stream_arn, None) is not None:
+                self._write(data)
+
+
+# -- the poller -----------------------------------------------------------------------
+
+
+@dataclass
+class PollerStats:
+    invocations: int = 0
+    records_delivered: int = 0
+    records_filtered: int = 0
+    function_errors: int = 0
+    partial_failures: int = 0
+    retries: int = 0
+    sent_to_failure_destination: int = 0
+    polls: int = 0
+    #: Checkpoints found past the stream's retention (read on from the trim horizon).
+    checkpoints_trimmed: int = 0
+
+
+class _FunctionError(Exception):
+    """The handler raised, or answered with something Lambda counts as a failure."""
+
+
+@dataclass
+class _ShardState:
+    shard_id: str
+    iterator: str | None
+    parent_id: str | None
+    closed: bool = False
+    ended: bool = False
+
+
+@dataclass
+class _Part:
+    """Records on their way to the handler: how many failed invocations they have had,
+    and whether the last one raised (AWS's ``functionError``)."""
+
+    records: list[dict[str, Any]]
+    attempts: int = 0
+    function_error: str | None = None
+
+
+def _record_bytes(record: Mapping[str, Any]) -> int:
+    return len(json.dumps(record)) + 2  # and the ", " that joins it to the next
+
+
+def _lane(record: Mapping[str, Any], lanes: int) -> int:
+    """The lane of a record: one item (its whole key) always takes the same lane."""
+    keys = json.dumps(record.get("dynamodb", {}).get("Keys"), sort_keys=True)
+    return zlib.crc32(keys.encode()) % lanes
+
+
+class StreamPoller:
+    """Feeds a DynamoDB stream to ``handler`` as Lambda's event source mapping does.
+
+    ``settings.parallelization_factor`` above 1 (off by default, and on AWS a misconfigured
+    stack: docs/design.md) runs that many batches of a shard at once, as Lambda does: each
+    item's records in order in one lane ("in-order processing at the item (partition and
+    sort key) level", https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html), so one
+    event's signups are decided by concurrent invocations. The shard's checkpoint moves
+    once every lane is done with what was read.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        streams_client: Any,
+        stream_arn: str,
+        checkpoints: CheckpointStore,
+        sqs_client: Any = None,
+        failure_queue_url: str | None = None,
+        settings: EventSourceSettings = STREAM_SOURCE,
+        from_start: bool = False,
+        retry_base_delay_s: float = 0.2,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.handler = handler
+        self.streams = streams_client
+        self.stream_arn = stream_arn
+        self.checkpoints = checkpoints
+        self.sqs = sqs_client
+        self.failure_queue_url = failure_queue_url
+        self.settings = settings
+        self.retry_base_delay_s = retry_base_delay_s
+        self._sleep = sleep
+        self._clock = clock
+        self.stats = PollerStats()
+        self._stats_lock = threading.Lock()
+        self._shards: dict[str, _ShardState] = {}
+        self._buffers: dict[str, list[dict[str, Any]]] = {}
+        self._buffer_bytes: dict[str, int] = {}
+        #: When each shard's batching window began: when its last invocation completed.
+        self._window_start: dict[str, float] = {}
+        self._started = clock()
+        self._lanes = settings.parallelization_factor
+        self._lane_pool = (
+            ThreadPoolExecutor(self._lanes, thread_name_prefix="stream-lane")
+            if self._lanes > 1
+            else None
+        )
+        if from_start:
+            checkpoints.clear(stream_arn)
+        self.polling = threading.Event()
+
+    def _count(self, **increments: int) -> None:
+        with self._stats_lock:
+            for name, value in increments.items():
+                setattr(self.stats, name, getattr(self.stats, name) + value)
+
+    # -- shard discovery --------------------------------------------------------------
+
+    def _refresh_shards(self) -> None:
+        for shard in list_shards(self.streams, self.stream_arn):
+            if shard.shard_id not in self._shards:
+                self._shards[shard.shard_id] = _ShardState(
+                    shard_id=shard.shard_id,
+                    iterator=None,
+                    parent_id=shard.parent_id,
+                    closed=shard.closed,
+                )
+
+    def _iterator(self, state: _ShardState) -> str | None:
+        if state.iterator is None and not state.ended:
+            checkpoint = self.checkpoints.get(self.stream_arn, state.shard_id)
+            if checkpoint:
+                position, after = "AFTER_SEQUENCE_NUMBER", checkpoint
+            else:
+                position, after = self.settings.starting_position, None
+            try:
+                state.iterator = shard_iterator(
+                    self.streams, self.stream_arn, state.shard_id, position, after
+                )
+            except ClientError as exc:
+                if not checkpoint or error_code(exc) != "TrimmedDataAccessException":
+                    raise
+                # The checkpoint is older than the stream keeps (24 hours): the records
+                # after it that were trimmed are gone. Read on from the oldest one left,
+                # instead of asking for the trimmed position again forever.
+                log.warning(
+                    "checkpoint %s of shard %s is past the stream's retention: records "
+                    "trimmed since are lost; reading on from the oldest record left",
+                    checkpoint,
+                    state.shard_id,
+                )
+                self._count(checkpoints_trimmed=1)
+                state.iterator = shard_iterator(
+                    self.streams, self.stream_arn, state.shard_id, "TRIM_HORIZON"
+                )
+        return state.iterator
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, until_idle_s: float | None = None) -> None:
+        """Poll until ``stop`` is set (or the stream was quiet for ``until_idle_s``).
+
+        Errors talking to the endpoint are logged and retried from the checkpoint. When
+        the stream has been quiet for ``until_idle_s``, a batch still gathering is sent
+        (its delivery is work, not quiet) before the poller stops.
+        """
+        quiet_since = time.monotonic()
+        while not stop.is_set():
+            invoked = self.stats.invocations
+            try:
+                got = self.poll_once()
+            except Exception:
+                log.exception("stream poll failed; retrying from the checkpoint")
+                got = 0
+                for state in self._shards.values():
+                    state.iterator = None
+                self._buffers.clear()
+                self._buffer_bytes.clear()
+                stop.wait(1.0)
+                # A stream that could not be read is not a quiet one: only polls that
+                # read it count towards idleness.
+                quiet_since = time.monotonic()
+                continue
+            # A poll that read nothing may still have delivered a buffered batch: the time
+            # its handler took is work, not quiet.
+            if got or self.stats.invocations != invoked:
+                quiet_since = time.monotonic()
+            elif until_idle_s is not None and time.monotonic() - quiet_since >= until_idle_s:
+                if not any(self._buffers.values()):
+                    break
+                self.flush()
+                quiet_since = time.monotonic()
+            else:
+                stop.wait(self.settings.poll_interval_s)
+        self.flush()
+
+    def poll_once(self) -> int:
+        """One GetRecords per readable shard, delivering batches that are ready."""
+        if not self._shards or self.stats.polls % 40 == 0:
+            self._refresh_shards()
+        self._count(polls=1)
+        got = 0
+        for state in list(self._shards.values()):
+            parent = self._shards.get(state.parent_id or "")
+            if state.ended or (parent is not None and not parent.ended):
+                continue  # a child shard waits for its parent: order per key
+            got += self._poll_shard(state)
+        self.polling.set()
+        return got
+
+    def _poll_shard(self, state: _ShardState) -> int:
+        iterator = self._iterator(state)
+        if iterator is None:
+            return 0
+        shard_id = state.shard_id
+        buffer = self._buffers.setdefault(shard_id, [])
+        # With lanes, one read feeds a batch to each of them.
+        capacity = self.settings.batch_size * self._lanes
+        room = max(1, capacity - len(buffer))
+        try:
+            page = read_page(self.streams, iterator, limit=min(room, MAX_RECORDS_PER_READ))
+        except ClientError as exc:
+            if error_code(exc) in {"ExpiredIteratorException", "TrimmedDataAccessException"}:
+                state.iterator = None
+                self._buffers[shard_id] = []
+                self._buffer_bytes[shard_id] = 0
+                return 0
+            raise
+        records = page.records
+        state.iterator = page.next_iterator
+        if state.iterator is None:
+            state.ended = True
+        last_dropped: str | None = None
+        for raw in records:
+            record = to_lambda_record(raw, self.stream_arn)
+            if not matches_any(self.settings.filter_patterns, record):
+                self._count(records_filtered=1)
+                last_dropped = record["dynamodb"]["SequenceNumber"]
+                continue
+            size = _record_bytes(record)
+            if buffer and (
+                _PAYLOAD_ENVELOPE + self._buffer_bytes.get(shard_id, 0) + size > MAX_PAYLOAD_BYTES
+            ):
+                self._dispatch(shard_id)  # this record would take the payload past 6 MB
+                buffer = self._buffers[shard_id]
+            buffer.append(record)
+            self._buffer_bytes[shard_id] = self._buffer_bytes.get(shard_id, 0) + size
+        if last_dropped and not buffer:
+            self.checkpoints.put(self.stream_arn, shard_id, last_dropped)
+        if buffer and (len(buffer) >= capacity or self._window_over(shard_id) or state.ended):
+            self._dispatch(shard_id)
+        return len(records)
+
+    def _window_over(self, shard_id: str) -> bool:
+        """Whether the shard's batching window has run out. It begins when the previous
+        invocation completes (AWS, for streams), so a record arriving after a quiet spell
+        is sent by the poll that reads it, and records arriving while the function works,
+        or within the window after it, are gathered; a poll that reads nothing ends
+        nothing."""
+        began = self._window_start.get(shard_id, self._started)
+        return self._clock() - began >= self.settings.max_batching_window_s
+
+    def _dispatch(self, shard_id: str) -> None:
+        batch = self._buffers.get(shard_id) or []
+        self._buffers[shard_id] = []
+        self._buffer_bytes[shard_id] = 0
+        if batch:
+            self._deliver_read(shard_id, batch)
+            self._window_start[shard_id] = self._clock()
+
+    def flush(self) -> None:
+        """Deliver whatever is buffered (on shutdown)."""
+        for shard_id, buffer in list(self._buffers.items()):
+            if buffer:
+                self._dispatch(shard_id)
+
+    # -- delivery, retries, bisect ----------------------------------------------------
+
+    def _deliver_read(self, shard_id: str, records: list[dict[str, Any]]) -> None:
+        """Deliver what was read from a shard: one batch, or with lanes one per lane, at once."""
+        if self._lane_pool is None:
+            self._deliver(shard_id, records)
+            return
+        lanes: list[list[dict[str, Any]]] = [[] for _ in range(self._lanes)]
+        for record in records:
+            lanes[_lane(record, self._lanes)].append(record)
+        futures = [
+            self._lane_pool.submit(self._deliver_lane, shard_id, lane) for lane in lanes if lane
+        ]
+        failures = []
+        for future in futures:  # every lane finishes before anything is checkpointed
+            try:
+                future.result()
+            except BaseException as exc:
+                failures.append(exc)
+        if failures:
+            raise failures[0]
+        self._checkpoint(shard_id, records[-1])
+
+    def _deliver_lane(self, shard_id: str, records: list[dict[str, Any]]) -> None:
+        size = self.settings.batch_size
+        for start in range(0, len(records), size):
+            self._deliver(shard_id, records[start : start + size], checkpoint=False)
+
+    def _invoke(self, records: Sequence[dict[str, Any]]) -> int | None:
+        """Invoke once; None when every record succeeded, else the first failed index."""
+        self._count(invocations=1, records_delivered=len(records))
+        try:
+            response = self.handler({"Records": list(records)}, LocalLambdaContext())
+        except Exception as exc:
+            log.warning("stream handler raised: %r", exc)
+            raise _FunctionError(str(exc)) from exc
+        if not self.settings.report_batch_item_failures or not response:
+            return None
+        failures = response.get("batchItemFailures") if isinstance(response, Mapping) else None
+        if not failures:
+            return None
+        self._count(partial_failures=1)
+        position = {r["dynamodb"]["SequenceNumber"]: i for i, r in enumerate(records)}
+        indexes = []
+        for failure in failures:
+            identifier = failure.get("itemIdentifier") if isinstance(failure, Mapping) else None
+            if not isinstance(identifier, str) or identifier not in position:
+                return 0  # an empty or unknown identifier fails the whole batch, as on AWS
+            indexes.append(position[identifier])
+        return min(indexes)
+
+    def _too_old(self, record: Mapping[str, Any]) -> bool:
+        limit = self.settings.max_record_age_s
+        if limit is None or limit < 0:
+            return False
+        created = record["dynamodb"].get("ApproximateCreationDateTime")
+        return created is not None and time.time() - float(created) > limit
+
+    def _expired(self, records: Sequence[dict[str, Any]]) -> int:
+        """How many records at the front of a batch are past the maximum record age: AWS
+        discards those (to the on-failure destination) and still delivers the fresh ones
+        behind them. A shard's records are in creation order, so the expired ones lead."""
+        count = 0
+        while count < len(records) and self._too_old(records[count]):
+            count += 1
+        return count
+
+    def _deliver(
+        self, shard_id: str, records: list[dict[str, Any]], checkpoint: bool = True
+    ) -> None:
+        """Invoke until every record succeeded or was given up on.
+
+        As recorded against AWS (tests/integration/test_poller_conformance.py): a failure
+        reported behind successful records splits the batch there, and the rest goes on as
+        a batch of its own, not as a retry; a failure of the whole batch (or of its first
+        record) is a retry; -1 retries means until the record expires.
+        """
+        pending: deque[_Part] = deque([_Part(records)])
+        limit = self.settings.retry_attempts
+        while pending:
+            part = pending.popleft()
+            expired = self._expired(part.records)
+            if expired:
+                self._send_to_failure_destination(
+                    shard_id, part.records[:expired], "RecordAgeExceeded", part, checkpoint
+                )
+                part.records = part.records[expired:]
+                if not part.records:
+                    continue
+            try:
+                failed_at = self._invoke(part.records)
+                part.function_error = None
+            except _FunctionError:
+                self._count(function_errors=1)
+                part.function_error = "Unhandled"
+                if self.settings.bisect_on_error and len(part.records) > 1:
+                    middle = len(part.records) // 2
+                    # Halves go back in order; a split does not count as a retry (AWS).
+                    for half in (part.records[middle:], part.records[:middle]):
+                        pending.appendleft(_Part(half, part.attempts, part.function_error))
+                    continue
+                failed_at = 0
+            if failed_at is None:
+                if checkpoint:
+                    self._checkpoint(shard_id, part.records[-1])
+                continue
+            if failed_at > 0:
+                if checkpoint:
+                    self._checkpoint(shard_id, part.records[failed_at - 1])
+                part.records = part.records[failed_at:]
+                pending.appendleft(part)
+                continue
+            part.attempts += 1
+            if 0 <= limit < part.attempts:
+                self._send_to_failure_destination(
+                    shard_id, part.records, "RetryAttemptsExhausted", part, checkpoint
+                )
+                continue
+            self._count(retries=1)
+            backoff = self.retry_base_delay_s * min(2 ** (part.attempts - 1), 16)
+            self._sleep(backoff * random.uniform(1, 1.5))
+            pending.appendleft(part)
+
+    def _checkpoint(self, shard_id: str, record: Mapping[str, Any]) -> None:
+        self.checkpoints.put(self.stream_arn, shard_id, record["dynamodb"]["SequenceNumber"])
+
+    def _send_to_failure_destination(
+        self,
+        shard_id: str,
+        records: Sequence[dict[str, Any]],
+        condition: str,
+        part: _Part,
+        checkpoint: bool,
+    ) -> None:
+        """Only metadata, never the records: a redrive reads the intake table (as on AWS).
+        ``part``: its failed invocations and how the last one failed; ``checkpoint``: False
+        inside a lane (the lanes' batch is checkpointed once every lane is done)."""
+        self._count(sent_to_failure_destination=len(records))
+
+        def arrival(record: Mapping[str, Any]) -> str:
+            created = record["dynamodb"].get("ApproximateCreationDateTime") or time.time()
+            return datetime.fromtimestamp(float(created), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        message = {
+            "requestContext": {
+                "requestId": str(uuid.uuid4()),
+                "functionArn": LocalLambdaContext().invoked_function_arn,
+                "condition": condition,
+                # The failed invocations of the batch given up on (retries + 1).
+                "approximateInvokeCount": part.attempts,
+            },
+            "responseContext": {
+                "statusCode": 200,
+                "executedVersion": "$LATEST",
+                # "Unhandled" when the function raised; null when it reported failures.
+                "functionError": part.function_error,
+            },
+            "version": "1.0",
+            "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+            "DDBStreamBatchInfo": {
+                "shardId": shard_id,
+                "startSequenceNumber": records[0]["dynamodb"]["SequenceNumber"],
+                "endSequenceNumber": records[-1]["dynamodb"]["SequenceNumber"],
+                "approximateArrivalOfFirstRecord": arrival(records[0]),
+                "approximateArrivalOfLastRecord": arrival(records[-1]),
+                "batchSize": len(records),
+                "streamArn": self.stream_arn,
+            },
+        }
+        log.error("batch sent to the on-failure destination: %s", json.dumps(message))
+        if self.sqs is not None and self.failure_queue_url:
+            self.sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
+        if checkpoint:
+            self._checkpoint(shard_id, records[-1])
