@@ -147,7 +147,8 @@ def import_closure(
 
 
 def third_party(imp: Import) -> bool:
-    return imp.top not in sys.stdlib_module_names and imp.top not in {PROJECT, f"{PROJECT}_tools", f"{PROJECT}_bench"}
+    ours = {PROJECT, f"{PROJECT}_tools", f"{PROJECT}_bench"}
+    return imp.top not in sys.stdlib_module_names and imp.top not in ours
 
 
 def undeclared(files: Mapping[str, Path], allowed: set[str]) -> list[str]:
