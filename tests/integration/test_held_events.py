@@ -191,7 +191,11 @@ def test_the_sweeper_sets_off_the_release_of_an_event_with_no_more_traffic(
     result = Sweeper(store, owner="s", min_age_s=0).sweep("run-1")
     # THEN it decided nothing, re-emitted no parked record as "undecided", and set off
     # the release by waking hot (its own wake-up item: no producer's record needed)
-    assert (result.status, result.held, result.releases_triggered) == ("succeeded", 1, 1)
+    assert (result.status, result.parked_events, result.releases_triggered) == (
+        "succeeded",
+        1,
+        1,
+    )
     assert (result.undecided, result.re_emitted) == (0, 0)
     assert {k for k in decisions(client) if k[0] == "hot"} == set()
     assert stream.read_new() == []
@@ -205,7 +209,7 @@ def test_the_sweeper_sets_off_the_release_of_an_event_with_no_more_traffic(
     assert got[("hot", "h0")]["sequence_number"]["S"] == arrivals(records)["h0"]
     assert store.get_hold("hot") is None
     # and the next sweep finds nothing held
-    assert Sweeper(store, owner="s", min_age_s=0).sweep("run-2").held == 0
+    assert Sweeper(store, owner="s", min_age_s=0).sweep("run-2").parked_events == 0
     assert audit(store).ok
 
 
@@ -762,7 +766,11 @@ def test_a_sweep_lifts_every_hold_with_nothing_parked_under_it(client, store):
     result = Sweeper(store, owner="s", min_age_s=0).sweep("lift")
     # THEN the two empty holds are lifted (each at its version), the third stays and is
     # woken for its release
-    assert (result.status, result.held, result.releases_triggered) == ("succeeded", 3, 3)
+    assert (result.status, result.parked_events, result.releases_triggered) == (
+        "succeeded",
+        3,
+        3,
+    )
     assert store.get_hold("a") is None and store.get_hold("b") is None
     assert store.get_hold("c") is not None
 
@@ -797,7 +805,7 @@ def test_a_sweep_wakes_each_held_event_and_re_emits_none_of_the_parked(
     result = Sweeper(store, owner="s", min_age_s=0).sweep("held")
     # THEN each held event's release is set off by a wake-up of the event, the parked
     # records are not re-emitted as undecided, the others are
-    assert (result.held, result.releases_triggered) == (2, 2)
+    assert (result.parked_events, result.releases_triggered) == (2, 2)
     assert (result.undecided, result.re_emitted) == (3, 3)
     emitted = sorted(r["dynamodb"]["Keys"]["signup_id"]["S"] for r in stream.read_new())
     assert emitted == ["c0", "c1", "c2"]

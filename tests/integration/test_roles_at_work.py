@@ -1271,7 +1271,11 @@ def test_the_sweeper_s_wake_up_releases_a_held_event(aws, as_role, plain, wakes)
     # WHEN the sweeper runs under its role, and its wake-up of the event is delivered to
     # the processor under its role
     result = Sweeper(sweeper_store, min_age_s=60, full_scan_every_s=math.inf).sweep("run-1")
-    assert (result.status, result.held, result.releases_triggered) == ("succeeded", 1, 1)
+    assert (result.status, result.parked_events, result.releases_triggered) == (
+        "succeeded",
+        1,
+        1,
+    )
     assert _deliver_wakes(processor_store, wakes) == {"batchItemFailures": []}
     # THEN the processor released the event: its parked record decided, the hold lifted;
     # nothing was re-emitted, nothing refused

@@ -443,17 +443,13 @@ AUDIT_EVENT_WIDTH = 32
 
 
 def _status_counts(counts: Mapping[str, Any]) -> dict[str, int]:
-    """A report's (or an event's) decided signups by status; from the keys of before
-    ``status_counts`` (``accepted``, ``rejected``) when it has none."""
-    by_status = counts.get("status_counts")
-    if by_status is None:
-        by_status = {"ACCEPTED": counts.get("accepted", 0), "REJECTED": counts.get("rejected", 0)}
-    return {str(status): int(n or 0) for status, n in by_status.items()}
+    """A report's (or an event's) decided signups by status."""
+    return {str(status): int(n or 0) for status, n in counts.get("status_counts", {}).items()}
 
 
 def _parked(counts: Mapping[str, Any]) -> int:
-    # ``held`` before it was named ``parked``: records parked behind a failing event
-    return int(counts.get("parked", counts.get("held", 0)) or 0)
+    """Records parked behind a failing event, not yet decided."""
+    return int(counts.get("parked", 0) or 0)
 
 
 def audit_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -486,9 +482,7 @@ def audit_summary(report: Mapping[str, Any]) -> str:
     (waitlisted, cancelled, expired, parked and inconclusive only when there are some).
     Seats taken: the events' ``taken`` summed."""
     t = report.get("totals", {})
-    taken = t.get("taken")
-    if taken is None:
-        taken = sum(e.get("taken") or 0 for e in report.get("events", []))
+    taken = t.get("taken", 0)
     counts = _status_counts(t)
     violations = int(t.get("violations", 0) or 0)
     inconclusive = int(t.get("inconclusive", 0) or 0)

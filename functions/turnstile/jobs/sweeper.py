@@ -83,8 +83,9 @@ class SweepResult:
     status: str = "skipped"
     undecided: int = 0
     re_emitted: int = 0
-    #: Held events found, and those whose release this run set off (docs/arrival-order.md).
-    held: int = 0
+    #: Parked events found (a failing event's undecided records wait behind its marker),
+    #: and those whose release this run set off (docs/arrival-order.md).
+    parked_events: int = 0
     releases_triggered: int = 0
     lease_token: int | None = None
     #: True when the run read the whole intake table (the backstop), else only the index.
@@ -386,7 +387,7 @@ class Sweeper:
         assert result.lease_token is not None
         parked_keys: set[tuple[str, str]] = set()
         for event_id, hold in self.store.holds().items():
-            result.held += 1
+            result.parked_events += 1
             parked = self.store.parked_requests(event_id)
             parked_keys |= {(event_id, r.signup_id) for r in parked}
             if not parked:
