@@ -159,7 +159,7 @@ def test_a_grant_the_lifecycle_needs_fails_the_run_loudly_when_it_is_missing(tmp
         audit = stack.turnstile("audit")
         assert audit.returncode == 1, audit.stdout + audit.stderr
         assert "access denied to the processor role: dynamodb:UpdateItem" in audit.stdout
-        assert f"VIOLATION {EVENT}: held" in audit.stdout
+        assert f"VIOLATION {EVENT}: parked" in audit.stdout
         assert "may not dynamodb:UpdateItem" in audit.stdout
     console = (tmp_path / "state" / "local.log").read_text()
     assert "ACCESS DENIED to role processor: dynamodb:UpdateItem" in console

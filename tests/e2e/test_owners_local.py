@@ -168,6 +168,13 @@ def test_every_route_for_every_kind_of_caller(tmp_path: Path):
                 assert answer == (200 if allowed else 404), (name, act)  # 202: no error
                 if not allowed:
                     assert owner.get("gig", signup) == before, (name, act)
+                else:
+                    # applied by the processor before the event is read below, unchanged
+                    done = {"confirm": "ACCEPTED", "cancel": "CANCELLED"}[act]
+                    _until(
+                        lambda s=signup, d=done: owner.get("gig", s)["status"] == d,
+                        f"{name}'s {act} applied",
+                    )
             # list the event's signups; resize it; close one of its events
             allowed = name in ON_EVENT
             expected = 200 if allowed else 403
@@ -187,6 +194,8 @@ def test_every_route_for_every_kind_of_caller(tmp_path: Path):
             assert status_of(lambda c=client: c.get_event("gig")) == 200
             assert client.submit("gig", f"own-{slug[name]}", 1)["status"] == "PENDING"
             assert client.get("gig", f"own-{slug[name]}")["event_id"] == "gig"
+            # decided before the next caller reads the event to see it unchanged
+            assert client.wait("gig", f"own-{slug[name]}", timeout_s=120)["status"] == "HELD"
             # and may create events of its own
             assert status_of(lambda c=client, n=slug[name]: c.create_event(f"mine-{n}", 1)) in (
                 200,
