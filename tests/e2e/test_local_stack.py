@@ -71,16 +71,19 @@ def produce(stack: RunningStack, producer: int, errors: list[BaseException]) -> 
 
 
 def wait_all_decided(c: Any, expected: int, timeout: float = 180) -> list[dict[str, Any]]:
-    """The decisions, once every intake record has one (by key: a scan of pages taken while
-    the processor writes may see one item twice and miss another, so a count alone could
+    """The decisions, one per key, once every intake record has one (a scan of pages taken
+    while the processor writes may see one item twice and miss another: a count alone could
     be reached early), or whatever there is at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
-        decided = [i for i in scan(c, MAIN_TABLE.name) if "status" in i]
-        keys = {(d["event_id"]["S"], d["signup_id"]["S"]) for d in decided}
+        decided = {
+            (i["event_id"]["S"], i["signup_id"]["S"]): i
+            for i in scan(c, MAIN_TABLE.name)
+            if "status" in i
+        }
         wanted = {(i["event_id"]["S"], i["signup_id"]["S"]) for i in scan(c, INTAKE_TABLE.name)}
-        if (len(keys) >= expected and wanted <= keys) or time.monotonic() > deadline:
-            return decided
+        if (len(decided) >= expected and wanted <= decided.keys()) or time.monotonic() > deadline:
+            return list(decided.values())
         time.sleep(1)
 
 

@@ -185,6 +185,7 @@ def configure_logging(log_format: str, level: str | None) -> str:
     # records get a handler of their own, not the stream function's (whose formatter
     # carries the last invocation's Lambda context).
     local = logging.getLogger(LOCAL_LOGGER)
+    local.setLevel(number)  # not below the functions' loggers: it carries its own level
     local.propagate = False
     local.handlers = [logging.StreamHandler()]
     handlers = [*(h for n in OWN_LOGGERS for h in logging.getLogger(n).handlers), *local.handlers]
