@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import urllib.request
 from types import TracebackType
 from typing import Any
 
@@ -72,9 +71,11 @@ class LocalEndpoint:
                 CONTROL_TABLE.env_var: self.control_table,
             }
         )
-        request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=30) as response:
-            response.read()
+        # moto keeps one state per process: the endpoint is in this one, so wipe it here
+        # (its /moto-api is not served: the endpoint answers signed AWS requests only).
+        from moto.core.base_backend import BackendDict
+
+        BackendDict.reset()
         self.session = boto3.Session()
         ensure_resources(self.session)
         # Many producer threads share one client: a pool per thread would need more sockets.

@@ -60,3 +60,33 @@ def test_a_cancelled_transaction_leaves_no_trace_and_the_stream_goes_on(endpoint
     client.transact_write_items(TransactItems=[update("a"), update("b")])
     page = streams.get_records(ShardIterator=iterator)
     assert [r["eventName"] for r in page["Records"]] == ["MODIFY", "MODIFY"]
+
+
+def test_an_unsigned_request_is_refused_as_dynamodb_refuses_it_and_breaks_nothing(
+    endpoint, caplog
+):
+    """An HTTP client pointed at the AWS endpoint instead of the HTTP API (``POST
+    /events/x/signups``): moto would take it for S3 and fail with a traceback; it gets
+    DynamoDB's answer to an unsigned request, one warning line, and the endpoint goes on."""
+    import json
+    import logging
+    import urllib.error
+    import urllib.request
+
+    from turnstile_tools.local.roles import DENIALS_PATH
+    from turnstile_tools.local.server import MISSING_TOKEN_CODE
+
+    request = urllib.request.Request(
+        f"{endpoint}/events/gig/signups", data=b'{"signup_id": "a"}', method="POST"
+    )
+    with caplog.at_level(logging.WARNING), pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400
+    body = json.loads(refused.value.read())
+    assert body["__type"].endswith(MISSING_TOKEN_CODE)
+    assert "HTTP API" in body["message"]
+    assert "Traceback" not in caplog.text and "unsigned request" in caplog.text
+    # the endpoint's own unsigned path still answers, and signed requests are served
+    with urllib.request.urlopen(f"{endpoint}{DENIALS_PATH}", timeout=10) as answer:
+        assert answer.status == 200
+    assert default_client(endpoint_url=endpoint).list_tables()["TableNames"] is not None

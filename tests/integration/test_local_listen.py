@@ -64,7 +64,9 @@ def test_the_endpoint_serves_on_the_port_asked_for():
     server.start()
     try:
         assert server.port == port
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/moto-api/data.json") as reply:
+        from turnstile_tools.local.roles import DENIALS_PATH
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{DENIALS_PATH}") as reply:
             assert reply.status == 200
     finally:
         server.stop()

@@ -409,6 +409,8 @@ def _api_error(url: str, exc: urllib.error.HTTPError) -> ApiError:
         return _not_turnstile(url, exc.code, exc.headers, raw)
     if not isinstance(body, dict):
         body = {"message": str(body)}
+    if "__type" in body:  # an AWS service's error (the local AWS endpoint's port, say)
+        return _not_turnstile(url, exc.code, exc.headers, raw)
     return ApiError(
         status=exc.code,
         code=str(body.get("error") or body.get("code") or "http_error"),

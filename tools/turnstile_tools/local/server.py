@@ -350,12 +350,22 @@ SERVED_SERVICES = ("dynamodb", "sqs")
 UNSERVED_CODE = "ServiceNotServedLocally"
 
 
+#: What an unsigned request gets, as DynamoDB answers one.
+MISSING_TOKEN_CODE = "MissingAuthenticationTokenException"
+
+
 def unserved_refusal(
     environ: dict[str, Any], start_response: Callable[..., Any]
 ) -> list[bytes] | None:
     """One AWS error, in the protocol of the service asked for, naming what is served, for a
-    signed request to any other service; None: serve it."""
+    signed request to any other service, and DynamoDB's answer to a request that is not
+    signed at all (an HTTP client pointed at this port instead of the HTTP API's: moto would
+    take it for S3 and fail with a traceback); None: serve it."""
     credential = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if credential is None:
+        credential = _QUERY_CREDENTIAL.search(environ.get("QUERY_STRING", ""))
+    if credential is None and environ.get("PATH_INFO") != DENIALS_PATH:
+        return _unsigned_refusal(environ, start_response)
     if credential is None or credential.group(3) in SERVED_SERVICES:
         return None
     service = credential.group(3)
@@ -375,6 +385,24 @@ def unserved_refusal(
     return [_query_error(UNSERVED_CODE, message)]
 
 
+def _unsigned_refusal(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+    method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
+    shown = json.dumps(f"{method} {path}"[:120])
+    log.warning("refused an unsigned request %s: not an AWS request", shown)
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    if length:
+        environ["wsgi.input"].read(length)  # drained: the connection stays usable
+    message = (
+        "Request is missing Authentication Token: turnstile local's AWS endpoint answers "
+        "signed requests for DynamoDB, DynamoDB Streams and SQS; the HTTP API has a port of "
+        "its own (turnstile local prints both)"
+    )
+    error = f"com.amazon.coral.service#{MISSING_TOKEN_CODE}"
+    body = json.dumps({"__type": error, "message": message})
+    start_response("400 Bad Request", [("Content-Type", "application/x-amz-json-1.0")])
+    return [body.encode()]
+
+
 def _query_error(code: str, message: str) -> bytes:
     """A sender's error as the query (XML) protocol spells it."""
     return (
@@ -386,6 +414,10 @@ def _query_error(code: str, message: str) -> bytes:
 
 #: ``Credential=KEY/date/region/service/aws4_request`` of a SigV4 Authorization header.
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/\d{8}/([^/]+)/([^/]+)/aws4_request")
+#: The same in a presigned URL's query string (``X-Amz-Credential=KEY%2Fdate%2F...``).
+_QUERY_CREDENTIAL = re.compile(
+    r"X-Amz-Credential=([^%&]+)%2F\d{8}%2F([^%&]+)%2F([^%&]+)%2Faws4_request", re.I
+)
 #: The X-Amz-Target prefix of each service the local stack serves.
 _TARGET_SERVICES = {
     "DynamoDB_20120810": "dynamodb",
