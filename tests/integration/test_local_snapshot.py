@@ -568,6 +568,18 @@ def _crash_at(point: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("builtins.open", opener)
 
 
+def snapshot_then_log(state: Path) -> dict[str, Any]:
+    """A state directory with a snapshot and a log of more acknowledged writes after it;
+    the full state those make."""
+    with endpoint(state) as server:
+        populate(server)
+    with endpoint(state, compact_bytes=0):
+        pass
+    with endpoint(state) as server:
+        more_writes(server)
+        return full_state(server)
+
+
 @pytest.mark.parametrize("point", crash_points())
 def test_a_crash_in_the_middle_of_a_compaction_loses_nothing_acknowledged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
@@ -576,13 +588,7 @@ def test_a_crash_in_the_middle_of_a_compaction_loses_nothing_acknowledged(
 
     state = tmp_path / "state"
     # GIVEN a state with a snapshot and a log after it, more acknowledged writes on top
-    with endpoint(state) as server:
-        populate(server)
-    with endpoint(state, compact_bytes=0):
-        pass
-    with endpoint(state) as server:
-        more_writes(server)
-        expected = full_state(server)
+    expected = snapshot_then_log(state)
     # WHEN the start's compaction dies at ``point`` (the process gone, its files as left)
     BackendDict.reset()
     with monkeypatch.context() as patched:
@@ -611,13 +617,7 @@ def test_a_crash_in_the_middle_of_a_compaction_loses_nothing_acknowledged(
 
 def test_a_torn_append_after_a_snapshot_is_cut_off_and_the_rest_restored(tmp_path: Path) -> None:
     state = tmp_path / "state"
-    with endpoint(state) as server:
-        populate(server)
-    with endpoint(state, compact_bytes=0):
-        pass
-    with endpoint(state) as server:
-        more_writes(server)
-        expected = full_state(server)
+    expected = snapshot_then_log(state)
     with open(state / WAL_NAME, "ab") as f:  # a SIGKILL in the middle of the next append
         f.write(b"\x00\x00\x01\x00garbage")
     with endpoint(state) as server:
