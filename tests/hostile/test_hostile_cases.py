@@ -45,16 +45,6 @@ from turnstile_tools.local.context import LocalLambdaContext
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-@pytest.fixture
-def client(aws):
-    return aws.client("dynamodb")
-
-
-@pytest.fixture
-def store(client):
-    return SignupStore(client, sleep=lambda _: None)
-
-
 @pytest.fixture(autouse=True)
 def cold_processor(aws) -> Iterator[None]:
     stream_handler._processor = None

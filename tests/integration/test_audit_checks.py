@@ -17,11 +17,6 @@ NOW = "2026-01-01T00:00:00.000000Z"
 LATER = datetime(2026, 1, 1, 0, 10, 0, tzinfo=UTC)  # 600 s after NOW
 
 
-@pytest.fixture
-def store(aws):
-    return SignupStore(aws.client("dynamodb"), sleep=lambda _: None)
-
-
 def accept(store: SignupStore, event_id: str, signup_id: str, seq: str, write_out: bool):
     """Commit one acceptance; write its decision item out, or leave it in the journal."""
     record = store.get_event(event_id)

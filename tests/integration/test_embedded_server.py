@@ -31,16 +31,18 @@ def test_a_cancelled_transaction_leaves_no_trace_and_the_stream_goes_on(endpoint
     iterator = streams.get_shard_iterator(
         StreamArn=arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
     )["ShardIterator"]
-    for key in ("a", "b"):
+    for key in ("a", "b", "c", "untouched"):
         client.put_item(
             TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": "e"}, "signup_id": {"S": key}},
+            Item={"event_id": {"S": "e"}, "signup_id": {"S": key}, "v": {"N": "1"}},
         )
     page = streams.get_records(ShardIterator=iterator)
-    assert len(page["Records"]) == 2
+    assert len(page["Records"]) == 4
     iterator = page["NextShardIterator"]
+    before = client.scan(TableName=INTAKE_TABLE.name, ConsistentRead=True)["Items"]
 
-    # WHEN a transaction updates two items and then fails its last condition
+    # WHEN a transaction updates two items, deletes one, puts a new one and then fails
+    # its last condition
     failing_check = {
         "ConditionCheck": {
             "TableName": CONTROL_TABLE.name,
@@ -48,14 +50,30 @@ def test_a_cancelled_transaction_leaves_no_trace_and_the_stream_goes_on(endpoint
             "ConditionExpression": "attribute_exists(pk)",
         }
     }
+    delete_c = {
+        "Delete": {
+            "TableName": INTAKE_TABLE.name,
+            "Key": {"event_id": {"S": "e"}, "signup_id": {"S": "c"}},
+        }
+    }
+    put_d = {
+        "Put": {
+            "TableName": INTAKE_TABLE.name,
+            "Item": {"event_id": {"S": "e"}, "signup_id": {"S": "d"}},
+        }
+    }
     with pytest.raises(ClientError) as info:
-        client.transact_write_items(TransactItems=[update("a"), update("b"), failing_check])
+        client.transact_write_items(
+            TransactItems=[update("a"), update("b"), delete_c, put_d, failing_check]
+        )
     assert info.value.response["Error"]["Code"] == "TransactionCanceledException"
-    # THEN nothing changed and nothing was streamed
+    # THEN nothing changed (the updated items as they were, the deleted one back, the new
+    # one gone, the rest as it was) and nothing was streamed
     item = client.get_item(
         TableName=INTAKE_TABLE.name, Key={"event_id": {"S": "e"}, "signup_id": {"S": "a"}}
     )["Item"]
     assert "redrive" not in item
+    assert client.scan(TableName=INTAKE_TABLE.name, ConsistentRead=True)["Items"] == before
     # and the stream the poller is reading still receives later writes
     client.transact_write_items(TransactItems=[update("a"), update("b")])
     page = streams.get_records(ShardIterator=iterator)

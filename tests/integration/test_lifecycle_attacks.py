@@ -31,11 +31,6 @@ from turnstile_tools.audit import audit
 
 
 @pytest.fixture
-def store(aws):
-    return SignupStore(aws.client("dynamodb"), sleep=lambda _: None)
-
-
-@pytest.fixture
 def clock():
     return Clock()
 

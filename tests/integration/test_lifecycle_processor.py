@@ -82,11 +82,6 @@ class Feed:
 
 
 @pytest.fixture
-def store(aws):
-    return SignupStore(aws.client("dynamodb"), sleep=lambda _: None)
-
-
-@pytest.fixture
 def clock():
     return Clock()
 

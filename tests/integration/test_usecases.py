@@ -34,11 +34,6 @@ from turnstile_tools.local.context import LocalLambdaContext
 NOW = "2026-11-21T21:00:00.000000Z"
 
 
-@pytest.fixture
-def store(aws: boto3.Session) -> SignupStore:
-    return SignupStore(client=aws.client("dynamodb"))
-
-
 def submit(store: SignupStore, *args, **kwargs) -> usecases.Submitted:
     return usecases.submit_signup(store, *args, retention_days=30, **kwargs)
 
