@@ -53,6 +53,10 @@ SERVICE_NAME = "turnstile"
 METRICS_NAMESPACE = "Turnstile"
 
 #: Must match requirements.txt, so the code runs on Lambda with the Powertools it is tested with.
+#: The layer also brings pydantic (the HTTP API's models; Powertools' extra `parser`): it is
+#: built from `aws-lambda-powertools[all]==3.37.0` (Powertools' layer_v3 Dockerfile), so it
+#: holds pydantic 2 within 3.37.0's bounds (>=2.4.0,<3.0.0), the 2.x current when the layer
+#: was built. Powertools publishes no exact version; the tests pin 2.14.4 (requirements.txt).
 POWERTOOLS_VERSION = "3.37.0"
 #: The AWS account that publishes the public Powertools for AWS Lambda (Python) layers.
 POWERTOOLS_LAYER_ACCOUNT = "017000801446"

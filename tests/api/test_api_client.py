@@ -14,6 +14,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from turnstile.service import views
 from turnstile_tools.client import (
     ApiError,
     ApiUnreachableError,
@@ -42,6 +43,46 @@ class Scripted:
         return self.results.pop(0) if len(self.results) > 1 else self.results[0]
 
 
+def signup(status: str, **fields: Any) -> dict[str, Any]:
+    """A signup as the API answers it, whole (the client reads answers into their views)."""
+    return {
+        "event_id": "e1",
+        "signup_id": "u1",
+        "status": status,
+        "seats": 1,
+        "reason": None,
+        "detail": None,
+        "position": None,
+        "submitted_at": None,
+        "decided_at": None,
+        "attributes": {},
+        "hold_expires_at": None,
+        "waitlist_position": None,
+        "updated_at": None,
+        "request_count": None,
+        "history": [],
+        "last_refusal": None,
+        **fields,
+    }
+
+
+#: An event as the API answers it.
+EVENT = {
+    "event_id": "e1",
+    "capacity": 5,
+    "taken": 0,
+    "remaining": 5,
+    "positions_given": 0,
+    "state": "OPEN",
+    "created_at": None,
+    "created_by": None,
+    "waitlist": 0,
+    "hold_seconds": 0,
+    "max_seats": None,
+    "status_counts": {},
+}
+
+
 def reply(status: int, body: Any, headers: dict[str, str] | None = None) -> dict[str, Any]:
     return {
         "statusCode": status,
@@ -52,7 +93,7 @@ def reply(status: int, body: Any, headers: dict[str, str] | None = None) -> dict
 
 @pytest.fixture
 def scripted() -> Scripted:
-    return Scripted(reply(200, {"status": "PENDING"}))
+    return Scripted(reply(200, signup("PENDING")))
 
 
 @pytest.fixture
@@ -127,7 +168,7 @@ def test_execute_api_url_is_signed_for_its_region(monkeypatch, session):
         status = 200
 
         def read(self) -> bytes:
-            return b'{"status": "PENDING"}'
+            return json.dumps(signup("PENDING")).encode()
 
         def __enter__(self) -> Answer:
             return self
@@ -167,7 +208,7 @@ def test_wait_polls_through_503_and_honours_retry_after(server, scripted):
     scripted.results = [
         reply(503, {"error": "unavailable", "message": "busy"}, {"Retry-After": "1"}),
         reply(503, {"error": "unavailable", "message": "busy"}, {"Retry-After": "1"}),
-        reply(200, {"status": "REJECTED", "reason": "capacity_full"}),
+        reply(200, signup("REJECTED", reason="capacity_full")),
     ]
     pauses: list[float] = []
     client = TurnstileClient(server.url, sleep=pauses.append)
@@ -225,14 +266,15 @@ def test_wait_asks_the_server_to_wait_never_past_the_deadline(server, scripted):
 
 
 def test_wait_asks_for_at_most_10_seconds_at_a_time(server, scripted):
-    scripted.results = [reply(200, {"status": "ACCEPTED"})]
+    scripted.results = [reply(200, signup("ACCEPTED"))]
     TurnstileClient(server.url).wait("e1", "u1", timeout_s=300)
     assert scripted.events[0]["queryStringParameters"] == {"wait": "10.000"}
     assert scripted.events[0]["rawPath"] == "/events/e1/signups/u1/decision"
 
 
 def test_lists_send_only_the_parameters_given(server, scripted):
-    scripted.results = [reply(200, {"signups": [], "next": None})]
+    signups, events = {"signups": [], "next": None}, {"events": [], "next": None}
+    scripted.results = [reply(200, signups), reply(200, signups), reply(200, events)]
     client = TurnstileClient(server.url)
     client.list_signups("e 1", status="PENDING", limit=5, next="tok")
     client.list_signups("e1")
@@ -268,7 +310,7 @@ def test_wait_polls_through_a_proxys_503_page(server, scripted):
     # GIVEN a load balancer's HTML 503 (with Retry-After), then the API's decision
     scripted.results = [
         html(503, {"Retry-After": "1"}),
-        reply(200, {"status": "ACCEPTED"}),
+        reply(200, signup("ACCEPTED")),
     ]
     pauses: list[float] = []
     decision = TurnstileClient(server.url, sleep=pauses.append).wait(
@@ -281,9 +323,9 @@ def test_wait_polls_through_a_proxys_503_page(server, scripted):
 def test_wait_for_statuses_polls_past_a_decision_until_one_of_them(server, scripted):
     # GIVEN a signup HELD twice, then ACCEPTED (a confirm applied)
     scripted.results = [
-        reply(200, {"status": "HELD"}),
-        reply(200, {"status": "HELD"}),
-        reply(200, {"status": "ACCEPTED"}),
+        reply(200, signup("HELD")),
+        reply(200, signup("HELD")),
+        reply(200, signup("ACCEPTED")),
     ]
     pauses: list[float] = []
     client = TurnstileClient(server.url, sleep=pauses.append)
@@ -293,21 +335,19 @@ def test_wait_for_statuses_polls_past_a_decision_until_one_of_them(server, scrip
     assert done["status"] == "ACCEPTED"
     assert len(scripted.events) == 3 and len(pauses) == 2
     # and without statuses, any decision ends the wait (HELD here)
-    scripted.results = [reply(200, {"status": "HELD"})]
+    scripted.results = [reply(200, signup("HELD"))]
     assert client.wait("e1", "u1", timeout_s=30)["status"] == "HELD"
 
 
 def test_wait_for_statuses_ends_at_a_final_status(server, scripted):
-    scripted.results = [reply(200, {"status": "WAITLISTED"}), reply(200, {"status": "EXPIRED"})]
+    scripted.results = [reply(200, signup("WAITLISTED")), reply(200, signup("EXPIRED"))]
     client = TurnstileClient(server.url, sleep=lambda s: None)
     done = client.wait("e1", "u1", timeout_s=30, statuses=("ACCEPTED",))
     assert done["status"] == "EXPIRED"
     assert len(scripted.events) == 2
 
 
-def test_confirm_and_cancel_post_to_their_routes_and_a_refusal_is_an_api_error(
-    server, scripted
-):
+def test_confirm_and_cancel_post_to_their_routes_and_a_refusal_is_an_api_error(server, scripted):
     refused = {
         "error": "request_refused",
         "message": "cannot confirm signup 'u 1' of event 'e1': it is ACCEPTED",
@@ -315,7 +355,7 @@ def test_confirm_and_cancel_post_to_their_routes_and_a_refusal_is_an_api_error(
         "hold_expires_at": None,
     }
     scripted.results = [
-        reply(202, {"event_id": "e1", "signup_id": "u 1", "request": "cancel"}),
+        reply(202, {"event_id": "e1", "signup_id": "u1", "request": "cancel"}),
         reply(409, refused),
     ]
     client = TurnstileClient(server.url)
@@ -332,7 +372,7 @@ def test_confirm_and_cancel_post_to_their_routes_and_a_refusal_is_an_api_error(
 
 
 def test_create_event_sends_only_the_options_given(server, scripted):
-    scripted.results = [reply(201, {})]
+    scripted.results = [reply(201, EVENT)]
     client = TurnstileClient(server.url)
     client.create_event("e1", 5)
     client.create_event("e1", 5, waitlist=0, hold_seconds=60)
@@ -378,7 +418,7 @@ def test_wait_on_nothing_listening_ends_as_unreachable_not_as_a_slow_decision():
 
 def test_wait_whose_api_answers_still_times_out_as_undecided(server, scripted):
     # an API that answers PENDING to the end: a slow decision, not an outage
-    scripted.results = [reply(200, {"status": "PENDING"})] * 100
+    scripted.results = [reply(200, signup("PENDING"))] * 100
     now = [0.0]
 
     def sleep(seconds: float) -> None:
@@ -388,3 +428,19 @@ def test_wait_whose_api_answers_still_times_out_as_undecided(server, scripted):
     with pytest.raises(WaitTimeoutError) as timeout:
         client.wait("e1", "u1", timeout_s=2, initial_delay_s=0.1, max_delay_s=0.4)
     assert timeout.value.last["status"] == "PENDING"
+
+
+def test_an_answer_is_read_into_its_view(server, scripted):
+    scripted.results = [reply(200, signup("HELD", hold_expires_at="2999-01-01T00:00:00Z"))]
+    answer = TurnstileClient(server.url).get("e1", "u1")
+    assert isinstance(answer, views.Signup)
+    assert (answer.status, answer["status"]) == ("HELD", "HELD")
+    assert answer == signup("HELD", hold_expires_at="2999-01-01T00:00:00Z")
+
+
+def test_json_that_is_not_the_answers_view_is_not_a_turnstile_api(server, scripted):
+    scripted.results = [reply(200, {"status": "PENDING"})]
+    with pytest.raises(NotTurnstileApiError) as error:
+        TurnstileClient(server.url).get("e1", "u1")
+    assert error.value.status == 200
+    assert "not a turnstile Signup (event_id: Field required)" in error.value.message

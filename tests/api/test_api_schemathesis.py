@@ -12,8 +12,10 @@ them, and valid-mode cases are kept inside them so "valid must be accepted" stil
 So has an event's lineup bound (with holds, ``capacity + waitlist`` at most
 ``MAX_LINEUP_ENTRIES``): valid-mode cases past it leave ``hold_seconds`` out.
 So has a list's ``next``: only a token the API gave out is valid (the document says so),
-so valid-mode cases leave it out. The known signup is decided (rejected: no seat taken),
-so a generated ``?wait=`` on it answers at once.
+so valid-mode cases leave it out. So has an integer: the document is OpenAPI 3.1, whose
+JSON Schema counts ``2.0`` as an integer, and the API takes only ``2`` (the document says
+so): valid-mode cases write a whole number as one. The known signup is decided (rejected:
+no seat taken), so a generated ``?wait=`` on it answers at once.
 """
 
 from __future__ import annotations
@@ -38,10 +40,19 @@ KNOWN_SIGNUP = "user-42"
 MAX_EXAMPLES = 15
 
 
+def _whole(value: Any) -> Any:
+    """A whole number a generator wrote with a fraction (``2.0``), as an integer (``2``)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def within_documented_limits(case: Any) -> Any:
-    """The case, without ``attributes`` where they break a limit the schema cannot state
-    (checked by the API's own validator, on the attributes as the API parses them), and
-    without a made-up page token."""
+    """The case, its whole numbers written as integers, without ``attributes`` where they
+    break a limit the schema cannot state (checked by the API's own validator, on the
+    attributes as the API parses them), and without a made-up page token."""
+    if isinstance(case.body, dict):
+        case.body = {k: v if k == "attributes" else _whole(v) for k, v in case.body.items()}
+    if isinstance(case.query, dict):
+        case.query = {k: _whole(v) for k, v in case.query.items()}
     body = case.body
     if isinstance(body, dict) and isinstance(body.get("attributes"), dict):
         parsed = json.loads(json.dumps(body["attributes"]), parse_float=Decimal)

@@ -1,11 +1,14 @@
 """A small Python client of the turnstile HTTP API, for producers and polling clients.
 
 Standard library HTTP (``urllib.request``) so it adds no dependency; botocore (already
-required) signs requests with SigV4 when the API is IAM-authorized on AWS.
+required) signs requests with SigV4 when the API is IAM-authorized on AWS. Each answer is
+read into its view (``turnstile.service.views``: the models the API serves and documents),
+which reads as an attribute or as a key alike.
 
     client = TurnstileClient("http://127.0.0.1:8080")
     client.submit("concert", "user-42", seats=2)
     decision = client.wait("concert", "user-42", timeout_s=30)
+    decision.status == decision["status"]
 """
 
 from __future__ import annotations
@@ -18,14 +21,16 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
 import boto3
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
+from pydantic import ValidationError
 
 from turnstile.base.contract import Status
+from turnstile.service import views
 
 __all__ = [
     "FINAL_STATUSES",
@@ -48,6 +53,8 @@ _TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_WAIT_S = 10.0
 #: Below this, a wait is not worth asking the server for: a plain read.
 _MIN_WAIT_S = 0.05
+
+V = TypeVar("V", bound=views.View)
 
 
 class ApiError(Exception):
@@ -80,7 +87,8 @@ class ApiError(Exception):
 
 class NotTurnstileApiError(ApiError):
     """What answered is not a turnstile API: the body is not JSON (an HTML page, an S3 or
-    moto XML error, ...), so the URL or its port is most likely wrong.
+    moto XML error, ...), or JSON that is not the answer's view, so the URL or its port is
+    most likely wrong.
 
     ``url`` is the request's URL, ``content_type`` the answer's Content-Type header.
     A subclass of ``ApiError``, so ``transient`` still holds for a proxy's 502/503 page.
@@ -93,11 +101,12 @@ class NotTurnstileApiError(ApiError):
         content_type: str,
         text: str,
         retry_after: float | None = None,
+        what: str = "not JSON",
     ) -> None:
         super().__init__(
             status,
             "not_turnstile_api",
-            f"{url} answered HTTP {status} with {content_type or 'no Content-Type'}, not JSON",
+            f"{url} answered HTTP {status} with {content_type or 'no Content-Type'}, {what}",
             retry_after=retry_after,
             body={"message": text},
         )
@@ -131,7 +140,7 @@ class WaitTimeoutError(TimeoutError):
         self.event_id = event_id
         self.signup_id = signup_id
         self.timeout_s = timeout_s
-        #: The last status document seen (PENDING), or the last error, or None.
+        #: The last signup seen (PENDING), or the last error, or None.
         self.last = last
 
 
@@ -152,9 +161,10 @@ class TurnstileClient:
     ``sign``: True signs every request with SigV4 (service ``execute-api``) using the
     credentials of ``session`` (a boto3 Session, default one built on demand); None signs
     only when ``api_url`` is an execute-api host; False never signs.
-    Every method returns the API's JSON document as a dict, or raises ``ApiError``
-    (``ApiUnreachableError`` when no HTTP answer came back, ``NotTurnstileApiError`` when
-    what answered is not the API).
+    Every method returns the API's answer as its view (``turnstile.service.views``: an
+    ``Event``, a ``Signup`` ...; ``answer.status`` or ``answer["status"]``), or raises
+    ``ApiError`` (``ApiUnreachableError`` when no HTTP answer came back,
+    ``NotTurnstileApiError`` when what answered is not the API).
     """
 
     def __init__(
@@ -183,28 +193,29 @@ class TurnstileClient:
         waitlist: int | None = None,
         hold_seconds: int | None = None,
         max_seats: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> views.Event:
         """Create an OPEN event (201); ``ApiError`` 409 ``event_exists`` if it exists with
         another capacity or options. The options left None are not sent (their defaults:
         no waitlist, no holds, no ``max_seats``)."""
         body: dict[str, Any] = {"event_id": event_id, "capacity": capacity}
         options = {"waitlist": waitlist, "hold_seconds": hold_seconds, "max_seats": max_seats}
         body.update({name: value for name, value in options.items() if value is not None})
-        return self._call("POST", "/events", body)
+        return self._call("POST", "/events", views.Event, body)
 
-    def get_event(self, event_id: str) -> dict[str, Any]:
+    def get_event(self, event_id: str) -> views.Event:
         """The event: capacity, taken (seats), remaining, positions_given, status_counts, state,
         and its options."""
-        return self._call("GET", f"/events/{_segment(event_id)}")
+        return self._call("GET", f"/events/{_segment(event_id)}", views.Event)
 
-    def update_event(self, event_id: str, capacity: int) -> dict[str, Any]:
+    def update_event(self, event_id: str, capacity: int) -> views.Event:
         """Change the capacity: up at any time, down to the seats taken (else ``ApiError``
         400 ``capacity_below_taken``, whose message names how many are taken)."""
-        return self._call("PATCH", f"/events/{_segment(event_id)}", {"capacity": capacity})
+        path = f"/events/{_segment(event_id)}"
+        return self._call("PATCH", path, views.Event, {"capacity": capacity})
 
-    def close_event(self, event_id: str) -> dict[str, Any]:
+    def close_event(self, event_id: str) -> views.EventClosed:
         """Close the event; ``closed_now`` says whether this call was the one that did."""
-        return self._call("POST", f"/events/{_segment(event_id)}/close")
+        return self._call("POST", f"/events/{_segment(event_id)}/close", views.EventClosed)
 
     def submit(
         self,
@@ -212,43 +223,45 @@ class TurnstileClient:
         signup_id: str,
         seats: int = 1,
         attributes: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> views.SignupAccepted:
         """Submit a signup (202, PENDING). Safe to repeat with the same arguments."""
         body: dict[str, Any] = {"signup_id": signup_id, "seats": seats}
         if attributes is not None:
             # Not a map: sent as it is, for the API to refuse by its rules.
             body["attributes"] = dict(attributes) if isinstance(attributes, Mapping) else attributes
-        return self._call("POST", f"/events/{_segment(event_id)}/signups", body)
+        path = f"/events/{_segment(event_id)}/signups"
+        return self._call("POST", path, views.SignupAccepted, body)
 
-    def confirm(self, event_id: str, signup_id: str) -> dict[str, Any]:
+    def confirm(self, event_id: str, signup_id: str) -> views.RequestRecorded:
         """Ask to confirm a HELD signup (202: recorded, the processor applies it);
         ``ApiError`` 409 ``request_refused`` when its status does not allow it (the
         error's ``body`` has the ``status``, ``hold_expires_at`` and ``reason``)."""
         return self._request(event_id, signup_id, "confirm")
 
-    def cancel(self, event_id: str, signup_id: str) -> dict[str, Any]:
+    def cancel(self, event_id: str, signup_id: str) -> views.RequestRecorded:
         """Ask to cancel a HELD, ACCEPTED or WAITLISTED signup (202); ``ApiError`` 409
         ``request_refused`` otherwise, as ``confirm``."""
         return self._request(event_id, signup_id, "cancel")
 
-    def _request(self, event_id: str, signup_id: str, kind: str) -> dict[str, Any]:
+    def _request(self, event_id: str, signup_id: str, kind: str) -> views.RequestRecorded:
         path = f"/events/{_segment(event_id)}/signups/{_segment(signup_id)}/{kind}"
-        return self._call("POST", path)
+        return self._call("POST", path, views.RequestRecorded)
 
-    def get(self, event_id: str, signup_id: str, wait_s: float | None = None) -> dict[str, Any]:
-        """The signup's status document (any status of ``Status.ALL``). With ``wait_s``
+    def get(self, event_id: str, signup_id: str, wait_s: float | None = None) -> views.Signup:
+        """The signup (its status any of ``Status.ALL``). With ``wait_s``
         (above 0, at most 10) it is read from ``.../decision``, which holds the request
         until the signup is decided or that many seconds have passed."""
         path = f"/events/{_segment(event_id)}/signups/{_segment(signup_id)}"
         if wait_s is None:
-            return self._call("GET", path)
+            return self._call("GET", path, views.Signup)
         query = urlencode({"wait": f"{wait_s:.3f}"})
-        return self._call("GET", f"{path}/decision?{query}", timeout_s=self.timeout_s + wait_s)
+        timeout_s = self.timeout_s + wait_s
+        return self._call("GET", f"{path}/decision?{query}", views.Signup, timeout_s=timeout_s)
 
-    def list_events(self, limit: int | None = None, next: str | None = None) -> dict[str, Any]:
+    def list_events(self, limit: int | None = None, next: str | None = None) -> views.EventList:
         """A page of events: ``{"events": [...], "next": token or None}``; pass ``next``
         back for the following page."""
-        return self._call("GET", "/events" + _query(limit=limit, next=next))
+        return self._call("GET", "/events" + _query(limit=limit, next=next), views.EventList)
 
     def list_signups(
         self,
@@ -256,11 +269,11 @@ class TurnstileClient:
         status: str | None = None,
         limit: int | None = None,
         next: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> views.SignupList:
         """A page of an event's signups (``status``: one of ``Status.ALL``, else
         all): ``{"signups": [...], "next": token or None}``."""
         query = _query(status=status, limit=limit, next=next)
-        return self._call("GET", f"/events/{_segment(event_id)}/signups{query}")
+        return self._call("GET", f"/events/{_segment(event_id)}/signups{query}", views.SignupList)
 
     def wait(
         self,
@@ -270,8 +283,8 @@ class TurnstileClient:
         initial_delay_s: float = 0.05,
         max_delay_s: float = 2.0,
         statuses: Collection[str] | None = None,
-    ) -> dict[str, Any]:
-        """Wait until the signup is decided; return its status document.
+    ) -> views.Signup:
+        """Wait until the signup is decided; return it.
 
         With ``statuses``, wait until its status is one of them (for instance ACCEPTED
         after a confirm); a final status that is not (REJECTED, CANCELLED, EXPIRED: it
@@ -310,7 +323,7 @@ class TurnstileClient:
                     raise last  # not a signup that took too long: an API never reached
                 raise WaitTimeoutError(event_id, signup_id, timeout_s, last)
             waited = wait_s is not None and self._clock() - asked_at >= 0.9 * wait_s
-            if isinstance(last, dict) and waited:
+            if isinstance(last, views.Signup) and waited:
                 continue  # the server held the request as asked: ask again at once
             # An error, or an answer sooner than asked (a server that does not wait):
             # pause first, never past the deadline (the last request happens at it).
@@ -321,8 +334,13 @@ class TurnstileClient:
     # -- plumbing ---------------------------------------------------------------------
 
     def _call(
-        self, method: str, path: str, body: Any = None, timeout_s: float | None = None
-    ) -> dict[str, Any]:
+        self,
+        method: str,
+        path: str,
+        view: type[V],
+        body: Any = None,
+        timeout_s: float | None = None,
+    ) -> V:
         url = self.api_url + path
         data = None if body is None else json.dumps(body).encode("utf-8")
         headers = {"Accept": "application/json"}
@@ -336,9 +354,16 @@ class TurnstileClient:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 raw = response.read()
                 try:
-                    return _document(raw)
+                    document = _document(raw)
                 except ValueError:
                     raise _not_turnstile(url, response.status, response.headers, raw) from None
+                try:
+                    return view.model_validate(document)
+                except ValidationError as exc:
+                    what = f"not a turnstile {view.__name__} ({_first_problem(exc)})"
+                    raise _not_turnstile(
+                        url, response.status, response.headers, raw, what
+                    ) from None
         except urllib.error.HTTPError as exc:
             raise _api_error(url, exc) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
@@ -379,9 +404,15 @@ def _query(**parameters: Any) -> str:
     return "?" + urlencode(given) if given else ""
 
 
-def _document(raw: bytes) -> dict[str, Any]:
-    value = json.loads(raw) if raw else {}
-    return value if isinstance(value, dict) else {"value": value}
+def _document(raw: bytes) -> Any:
+    return json.loads(raw) if raw else {}
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first way an answer is not its view: ``capacity: Field required``."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error.get("loc", ())) or "the document"
+    return f"{where}: {error.get('msg', 'not valid')}"
 
 
 def _retry_after(headers: Any) -> float | None:
@@ -394,11 +425,12 @@ def _retry_after(headers: Any) -> float | None:
     return None
 
 
-def _not_turnstile(url: str, status: int, headers: Any, raw: bytes) -> NotTurnstileApiError:
+def _not_turnstile(
+    url: str, status: int, headers: Any, raw: bytes, what: str = "not JSON"
+) -> NotTurnstileApiError:
     content_type = (headers.get("Content-Type") if headers else None) or ""
-    return NotTurnstileApiError(
-        url, status, content_type, raw.decode("utf-8", "replace"), _retry_after(headers)
-    )
+    text = raw.decode("utf-8", "replace")
+    return NotTurnstileApiError(url, status, content_type, text, _retry_after(headers), what)
 
 
 def _api_error(url: str, exc: urllib.error.HTTPError) -> ApiError:

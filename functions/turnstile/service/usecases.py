@@ -2,11 +2,11 @@
 
 Each function takes plain values (already parsed from JSON or from the command line),
 validates them with the one set of rules (``domain``, which the stream processor applies
-too), calls ``SignupStore`` and returns the public JSON shape of the answer: the shapes
-the OpenAPI document calls ``Event``, ``EventClosed``, ``SignupAccepted`` and ``Signup``.
-Both adapters print or send that value as it is, so the API and the CLI cannot disagree.
-Lists come a page at a time (``EventList``, ``SignupList``: ``next`` is the token of the
-next page); ``listing`` reads them.
+too), calls ``SignupStore`` and returns the answer as its view (``views``): ``Event``,
+``EventClosed``, ``SignupAccepted``, ``Signup``, ``RequestRecorded``. Both adapters print or
+send that value as it is, so the API and the CLI cannot disagree. Lists come a page at a
+time (``EventList``, ``SignupList``: ``next`` is the token of the next page); ``listing``
+reads them.
 
 Refusals are typed (``errors``): ``InvalidRequestError`` (its ``problems`` named),
 ``EventNotFoundError`` / ``SignupNotFoundError``, ``EventExistsError`` /
@@ -41,6 +41,7 @@ from turnstile.engine.domain import (
     parse_request,
     signup_problems,
 )
+from turnstile.service import views
 from turnstile.storage import listing
 from turnstile.storage.events import EventRecord, lineup_problem
 from turnstile.storage.requests import ANYONE, request_transition
@@ -49,15 +50,18 @@ from turnstile.storage.transitions import history_of
 
 __all__ = [
     "ABSENT",
+    "ATTRIBUTES_RULE",
     "DEFAULT_PAGE_SIZE",
     "LISTED_STATUSES",
     "MAX_PAGE_SIZE",
+    "STATUS_RULE",
     "Created",
     "EventOptions",
     "Submitted",
     "await_decision",
     "close_event",
     "create_event",
+    "integer_rule",
     "list_events",
     "list_signups",
     "request_signup",
@@ -95,11 +99,22 @@ def _id(value: Any, name: str) -> str:
     return str(value)
 
 
+def integer_rule(name: str, minimum: int, maximum: int) -> str:
+    """What an integer field must be, as a refusal says it."""
+    return f"{name} must be an integer from {minimum} to {maximum}"
+
+
+#: What ``attributes`` must be, as the refusal of a null says it.
+ATTRIBUTES_RULE = "attributes must be a map (a JSON object), or left out"
+#: What ``list_signups``' status must be, as its refusal says it.
+STATUS_RULE = f"status must be one of {', '.join(LISTED_STATUSES)}"
+
+
 def _integer_problem(value: Any, name: str, minimum: int, maximum: int) -> str | None:
     # bool is an int subclass, and a Decimal means the JSON had a fraction or exponent
     # (even 2.0): both are refused, so only integers pass.
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        return f"{name} must be an integer from {minimum} to {maximum}"
+        return integer_rule(name, minimum, maximum)
     return None
 
 
@@ -173,27 +188,27 @@ def _whole(value: Any) -> int | None:
     return None
 
 
-def event_view(record: EventRecord) -> dict[str, Any]:
-    """The ``Event`` shape."""
+def event_view(record: EventRecord) -> views.Event:
+    """The ``Event`` view."""
     s = record.snapshot
     # No version: the processor's optimistic lock is not part of the public answer.
-    return {
-        "event_id": s.event_id,
-        "capacity": s.capacity,
-        "taken": s.taken,
-        "remaining": s.remaining,
+    return views.Event(
+        event_id=s.event_id,
+        capacity=s.capacity,
+        taken=s.taken,
+        remaining=s.remaining,
         # The event item's ``accepted`` counter: every signup ever given a seat, held or
         # accepted, which numbers their positions. Not the ACCEPTED signups of now
         # (``status_counts``), nor seats (``taken``): the view names it for what it is.
-        "positions_given": s.accepted,
-        "state": s.state,
-        "created_at": record.created_at,
-        "created_by": record.created_by,
-        "waitlist": record.waitlist,
-        "hold_seconds": record.hold_seconds,
-        "max_seats": record.max_seats,
-        "status_counts": dict(record.status_counts or {}),
-    }
+        positions_given=s.accepted,
+        state=s.state,
+        created_at=record.created_at,
+        created_by=record.created_by,
+        waitlist=record.waitlist,
+        hold_seconds=record.hold_seconds,
+        max_seats=record.max_seats,
+        status_counts=dict(record.status_counts or {}),
+    )
 
 
 def signup_view(
@@ -201,8 +216,8 @@ def signup_view(
     signup_id: str,
     decision: Mapping[str, Any] | None,
     intake: Mapping[str, Any] | None,
-) -> dict[str, Any]:
-    """The ``Signup`` shape, from its decision item or else its intake record."""
+) -> views.Signup:
+    """The ``Signup`` view, from its decision item or else its intake record."""
     if decision is not None:
         seats = decision.get(Attr.SEATS)
         attributes = decision.get(Attr.ATTRIBUTES)
@@ -219,27 +234,27 @@ def signup_view(
     decided = decision or {}
     # every transition, the first (the decision itself) read off the item; none pending
     history = [plain(h) for h in history_of(decided)] if decision is not None else []
-    return {
-        "event_id": event_id,
-        "signup_id": signup_id,
-        "status": decided.get(Attr.STATUS, Status.PENDING),
-        "seats": _whole(seats),
-        "reason": decided.get(Attr.REASON),
-        "detail": decided.get("detail"),
-        "position": _whole(decided.get(Attr.POSITION)),
-        "submitted_at": submitted_at,
-        "decided_at": decided.get(Attr.DECIDED_AT),
-        "attributes": plain(attributes) if isinstance(attributes, Mapping) else {},
+    return views.Signup(
+        event_id=event_id,
+        signup_id=signup_id,
+        status=decided.get(Attr.STATUS, Status.PENDING),
+        seats=_whole(seats),
+        reason=_text(decided.get(Attr.REASON)),
+        detail=_text(decided.get("detail")),
+        position=_whole(decided.get(Attr.POSITION)),
+        submitted_at=submitted_at,
+        decided_at=_text(decided.get(Attr.DECIDED_AT)),
+        attributes=plain(attributes) if isinstance(attributes, Mapping) else {},
         # The lifecycle's fields (docs/lifecycle.md, §10): null until the processor
         # writes them.
-        "hold_expires_at": _text(decided.get(Attr.HOLD_EXPIRES_AT)),
-        "waitlist_position": _whole(decided.get(Attr.WAITLIST_POSITION)),
+        hold_expires_at=_text(decided.get(Attr.HOLD_EXPIRES_AT)),
+        waitlist_position=_whole(decided.get(Attr.WAITLIST_POSITION)),
         # when it last moved: the history's last entry (not stored twice)
-        "updated_at": _text(history[-1].get("at")) if history else None,
-        "request_count": _whole(decided.get(Attr.REQUEST_COUNT)),
-        "history": history,
-        "last_refusal": _map(decided.get(Attr.LAST_REFUSAL)),
-    }
+        updated_at=_text(history[-1].get("at")) if history else None,
+        request_count=_whole(decided.get(Attr.REQUEST_COUNT)),
+        history=history,
+        last_refusal=_map(decided.get(Attr.LAST_REFUSAL)),
+    )
 
 
 def _text(value: Any) -> str | None:
@@ -255,10 +270,10 @@ def _map(value: Any) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class Created:
-    """An event after ``create_event``: ``body`` is the ``Event`` shape; ``created`` is
+    """An event after ``create_event``: ``body`` is its ``Event`` view; ``created`` is
     False when it existed already with this capacity (a retry)."""
 
-    body: dict[str, Any]
+    body: views.Event
     created: bool
 
 
@@ -330,7 +345,7 @@ def _differing(theirs: EventOptions, asked: EventOptions) -> str:
     )
 
 
-def show_event(store: SignupStore, event_id: Any) -> dict[str, Any]:
+def show_event(store: SignupStore, event_id: Any) -> views.Event:
     event_id = _id(event_id, "event_id")
     record = store.get_event(event_id)
     if record is None:
@@ -368,7 +383,7 @@ def _organized(store: SignupStore, event_id: str, caller: Caller) -> EventRecord
 
 def update_capacity(
     store: SignupStore, event_id: Any, capacity: Any, caller: Caller = OPERATOR
-) -> dict[str, Any]:
+) -> views.Event:
     """Up at any time, down to the seats taken (``CapacityBelowTakenError`` below); for
     an event with holds, never so high that its lineup could pass ``MAX_LINEUP_ENTRIES``
     (``InvalidRequestError``: the store checks it against the options it reads). Only by
@@ -379,15 +394,15 @@ def update_capacity(
     return event_view(store.update_capacity(event_id, capacity))
 
 
-def close_event(store: SignupStore, event_id: Any, caller: Caller = OPERATOR) -> dict[str, Any]:
-    """OPEN -> CLOSED, idempotent; the ``EventClosed`` shape (``closed_now``). Only by the
+def close_event(store: SignupStore, event_id: Any, caller: Caller = OPERATOR) -> views.EventClosed:
+    """OPEN -> CLOSED, idempotent; the ``EventClosed`` view (``closed_now``). Only by the
     event's creator or an admin (``ForbiddenError``)."""
     event_id = _id(event_id, "event_id")
     _organized(store, event_id, caller)
     record, closed_now = store.close_event(event_id)
     if record is None:
         raise EventNotFoundError(f"no such event {event_id!r}")
-    return {**event_view(record), "closed_now": closed_now}
+    return views.EventClosed(**event_view(record), closed_now=closed_now)
 
 
 # -- signups --------------------------------------------------------------------------
@@ -395,10 +410,10 @@ def close_event(store: SignupStore, event_id: Any, caller: Caller = OPERATOR) ->
 
 @dataclass(frozen=True)
 class Submitted:
-    """A recorded submission: ``body`` is the ``SignupAccepted`` shape; ``created`` is
+    """A recorded submission: ``body`` is its ``SignupAccepted`` view; ``created`` is
     False when the same body had been submitted before."""
 
-    body: dict[str, Any]
+    body: views.SignupAccepted
     created: bool
 
 
@@ -428,7 +443,7 @@ def submit_signup(
     if attributes is ABSENT:
         attributes = None
     elif attributes is None:
-        raise InvalidRequestError(["attributes must be a map (a JSON object), or left out"])
+        raise InvalidRequestError([ATTRIBUTES_RULE])
     problems = signup_problems(event_id, signup_id, seats, attributes)
     if problems:
         raise InvalidRequestError(problems)
@@ -446,13 +461,13 @@ def submit_signup(
         owner=owner,
     )
     submitted_at = record.get(Attr.SUBMITTED_AT)
-    body = {
-        "status": Status.PENDING,
-        "event_id": event_id,
-        "signup_id": signup_id,
-        "seats": seats,
-        "submitted_at": submitted_at if isinstance(submitted_at, str) else None,
-    }
+    body = views.SignupAccepted(
+        status=Status.PENDING,
+        event_id=event_id,
+        signup_id=signup_id,
+        seats=seats,
+        submitted_at=submitted_at if isinstance(submitted_at, str) else None,
+    )
     return Submitted(body=body, created=created)
 
 
@@ -463,9 +478,9 @@ def request_signup(
     kind: str,
     now: str | None = None,
     caller: Caller = OPERATOR,
-) -> dict[str, Any]:
+) -> views.RequestRecorded:
     """Ask to confirm or cancel a signup (``kind``: a ``RequestKind``): the
-    ``RequestRecorded`` shape ``{event_id, signup_id, request}`` once it is recorded for
+    ``RequestRecorded`` view ``{event_id, signup_id, request}`` once it is recorded for
     the stream processor to apply. Refused at once, nothing recorded, when the signup's
     current status does not allow it (``RequestRefusedError``, with that status: a confirm
     needs HELD before ``hold_expires_at``, a cancel HELD, ACCEPTED or WAITLISTED);
@@ -489,11 +504,9 @@ def request_signup(
         if record is None or not caller.organizes(record):
             raise
         recorded = request_transition(store, event_id, signup_id, kind, now)
-    return {
-        "event_id": recorded.event_id,
-        "signup_id": recorded.signup_id,
-        "request": recorded.request,
-    }
+    return views.RequestRecorded(
+        event_id=recorded.event_id, signup_id=recorded.signup_id, request=recorded.request
+    )
 
 
 def _owned_by(caller: Caller) -> str | object | None:
@@ -503,8 +516,8 @@ def _owned_by(caller: Caller) -> str | object | None:
 
 def signup_status(
     store: SignupStore, event_id: Any, signup_id: Any, caller: Caller = OPERATOR
-) -> dict[str, Any]:
-    """The signup's status (``Status``); ``SignupNotFoundError`` if never submitted, or
+) -> views.Signup:
+    """The signup's status (its ``Signup`` view); ``SignupNotFoundError`` if never submitted, or
     if it is not ``caller``'s to read (its owner's, its event's organizers', admins')."""
     event_id = _id(event_id, "event_id")
     signup_id = _id(signup_id, "signup_id")
@@ -534,7 +547,7 @@ def await_decision(
     max_delay_s: float = 0.5,
     statuses: Collection[str] | None = None,
     caller: Caller = OPERATOR,
-) -> dict[str, Any]:
+) -> views.Signup:
     """``signup_status``, waiting up to ``wait_s`` seconds for a decision (or, with
     ``statuses``, for one of them or a final status): as soon as it is read, else the
     status at the deadline. After the first read (which 404s an unknown signup at once) it
@@ -543,15 +556,15 @@ def await_decision(
     deadline = clock() + max(0.0, wait_s)
     status = signup_status(store, event_id, signup_id, caller)
     delay = first_delay_s
-    while not Status.reached(status[Attr.STATUS], statuses):
+    while not Status.reached(status.status, statuses):
         remaining = deadline - clock()
         if remaining <= 0:
             break
         sleep(min(delay, remaining))
         delay = min(delay * 2, max_delay_s)
-        decision = store.get_decision(status["event_id"], status["signup_id"])
+        decision = store.get_decision(status.event_id, status.signup_id)
         if decision is not None:
-            status = signup_view(status["event_id"], status["signup_id"], decision, None)
+            status = signup_view(status.event_id, status.signup_id, decision, None)
     return status
 
 
@@ -569,8 +582,8 @@ def _page_size(limit: Any) -> int:
 
 def list_events(
     store: SignupStore, limit: Any = None, next_token: str | None = None
-) -> dict[str, Any]:
-    """A page of events (the ``EventList`` shape): ``{"events": [Event, ...], "next"}``,
+) -> views.EventList:
+    """A page of events (the ``EventList`` view): ``{"events": [Event, ...], "next"}``,
     in the control table's order (no particular one); ``next`` is None on the last page."""
     size = _page_size(limit)
     after: tuple[str, str] | None = None
@@ -582,7 +595,7 @@ def list_events(
     items, last, more = listing.event_items(store, size, after)
     events = [event_view(EventRecord.from_values(item)) for item in items]
     token = listing.encode_token({"k": "events", "a": list(last)}) if more and last else None
-    return {"events": events, "next": token}
+    return views.EventList(events=events, next=token)
 
 
 def list_signups(
@@ -592,15 +605,15 @@ def list_signups(
     limit: Any = None,
     next_token: str | None = None,
     caller: Caller = OPERATOR,
-) -> dict[str, Any]:
-    """A page of an event's signups (the ``SignupList`` shape): ``{"signups": [Signup,
+) -> views.SignupList:
+    """A page of an event's signups (the ``SignupList`` view): ``{"signups": [Signup,
     ...], "next"}`` in ``signup_id`` order, only those with ``status`` if given (PENDING:
     recorded, not decided yet). ``EventNotFoundError`` for an unknown event; only for the
     event's organizers and admins (``ForbiddenError``): the signups' attributes are
     personal data."""
     event_id = _id(event_id, "event_id")
     if status is not None and status not in LISTED_STATUSES:
-        raise InvalidRequestError([f"status must be one of {', '.join(LISTED_STATUSES)}"])
+        raise InvalidRequestError([STATUS_RULE])
     size = _page_size(limit)
     after: str | None = None
     if next_token:
@@ -616,4 +629,4 @@ def list_signups(
     token = None
     if more and last is not None:
         token = listing.encode_token({"k": "signups", "e": event_id, "s": status, "a": last})
-    return {"signups": signups, "next": token}
+    return views.SignupList(signups=signups, next=token)
