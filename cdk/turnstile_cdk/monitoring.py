@@ -222,28 +222,28 @@ class MonitoringConstruct(Construct):
             "'turnstile --stack <stack> redrive'.",
         )
         self._alarm(
-            "EventHeld",
+            "EventParked",
             cloudwatch.MathExpression(
-                expression="FILL(failed, 0) + FILL(held, 0)",
+                expression="FILL(failed, 0) + FILL(parked, 0)",
                 using_metrics={
-                    # the processor, as it holds an event (or fails to release one) ...
-                    "failed": turnstile_metric("EventHeld", cloudwatch.Stats.SUM).with_(
+                    # the processor, as it parks an event (or fails to release one) ...
+                    "failed": turnstile_metric("EventParked", cloudwatch.Stats.SUM).with_(
                         period=_FIVE_MINUTES
                     ),
-                    # ... and the sweeper, every run, for as long as any event is held
-                    "held": turnstile_metric("EventsHeld", cloudwatch.Stats.MAXIMUM).with_(
+                    # ... and the sweeper, every run, for as long as any event is parked
+                    "parked": turnstile_metric("EventsParked", cloudwatch.Stats.MAXIMUM).with_(
                         period=_FIVE_MINUTES
                     ),
                 },
                 period=_FIVE_MINUTES,
-                label="held events",
+                label="parked events",
             ),
             threshold=0,
-            meaning="An event's signups could not be decided and are held, parked in "
-            "arrival order (its batches still succeed, so no other alarm fires).",
-            action="Read the processor's 'event held' log lines (event_id, error class) and "
+            meaning="An event's signups could not be decided and are parked in arrival "
+            "order (its batches still succeed, so no other alarm fires).",
+            action="Read the processor's 'event parked' log lines (event_id, error class) and "
             "fix the cause; the parked signups are then released in order by the next "
-            "record of the event or the next sweep. 'turnstile audit' shows them as held.",
+            "record of the event or the next sweep. 'turnstile audit' shows them as parked.",
         )
         for name, table in tables.items():
             self._alarm(

@@ -13,8 +13,8 @@ docs/design.md (§5) holds in IAM, not only in the code:
   may name only an event's configuration (``contract.EVENT_CONFIG_ATTRIBUTES``), never the
   processor's ``taken``, ``accepted``, ``version`` or ``journal``, and of an intake record
   only a confirm or cancel request (``request``, ``request_count``, the marker), never its
-  seats; the sweeper only the intake record's re-emission counter, and a hold marker's
-  fields when it lifts an empty hold. Neither gets ``PutItem`` on control (a put replaces
+  seats; the sweeper only the intake record's re-emission counter, and a parking marker's
+  fields when it clears an empty one. Neither gets ``PutItem`` on control (a put replaces
   every attribute).
 - The main table's decisions are written by the stream processor alone; the others only
   read them (the API's ConditionCheck of a confirm or cancel is a read).
@@ -44,7 +44,7 @@ from turnstile.base.contract import (
     UNDECIDED_INDEX,
     Attr,
     ControlKey,
-    HoldAttr,
+    ParkAttr,
     WakeAttr,
 )
 
@@ -69,7 +69,7 @@ CONTROL = "control"
 NARROW_RETURN_VALUES = ("NONE", "UPDATED_OLD", "UPDATED_NEW")
 
 _EVENT_ITEMS = f"{ControlKey.EVENT_PREFIX}*"
-_HELD_EVENTS = f"{ControlKey.PARK_PREFIX}*"
+_PARKED_EVENTS = f"{ControlKey.PARK_PREFIX}*"
 _WAKE_ITEMS = f"{ControlKey.WAKE_PREFIX}*"
 #: What waking an event names of its wake-up item.
 WAKE_ATTRIBUTES = (
@@ -141,7 +141,7 @@ class TableGrant:
 
 
 #: The stream processor: the only writer of decisions and of an event's counters, version
-#: and journal, and of held events' parked records.
+#: and journal, and of parked events' records.
 PROCESSOR_GRANTS = (
     TableGrant(
         INTAKE,
@@ -173,17 +173,17 @@ PROCESSOR_GRANTS = (
             "dynamodb:UpdateItem",
             "dynamodb:ConditionCheckItem",
         ),
-        leading_keys=(_EVENT_ITEMS, _HELD_EVENTS),
-        why="reads the event item with its hold marker (get_event_and_hold, get_event, "
-        "get_hold), commits counters and journal (commit), checks an unknown event still "
-        "has no item (ConditionCheck), reads a held event's parked records in order "
-        "(Query), sets and clears the hold marker",
+        leading_keys=(_EVENT_ITEMS, _PARKED_EVENTS),
+        why="reads the event item with its parking marker (get_event_and_parking, "
+        "get_event, get_parking), commits counters and journal (commit), checks an unknown "
+        "event still has no item (ConditionCheck), reads a parked event's records in order "
+        "(Query), sets and clears the parking marker",
     ),
     TableGrant(
         CONTROL,
         ("dynamodb:BatchWriteItem",),
-        leading_keys=(_HELD_EVENTS,),
-        why="parks and unparks a held event's records (park, unpark): never an event item",
+        leading_keys=(_PARKED_EVENTS,),
+        why="parks and unparks a parked event's records (park, unpark): never an event item",
     ),
     TableGrant(
         CONTROL,
@@ -332,7 +332,8 @@ SWEEPER_GRANTS = (
         CONTROL,
         ("dynamodb:GetItem", "dynamodb:Query", "dynamodb:Scan"),
         why="reads event items' journals (get_event), its lease (get_lease), run history "
-        "(run_history), held events (holds, a filtered Scan) and their parked records",
+        "(run_history), parked events (parking_markers, a filtered Scan) and their parked "
+        "records",
     ),
     TableGrant(
         CONTROL,
@@ -344,22 +345,22 @@ SWEEPER_GRANTS = (
     TableGrant(
         CONTROL,
         ("dynamodb:UpdateItem",),
-        leading_keys=(_HELD_EVENTS,),
+        leading_keys=(_PARKED_EVENTS,),
         attributes=(
             ControlKey.PK,
             ControlKey.SK,
-            HoldAttr.HELD_SINCE,
-            HoldAttr.FIRST_SEQUENCE_NUMBER,
-            HoldAttr.ERROR,
+            ParkAttr.PARKED_SINCE,
+            ParkAttr.FIRST_SEQUENCE_NUMBER,
+            ParkAttr.ERROR,
             Attr.VERSION,
             Attr.HOLD_DUE_AT,
             Attr.HOLD_DUE_SHARD,
         ),
-        why="lifts a hold with nothing parked under it (lift_hold: clears the marker's "
+        why="clears a parking marker with nothing parked under it (clear_parking: its "
         "fields, its place in the due-holds index included, conditioned on its version); "
         "it never writes a parked record's content",
     ),
-    _wakes("a held event is released"),
+    _wakes("a parked event is released"),
 )
 
 #: Releasing due holds (``turnstile.jobs.due_holds``): it reads the control table's ``due-holds``
@@ -370,7 +371,7 @@ DUE_HOLDS_GRANTS = (
         ("dynamodb:Query",),
         index=DUE_HOLDS_INDEX.name,
         why="finds the events with a step due (due_events: a Query of the index, which "
-        "projects an event's id; an event item's earliest hold, a held event's release)",
+        "projects an event's id; an event item's earliest hold, a parked event's release)",
     ),
     _wakes("a hold lapsed, a release to try"),
 )

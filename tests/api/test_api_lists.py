@@ -224,8 +224,8 @@ def test_a_tampered_or_foreign_token_answers_400(invoke: Invoke, gig: str):
 def test_events_come_page_by_page_each_once(invoke: Invoke, store: SignupStore):
     for n in range(5):
         assert invoke("POST", "/events", {"event_id": f"e{n}", "capacity": n}).status == 201
-    # and items of the control table that are not events: a hold marker, the lease
-    for pk, sk in (("PARK#e1", "HOLD"), ("SWEEPER", "LEASE"), ("SWEEP-RUN", "r1#000001")):
+    # and items of the control table that are not events: a parking marker, the lease
+    for pk, sk in (("PARK#e1", "PARKED"), ("SWEEPER", "LEASE"), ("SWEEP-RUN", "r1#000001")):
         store.client.put_item(
             TableName=store.control_table, Item={"pk": {"S": pk}, "sk": {"S": sk}}
         )

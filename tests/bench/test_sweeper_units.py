@@ -14,7 +14,7 @@ from turnstile_bench.metering import ItemSizes, read_units
 from turnstile_bench.sweep import MIN_AGE_S, SWEEP_AT, Tables, index_entry_size, load, measure
 
 #: What every run reads besides intake and the undecided records' decisions: the lease
-#: (``full_scan_at``), the run history, the scan for held events and the event item, each
+#: (``full_scan_at``), the run history, the scan for parked events and the event item, each
 #: one consistent read of under 4 KB.
 FIXED_READS = 4 * read_units(0)
 #: The most the sweeper's own attributes add to an index entry (redrive, redriven_at).

@@ -40,8 +40,8 @@ from turnstile.base.errors import (
 from turnstile.engine.domain import EventSnapshot, Outcome, SignupRequest
 from turnstile.jobs.processor import IntakeRecord, StreamProcessor
 from turnstile.storage.dynamo import event_key, to_item
-from turnstile.storage.hold import MAX_HOLD_ERROR_CHARS
 from turnstile.storage.journal import Journal
+from turnstile.storage.parking import MAX_PARKING_ERROR_CHARS
 from turnstile.storage.ports import ProcessorStore
 from turnstile.storage.store import SignupStore
 from turnstile.storage.transitions import ms_of
@@ -354,7 +354,7 @@ def test_rejections_of_an_event_without_item_are_written_until_it_exists(backend
     assert backend.items(MAIN_TABLE.name) == items
 
 
-# -- held events -----------------------------------------------------------------------------
+# -- parked events ---------------------------------------------------------------------------
 
 
 def test_parked_records_come_back_whole_in_arrival_order_by_number(backend):
@@ -378,13 +378,13 @@ def test_parked_records_come_back_whole_in_arrival_order_by_number(backend):
         req("late", 1000, 3, attributes={"team": "L", "n": 2}),
     ]
     assert backend.store.parked_requests("nobody") == []
-    hold = backend.store.get_hold("gig")
-    assert hold == {
+    marker = backend.store.get_parking("gig")
+    assert marker == {
         "pk": "PARK#gig",
-        "sk": "HOLD",
+        "sk": "PARKED",
         "event_id": "gig",
         "version": 2,
-        "held_since": NOW,
+        "parked_since": NOW,
         "first_sequence_number": "99",
         "error": "StoreUnavailableError",
         # due at once in the due-holds index (the last park's time): a wake-up releases it
@@ -395,8 +395,8 @@ def test_parked_records_come_back_whole_in_arrival_order_by_number(backend):
     state = backend.items(CONTROL_TABLE.name)
     backend.store.park("gig", [req("first", 98, submitted_at="2026-01-01T00:00:00Z")], NOW, None)
     after = backend.items(CONTROL_TABLE.name)
-    assert after.pop(ControlKey.hold("gig"))["version"] == {"N": "3"}
-    state.pop(ControlKey.hold("gig"))
+    assert after.pop(ControlKey.parking("gig"))["version"] == {"N": "3"}
+    state.pop(ControlKey.parking("gig"))
     assert after == state
 
 
@@ -408,54 +408,54 @@ def test_parking_refuses_what_is_not_a_sequence_number_and_writes_nothing(backen
     assert backend.state() == {table: {} for table in TABLES}
 
 
-def test_unparking_deletes_exactly_those_records_and_keeps_the_hold(backend):
+def test_unparking_deletes_exactly_those_records_and_keeps_the_marker(backend):
     backend.store.park("gig", [req(f"s{n}", n) for n in (98, 99, 1000, 1001)], NOW, None)
     backend.store.unpark("gig", ["99", "1000", "99", "5"])
     assert [r.sequence_number for r in backend.store.parked_requests("gig")] == ["98", "1001"]
-    assert backend.store.get_hold("gig") is not None
+    assert backend.store.get_parking("gig") is not None
     with pytest.raises(ValueError):
         backend.store.unpark("gig", ["nine"])
 
 
-def test_a_hold_is_lifted_only_at_its_version_and_keeps_it(backend):
+def test_a_marker_is_cleared_only_at_its_version_and_keeps_it(backend):
     version = backend.store.park("gig", [req("a", 100)], NOW, "X" * 500)
-    assert backend.store.get_hold("gig")["error"] == "X" * MAX_HOLD_ERROR_CHARS
-    assert backend.store.lift_hold("gig", version + 1) is False
-    assert backend.store.lift_hold("gig", version - 1) is False
-    assert backend.store.get_hold("gig") is not None
-    assert backend.store.lift_hold("gig", version) is True
-    assert backend.store.get_hold("gig") is None
-    item = backend.items(CONTROL_TABLE.name)[ControlKey.hold("gig")]
+    assert backend.store.get_parking("gig")["error"] == "X" * MAX_PARKING_ERROR_CHARS
+    assert backend.store.clear_parking("gig", version + 1) is False
+    assert backend.store.clear_parking("gig", version - 1) is False
+    assert backend.store.get_parking("gig") is not None
+    assert backend.store.clear_parking("gig", version) is True
+    assert backend.store.get_parking("gig") is None
+    item = backend.items(CONTROL_TABLE.name)[ControlKey.parking("gig")]
     assert item == {
         "pk": {"S": "PARK#gig"},
-        "sk": {"S": "HOLD"},
+        "sk": {"S": "PARKED"},
         "event_id": {"S": "gig"},
         "version": {"N": str(version)},
     }
-    # the parked record is not touched by lifting; held again, since then and from then
+    # the parked record is not touched by clearing; parked again, since then and from then
     assert [r.signup_id for r in backend.store.parked_requests("gig")] == ["a"]
     assert backend.store.park("gig", [req("b", 200)], LATER, None) == version + 1
-    hold = backend.store.get_hold("gig")
-    assert (hold["held_since"], hold["first_sequence_number"]) == (LATER, "200")
-    assert "error" not in hold
-    # no marker at all: nothing to lift
-    assert backend.store.lift_hold("nobody", 0) is False
-    assert backend.store.lift_hold("nobody", 1) is False
+    marker = backend.store.get_parking("gig")
+    assert (marker["parked_since"], marker["first_sequence_number"]) == (LATER, "200")
+    assert "error" not in marker
+    # no marker at all: nothing to clear
+    assert backend.store.clear_parking("nobody", 0) is False
+    assert backend.store.clear_parking("nobody", 1) is False
 
 
-def test_the_event_and_its_hold_are_read_together(backend):
-    assert backend.store.get_event_and_hold("gig") == (None, None)
+def test_the_event_and_its_marker_are_read_together(backend):
+    assert backend.store.get_event_and_parking("gig") == (None, None)
     backend.store.create_event("gig", 5, NOW)
-    assert backend.store.get_event_and_hold("gig") == (backend.store.get_event("gig"), None)
+    assert backend.store.get_event_and_parking("gig") == (backend.store.get_event("gig"), None)
     version = backend.store.park("gig", [req("a", 100)], NOW, None)
-    event, hold = backend.store.get_event_and_hold("gig")
+    event, marker = backend.store.get_event_and_parking("gig")
     assert event == backend.store.get_event("gig")
-    assert hold == backend.store.get_hold("gig") and hold["version"] == version
-    backend.store.lift_hold("gig", version)
-    assert backend.store.get_event_and_hold("gig") == (event, None)
-    # a hold without an event item
+    assert marker == backend.store.get_parking("gig") and marker["version"] == version
+    backend.store.clear_parking("gig", version)
+    assert backend.store.get_event_and_parking("gig") == (event, None)
+    # a marker without an event item
     backend.store.park("solo", [SignupRequest("solo", "a", "1")], NOW, None)
-    solo = backend.store.get_event_and_hold("solo")
+    solo = backend.store.get_event_and_parking("solo")
     assert solo[0] is None and solo[1]["version"] == 1
 
 

@@ -76,7 +76,8 @@ RESERVED_KEYS = [
     ("#sweeper", "#lease"),
     ("#sweeper-runs", "{prefix}"),
     ("EVENT#{event}", "EVENT"),
-    ("PARK#{event}", "HOLD"),
+    ("PARK#{event}", "HOLD"),  # the parking marker's key before it was renamed
+    ("PARK#{event}", "PARKED"),
     ("SWEEPER", "LEASE"),
 ]
 
@@ -282,9 +283,9 @@ class Drill:
     def undecided(self) -> set[tuple[str, str]]:
         return set(self.scan(INTAKE_TABLE.name)) - set(self.decisions())
 
-    def held_events(self) -> set[str]:
-        hold_keys = [k for k in self.scan(CONTROL_TABLE.name) if k[1] == ControlKey.HOLD_SK]
-        return {pk.removeprefix(ControlKey.PARK_PREFIX) for pk, _ in hold_keys}
+    def parked_events(self) -> set[str]:
+        markers = [k for k in self.scan(CONTROL_TABLE.name) if k[1] == ControlKey.PARKED_SK]
+        return {pk.removeprefix(ControlKey.PARK_PREFIX) for pk, _ in markers}
 
     def sweep_until_decided(self, name: str, runs: int = 6) -> list[dict[str, Any]]:
         """Sweep runs (a running worker decides what they re-emit and release) until every
@@ -462,10 +463,10 @@ def test_drill_throttling_and_5xx_reach_every_failure_path(drill):
     assert stats["retries"] > 0, seen  # which redelivered from the failed record
     assert stats["sent_to_failure_destination"] >= stuck, seen  # retries exhausted
     # AND the stuck event held nobody else up: it alone is undecided, the others went on,
-    # but for an event whose own group failed on its own faults and was held, its records
+    # but for an event whose own group failed on its own faults and was parked, its records
     # parked in arrival order until a release
     undecided_events = {k[0] for k in drill.undecided()}
-    assert undecided_events - drill.held_events() == {"f-stuck"}, undecided_events
+    assert undecided_events - drill.parked_events() == {"f-stuck"}, undecided_events
     # WHEN the throttling is over: the worker resumes past the failed batches, and the
     # redrive re-emits what the on-failure queue points at
     worker = drill.start_worker("finisher")
@@ -473,8 +474,8 @@ def test_drill_throttling_and_5xx_reach_every_failure_path(drill):
     assert redrive.returncode == 0, redrive.stdout + redrive.stderr
     redriven = json.loads(redrive.stdout)
     assert redriven["deleted"] >= 1 and redriven["re_emitted"] >= stuck, redriven
-    # AND an event whose group failed past the store's retries had its records parked and
-    # was held: nothing of it is decided until a release, which a later record of the
+    # AND an event whose group failed past the store's retries was parked, its records
+    # with it: nothing of it is decided until a release, which a later record of the
     # event or the sweeper's next run sets off (every 5 minutes on AWS; here at once).
     sweeps = drill.sweep_until_decided("release")
     worker.send_signal(signal.SIGTERM)
@@ -490,7 +491,7 @@ def test_drill_throttling_and_5xx_reach_every_failure_path(drill):
             partial_batch_responses=stats["partial_failures"],
             sent_to_failure_queue=stats["sent_to_failure_destination"],
             redriven=redriven["re_emitted"],
-            held_events_released=sum(run["releases_triggered"] for run in sweeps),
+            parked_events_released=sum(run["releases_triggered"] for run in sweeps),
         ),
     )
 

@@ -125,7 +125,7 @@ def _session(stack: RunningStack) -> None:
 def test_a_grant_the_lifecycle_needs_fails_the_run_loudly_when_it_is_missing(tmp_path):
     """What passes here works on AWS: run under a processor role without ``UpdateItem``
     on the main table (the grant it once lacked), the first later move of a signup is
-    denied, the console says which role was denied what, the event is held, and
+    denied, the console says which role was denied what, the event is parked, and
     ``turnstile audit`` fails naming the denial."""
     roles = roles_without(Function.PROCESSOR, "dynamodb:UpdateItem", "${MainTable.Arn}")
     roles_file = tmp_path / "roles.json"
@@ -155,7 +155,7 @@ def test_a_grant_the_lifecycle_needs_fails_the_run_loudly_when_it_is_missing(tmp
         time.sleep(1)
         assert signup(stack, "a")["status"] == "ACCEPTED"
         assert signup(stack, "b")["status"] == "PENDING"
-        # ... and the audit fails, naming the role, the action and the held event
+        # ... and the audit fails, naming the role, the action and the parked event
         audit = stack.turnstile("audit")
         assert audit.returncode == 1, audit.stdout + audit.stderr
         assert "access denied to the processor role: dynamodb:UpdateItem" in audit.stdout

@@ -32,7 +32,7 @@ from turnstile.base.contract import (
     Attr,
     ControlKey,
     EventState,
-    HoldAttr,
+    ParkAttr,
     WakeAttr,
     WakeReason,
 )
@@ -45,12 +45,12 @@ from turnstile.base.errors import (
     StoreUnavailableError,
 )
 from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest
-from turnstile.storage import dynamo, events, hold
+from turnstile.storage import dynamo, events, parking
 from turnstile.storage import store as real
 from turnstile.storage.dynamo import from_item, to_item
 from turnstile.storage.events import EventRecord
-from turnstile.storage.hold import MAX_HOLD_ERROR_CHARS
 from turnstile.storage.journal import Journal
+from turnstile.storage.parking import MAX_PARKING_ERROR_CHARS
 from turnstile.storage.store import SignupStore
 from turnstile.storage.transitions import ms_of
 
@@ -210,9 +210,9 @@ class FakeStore:
         item = self._event_item(event_id)
         return EventRecord.from_values(from_item(item)) if item is not None else None
 
-    def _read_hold(self, event_id: str) -> dict[str, Any] | None:
-        item = self.control.get(ControlKey.hold(event_id))
-        return hold._held(from_item(item)) if item is not None else None
+    def _read_parking(self, event_id: str) -> dict[str, Any] | None:
+        item = self.control.get(ControlKey.parking(event_id))
+        return parking._if_parked(from_item(item)) if item is not None else None
 
     def _put_decisions(self, items: Iterable[Item]) -> None:
         """First decisions: written only where no item exists (as the real store's
@@ -457,11 +457,13 @@ class FakeStore:
             self._put_decisions(chunk)
         self._exit(fault)
 
-    # -- ProcessorStore: held events -----------------------------------------------------
+    # -- ProcessorStore: parked events ---------------------------------------------------
 
-    def get_event_and_hold(self, event_id: str) -> tuple[EventRecord | None, dict[str, Any] | None]:
-        fault = self._enter("get_event_and_hold", event_id)
-        both = self._read_event(event_id), self._read_hold(event_id)
+    def get_event_and_parking(
+        self, event_id: str
+    ) -> tuple[EventRecord | None, dict[str, Any] | None]:
+        fault = self._enter("get_event_and_parking", event_id)
+        both = self._read_event(event_id), self._read_parking(event_id)
         self._exit(fault)
         return both
 
@@ -469,11 +471,11 @@ class FakeStore:
         item = self.control.get(ControlKey.wake(event_id))
         return _string(item, WakeAttr.WOKEN_AT) if item is not None else None
 
-    def get_hold(self, event_id: str) -> dict[str, Any] | None:
-        fault = self._enter("get_hold", event_id)
-        hold = self._read_hold(event_id)
+    def get_parking(self, event_id: str) -> dict[str, Any] | None:
+        fault = self._enter("get_parking", event_id)
+        marker = self._read_parking(event_id)
         self._exit(fault)
-        return hold
+        return marker
 
     def park(
         self, event_id: str, requests: Sequence[SignupRequest], now: str, error: str | None
@@ -494,32 +496,32 @@ class FakeStore:
                         Attr.SEATS: request.seats,
                         Attr.ATTRIBUTES: dict(request.attributes) or None,
                         Attr.SUBMITTED_AT: request.submitted_at,
-                        HoldAttr.PROBLEM: request.problem,
+                        ParkAttr.PROBLEM: request.problem,
                     }
                 ),
             )
         for key, item in items.items():
             self.control[key] = item
         first = min(requests, key=lambda r: int(r.sequence_number)).sequence_number
-        key = ControlKey.hold(event_id)
-        hold = self.control.setdefault(
+        key = ControlKey.parking(event_id)
+        marker = self.control.setdefault(
             key, {ControlKey.PK: {"S": key[0]}, ControlKey.SK: {"S": key[1]}}
         )
-        version = int(_number(hold, Attr.VERSION) or 0) + 1
-        hold[Attr.VERSION] = {"N": str(version)}
-        hold[Attr.EVENT_ID] = {"S": event_id}
-        hold.setdefault(HoldAttr.HELD_SINCE, {"S": now})
-        hold.setdefault(HoldAttr.FIRST_SEQUENCE_NUMBER, {"S": first})
-        hold[Attr.HOLD_DUE_AT] = {"N": str(ms_of(now))}
-        hold[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
+        version = int(_number(marker, Attr.VERSION) or 0) + 1
+        marker[Attr.VERSION] = {"N": str(version)}
+        marker[Attr.EVENT_ID] = {"S": event_id}
+        marker.setdefault(ParkAttr.PARKED_SINCE, {"S": now})
+        marker.setdefault(ParkAttr.FIRST_SEQUENCE_NUMBER, {"S": first})
+        marker[Attr.HOLD_DUE_AT] = {"N": str(ms_of(now))}
+        marker[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
         if error:
-            hold[HoldAttr.ERROR] = {"S": error[:MAX_HOLD_ERROR_CHARS]}
+            marker[ParkAttr.ERROR] = {"S": error[:MAX_PARKING_ERROR_CHARS]}
         self._exit(fault)
         return version
 
     def parked_requests(self, event_id: str) -> list[SignupRequest]:
         fault = self._enter("parked_requests", event_id)
-        pk, _ = ControlKey.hold(event_id)
+        pk, _ = ControlKey.parking(event_id)
         keys = sorted(
             (k for k in self.control if k[0] == pk and k[1].startswith(ControlKey.PARKED_PREFIX)),
             key=lambda k: k[1].encode(),  # DynamoDB orders sort keys by their UTF-8 bytes
@@ -536,7 +538,7 @@ class FakeStore:
                     seats=int(item.get(Attr.SEATS, 0)),
                     attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
                     submitted_at=item.get(Attr.SUBMITTED_AT),
-                    problem=item.get(HoldAttr.PROBLEM),
+                    problem=item.get(ParkAttr.PROBLEM),
                 )
             )
         self._exit(fault)
@@ -549,20 +551,20 @@ class FakeStore:
             self.control.pop(key, None)
         self._exit(fault)
 
-    def lift_hold(self, event_id: str, version: int) -> bool:
-        fault = self._enter("lift_hold", event_id)
-        hold = self.control.get(ControlKey.hold(event_id))
-        if hold is None or _number(hold, Attr.VERSION) != version:
+    def clear_parking(self, event_id: str, version: int) -> bool:
+        fault = self._enter("clear_parking", event_id)
+        marker = self.control.get(ControlKey.parking(event_id))
+        if marker is None or _number(marker, Attr.VERSION) != version:
             self._exit(fault)
             return False
         for name in (
-            HoldAttr.HELD_SINCE,
-            HoldAttr.FIRST_SEQUENCE_NUMBER,
-            HoldAttr.ERROR,
+            ParkAttr.PARKED_SINCE,
+            ParkAttr.FIRST_SEQUENCE_NUMBER,
+            ParkAttr.ERROR,
             Attr.HOLD_DUE_AT,
             Attr.HOLD_DUE_SHARD,
         ):
-            hold.pop(name, None)
+            marker.pop(name, None)
         self._exit(fault)
         return True
 
@@ -590,8 +592,8 @@ class FakeStore:
 
     def release_due(self, event_id: str, due_ms: int) -> None:
         fault = self._enter("release_due", event_id)
-        hold = self.control.get(ControlKey.hold(event_id))
-        if hold is not None and HoldAttr.HELD_SINCE in hold:
-            hold[Attr.HOLD_DUE_AT] = {"N": str(due_ms)}
-            hold[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
+        marker = self.control.get(ControlKey.parking(event_id))
+        if marker is not None and ParkAttr.PARKED_SINCE in marker:
+            marker[Attr.HOLD_DUE_AT] = {"N": str(due_ms)}
+            marker[Attr.HOLD_DUE_SHARD] = {"S": DUE_HOLDS_SHARD}
         self._exit(fault)

@@ -337,7 +337,7 @@ def test_a_committed_decision_keeps_its_data_when_intake_changes_before_it_is_wr
                   attributes={"M": {"a": {"S": "z"}}}),
     }
     stream_handler._processor = StreamProcessor(CrashAfterCommit(client, frozenset({"s2", "s3"})))
-    invoke(stream.read_new())  # the crash: the group is held, its journal committed
+    invoke(stream.read_new())  # the crash: the group is parked, its journal committed
     assert raw_decision(store, "gig", "s2") is None
     event = store.get_event("gig")
     assert event is not None and event.journal is not None

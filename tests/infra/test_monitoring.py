@@ -205,10 +205,10 @@ def test_failure_queue_not_empty_alarm(template: Template) -> None:
     )
 
 
-def test_held_event_alarm(template: Template) -> None:
-    # A held event's batches succeed: neither function errors nor the on-failure queue
-    # tell. The processor's EventHeld says an event was held; the sweeper's EventsHeld,
-    # every run, keeps the alarm on for as long as one stays held.
+def test_parked_event_alarm(template: Template) -> None:
+    # A parked event's batches succeed: neither function errors nor the on-failure queue
+    # tell. The processor's EventParked says an event was parked; the sweeper's
+    # EventsParked, every run, keeps the alarm on for as long as one stays parked.
     def metric(name: str, stat: str) -> dict[str, object]:
         return {
             "MetricStat": {
@@ -229,10 +229,10 @@ def test_held_event_alarm(template: Template) -> None:
             "Metrics": Match.array_with(
                 [
                     Match.object_like(
-                        {"Expression": "FILL(failed, 0) + FILL(held, 0)", "ReturnData": True}
+                        {"Expression": "FILL(failed, 0) + FILL(parked, 0)", "ReturnData": True}
                     ),
-                    Match.object_like({"Id": "failed", **metric("EventHeld", "Sum")}),
-                    Match.object_like({"Id": "held", **metric("EventsHeld", "Maximum")}),
+                    Match.object_like({"Id": "failed", **metric("EventParked", "Sum")}),
+                    Match.object_like({"Id": "parked", **metric("EventsParked", "Maximum")}),
                 ]
             ),
             "Threshold": 0,

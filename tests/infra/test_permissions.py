@@ -156,7 +156,7 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
         # ... a first decision's put and a later move's update, a decision's fields only,
         # and nothing that deletes one (no DeleteItem, no BatchWriteItem).
         | _on(MAIN, "PutItem", "UpdateItem", conditions=_attributes(*DECISION_ATTRIBUTES))
-        # Event items and held events' records and markers, nothing else of control ...
+        # Event items and parked events' records and markers, nothing else of control ...
         | _on(
             CONTROL,
             "GetItem",
@@ -166,7 +166,7 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
             "ConditionCheckItem",
             conditions=_keys("EVENT#*", "PARK#*"),
         )
-        # ... and batch writes only where they are used: parking a held event's records.
+        # ... and batch writes only where they are used: parking an event's records.
         | _on(CONTROL, "BatchWriteItem", conditions=_keys("PARK#*"))
         # A wake-up whose step failed goes in the due-holds index, to be written again.
         | _on(
@@ -256,19 +256,19 @@ def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Tem
             "ConditionCheckItem",
             conditions=_keys("SWEEPER", "SWEEP-RUN"),
         )
-        # Lifting an empty hold: the marker's fields, conditioned on its version.
+        # Clearing an empty parking marker: its fields, conditioned on its version.
         | _on(
             CONTROL,
             "UpdateItem",
             conditions=_both(
                 _keys("PARK#*"),
                 _attributes(
-                    "pk", "sk", "held_since", "first_sequence_number", "error", "version",
+                    "pk", "sk", "parked_since", "first_sequence_number", "error", "version",
                     "hold_due_at", "hold_due_shard",
                 ),
             ),
         )
-        # Setting a held event's release off: a wake-up, no producer's record.
+        # Setting a parked event's release off: a wake-up, no producer's record.
         | WAKES
     )
 

@@ -89,7 +89,7 @@ def test_a_failed_event_group_is_counted(client, store, stream, emitted):
 
     def fault(operation: str, kwargs: dict[str, Any]) -> str | None:
         # A's commits fail, and so does parking it (the control table's batch writes): the
-        # group can neither be decided nor held, so it fails back to the event source.
+        # group can neither be decided nor parked, so it fails back to the event source.
         key = kwargs.get("Key", {}).get("pk", {}).get("S")
         if key == "EVENT#A" and operation == "update_item":
             return "ProvisionedThroughputExceededException"

@@ -1,5 +1,5 @@
 """Releasing due holds (``turnstile.jobs.due_holds``): the control table's sparse ``due-holds``
-index finds the events whose earliest hold has lapsed, and the held events whose release
+index finds the events whose earliest hold has lapsed, and the parked events whose release
 is due; each is woken once, by a write of its own wake-up item (turnstile's, in the control
 table), whose record on the control table's stream the processor takes as a step."""
 
@@ -125,25 +125,25 @@ def test_a_commit_or_a_parked_record_never_passes_the_wake_ups_filter(store, cli
     )
 
 
-def test_a_held_event_due_for_its_release_is_woken(store, client):
+def test_a_parked_event_due_for_its_release_is_woken(store, client):
     # GIVEN an event whose deciding failed: its records parked, its marker due at once
     from turnstile.engine.domain import SignupRequest
 
-    store.park("held", [SignupRequest("held", "a", "1" * 21)], "2026-01-01T00:00:00.000000Z", "X")
+    store.park(
+        "parked", [SignupRequest("parked", "a", "1" * 21)], "2026-01-01T00:00:00.000000Z", "X"
+    )
     # WHEN due holds are released
     assert release_due_holds(store, NOW_MS) == 1
     # THEN it was woken for a release
-    assert woken(client) == {"held": (1, WakeReason.RETRY)}
-    # ... and once the hold is lifted, it is due no more
-    version = int(store.get_hold("held")["version"])
-    store.unpark("held", ["1" * 21])
-    assert store.lift_hold("held", version)
+    assert woken(client) == {"parked": (1, WakeReason.RETRY)}
+    # ... and once its parking marker is cleared, it is due no more
+    version = int(store.get_parking("parked")["version"])
+    store.unpark("parked", ["1" * 21])
+    assert store.clear_parking("parked", version)
     assert list(due_events(store, NOW_MS)) == []
 
 
-def test_a_holder_that_deletes_or_spoils_its_intake_record_cannot_stop_the_wake_up(
-    store, client
-):
+def test_a_holder_that_deletes_or_spoils_its_intake_record_cannot_stop_the_wake_up(store, client):
     """Nothing of intake is read or written: an event with a hold due is woken whatever
     its producers did to their records (issue: one producer stopped every hold of an
     event from ending by deleting its record, or writing a junk ``redrive``)."""

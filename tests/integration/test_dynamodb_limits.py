@@ -727,7 +727,7 @@ def test_no_key_of_turnstile_s_own_items_is_ever_built_from_an_id_that_is_no_id(
     instead of on AWS (a key DynamoDB refuses) or by naming another kind of item."""
     from turnstile.base.contract import ControlKey
 
-    for build in (ControlKey.event, ControlKey.hold, ControlKey.wake):
+    for build in (ControlKey.event, ControlKey.parking, ControlKey.wake):
         with pytest.raises(ValueError, match="not an event id"):
             build(bad)
     with pytest.raises(ValueError, match="not an event id"):

@@ -97,7 +97,7 @@ def test_a_crash_after_commit_recovers_the_decision_as_it_was_committed(client, 
     put_raw_intake(client, "gig", "b", submitted_at=SUBMITTED)
     records = stream.read_new()
     stream_handler._processor = StreamProcessor(CrashAfterCommit(client))
-    invoke(records)  # the crash: the group is held (or failed back), its journal committed
+    invoke(records)  # the crash: the group is parked (or failed back), its journal committed
     assert decisions(client) == {}
     # WHEN the producer rewrites a's intake record, then a cold processor gets b's record
     put_raw_intake(client, "gig", "a", attributes={"M": {"name": {"S": "Mallory"}}})

@@ -566,8 +566,8 @@ def test_rewriting_a_gone_item_holds_nothing_up(store, processor, feed):
         Key={"event_id": {"S": "gig"}, "signup_id": {"S": "b"}},
     )
     result = processor.process([feed.request("gig", "a", "cancel")])
-    assert (result.held, result.parked, result.failures) == ([], 0, [])
-    assert store.get_hold("gig") is None
+    assert (result.parked_events, result.parked, result.failures) == ([], 0, [])
+    assert store.get_parking("gig") is None
     assert [(t.signup_id, t.cause) for _, t in result.transitions] == [
         ("a", "cancel"),
         ("b", "promotion"),

@@ -473,7 +473,7 @@ class LifecycleOverStreams(RuleBasedStateMachine):
         assert all(e.unmaterialized == 0 and e.pending == 0 for e in report.events), (
             report.to_dict()
         )
-        assert self.store.holds() == {}, "an event is still held"
+        assert self.store.parking_markers() == {}, "an event is still parked"
         decisions, intakes, events = self.decisions(), self.intakes(), self.events()
         for key, record in intakes.items():
             decision = decisions.get(key)

@@ -183,6 +183,8 @@ def test_a_due_full_scan_that_found_nothing_is_not_repeated_every_period(
     assert sweep_has_work(sweeper, now + 3600, looked)
 
 
-def test_a_held_event_is_work(sweeper: Sweeper, store: SignupStore, monkeypatch) -> None:
-    monkeypatch.setattr(type(store), "holds", lambda self, event_id=None: {"ev": {"version": 1}})
+def test_a_parked_event_is_work(sweeper: Sweeper, store: SignupStore, monkeypatch) -> None:
+    monkeypatch.setattr(
+        type(store), "parking_markers", lambda self, event_id=None: {"ev": {"version": 1}}
+    )
     assert sweep_has_work(sweeper, time.time(), _SweepLook())

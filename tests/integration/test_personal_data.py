@@ -231,12 +231,12 @@ def test_logs_carry_no_signup_id_and_no_attributes(client, store, stream, logs_a
             return super().commit(expected, *args, **kwargs)
 
     stream_handler._processor = StreamProcessor(Flaky(client, sleep=lambda _: None))
-    # WHEN the stream processor decides the batch (one event held)
+    # WHEN the stream processor decides the batch (one event parked)
     assert invoke(stream.read_new()) == {"batchItemFailures": []}
     # THEN the logs refer to the signup by its reference only, and name no attribute value
     logged = "\n".join(logs_at_info.lines)
     assert "signup submitted" in logged and "batch processed" in logged
-    assert "event held" in logged and "event group failed" in logged
+    assert "event parked" in logged and "event group failed" in logged
     assert signup_ref("gala", SIGNUP_ID) in logged
     for secret in SECRETS:
         assert secret not in logged, f"{secret!r} in the logs"

@@ -123,12 +123,12 @@ def test_conflicts_are_counted_and_the_loser_decides_again(aws):
     assert [d.decision.position for d in result.decided] == [1]
 
 
-def test_a_conflict_storm_holds_the_group_and_says_so(aws, caplog):
+def test_a_conflict_storm_parks_the_group_and_says_so(aws, caplog):
     store = ConflictingStore(aws.client("dynamodb"), conflicts=10)
     store.create_event("gig", 5, NOW)
     with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
         result = processor(store, max_conflicts=3).process([insert("gig", "a", 7)])
-    # Nothing decided, nothing failed back: the event is held with its record parked.
+    # Nothing decided, nothing failed back: the event is parked with its record.
     assert (result.conflicts, result.failures, result.decided) == (3, [], [])
     assert [r.sequence_number for r in store.parked_requests("gig")] == ["7"]
     [record] = caplog.records

@@ -339,7 +339,7 @@ def test_the_api_s_wake_up_is_denied_without_its_grant(aws, as_role, plain, stre
 
 
 class FailsFirstCommits(SignupStore):
-    """DynamoDB unavailable for the first commits of one event: the event is held."""
+    """DynamoDB unavailable for the first commits of one event: the event is parked."""
 
     def __init__(self, *args: Any, event_id: str, failures: int, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -355,50 +355,50 @@ class FailsFirstCommits(SignupStore):
 def test_the_processor_role_decides_parks_and_releases(aws, as_role, plain, stream):
     _, processor_client = as_role(PROCESSOR)
     processor_store = FailsFirstCommits(
-        processor_client, event_id="held", failures=20, sleep=lambda _: None
+        processor_client, event_id="parked", failures=20, sleep=lambda _: None
     )
     plain.create_event("gig", 1, NOW)
-    plain.create_event("held", 5, NOW)
+    plain.create_event("parked", 5, NOW)
     plain.create_event("shut", 5, NOW)
     plain.close_event("shut")
     client = aws.client("dynamodb")
     for event_id, signup_id in [
-        ("gig", "a"), ("gig", "b"), ("nowhere", "c"), ("shut", "d"), ("held", "e"),
+        ("gig", "a"), ("gig", "b"), ("nowhere", "c"), ("shut", "d"), ("parked", "e"),
     ]:  # fmt: skip
         put_raw_intake(client, event_id, signup_id, submitted_at={"S": NOW})
-    # WHEN the processor decides, one event failing (it is parked and held)
+    # WHEN the processor decides, one event failing (it is parked)
     assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
-    assert plain.get_hold("held") is not None
+    assert plain.get_parking("parked") is not None
     # ... and the event's next record, once DynamoDB is back, releases it in order
     processor_store.failures = 0
-    put_raw_intake(client, "held", "f", submitted_at={"S": NOW})
+    put_raw_intake(client, "parked", "f", submitted_at={"S": NOW})
     assert decide_stream(processor_store, stream) == {"batchItemFailures": []}
     # ... and a format-1 journal's items are rebuilt from intake
     assert set(processor_store.get_intakes("gig", ["a", "b"])) == {"a", "b"}
     # THEN nothing it needed was refused, and every signup is decided
     assert processor_client.denied == []
-    assert plain.get_hold("held") is None
+    assert plain.get_parking("parked") is None
     report = audit(plain)
     assert report.ok and report.totals["pending"] == 0, report.to_dict()
     assert report.totals["status_counts"] == {"ACCEPTED": 3, "REJECTED": 3}
 
 
-def test_the_sweeper_role_re_emits_and_lifts_an_empty_hold(aws, as_role, plain, stream):
+def test_the_sweeper_role_re_emits_and_clears_an_empty_parking_marker(aws, as_role, plain, stream):
     sweeper_store, sweeper_client = as_role(SWEEPER)
     plain.create_event("gig", 5, NOW)
     client = aws.client("dynamodb")
     put_raw_intake(client, "gig", "lost", submitted_at={"S": OLD})
     put_raw_intake(client, "gig", "junk-counter", submitted_at={"S": OLD}, redrive={"S": "x"})
     stream.read_new()  # the stream "lost" them: nobody decided
-    # ... and a hold whose parked records were all decided (a release that died before
-    # lifting it)
-    plain.park("held", [SignupRequest("held", "z", "1" * 21)], NOW, "ThrottlingError")
-    plain.unpark("held", ["1" * 21])
+    # ... and a parking marker whose parked records were all decided (a release that died
+    # before clearing it)
+    plain.park("parked", [SignupRequest("parked", "z", "1" * 21)], NOW, "ThrottlingError")
+    plain.unpark("parked", ["1" * 21])
     # WHEN the sweeper runs under its role
     result = Sweeper(sweeper_store, min_age_s=60).sweep("run-1")
-    # THEN it re-emitted both records, lifted the hold, and kept its history
+    # THEN it re-emitted both records, cleared the marker, and kept its history
     assert (result.status, result.re_emitted, result.undecided) == ("succeeded", 2, 2)
-    assert result.releases_triggered == 1 and plain.get_hold("held") is None
+    assert result.releases_triggered == 1 and plain.get_parking("parked") is None
     assert [r.status for r in Sweeper(sweeper_store).replay_failed()] == []
     assert sweeper_client.denied == []
     assert {r.signup_id for r in _re_emitted(stream)} == {"lost", "junk-counter"}
@@ -443,13 +443,13 @@ def test_the_due_holds_role_wakes_the_events_due(aws, as_role, plain, wakes):
         (UPDATE, CONTROL),
     }
     woke = [(r.leading_keys, r.attributes) for r in due_client.allowed if r.action == UPDATE]
-    assert sorted(key for keys, _ in woke for key in keys or ()) == ["WAKE#due", "WAKE#held"]
+    assert sorted(key for keys, _ in woke for key in keys or ()) == ["WAKE#due", "WAKE#parked"]
     assert {attributes for _, attributes in woke} == {WAKE_ATTRIBUTES}
     # ... the two events' wake-ups came down the control table's stream (the processor's),
     # each saying why it was due; the event not due yet was not woken
-    assert set(woken_events(wakes)) == {"due", "held"}
+    assert set(woken_events(wakes)) == {"due", "parked"}
     reasons = {event_id: item[WakeAttr.REASON] for event_id, item in wake_items(plain).items()}
-    assert reasons == {"due": WakeReason.HOLD_DUE, "held": WakeReason.RETRY}
+    assert reasons == {"due": WakeReason.HOLD_DUE, "parked": WakeReason.RETRY}
 
 
 def _re_emitted(stream) -> list[SignupRequest]:
@@ -484,7 +484,7 @@ def _update(table: str, key: dict[str, Any], expression: str, **extra: Any):
 EVENT_KEY = {"pk": {"S": "EVENT#gig"}, "sk": {"S": "EVENT"}}
 LEASE_KEY = {"pk": {"S": "SWEEPER"}, "sk": {"S": "LEASE"}}
 PARKED_KEY = {"pk": {"S": "PARK#gig"}, "sk": {"S": "R#" + "1" * 40}}
-HOLD_KEY = {"pk": {"S": "PARK#gig"}, "sk": {"S": ControlKey.HOLD_SK}}
+PARKING_KEY = {"pk": {"S": "PARK#gig"}, "sk": {"S": ControlKey.PARKED_SK}}
 WAKE_KEY = {"pk": {"S": "WAKE#gig"}, "sk": {"S": ControlKey.WAKE_SK}}
 INTAKE_KEY = {"event_id": {"S": "gig"}, "signup_id": {"S": "a"}}
 DECISION = {**INTAKE_KEY, "status": {"S": "ACCEPTED"}}
@@ -560,16 +560,16 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
         SWEEPER,
         lambda c: c.delete_item(TableName=INTAKE_TABLE, Key=INTAKE_KEY),
     ),
-    "sweeper-sets-a-hold-on-a-wake-up": (
+    "sweeper-sets-a-parking-marker-field-on-a-wake-up": (
         SWEEPER,
-        _update(CONTROL, WAKE_KEY, "ADD #wakes :v SET #held_since = :v"),
+        _update(CONTROL, WAKE_KEY, "ADD #wakes :v SET #parked_since = :v"),
     ),
     "sweeper-deletes-wake-up": (
         SWEEPER,
         lambda c: c.delete_item(TableName=CONTROL, Key=WAKE_KEY),
     ),
     # Releasing due holds: the index and wake-up items' counter, time and reason; nothing
-    # else (no intake record, no event item, no hold marker).
+    # else (no intake record, no event item, no parking marker).
     "due-holds-reads-event": (DUE_HOLDS, lambda c: c.get_item(TableName=CONTROL, Key=EVENT_KEY)),
     "due-holds-queries-control": (
         DUE_HOLDS,
@@ -587,9 +587,9 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "due-holds-edits-event": (DUE_HOLDS, _update(CONTROL, EVENT_KEY, "SET #hold_due_at = :v")),
     "due-holds-edits-intake": (DUE_HOLDS, _update(INTAKE_TABLE, INTAKE_KEY, "SET #seats = :v")),
     "due-holds-re-emits": (DUE_HOLDS, lambda c: SignupStore(c).re_emit("gig", "a")),
-    "due-holds-edits-hold-marker": (
+    "due-holds-edits-parking-marker": (
         DUE_HOLDS,
-        _update(CONTROL, HOLD_KEY, "SET #hold_due_at = :v"),
+        _update(CONTROL, PARKING_KEY, "SET #hold_due_at = :v"),
     ),
     "due-holds-wakes-with-a-journal": (
         DUE_HOLDS,
@@ -880,11 +880,11 @@ def test_the_processor_role_makes_each_lifecycle_move(scene, name):
     # wake-up alone)
     assert scene.decide(store) == {"batchItemFailures": []}
     assert bool(scene.woken) == move.woken
-    # THEN the move is made, nothing was refused, and nothing is held
+    # THEN the move is made, nothing was refused, and nothing is parked
     assert scene.statuses() == move.after
     assert client.denied == [] and scene.api_client.denied == []
     assert scene.due_client.denied == [] and scene.processor_client.denied == []
-    assert scene.plain.get_hold("gig") is None
+    assert scene.plain.get_parking("gig") is None
     if move.refused:
         signup_id, reason = move.refused
         refusal = scene.plain.get_decision("gig", signup_id)[Attr.LAST_REFUSAL]
@@ -902,7 +902,7 @@ def test_the_processor_role_makes_each_lifecycle_move(scene, name):
     assert writes.count(UPDATE if move.grant == PUT else PUT) == (0 if move.grant == PUT else 2)
     used = {(table_of(r), r.action) for r in client.allowed}
     assert used == {
-        (CONTROL, "dynamodb:BatchGetItem"),  # the event item and its hold marker
+        (CONTROL, "dynamodb:BatchGetItem"),  # the event item and its parking marker
         (CONTROL, UPDATE),  # the commit on the event item
         (MAIN_TABLE, "dynamodb:BatchGetItem"),  # the signups' decision items
         (MAIN_TABLE, PUT),
@@ -913,7 +913,7 @@ def test_the_processor_role_makes_each_lifecycle_move(scene, name):
 @pytest.mark.parametrize("name", list(MOVES))
 def test_each_lifecycle_move_is_kept_without_its_grant(scene, name):
     """Without the grant a move is written with, the move waits, nothing of it on the
-    items: a producer's records parked behind a hold, released once the due-holds function
+    items: a producer's records parked behind a parking marker, released once the due-holds function
     wakes the event; a wake-up given back to the event source, which delivers it again."""
     move = MOVES[name]
     # GIVEN the event's records up to the move, and a processor role without the grant on
@@ -930,33 +930,33 @@ def test_each_lifecycle_move_is_kept_without_its_grant(scene, name):
         assert Attr.LAST_REFUSAL not in scene.plain.get_decision("gig", move.refused[0])
     if move.rejected:
         assert Attr.REASON not in scene.plain.get_decision("gig", move.rejected[0])
-    hold = scene.plain.get_hold("gig")
+    marker = scene.plain.get_parking("gig")
     if move.woken:
         # ... the wake-up failed back to the event source (a wake-up is no arrival:
-        # nothing is parked, nothing held) ...
+        # nothing is parked) ...
         failed = scene.woken[-1]["dynamodb"]["SequenceNumber"]
         assert answer == {"batchItemFailures": [{"itemIdentifier": failed}]}
-        assert hold is None
+        assert marker is None
         # ... and once the grant is back, the event source's retry makes the move
         assert scene.deliver_again(scene.processor) == {"batchItemFailures": []}
     else:
-        # ... the event is held, its hold naming the refusal (the records are parked, not
+        # ... the event is parked, its marker naming the refusal (the records are parked, not
         # lost) ...
         assert answer == {"batchItemFailures": []}
-        assert hold is not None and hold["error"].startswith("AccessDenied")
-        assert f"may not {move.grant} on " in hold["error"]
+        assert marker is not None and marker["error"].startswith("AccessDenied")
+        assert f"may not {move.grant} on " in marker["error"]
         assert [r.signup_id for r in scene.plain.parked_requests("gig")]
-        # ... and once the grant is back, the due-holds function wakes the held event (its
-        # hold is due at once) and the wake-up releases it: the move lands
+        # ... and once the grant is back, the due-holds function wakes the parked event (its
+        # marker is due at once) and the wake-up releases it: the move lands
         assert scene.release_due() == 1
         assert scene.decide(scene.processor) == {"batchItemFailures": []}
         assert scene.woken and scene.due_client.denied == []
-    assert scene.plain.get_hold("gig") is None and scene.statuses() == move.after
+    assert scene.plain.get_parking("gig") is None and scene.statuses() == move.after
     assert scene.plain.parked_requests("gig") == []
     assert scene.processor_client.denied == []
 
 
-def test_a_failing_event_is_not_held_without_batch_writes_on_control(scene):
+def test_a_failing_event_is_not_parked_without_batch_writes_on_control(scene):
     """Parking a failing event's records is the processor's one BatchWriteItem (on PARK#
     items of control): without it the group goes back to the event source."""
     # GIVEN signups of an event whose commits fail (DynamoDB unavailable)
@@ -969,19 +969,19 @@ def test_a_failing_event_is_not_held_without_batch_writes_on_control(scene):
     stream_handler._processor = StreamProcessor(store, clock=scene.clock)
     result = stream_handler.handler({"Records": records}, LocalLambdaContext())
     # THEN parking them was refused: the group's first record goes back to the event
-    # source, nothing is held and nothing decided
+    # source, nothing is parked and nothing decided
     first = records[0]["dynamodb"]["SequenceNumber"]
     assert result == {"batchItemFailures": [{"itemIdentifier": first}]}
     assert {(table_of(r), r.action) for r in client.denied} == {
         (CONTROL, "dynamodb:BatchWriteItem")
     }
     assert {key for r in client.denied for key in r.leading_keys or ()} == {"PARK#gig"}
-    assert scene.plain.get_hold("gig") is None
+    assert scene.plain.get_parking("gig") is None
     assert scene.statuses() == {"a": None, "b": None}
 
 
 def test_the_processor_role_parks_a_failing_event(scene):
-    """The counterpart: with its role whole, the same failure holds the event."""
+    """The counterpart: with its role whole, the same failure parks the event."""
     # GIVEN signups of an event whose commits fail (DynamoDB unavailable)
     _signups(scene)
     client = CheckedClient(scene.raw, PROCESSOR)
@@ -989,13 +989,13 @@ def test_the_processor_role_parks_a_failing_event(scene):
     # WHEN the processor, under its role, decides them
     stream_handler._processor = StreamProcessor(store, clock=scene.clock)
     result = stream_handler.handler({"Records": scene.stream.read_new()}, LocalLambdaContext())
-    # THEN their records are parked on PARK# items and the event held, naming the failure
+    # THEN their records are parked on PARK# items and the event marked, naming the failure
     assert result == {"batchItemFailures": []}
     assert client.denied == []
     parking = {r.leading_keys for r in client.allowed if r.action == "dynamodb:BatchWriteItem"}
     assert parking == {frozenset({"PARK#gig"})}
-    hold = scene.plain.get_hold("gig")
-    assert hold is not None and hold["error"] == "StoreUnavailableError"
+    marker = scene.plain.get_parking("gig")
+    assert marker is not None and marker["error"] == "StoreUnavailableError"
     assert [r.signup_id for r in scene.plain.parked_requests("gig")] == ["a", "b"]
 
 
@@ -1022,15 +1022,15 @@ def test_the_processor_role_rejects_signups_of_an_unknown_event(scene, removed):
         # THEN both are rejected unknown_event, with both grants
         assert scene.statuses() == {"a": Status.REJECTED, "b": Status.REJECTED}
         assert scene.plain.get_decision("gig", "a")[Attr.REASON] == Reason.UNKNOWN_EVENT
-        assert client.denied == [] and scene.plain.get_hold("gig") is None
+        assert client.denied == [] and scene.plain.get_parking("gig") is None
         used = {(table_of(r), r.action) for r in client.allowed}
         assert {(t, a) for a, _, t in UNKNOWN_EVENT_GRANTS.values()} <= used
     else:
-        # THEN IAM refused the transaction: nothing is decided, and the event is held
+        # THEN IAM refused the transaction: nothing is decided, and the event is parked
         assert {(table_of(r), r.action) for r in client.denied} == {(table, action)}
         assert scene.statuses() == {"a": None, "b": None}
-        hold = scene.plain.get_hold("gig")
-        assert hold is not None and f"may not {action} on " in hold["error"]
+        marker = scene.plain.get_parking("gig")
+        assert marker is not None and f"may not {action} on " in marker["error"]
 
 
 # -- the sweeper role: each path, and each grant removed ---------------------------------
@@ -1052,7 +1052,7 @@ def _where(request: Request) -> str:
 def _roles_without_on_keys(role: str, action: str, resource: str, key: str) -> LocalRoles:
     """``roles_without``, but only from the role's statements on ``resource`` whose
     ``dynamodb:LeadingKeys`` condition names ``key``: the sweeper's UpdateItem on control
-    is three grants (its own items, PARK# items' hold fields, WAKE# items), the API's two
+    is three grants (its own items, PARK# items' marker fields, WAKE# items), the API's two
     (EVENT# items, WAKE# items), one removed at a time."""
     document = copy.deepcopy(dict(LocalRoles.load().document))
     removed = False
@@ -1094,22 +1094,23 @@ def _decided_marked(plain: SignupStore, raw: Any) -> None:
     )
 
 
-def _empty_hold(plain: SignupStore, raw: Any) -> None:
-    """A hold whose parked records were all decided (a release died before lifting it)."""
-    plain.park("held", [SignupRequest("held", "z", "1" * 21)], NOW, "ThrottlingError")
-    plain.unpark("held", ["1" * 21])
+def _empty_parking(plain: SignupStore, raw: Any) -> None:
+    """A parking marker whose parked records were all decided (a release died before
+    clearing it)."""
+    plain.park("parked", [SignupRequest("parked", "z", "1" * 21)], NOW, "ThrottlingError")
+    plain.unpark("parked", ["1" * 21])
 
 
-def _held_with_parked(plain: SignupStore, raw: Any) -> None:
-    """A held event with a record parked: the sweeper sets its release off (wakes it)."""
+def _parked_with_a_record(plain: SignupStore, raw: Any) -> None:
+    """A parked event with a record parked: the sweeper sets its release off (wakes it)."""
     plain.create_event("gig", 5, NOW)
     put_raw_intake(raw, "gig", "parked", submitted_at={"S": OLD})
     plain.park("gig", [SignupRequest("gig", "parked", "1" * 21)], NOW, "ThrottlingError")
 
 
 def _woken_by_the_sweeper(plain: SignupStore) -> bool:
-    """The held event's wake-up is written, once, by the sweeper; and nothing of intake
-    was re-emitted for it (its parked record waits behind the hold)."""
+    """The parked event's wake-up is written, once, by the sweeper; and nothing of intake
+    was re-emitted for it (its parked record waits behind the marker)."""
     wake = wake_items(plain).get("gig", {})
     woken = (wake.get(WakeAttr.WAKES), wake.get(WakeAttr.REASON)) == (1, WakeReason.SWEEP)
     return woken and Attr.RE_EMITS not in _intake(plain, "parked")
@@ -1171,21 +1172,21 @@ SWEEP_PATHS: dict[str, SweepPath] = {
         INTAKE_ARN,
         leading="gig",
     ),
-    # Held events: found by a Scan of control, their parked records by a Query, a release
-    # set off by a wake-up of the event, an empty hold lifted.
-    "finding-held-events": SweepPath(
-        _empty_hold, lambda p: p.get_hold("held") is None, "dynamodb:Scan", CONTROL_ARN
+    # Parked events: found by a Scan of control, their parked records by a Query, a release
+    # set off by a wake-up of the event, an empty parking marker cleared.
+    "finding-parked-events": SweepPath(
+        _empty_parking, lambda p: p.get_parking("parked") is None, "dynamodb:Scan", CONTROL_ARN
     ),
-    "lifting-an-empty-hold": SweepPath(
-        _empty_hold,
-        lambda p: p.get_hold("held") is None,
+    "clearing-an-empty-parking-marker": SweepPath(
+        _empty_parking,
+        lambda p: p.get_parking("parked") is None,
         UPDATE,
         CONTROL_ARN,
         key="PARK#*",
-        leading="PARK#held",
+        leading="PARK#parked",
     ),
     "setting-a-release-off": SweepPath(
-        _held_with_parked,
+        _parked_with_a_record,
         _woken_by_the_sweeper,
         UPDATE,
         CONTROL_ARN,
@@ -1262,9 +1263,9 @@ def test_each_sweeper_path_is_denied_without_its_grant(aws, plain, name):
     assert not path.done(plain)
 
 
-def test_the_sweeper_s_wake_up_releases_a_held_event(aws, as_role, plain, wakes):
-    # GIVEN a held event with a record parked
-    _held_with_parked(plain, aws.client("dynamodb"))
+def test_the_sweeper_s_wake_up_releases_a_parked_event(aws, as_role, plain, wakes):
+    # GIVEN a parked event with a record parked
+    _parked_with_a_record(plain, aws.client("dynamodb"))
     wakes.read_new()
     sweeper_store, sweeper_client = as_role(SWEEPER)
     processor_store, processor_client = as_role(PROCESSOR)
@@ -1277,10 +1278,10 @@ def test_the_sweeper_s_wake_up_releases_a_held_event(aws, as_role, plain, wakes)
         1,
     )
     assert _deliver_wakes(processor_store, wakes) == {"batchItemFailures": []}
-    # THEN the processor released the event: its parked record decided, the hold lifted;
+    # THEN the processor released the event: its parked record decided, the marker cleared;
     # nothing was re-emitted, nothing refused
     assert _status(plain, "parked") == Status.ACCEPTED
-    assert plain.get_hold("gig") is None and plain.parked_requests("gig") == []
+    assert plain.get_parking("gig") is None and plain.parked_requests("gig") == []
     assert result.re_emitted == 0 and Attr.RE_EMITS not in _intake(plain, "parked")
     assert sweeper_client.denied == [] and processor_client.denied == []
 
@@ -1385,7 +1386,7 @@ T0 = ms_of(NOW)
 
 def _due_events(plain: SignupStore, client: Any) -> None:
     """Three events in the due-holds index: 'due' and 'later', whose earliest hold lapses
-    1 s and 9 s after NOW (as a commit marks an event item), and 'held', whose deciding
+    1 s and 9 s after NOW (as a commit marks an event item), and 'parked', whose deciding
     failed at NOW: its record parked, its release due at once (as ``park`` marks it)."""
     for event_id, due_at in (("due", T0 + 1_000), ("later", T0 + 9_000)):
         plain.create_event(event_id, 5, NOW)
@@ -1399,8 +1400,8 @@ def _due_events(plain: SignupStore, client: Any) -> None:
                 ":z": {"S": "0"},
             },
         )
-    plain.create_event("held", 5, NOW)
-    plain.park("held", [SignupRequest("held", "parked", "1" * 21)], NOW, "ThrottlingError")
+    plain.create_event("parked", 5, NOW)
+    plain.park("parked", [SignupRequest("parked", "p", "1" * 21)], NOW, "ThrottlingError")
 
 
 @pytest.mark.parametrize(
@@ -1421,11 +1422,11 @@ def test_releasing_due_holds_is_denied_without_its_grant(
     with pytest.raises(ClientError) as refused:
         release_due_holds(SignupStore(client, sleep=lambda _: None), T0 + 5_000)
     # THEN the run fails on IAM's refusal (a missing grant is no bad entry to skip): the
-    # Query, or the wake-up of the first event due (the held one, due at NOW)
+    # Query, or the wake-up of the first event due (the parked one, due at NOW)
     assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
     assert {(r.action, _where(r)) for r in client.denied} == {(action, where)}
     keys = {k for r in client.denied for k in r.leading_keys or ()}
-    assert keys == ({"WAKE#held"} if action == UPDATE else {"0"})
+    assert keys == ({"WAKE#parked"} if action == UPDATE else {"0"})
     # ... and no event was woken: no wake-up item, nothing on the control table's stream
     assert wake_items(plain) == {}
     assert woken_events(wakes) == []

@@ -258,8 +258,8 @@ def test_a_crash_between_commit_and_items_is_recovered_from_the_journal(client, 
 
     use_processor(StreamProcessor(CrashAfterCommit(client)))
     first = invoke(records)
-    assert first == {"batchItemFailures": []}  # the group failed: parked, the event held
-    assert store.get_hold("gig") is not None
+    assert first == {"batchItemFailures": []}  # the group failed: parked, and the event with it
+    assert store.get_parking("gig") is not None
     assert decisions(client) == {}
     assert store.get_event("gig").snapshot.taken == 2  # committed, not materialized
     # WHEN a fresh processor (a cold start) receives only the LAST record
@@ -275,15 +275,15 @@ def test_a_crash_between_commit_and_items_is_recovered_from_the_journal(client, 
 def test_unknown_event_rejection_loses_to_an_event_created_meanwhile(client, store, stream):
     submit(client, "late", "a")
     records = stream.read_new()
-    original_read = SignupStore.get_event_and_hold
+    original_read = SignupStore.get_event_and_parking
 
     class CreatedMeanwhile(SignupStore):
-        def get_event_and_hold(self, event_id):  # type: ignore[override]
-            record, hold = original_read(self, event_id)
+        def get_event_and_parking(self, event_id):  # type: ignore[override]
+            record, marker = original_read(self, event_id)
             if record is None and not hasattr(self, "_created"):
                 self._created = True
                 store.create_event(event_id, 1, NOW)  # lands between read and write
-            return record, hold
+            return record, marker
 
     use_processor(StreamProcessor(CreatedMeanwhile(client)))
     assert invoke(records) == {"batchItemFailures": []}

@@ -3,7 +3,7 @@ event's wake-up item in the control table, ``EventItems.wake``), never a produce
 record. Its record on the control table's stream reaches the same handler as intake's
 records (the second event source mapping, ``contract.WAKE_SOURCE``) and is one tick of the
 event: lapsed holds end, seats given back or added reach the waitlist, a close is acted
-on, a held event is released.
+on, a parked event is released.
 
 Each case here is one the review found broken: it is run through the real handler, the
 intake stream and the wake-ups' stream delivered as the event source mappings deliver
@@ -220,15 +220,15 @@ def test_a_commit_left_half_applied_is_written_out_at_the_next_wake_up(aws, stre
         store.crash = True
         store.request_transition("gig", "a", "cancel", scene.clock())
         scene.deliver()
-        # THEN the event is held, its records parked, and due for a release at once
-        assert store.get_hold("gig") is not None
+        # THEN the event is parked, its records with it, and due for a release at once
+        assert store.get_parking("gig") is not None
         assert scene.status("gig", "b") == (Status.WAITLISTED, None)  # not written yet
         # WHEN the due-holds release runs (every second locally, every minute on AWS)
         assert scene.release_due() == 1
         # THEN the commit is written out and the event released
         assert scene.status("gig", "a") == (Status.CANCELLED, None)
         assert scene.status("gig", "b") == (Status.HELD, None)
-        assert store.get_hold("gig") is None
+        assert store.get_parking("gig") is None
     finally:
         stream_handler._processor = None
 
@@ -301,10 +301,10 @@ class FailsSteps(SignupStore):
 
     down = False
 
-    def get_event_and_hold(self, event_id):  # type: ignore[override]
+    def get_event_and_parking(self, event_id):  # type: ignore[override]
         if self.down:
             raise RuntimeError("unavailable")
-        return super().get_event_and_hold(event_id)
+        return super().get_event_and_parking(event_id)
 
 
 def test_a_wake_up_whose_step_fails_is_written_again_until_it_is_done(aws, stream, wakes):
@@ -336,25 +336,26 @@ def test_a_wake_up_whose_step_fails_is_written_again_until_it_is_done(aws, strea
         stream_handler._processor = None
 
 
-def test_a_held_event_with_nothing_parked_is_released_and_its_due_holds_still_end(scene):
-    """A worker killed between unparking the last records and lifting the hold leaves an
-    event held with nothing parked. Its wake-up lifts the hold and is still the event's
-    tick: a hold due by then ends (the release alone decides no record, so takes no step)."""
+def test_a_parked_event_with_nothing_parked_is_released_and_its_due_holds_still_end(scene):
+    """A worker killed between unparking the last records and clearing the parking marker
+    leaves the marker with no record under it. Its wake-up clears the marker and is still
+    the event's tick: a hold due by then ends (the release alone decides no record, so
+    takes no step)."""
     from turnstile.engine.domain import SignupRequest
 
     scene.store.create_event("gig", 1, T0, waitlist=1, hold_seconds=HOLD_S)
     scene.signup("gig", "a", "b")
     assert scene.status("gig", "a") == (Status.HELD, None)
-    # GIVEN the event held, its one parked record unparked and the hold left in place
+    # GIVEN the event parked, its one parked record unparked and the marker left in place
     stray = SignupRequest("gig", "c", "9" * 21, submitted_at=T0)
     scene.store.park("gig", [stray], scene.clock(), "worker killed")
     scene.store.unpark("gig", [stray.sequence_number])
-    assert scene.store.get_hold("gig") is not None
+    assert scene.store.get_parking("gig") is not None
     assert scene.store.parked_requests("gig") == []
     # WHEN a's hold lapses and the due-holds release wakes the event
     scene.clock.advance(HOLD_S)
     scene.release_due()
-    # THEN the hold is lifted, a's hold ended and the seat went to the one waiting
-    assert scene.store.get_hold("gig") is None
+    # THEN the parking marker is cleared, a's hold ended and the seat went to the one waiting
+    assert scene.store.get_parking("gig") is None
     assert scene.status("gig", "a") == (Status.EXPIRED, None)
     assert scene.status("gig", "b") == (Status.HELD, None)

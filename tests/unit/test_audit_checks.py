@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from turnstile.base.contract import HoldAttr, Reason, Status
-from turnstile_tools.audit import EventAudit, audit_event, audit_hold
+from turnstile.base.contract import ParkAttr, Reason, Status
+from turnstile_tools.audit import EventAudit, audit_event, audit_parking
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 Table = dict[str, Any]
@@ -360,26 +360,26 @@ def test_an_unmaterialized_journal_is_a_violation_only_past_the_grace_a_bound():
     ]
 
 
-def hold(held_s_ago: float, **attrs: Any) -> dict[str, Any]:
-    return {HoldAttr.HELD_SINCE: iso(held_s_ago), HoldAttr.FIRST_SEQUENCE_NUMBER: "98", **attrs}
+def marker(parked_s_ago: float, **attrs: Any) -> dict[str, Any]:
+    return {ParkAttr.PARKED_SINCE: iso(parked_s_ago), ParkAttr.FIRST_SEQUENCE_NUMBER: "98", **attrs}
 
 
-def test_a_hold_is_a_violation_only_past_the_grace_a_bound():
+def test_a_parking_is_a_violation_only_past_the_grace_a_bound():
     report = EventAudit(event_id="e1")
-    audit_hold(report, hold(400, error="StoreUnavailableError"), {"a", "b"}, 400.0, NOW)
+    audit_parking(report, marker(400, error="StoreUnavailableError"), {"a", "b"}, 400.0, NOW)
     assert (report.parked, report.parked_for_s, report.violations) == (2, 400.0, [])
     report = EventAudit(event_id="e1")
-    audit_hold(report, hold(400, error="StoreUnavailableError"), {"a", "b"}, 399.0, NOW)
+    audit_parking(report, marker(400, error="StoreUnavailableError"), {"a", "b"}, 399.0, NOW)
     assert report.violations == [
         "parked for 400 s (more than 399 s): 2 records since sequence number 98, "
         "last error StoreUnavailableError"
     ]
 
 
-def test_a_hold_that_recorded_no_error_says_so():
-    # (a record parked behind a hold lifted in between holds the event again, with no error)
+def test_a_parking_marker_that_recorded_no_error_says_so():
+    # (a record parked behind a marker cleared in between parks the event again, with no error)
     report = EventAudit(event_id="e1")
-    audit_hold(report, hold(3600), {"a"}, 300.0, NOW)
+    audit_parking(report, marker(3600), {"a"}, 300.0, NOW)
     assert report.violations == [
         "parked for 3600 s (more than 300 s): 1 records since sequence number 98, "
         "last error unknown"

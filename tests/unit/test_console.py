@@ -83,8 +83,8 @@ def test_a_log_record_is_one_short_line_with_its_extras():
     assert (
         formatter.format(record("batch processed", records=3)) == f"{at} batch processed records=3"
     )
-    assert formatter.format(record("event held", logging.WARNING, event_id="gig")).endswith(
-        " WARNING event held event_id=gig"
+    assert formatter.format(record("event parked", logging.WARNING, event_id="gig")).endswith(
+        " WARNING event parked event_id=gig"
     )
     # Another library's record names its logger.
     assert formatter.format(record("slow", logging.WARNING, name="botocore.x")).endswith(

@@ -2,7 +2,7 @@
 
 The fake keeps the real store's semantics (tests/contract holds it to them), so these pin
 what the processor does with what the store says: grouping by event, stream order,
-conflicts, journals too large, held events parked and released in arrival order,
+conflicts, journals too large, parked events released in arrival order,
 redeliveries, the unknown-event path. Where it makes sense the result is compared with
 the oracle (``tests.oracle.decide``) run serially over the same requests: the processor may
 split, retry and park, but the decisions must come out as if one loop had decided
@@ -117,7 +117,12 @@ def test_each_event_is_decided_on_its_own_in_stream_order(fake):
     assert {s: i["status"] for s, i in stored(fake, "A").items()} == {
         d.signup_id: d.status for d in decided(result, "A")
     }
-    assert (result.failures, result.held, result.conflicts, result.parked) == ([], [], 0, 0)
+    assert (result.failures, result.parked_events, result.conflicts, result.parked) == (
+        [],
+        [],
+        0,
+        0,
+    )
 
 
 def test_chunks_decide_what_one_loop_decides(fake):
@@ -201,12 +206,12 @@ def test_conflicts_short_of_the_limit_are_counted_and_the_group_decided(fake, co
     fake.create_event("gig", 5, NOW)
     fake.fail_next("commit", times=conflicts, error=CommitConflictError)
     result = processor(fake, max_conflicts=5).process([insert("gig", "a", 1)])
-    assert (result.conflicts, result.held, result.failures) == (conflicts, [], [])
+    assert (result.conflicts, result.parked_events, result.failures) == (conflicts, [], [])
     assert [d.position for d in decided(result)] == [1]
     assert fake.count("commit") == conflicts + 1
 
 
-def test_a_conflict_storm_holds_the_group_and_other_events_carry_on(fake):
+def test_a_conflict_storm_parks_the_group_and_other_events_carry_on(fake):
     # GIVEN hot, whose every commit conflicts, and calm
     fake.create_event("hot", 5, NOW)
     fake.create_event("calm", 5, NOW)
@@ -215,12 +220,12 @@ def test_a_conflict_storm_holds_the_group_and_other_events_carry_on(fake):
     # WHEN processed with at most 3 conflicts in a row
     result = processor(fake, max_conflicts=3).process(records)
     # THEN hot tried 3 times, then its records were parked in arrival order and it is
-    # held; calm was decided; the batch reports no failure
+    # parked; calm was decided; the batch reports no failure
     assert result.conflicts == 3 and fake.count("commit", "hot") == 3
-    assert result.held == [("hot", "CommitConflictError")]
+    assert result.parked_events == [("hot", "CommitConflictError")]
     assert (result.parked, result.failures) == (2, [])
     assert parked_ids(fake, "hot") == ["h0", "h1"]
-    assert fake.get_hold("hot")["error"] == "CommitConflictError"
+    assert fake.get_parking("hot")["error"] == "CommitConflictError"
     assert decided(result) == serial(5, records, "calm")
     assert stored(fake, "hot") == {}
 
@@ -255,7 +260,7 @@ def test_a_journal_too_large_commits_the_prefix_that_fits_and_then_the_rest(fake
     # THEN every decision is what one loop decides, committed in journals within the
     # bound, the first of them the two that fit
     assert decided(result) == serial(4, records, "gig")
-    assert (result.failures, result.held, result.conflicts) == ([], [], 0)
+    assert (result.failures, result.parked_events, result.conflicts) == ([], [], 0)
     assert [d for j in journals for d in j.decisions] == decided(result)
     assert [d.signup_id for d in journals[0].decisions] == ["a", "b"]
     assert all(len(j.encode()) <= bound for j in journals) and len(journals) >= 3
@@ -282,11 +287,11 @@ def test_a_journal_too_large_commits_the_decisions_that_fit_then_the_rest(fake):
 def test_a_group_whose_store_is_down_is_parked_and_other_events_are_decided(fake):
     fake.create_event("hot", 5, NOW)
     fake.create_event("calm", 5, NOW)
-    fake.fail_next("get_event_and_hold", error=StoreUnavailableError, event_id="hot")
+    fake.fail_next("get_event_and_parking", error=StoreUnavailableError, event_id="hot")
     records = [insert("hot", "h0", 1), insert("calm", "c0", 2), insert("hot", "h1", 3)]
     result = processor(fake).process(records)
-    # hot was never decided: parked whole, held with the error's class
-    assert result.held == [("hot", "StoreUnavailableError")]
+    # hot was never decided: parked whole, its marker naming the error's class
+    assert result.parked_events == [("hot", "StoreUnavailableError")]
     assert parked_ids(fake, "hot") == ["h0", "h1"] and fake.count("commit", "hot") == 0
     assert decided(result) == serial(5, records, "calm")
     assert result.failures == []
@@ -300,7 +305,7 @@ def test_a_group_that_can_be_neither_decided_nor_parked_fails_from_its_first_rec
     records = [insert("hot", "h0", 7), insert("calm", "c0", 8), insert("hot", "h1", 9)]
     result = processor(fake).process(records)
     assert result.failures == ["7"]
-    assert (result.held, result.parked) == ([], 0)
+    assert (result.parked_events, result.parked) == ([], 0)
     assert decided(result) == serial(5, records, "calm")
 
 
@@ -314,8 +319,8 @@ def test_a_failure_in_a_later_chunk_parks_from_there_and_keeps_what_was_committe
     # the first chunk (a, b) was decided; c, d, e parked from c on, in order
     assert [d.signup_id for d in decided(result)] == ["a", "b"]
     assert parked_ids(fake, "gig") == ["c", "d", "e"]
-    assert fake.get_hold("gig")["first_sequence_number"] == "3"
-    assert result.held == [("gig", "StoreUnavailableError")] and result.parked == 3
+    assert fake.get_parking("gig")["first_sequence_number"] == "3"
+    assert result.parked_events == [("gig", "StoreUnavailableError")] and result.parked == 3
 
 
 def test_a_later_chunk_that_can_be_neither_decided_nor_parked_fails_from_that_chunk(fake):
@@ -331,20 +336,20 @@ def test_a_later_chunk_that_can_be_neither_decided_nor_parked_fails_from_that_ch
     assert [d.signup_id for d in decided(result)] == ["a", "b"]
 
 
-def test_a_failure_dynamodb_refuses_as_invalid_is_not_held_but_failed(fake):
+def test_a_failure_dynamodb_refuses_as_invalid_is_not_parked_but_failed(fake):
     fake.create_event("gig", 5, NOW)
     invalid = ClientError({"Error": {"Code": "ValidationException", "Message": "m"}}, "Update")
     fake.fail_next("commit", error=invalid)
     result = processor(fake).process([insert("gig", "a", 11), insert("gig", "b", 12)])
     assert result.failures == ["11"]
-    assert fake.get_hold("gig") is None and parked_ids(fake, "gig") == []
+    assert fake.get_parking("gig") is None and parked_ids(fake, "gig") == []
 
 
-# -- held events: parked and released in arrival order ---------------------------------------
+# -- parked events: released in arrival order ----------------------------------------------
 
 
-def test_a_held_event_parks_later_records_and_releases_all_in_arrival_order(fake):
-    # GIVEN hot held with h0, h1 parked (its commits failed), capacity 2
+def test_a_parked_event_parks_later_records_and_releases_all_in_arrival_order(fake):
+    # GIVEN hot parked with h0, h1 (its commits failed), capacity 2
     fake.create_event("hot", 2, NOW)
     fake.create_event("calm", 5, NOW)
     fake.fail_next("commit", times=None, error=StoreUnavailableError, event_id="hot")
@@ -355,7 +360,7 @@ def test_a_held_event_parks_later_records_and_releases_all_in_arrival_order(fake
     # WHEN later records arrive for hot (one 2-seat request that fits if decided first)
     second = [insert("hot", "h2", 1000, 2), insert("hot", "h3", 1001), insert("calm", "c1", 1002)]
     result = processor(fake).process(second)
-    # THEN they are parked behind h0, h1, all released in arrival order, and the hold lifted
+    # THEN they are parked behind h0, h1, all released in arrival order, and the marker cleared
     everything = first + second
     assert decided(result, "hot") == serial(2, everything, "hot")
     assert [(d.signup_id, d.status) for d in decided(result, "hot")] == [
@@ -364,22 +369,22 @@ def test_a_held_event_parks_later_records_and_releases_all_in_arrival_order(fake
         ("h2", Status.REJECTED),
         ("h3", Status.REJECTED),
     ]
-    assert (result.parked, result.released, result.held) == (2, 4, [])
-    assert fake.get_hold("hot") is None and parked_ids(fake, "hot") == []
+    assert (result.parked, result.released, result.parked_events) == (2, 4, [])
+    assert fake.get_parking("hot") is None and parked_ids(fake, "hot") == []
     assert decided(result, "calm") == serial(5, everything, "calm")[1:]
 
 
-def test_a_record_parked_during_a_release_keeps_the_event_held(fake):
+def test_a_record_parked_during_a_release_keeps_the_event_parked(fake):
     fake.create_event("gig", 5, NOW)
     version = fake.park("gig", [SignupRequest("gig", "a", "10")], NOW, "StoreUnavailableError")
     late = SignupRequest("gig", "late", "20")
-    fake.before_next("lift_hold", lambda: fake.park("gig", [late], NOW, None))
+    fake.before_next("clear_parking", lambda: fake.park("gig", [late], NOW, None))
     p = processor(fake)
     assert p.release("gig") is False
-    assert fake.get_hold("gig")["version"] == version + 1
+    assert fake.get_parking("gig")["version"] == version + 1
     assert parked_ids(fake, "gig") == ["late"] and "a" in stored(fake, "gig")
     assert p.release("gig") is True
-    assert fake.get_hold("gig") is None and "late" in stored(fake, "gig")
+    assert fake.get_parking("gig") is None and "late" in stored(fake, "gig")
 
 
 def test_a_release_decides_at_most_max_release_records(fake):
@@ -389,7 +394,7 @@ def test_a_release_decides_at_most_max_release_records(fake):
     result = BatchResult()
     assert p.release("gig", result) is False
     assert (result.released, parked_ids(fake, "gig")) == (3, ["s4", "s5"])
-    assert fake.get_hold("gig") is not None
+    assert fake.get_parking("gig") is not None
     assert p.release("gig") is True
     assert [stored(fake, "gig")[f"s{i}"]["position"] for i in range(1, 6)] == [1, 2, 3, 4, 5]
 
@@ -400,7 +405,7 @@ def test_a_failed_release_leaves_the_rest_parked_and_says_so(fake):
     fake.fail_next("unpark", error=StoreUnavailableError)
     result = BatchResult()
     assert processor(fake, chunk_size=2).release("gig", result) is False
-    assert result.held == [("gig", "StoreUnavailableError")] and result.released == 0
+    assert result.parked_events == [("gig", "StoreUnavailableError")] and result.released == 0
     assert parked_ids(fake, "gig") == ["s1", "s2", "s3", "s4"]
     # the next release decides nothing twice
     again = BatchResult()
@@ -426,12 +431,12 @@ def test_a_release_that_meets_a_journal_too_large_unparks_and_counts_what_it_dec
     assert [d.signup_id for d in decided(result)] == ["s1", "s2", "s3"]
 
 
-def test_a_release_of_an_event_not_held_does_nothing(fake):
+def test_a_release_of_an_event_not_parked_does_nothing(fake):
     assert processor(fake).release("gig") is True
     assert fake.count("parked_requests") == 0
 
 
-def test_a_held_group_that_cannot_be_parked_fails_from_its_first_record(fake):
+def test_a_parked_events_group_that_cannot_be_parked_fails_from_its_first_record(fake):
     fake.create_event("gig", 5, NOW)
     fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
     fake.fail_next("park", error=StoreUnavailableError)
@@ -464,7 +469,7 @@ def test_a_commit_whose_answer_was_lost_decides_nothing_twice(fake):
     fake.fail_next("commit", error=StoreUnavailableError, after=True)
     records = [insert("gig", "a", 1), insert("gig", "b", 2)]
     first = processor(fake).process(records)
-    assert first.held == [("gig", "StoreUnavailableError")] and first.decided == []
+    assert first.parked_events == [("gig", "StoreUnavailableError")] and first.decided == []
     assert [d.signup_id for d in fake.get_event("gig").journal.decisions] == ["a", "b"]
     # WHEN the event's next record arrives (a fresh processor)
     result = processor(fake).process([insert("gig", "c", 3)])
@@ -477,7 +482,7 @@ def test_a_commit_whose_answer_was_lost_decides_nothing_twice(fake):
         Reason.CAPACITY_FULL,
         Reason.CAPACITY_FULL,
     )
-    assert fake.get_hold("gig") is None
+    assert fake.get_parking("gig") is None
 
 
 def test_a_journal_left_unwritten_is_written_before_anything_new_is_decided(fake):
@@ -487,12 +492,12 @@ def test_a_journal_left_unwritten_is_written_before_anything_new_is_decided(fake
     assert stored(fake, "gig") == {} and fake.get_event("gig").snapshot.version == 1
     fake.calls.clear()
     processor(fake).release("gig")
-    # the release wrote journal 1 out first, decided nothing again, and lifted the hold
+    # the release wrote journal 1 out first, decided nothing again, and cleared the marker
     methods = [m for m, _ in fake.calls]
     assert methods.count("materialize") == 1
     assert methods.index("materialize") < methods.index("get_decisions")
     assert fake.count("commit") == 0 and fake.get_event("gig").snapshot.version == 1
-    assert stored(fake, "gig")["a"]["position"] == 1 and fake.get_hold("gig") is None
+    assert stored(fake, "gig")["a"]["position"] == 1 and fake.get_parking("gig") is None
 
 
 def test_a_journal_another_processor_left_unwritten_is_written_by_a_warm_one(fake):
@@ -512,14 +517,14 @@ def test_a_journal_another_processor_left_unwritten_is_written_by_a_warm_one(fak
 
 
 def test_a_release_never_uses_an_event_read_by_a_group_that_failed(fake):
-    # GIVEN a held event whose group could not be parked (its event was read with the hold)
+    # GIVEN a parked event whose group could not be parked (its event was read with the marker)
     fake.create_event("gig", 5, NOW)
     fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
     p = processor(fake)
     fake.fail_next("park", error=StoreUnavailableError)
     assert p.process([insert("gig", "b", 5)]).failures == ["5"]
     # and a commit of another processor since
-    fake.lift_hold("gig", 1)
+    fake.clear_parking("gig", 1)
     processor(fake).process([insert("gig", "c", 6)])
     fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
     # WHEN the first one releases the event THEN it reads it afresh: no conflict
@@ -561,11 +566,11 @@ def test_an_event_created_during_the_rejection_is_decided_against_it(fake):
     assert stored(fake, "gig")["a"]["status"] == Status.ACCEPTED
 
 
-def test_an_id_no_event_can_have_is_rejected_invalid_without_reading_a_hold(fake):
+def test_an_id_no_event_can_have_is_rejected_invalid_without_reading_a_marker(fake):
     records = [insert("-bad", "a", 1)]
     result = processor(fake).process(records)
     assert [d.reason for d in decided(result)] == [Reason.INVALID_REQUEST]
-    assert fake.count("get_event_and_hold") == 0
+    assert fake.count("get_event_and_parking") == 0
     # and when it cannot be written, it is never parked under that id: the group fails
     fake.fail_next("reject_without_event", error=StoreUnavailableError)
     failed = processor(fake).process([insert("-bad", "b", 2)])

@@ -24,7 +24,7 @@ from turnstile.base.contract import (
     Attr,
     EventState,
     HistoryKey,
-    HoldAttr,
+    ParkAttr,
     Reason,
     Status,
     fits_partition_key,
@@ -38,7 +38,7 @@ from turnstile.storage.journal import IN_LINEUP
 from turnstile.storage.ports import AuditStore
 from turnstile.storage.transitions import history_of
 
-__all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event", "audit_hold"]
+__all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event", "audit_parking"]
 
 #: Reads of one event before it is called inconclusive.
 READ_ATTEMPTS = 3
@@ -418,9 +418,9 @@ def audit_stable(
     Returns the report and whether the event has any row at all.
 
     An event id that is not an id (``contract.is_id``: a producer's, read from intake) has
-    no event item, hold or parked record, as nothing turnstile keeps is keyed by one: their
-    keys are never built (prefixed, such an id may be a key DynamoDB refuses). Its intake
-    records and decisions are audited all the same.
+    no event item, parking marker or parked record, as nothing turnstile keeps is keyed by
+    one: their keys are never built (prefixed, such an id may be a key DynamoDB refuses).
+    Its intake records and decisions are audited all the same.
     """
     keeps_items = is_id(event_id)
 
@@ -447,31 +447,34 @@ def audit_stable(
             journal_ids = {d.signup_id for d in journal.decisions if d.status in IN_LINEUP}
         if journal is not None and journal.updates:
             # a change of the last commit not written yet counts as unmaterialized
+            # (only those: a first decision of the same commit that is written counts as
+            # written, wherever it stands in the journal)
             status_of = {d.get(Attr.SIGNUP_ID): d.get(Attr.STATUS) for d in decisions}
-            journal_ids |= {
+            unwritten = {
                 u.signup_id
                 for u in journal.updates
                 if status_of.get(u.signup_id) == u.from_status and Attr.STATUS in u.set
             }
-            decisions = [d for d in decisions if d.get(Attr.SIGNUP_ID) not in journal_ids]
-        hold = store.get_hold(event_id) if keeps_items else None
-        held_ids: set[str] = set()
-        if hold is not None:
+            journal_ids |= unwritten
+            decisions = [d for d in decisions if d.get(Attr.SIGNUP_ID) not in unwritten]
+        marker = store.get_parking(event_id) if keeps_items else None
+        parked_ids: set[str] = set()
+        if marker is not None:
             decided = {d.get(Attr.SIGNUP_ID) for d in decisions} | journal_ids
-            held_ids = {r.signup_id for r in store.parked_requests(event_id)} - decided
+            parked_ids = {r.signup_id for r in store.parked_requests(event_id)} - decided
         report = audit_event(
             event_id=event_id,
             event_item=_event_values(before),
             decisions=decisions,
-            intake=[r for r in intake if r.get(Attr.SIGNUP_ID) not in held_ids],
+            intake=[r for r in intake if r.get(Attr.SIGNUP_ID) not in parked_ids],
             journal_ids=journal_ids,
             pending_grace_s=pending_grace_s,
             now=now,
             journal_decided_at=journal.decided_at if journal else None,
             last_woken_at=store.last_woken(event_id) if keeps_items else None,
         )
-        if hold is not None and held_ids:
-            audit_hold(report, hold, held_ids, pending_grace_s, now)
+        if marker is not None and parked_ids:
+            audit_parking(report, marker, parked_ids, pending_grace_s, now)
         return report, bool(before is not None or decisions or intake)
     report = EventAudit(event_id=event_id, inconclusive=True)
     report.notes.append(
@@ -489,35 +492,36 @@ def _event_ids(store: AuditStore) -> list[str]:
     return sorted(ids)
 
 
-def audit_hold(
+def audit_parking(
     report: EventAudit,
-    hold: Mapping[str, Any],
-    held_ids: set[str],
+    marker: Mapping[str, Any],
+    parked_ids: set[str],
     pending_grace_s: float,
     now: datetime,
 ) -> None:
-    """Account for a failing event: ``held_ids`` are its parked, undecided signups.
+    """Account for a failing event: ``parked_ids`` are its parked, undecided signups.
 
-    They are waiting in arrival order, not lost; but a hold is a failure being ridden out,
-    so one older than the pending grace period is a violation (invariants 3 and 4 wait on
-    it), and one whose error is IAM's refusal is a violation at once. Their order, once
+    They are waiting in arrival order, not lost; but a parked event is a failure being
+    ridden out, so one parked for longer than the pending grace period is a violation
+    (invariants 3 and 4 wait on it), and one whose error is IAM's refusal is a violation
+    at once. Their order, once
     released, is checked like any decision's.
     """
-    report.parked = len(held_ids)
-    report.parked_for_s = age_s(hold.get(HoldAttr.HELD_SINCE), now)
-    error = str(hold.get(HoldAttr.ERROR, ""))
+    report.parked = len(parked_ids)
+    report.parked_for_s = age_s(marker.get(ParkAttr.PARKED_SINCE), now)
+    error = str(marker.get(ParkAttr.ERROR, ""))
     if error.startswith("AccessDenied"):
         # A missing grant, not a failure that passes: a violation from the first second.
         report.violations.append(
             f"parked: {report.parked} records since sequence number "
-            f"{hold.get(HoldAttr.FIRST_SEQUENCE_NUMBER)} because {error}"
+            f"{marker.get(ParkAttr.FIRST_SEQUENCE_NUMBER)} because {error}"
         )
     elif report.parked_for_s is not None and report.parked_for_s > pending_grace_s:
         report.violations.append(
             f"parked for {report.parked_for_s:.0f} s (more than {pending_grace_s:.0f} s): "
             f"{report.parked} records since sequence number "
-            f"{hold.get(HoldAttr.FIRST_SEQUENCE_NUMBER)}, last error "
-            f"{hold.get(HoldAttr.ERROR, 'unknown')}"
+            f"{marker.get(ParkAttr.FIRST_SEQUENCE_NUMBER)}, last error "
+            f"{marker.get(ParkAttr.ERROR, 'unknown')}"
         )
 
 

@@ -55,9 +55,9 @@ __all__ = [
     "EventState",
     "Function",
     "HistoryKey",
-    "HoldAttr",
     "IndexSpec",
     "LeaseAttr",
+    "ParkAttr",
     "Reason",
     "RequestKind",
     "RunAttr",
@@ -108,9 +108,10 @@ MAX_ITEM_BYTES = 400 * 1024
 
 def is_id(value: Any) -> bool:
     """Whether ``value`` is an id (``ID_PATTERN``, in full). Only an id ever names an event
-    item, a hold or a parked record, so a control key is built from nothing else: the
-    longest one an id makes (``PARK#`` and 128 characters) is far inside the limits, while
-    an event id read from intake may be up to 2,048 bytes, and prefixed, one AWS refuses."""
+    item, a parking marker or a parked record, so a control key is built from nothing else:
+    the longest one an id makes (``PARK#`` and 128 characters) is far inside the limits,
+    while an event id read from intake may be up to 2,048 bytes, and prefixed, one AWS
+    refuses."""
     return isinstance(value, str) and ID_PATTERN.fullmatch(value) is not None
 
 
@@ -144,7 +145,7 @@ class ControlKey:
     control table each key starts with a fixed kind prefix (``EVENT#``, ``PARK#``,
     ``SWEEPER``, ``SWEEP-RUN``) and a free-form part (an event id) only ever follows
     ``EVENT#`` or ``PARK#``, so even a hostile event id read from intake can name nothing but
-    an event item or that event's own hold and parked records.
+    an event item or that event's own parking marker and parked records.
     """
 
     PK = "pk"
@@ -162,20 +163,21 @@ class ControlKey:
     def sweep_run(cls, run_id: str, seq: int) -> tuple[str, str]:
         return cls.SWEEP_RUNS, f"{run_id}#{seq:06d}"
 
-    # A held event (docs/arrival-order.md): its hold marker and its parked records share
-    # one partition; parked records sort by their arrival sequence number.
+    # A parked event (docs/arrival-order.md): its parking marker and its parked records
+    # share one partition; parked records sort by their arrival sequence number.
     PARK_PREFIX = "PARK#"
-    HOLD_SK = "HOLD"
+    PARKED_SK = "PARKED"
     PARKED_PREFIX = "R#"
     #: DynamoDB Streams sequence numbers are decimal strings of 21 to 40 digits.
     SEQUENCE_DIGITS = 40
 
     @classmethod
-    def hold(cls, event_id: str) -> tuple[str, str]:
-        return f"{cls.PARK_PREFIX}{_event_id(event_id)}", cls.HOLD_SK
+    def parking(cls, event_id: str) -> tuple[str, str]:
+        """An event's parking marker's key (the partition of its parked records)."""
+        return f"{cls.PARK_PREFIX}{_event_id(event_id)}", cls.PARKED_SK
 
     # An event's wake-up: written by whatever needs the event to take a step (a hold due,
-    # an organizer's change, a held event to release); its stream record is the step's
+    # an organizer's change, a parked event to release); its stream record is the step's
     # record (``WAKE_SOURCE``). Turnstile's own: no producer can write, delete or block it.
     WAKE_PREFIX = "WAKE#"
     WAKE_SK = "WAKE"
@@ -322,7 +324,7 @@ EVENT_CONFIG_ATTRIBUTES = (
 #: What a listing of events reads of each control-table item (``GET /events``, ``turnstile
 #: event list``): an event's public fields and the keys, never its journal. A Scan reads
 #: every item of the table, and the API's IAM policy lets its Scan name these and nothing
-#: else, so it cannot read a held event's parked records or the sweeper's items either.
+#: else, so it cannot read a parked event's records or the sweeper's items either.
 EVENT_LIST_ATTRIBUTES = (
     ControlKey.PK,
     ControlKey.SK,
@@ -428,11 +430,11 @@ class WakeReason:
     SWEEP = "sweep"
 
 
-class HoldAttr:
-    """Attributes of a held event's items in the control table (besides ``Attr``'s)."""
+class ParkAttr:
+    """Attributes of a parked event's items in the control table (besides ``Attr``'s)."""
 
-    #: On the hold marker; present while the event is held, removed when it is released.
-    HELD_SINCE = "held_since"
+    #: On the parking marker; present while the event is parked, removed when it is released.
+    PARKED_SINCE = "parked_since"
     FIRST_SEQUENCE_NUMBER = "first_sequence_number"
     ERROR = "error"
     #: On a parked record: why the request is invalid (it is rejected when released).

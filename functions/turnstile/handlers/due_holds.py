@@ -1,6 +1,6 @@
 """Lambda entry point that releases due holds (EventBridge Scheduler, every minute).
 
-It wakes every event whose earliest hold is due, or whose release (a held event) is due
+It wakes every event whose earliest hold is due, or whose release (a parked event) is due
 (``turnstile.jobs.due_holds``): a write of the event's wake-up item, which the stream
 processor takes as a tick of the event. It decides nothing.
 """

@@ -129,12 +129,13 @@ def record_metrics(result: BatchResult, received: int) -> None:
         )
 
 
-def record_hold_metrics(result: BatchResult) -> None:
-    """Held events (docs/arrival-order.md): the batch succeeds, so only these tell."""
-    for event_id, error in result.held:
-        logger.warning("event held", event_id=event_id, error=error)
-    if result.held:
-        metrics.add_metric(name="EventHeld", unit=MetricUnit.Count, value=len(result.held))
+def record_parking_metrics(result: BatchResult) -> None:
+    """Parked events (docs/arrival-order.md): the batch succeeds, so only these tell."""
+    for event_id, error in result.parked_events:
+        logger.warning("event parked", event_id=event_id, error=error)
+    if result.parked_events:
+        events = len(result.parked_events)
+        metrics.add_metric(name="EventParked", unit=MetricUnit.Count, value=events)
     if result.parked:
         metrics.add_metric(name="RecordsParked", unit=MetricUnit.Count, value=result.parked)
     if result.released:
@@ -160,7 +161,7 @@ def _handle(event: DynamoDBStreamEvent, context: LambdaContext) -> dict[str, Any
     records = [to_intake_record(r) for r in event.records]
     result = get_processor().process(records)
     record_metrics(result, received=len(records))
-    record_hold_metrics(result)
+    record_parking_metrics(result)
     for decided in result.decided:
         logger.debug(
             "signup decided",

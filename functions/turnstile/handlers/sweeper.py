@@ -53,8 +53,8 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         if result.status == "succeeded":
             # Its absence is the alarm: lease_busy, already_ran and failed runs do not count.
             metrics.add_metric(name="SweepSucceeded", unit=MetricUnit.Count, value=1)
-        # Every run: the EventHeld alarm stays on while any event is held.
-        metrics.add_metric(name="EventsHeld", unit=MetricUnit.Count, value=result.parked_events)
+        # Every run: the EventParked alarm stays on while any event is parked.
+        metrics.add_metric(name="EventsParked", unit=MetricUnit.Count, value=result.parked_events)
         logger.info("sweep finished", **result.to_dict())
         if result.status == "failed":
             # Fail the invocation so the alarm on the sweeper's errors sees it.

@@ -4,12 +4,12 @@ The lifecycle engine lapses a hold only when a step of its event runs (docs/life
 §5). An event with no traffic would keep a lapsed hold's seats. So every commit of an event
 that holds seats writes, on its event item, ``hold_due_at`` (the earliest
 ``hold_expires_at``, epoch ms) and ``hold_due_shard`` (``DUE_HOLDS_SHARD``): the key of the
-control table's sparse ``due-holds`` index. A held event's marker (an event whose deciding
-failed, its records parked) is in the same index, due when its release should be tried.
+control table's sparse ``due-holds`` index. A parked event's marker (an event whose
+deciding failed, its records parked) is in the same index, due when its release should be tried.
 ``release_due_holds`` reads the index for what is due by ``now_ms`` and wakes each event:
 a write of its wake-up item (``ControlKey.wake``), turnstile's own, whose record on the
 control table's stream the processor takes as a tick of the event (or a release, if the
-event is held). It decides nothing itself, and touches nothing a producer wrote.
+event is parked). It decides nothing itself, and touches nothing a producer wrote.
 
 Run every second by ``turnstile local`` and every minute on AWS
 (``turnstile.handlers.due_holds``). Waking twice is harmless: the second is one more tick.
@@ -64,7 +64,7 @@ def due_events(store: SignupStore, now_ms: int) -> Iterator[dict[str, Any]]:
 
 def _due(entry: dict[str, Any]) -> tuple[str, str] | None:
     """The entry's event and why it is due: an event item whose earliest hold lapsed, a
-    held event's marker (a release to try), or a wake-up whose step failed (to write
+    parked event's marker (a release to try), or a wake-up whose step failed (to write
     again). None when the entry is none of these, or its event
     id is not an id: the item is the processor's, but the id came from intake, and an id
     outside ``ID_PATTERN`` never names an item."""
@@ -74,14 +74,14 @@ def _due(entry: dict[str, Any]) -> tuple[str, str] | None:
     key = (entry.get(ControlKey.PK), entry.get(ControlKey.SK))
     if key == ControlKey.event(event_id):
         return event_id, WakeReason.HOLD_DUE
-    if key in (ControlKey.hold(event_id), ControlKey.wake(event_id)):
+    if key in (ControlKey.parking(event_id), ControlKey.wake(event_id)):
         return event_id, WakeReason.RETRY
     return None
 
 
 def release_due_holds(store: SignupStore, now_ms: int, limit: int | None = None) -> int:
     """Wake every event whose earliest hold is due at ``now_ms`` (epoch milliseconds), and
-    every held event whose release is due; how many it woke.
+    every parked event whose release is due; how many it woke.
 
     A wake-up is a write of the event's own wake-up item in the control table
     (``SignupStore.wake``), which no producer can reach: nothing written to intake, and
@@ -94,7 +94,7 @@ def release_due_holds(store: SignupStore, now_ms: int, limit: int | None = None)
         found = _due(entry)
         if found is None:
             log.warning(
-                "due entry skipped: not an event item or a hold marker with a valid id "
+                "due entry skipped: not an event item or a parking marker with a valid id "
                 "(pk %.80r)",
                 entry.get(ControlKey.PK),
             )

@@ -47,7 +47,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NEW_RECORD_EVENTS = frozenset({"INSERT", "MODIFY"})
-#: A held event whose release failed is tried again this much later (the due-holds index).
+#: A parked event whose release failed is tried again this much later (the due-holds index).
 RELEASE_RETRY_MS = 5_000
 
 
@@ -99,8 +99,8 @@ class BatchResult:
     decided: list[DecidedSignup] = field(default_factory=list)
     ignored: int = 0
     conflicts: int = 0
-    #: (event_id, error class) of each event whose deciding failed and that is now held.
-    held: list[tuple[str, str]] = field(default_factory=list)
+    #: (event_id, error class) of each event whose deciding failed and that is now parked.
+    parked_events: list[tuple[str, str]] = field(default_factory=list)
     parked: int = 0
     released: int = 0
     #: (event_id, transition) of every move and refusal the lifecycle made, in order
@@ -134,14 +134,14 @@ class StreamProcessor:
         self._cache_size = journal_cache_size
         #: Records one release decides at most; the rest stay parked for the next one.
         self.max_release = max_release
-        # The event item read together with the hold marker, for the group's first chunk.
+        # The event item read together with the parking marker, for the group's first chunk.
         self._prefetched: dict[str, EventRecord | None] = {}
 
     def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
         """Decide every new intake record; report the first record of each failed group.
 
         A group (one event's records) that fails stops there: its later records are not
-        decided before the failed one. They are parked and the event held, until a release
+        decided before the failed one. They are parked, and with them the event, until a release
         decides them in arrival order; only if parking fails too does the failure's sequence
         number go back to the event source, which redelivers from it. Other events carry on.
         """
@@ -169,7 +169,7 @@ class StreamProcessor:
     def _wake(self, event_id: str, sequence_number: str, result: BatchResult) -> None:
         """A wake-up: the event takes one step with no record of a signup (a tick: lapsed
         holds end, seats given back or added reach the waitlist, a close is acted on); a
-        held event's parked records are released first (the tick follows: a release with
+        parked event's records are released first (the tick follows: a release with
         nothing left parked takes no step). A failure goes back to the event source (the
         wake-up is retried); nothing is parked, as a wake-up is no arrival."""
         self._prefetched.clear()
@@ -177,10 +177,10 @@ class StreamProcessor:
             result.ignored += 1
             return
         try:
-            event, hold = self.store.get_event_and_hold(event_id)
-            if hold is not None:
+            event, parking = self.store.get_event_and_parking(event_id)
+            if parking is not None:
                 if not self.release(event_id, result):
-                    return  # still held: its release is due again (release_due)
+                    return  # still parked: its release is due again (release_due)
                 event = self.store.get_event(event_id)
             if event is None:
                 result.ignored += 1
@@ -202,7 +202,7 @@ class StreamProcessor:
     def _process_group(
         self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
     ) -> None:
-        if self._held_group(event_id, requests, result):
+        if self._parked_group(event_id, requests, result):
             return
         start = 0
         while start < len(requests):
@@ -379,35 +379,35 @@ class StreamProcessor:
             if d.signup_id in by_id
         ]
 
-    # -- held events: park, then release in arrival order (docs/arrival-order.md) --------
+    # -- parked events: park, then release in arrival order (docs/arrival-order.md) ------
 
     def _load_event(self, event_id: str) -> EventRecord | None:
-        """The event item: the one read with the hold marker if not used yet, else a fresh
+        """The event item: the one read with the parking marker if not used yet, else a fresh
         consistent read (after a conflict, or for the next chunk)."""
         if event_id in self._prefetched:
             return self._prefetched.pop(event_id)
         return self.store.get_event(event_id)
 
-    def _held_group(
+    def _parked_group(
         self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
     ) -> bool:
-        """Whether the group was dealt with as a held event's: parked behind the records
+        """Whether the group was dealt with as a parked event's: parked behind the records
         parked before it, then a release tried (or, if it could not be parked, failed).
 
-        Otherwise the event item read alongside the hold marker serves the first chunk.
+        Otherwise the event item read alongside the parking marker serves the first chunk.
         """
         self._prefetched.clear()
         if not ID_PATTERN.fullmatch(event_id):
             return False  # no event has this id: each record is rejected invalid_request
         try:
-            event, hold = self.store.get_event_and_hold(event_id)
+            event, parking = self.store.get_event_and_parking(event_id)
         except Exception as exc:
             log.exception("event group failed", extra={"event_id": event_id})
             if not self._park(event_id, requests, exc, result):
                 result.failures.append(requests[0].sequence_number)
             return True
         self._prefetched[event_id] = event
-        if hold is None:
+        if parking is None:
             return False
         if not self._park(event_id, requests, None, result):
             self._prefetched.clear()
@@ -423,16 +423,16 @@ class StreamProcessor:
         error: BaseException | None,
         result: BatchResult,
     ) -> bool:
-        """Park ``requests`` and hold the event; False if that failed too (the event
-        source then retries the group: the last resort), or if DynamoDB refused the
-        records themselves (holding would block the event behind records that can never
+        """Park ``requests`` and mark the event parked; False if that failed too (the
+        event source then retries the group: the last resort), or if DynamoDB refused the
+        records themselves (parking would block the event behind records that can never
         be decided: they take the event source's retries, bisect and on-failure queue)."""
         if not ID_PATTERN.fullmatch(event_id) or refused_as_invalid(error):
             return False
         error_class = error_text(error) if error is not None else None
         if isinstance(error, AccessDenied):
             # Not a failure to ride out: a grant is missing. Say so at once, loudly.
-            log.error("event held: %s", error_class, extra={"event_id": event_id})
+            log.error("event parked: %s", error_class, extra={"event_id": event_id})
         try:
             self.store.park(event_id, requests, self.clock(), error_class)
         except Exception:
@@ -440,23 +440,24 @@ class StreamProcessor:
             return False
         result.parked += len(requests)
         if error_class is not None:
-            result.held.append((event_id, error_class))
+            result.parked_events.append((event_id, error_class))
         return True
 
     def release(self, event_id: str, result: BatchResult | None = None) -> bool:
-        """Decide a held event's parked records in arrival order, then lift the hold.
+        """Decide a parked event's records in arrival order, then clear its marker.
 
         Parked records are decided by the same path as stream records, under their own
         (arrival) sequence numbers; the decided ones are unparked chunk by chunk, and the
-        hold is lifted only if nothing was parked since it was read. Returns whether the
-        event is no longer held. Never raises: a failed release leaves the rest parked.
+        parking marker is cleared only if nothing was parked since it was read. Returns
+        whether the event is no longer parked. Never raises: a failed release leaves the
+        rest parked.
         """
         result = result if result is not None else BatchResult()
         try:
-            hold = self.store.get_hold(event_id)
-            if hold is None:
+            marker = self.store.get_parking(event_id)
+            if marker is None:
                 return True
-            version = int(hold["version"])
+            version = int(marker["version"])
             parked = self.store.parked_requests(event_id)
             limit = min(len(parked), self.max_release)
             start = 0
@@ -469,10 +470,10 @@ class StreamProcessor:
                 start += consumed
             if len(parked) > self.max_release:
                 return False
-            return self.store.lift_hold(event_id, version)
+            return self.store.clear_parking(event_id, version)
         except Exception as exc:
             log.exception("release failed", extra={"event_id": event_id})
-            result.held.append((event_id, error_text(exc)))
+            result.parked_events.append((event_id, error_text(exc)))
             try:  # tried again after a pause, however the event is woken meanwhile
                 self.store.release_due(event_id, ms_of(self.clock()) + RELEASE_RETRY_MS)
             except Exception:

@@ -339,7 +339,7 @@ class Sweeper:
         def re_emit(key: tuple[str, str], counter_ok: bool, unanswered: bool) -> None:
             nonlocal left
             if key in parked:
-                return  # waits in order behind its event's hold: released, not re-emitted
+                return  # waits in order behind its event's marker: released, not re-emitted
             result.undecided += 1
             result.unanswered += unanswered
             out_of_budget = self.clock() - started > self.max_run_s
@@ -376,22 +376,22 @@ class Sweeper:
             self.ledger.note_full_scan(self.owner, result.lease_token, started)
 
     def _trigger_releases(self, result: SweepResult) -> set[tuple[str, str]]:
-        """Set off the release of every held event; the keys of all parked records.
+        """Set off the release of every parked event; the keys of all parked records.
 
-        The sweeper decides nothing: it wakes a held event (its wake-up item, turnstile's
+        The sweeper decides nothing: it wakes a parked event (its wake-up item, turnstile's
         own: no producer's record is needed, nor can one stop it), and the stream
-        processor, woken, releases the event's parked records in arrival order. A hold
-        with nothing parked under it is lifted here (conditioned on its version, so a
-        record parked meanwhile keeps it).
+        processor, woken, releases the event's parked records in arrival order. A parking
+        marker with nothing parked under it is cleared here (conditioned on its version, so
+        a record parked meanwhile keeps it).
         """
         assert result.lease_token is not None
         parked_keys: set[tuple[str, str]] = set()
-        for event_id, hold in self.store.holds().items():
+        for event_id, marker in self.store.parking_markers().items():
             result.parked_events += 1
             parked = self.store.parked_requests(event_id)
             parked_keys |= {(event_id, r.signup_id) for r in parked}
             if not parked:
-                if self.store.lift_hold(event_id, int(hold[Attr.VERSION])):
+                if self.store.clear_parking(event_id, int(marker[Attr.VERSION])):
                     result.releases_triggered += 1
                 continue
             self.store.wake(event_id, WakeReason.SWEEP)

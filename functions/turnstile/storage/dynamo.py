@@ -1,7 +1,7 @@
 """DynamoDB plumbing: the client, the typed codec, errors, retries, batches and pages.
 
-Nothing here knows about signups, events or the sweeper; ``store``, ``events``, ``hold`` and
-``ledger`` say what to read and write, and this module how:
+Nothing here knows about signups, events or the sweeper; ``store``, ``events``, ``parking``
+and ``ledger`` say what to read and write, and this module how:
 
 * ``Dynamo.call`` is the one way to call the client: it retries throttling and 5xx answers
   with capped, jittered backoff (``max_attempts`` in all, then ``StoreUnavailableError``),
@@ -197,7 +197,7 @@ class AccessDenied(ClientError):
     @property
     def summary(self) -> str:
         """``AccessDenied: <principal> may not <action> on <resource>`` (from AWS's
-        message), as a held event's error names it."""
+        message), as a parked event's error names it."""
         found = _DENIAL.search(self.message)
         if found is None:
             return f"AccessDenied: {self.message}"
@@ -210,7 +210,7 @@ _DENIAL = re.compile(r"User: (\S+) is not authorized to perform: (\S+) on resour
 
 
 def error_text(error: BaseException) -> str:
-    """What a failure is called where an operator reads it (a held event's error, the
+    """What a failure is called where an operator reads it (a parked event's error, the
     audit): its class, or for an IAM refusal who was refused what."""
     return error.summary if isinstance(error, AccessDenied) else type(error).__name__
 

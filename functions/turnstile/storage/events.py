@@ -351,7 +351,7 @@ class EventItems:
     def wake(self, event_id: str, reason: str, now: str | None = None) -> None:
         """Make the event take a step soon: a write of its wake-up item, whose record on
         the control table's stream the processor takes as a tick of the event (a lapsed
-        hold, a waitlist promoted into seats given back or added, a close acted on, a held
+        hold, a waitlist promoted into seats given back or added, a close acted on, a parked
         event released). Turnstile's own item: nothing a producer writes can stop it.
         Idempotent in effect (a second tick finds nothing more to do)."""
         self.dynamo.call(

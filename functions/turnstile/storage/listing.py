@@ -11,7 +11,7 @@ each costs:
   decision) and all read both. A filter reads the items it skips, so a page reads at most
   ``MAX_EXAMINED`` signups; past that it ends early, with a token to go on.
 * Each event item is its own partition of the control table, so listing events is a
-  ``Scan`` of that table, which holds a few other items too (held events' records, the
+  ``Scan`` of that table, which holds a few other items too (parked events' records, the
   sweeper's lease and run history): it reads them and skips them. A projection keeps
   the events' journals out of the answer (DynamoDB charges them all the same), and the
   API's role may read nothing else of the table (``permissions.API_GRANTS``).

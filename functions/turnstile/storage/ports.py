@@ -93,27 +93,29 @@ class ProcessorStore(Protocol):
         earlier ones written."""
         ...
 
-    # -- held events: the hold marker and parked records ---------------------------------
+    # -- parked events: the parking marker and parked records ----------------------------
 
-    def get_event_and_hold(self, event_id: str) -> tuple[EventRecord | None, dict[str, Any] | None]:
-        """``(get_event(event_id), get_hold(event_id))`` in one consistent read."""
+    def get_event_and_parking(
+        self, event_id: str
+    ) -> tuple[EventRecord | None, dict[str, Any] | None]:
+        """``(get_event(event_id), get_parking(event_id))`` in one consistent read."""
         ...
 
-    def get_hold(self, event_id: str) -> dict[str, Any] | None:
-        """The hold marker (plain values: ``version``, ``event_id``, ``held_since``,
-        ``first_sequence_number``, ``error`` if any) while the event is held; None when it
-        was never held or its hold was lifted."""
+    def get_parking(self, event_id: str) -> dict[str, Any] | None:
+        """The parking marker (plain values: ``version``, ``event_id``, ``parked_since``,
+        ``first_sequence_number``, ``error`` if any) while the event is parked; None when it
+        was never parked or its marker was cleared."""
         ...
 
     def park(
         self, event_id: str, requests: Sequence[SignupRequest], now: str, error: str | None
     ) -> int:
-        """Park ``requests`` under their sequence numbers (again: the same item) and hold
-        the event: the marker's version goes up by one (it never goes down, and survives a
-        lift), ``held_since`` and ``first_sequence_number`` are set unless already set,
-        ``error`` (cut to 400 characters) replaces the last one if given, and the marker is
-        due at once in the due-holds index (so a wake-up releases the event).
-        Returns the hold's new version. Raises ``ValueError`` for a sequence number that
+        """Park ``requests`` under their sequence numbers (again: the same item) and mark
+        the event parked: the marker's version goes up by one (it never goes down, and
+        survives a clear), ``parked_since`` and ``first_sequence_number`` are set unless
+        already set, ``error`` (cut to 400 characters) replaces the last one if given, and
+        the marker is due at once in the due-holds index (so a wake-up releases the event).
+        Returns the marker's new version. Raises ``ValueError`` for a sequence number that
         is not one (digits, at most 40) or for no requests."""
         ...
 
@@ -126,9 +128,10 @@ class ProcessorStore(Protocol):
         """Delete these parked records; one that is not parked is no error."""
         ...
 
-    def lift_hold(self, event_id: str, version: int) -> bool:
-        """Clear the hold only if its version is still ``version``; False otherwise (records
-        were parked since: the event stays held) or when there is no marker. The marker
+    def clear_parking(self, event_id: str, version: int) -> bool:
+        """Clear the parking marker only if its version is still ``version``; False
+        otherwise (records were parked since: the event stays parked) or when there is no
+        marker. The marker
         keeps its version."""
         ...
 
@@ -142,15 +145,16 @@ class ProcessorStore(Protocol):
         ...
 
     def release_due(self, event_id: str, due_ms: int) -> None:
-        """Make a held event's next release due at ``due_ms`` (epoch ms, the due-holds
-        index); nothing if the event is not held."""
+        """Make a parked event's next release due at ``due_ms`` (epoch ms, the due-holds
+        index); nothing if the event is not parked."""
         ...
 
 
 @runtime_checkable
 class SweeperStore(Protocol):
     """The signups as the sweeper reads them (docs/design.md, section 7): which records
-    are undecided, and which events are held. It writes nothing here but a lifted hold."""
+    are undecided, and which events are parked. It writes nothing here but a cleared
+    parking marker."""
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item (its last journal holds decisions not yet written out)."""
@@ -164,20 +168,20 @@ class SweeperStore(Protocol):
         """Every intake record (or one event's), read consistently: the daily full scan."""
         ...
 
-    def holds(self, event_id: str | None = None) -> dict[str, dict[str, Any]]:
-        """Hold markers of the held events, by event id."""
+    def parking_markers(self, event_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """Parking markers of the parked events, by event id."""
         ...
 
     def parked_requests(self, event_id: str) -> list[SignupRequest]:
-        """A held event's parked records, in arrival order."""
+        """A parked event's records, in arrival order."""
         ...
 
-    def lift_hold(self, event_id: str, version: int) -> bool:
-        """Clear a hold with nothing parked under it, only at ``version``."""
+    def clear_parking(self, event_id: str, version: int) -> bool:
+        """Clear a parking marker with nothing parked under it, only at ``version``."""
         ...
 
     def wake(self, event_id: str, reason: str, now: str | None = None) -> None:
-        """Make the event take a step soon (its wake-up item): a held event is released."""
+        """Make the event take a step soon (its wake-up item): a parked event is released."""
         ...
 
 
@@ -246,7 +250,7 @@ class SweeperLedger(Protocol):
 @runtime_checkable
 class AuditStore(Protocol):
     """What ``turnstile audit`` reads: every event's item, decisions, intake records and
-    hold, all strongly consistent (``turnstile_tools.audit``)."""
+    parking marker, all strongly consistent (``turnstile_tools.audit``)."""
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item, or None."""
@@ -264,8 +268,8 @@ class AuditStore(Protocol):
         """Every intake record (or one event's)."""
         ...
 
-    def get_hold(self, event_id: str) -> dict[str, Any] | None:
-        """The event's hold marker while it is held."""
+    def get_parking(self, event_id: str) -> dict[str, Any] | None:
+        """The event's parking marker while it is parked."""
         ...
 
     def last_woken(self, event_id: str) -> str | None:
@@ -273,5 +277,5 @@ class AuditStore(Protocol):
         ...
 
     def parked_requests(self, event_id: str) -> list[SignupRequest]:
-        """A held event's parked records, in arrival order."""
+        """A parked event's records, in arrival order."""
         ...

@@ -1,6 +1,6 @@
 """Requests: a producer asks to confirm or cancel a signup (docs/lifecycle.md, §10).
 
-A part of ``SignupStore`` as ``events`` and ``hold`` are (it needs ``dynamo``,
+A part of ``SignupStore`` as ``events`` and ``parking`` are (it needs ``dynamo``,
 ``intake_table`` and ``main_table``). A request is recorded on the signup's own intake
 item, so DynamoDB Streams delivers it after the signup, in order with the event's other
 records, and the stream processor judges it. The API and the CLI answer at once, from one

@@ -1,10 +1,11 @@
 """The signup store: intake records, decisions, and the commit that decides them.
 
 ``SignupStore`` is what every part of turnstile reads and writes signups through. It is
-made of parts, each in its own module: the event items (``turnstile.storage.events``), held events
-(``turnstile.storage.hold``), and, here, the intake records, the decision items and the commit;
-all of them talk to DynamoDB through ``turnstile.storage.dynamo`` (retries, batches, pages). The
-sweeper's own items and writes are its ``turnstile.storage.ledger``.
+made of parts, each in its own module: the event items (``turnstile.storage.events``),
+parked events (``turnstile.storage.parking``), and, here, the intake records, the decision
+items and the commit; all of them talk to DynamoDB through ``turnstile.storage.dynamo``
+(retries, batches, pages). The sweeper's own items and writes are its
+``turnstile.storage.ledger``.
 
 The commit design (why each decision costs one write unit, and why that is safe):
 
@@ -58,9 +59,9 @@ from turnstile.storage.dynamo import (
     to_item,
 )
 from turnstile.storage.events import EventItems, is_or_absent_as
-from turnstile.storage.hold import HeldEvents
 from turnstile.storage.journal import Journal
 from turnstile.storage.journal import decision_item as _decision_item
+from turnstile.storage.parking import ParkedEvents
 from turnstile.storage.requests import SignupRequests
 
 __all__ = ["MAX_JOURNAL_BYTES", "SignupStore"]
@@ -76,11 +77,11 @@ MAX_JOURNAL_AND_LINEUP_BYTES = 300 * 1024
 MATERIALIZE_THREADS = 8
 
 
-class SignupStore(Tables, EventItems, HeldEvents, SignupRequests):
+class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
     """DynamoDB access for the three tables. Pass ``client`` to use a stubbed or local one.
 
     ``intake`` and ``main`` are keyed by ``(event_id, signup_id)``: the producer's record and
-    its decision. Everything turnstile keeps for itself (event items, held events, the
+    its decision. Everything turnstile keeps for itself (event items, parked events, the
     sweeper's lease and run history) lives in the ``control`` table under ``ControlKey``
     keys, out of reach of any key a producer can write. The constructor is ``Tables``'.
     """

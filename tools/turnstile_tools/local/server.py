@@ -170,9 +170,7 @@ class _TransactionBackup:
         for key in self.keys.get(table.name, []):
             try:
                 hash_value = DynamoType(key[table.hash_key_attr])
-                range_value = (
-                    DynamoType(key[table.range_key_attr]) if table.has_range_key else None
-                )
+                range_value = DynamoType(key[table.range_key_attr]) if table.has_range_key else None
             except (KeyError, TypeError, AttributeError):
                 continue  # moto refuses the action itself; nothing of it is written
             if hash_value not in table.items:
@@ -180,9 +178,7 @@ class _TransactionBackup:
             if range_value is None:
                 items[hash_value] = copy.deepcopy(table.items[hash_value])
             elif range_value in table.items[hash_value]:
-                items[hash_value][range_value] = copy.deepcopy(
-                    table.items[hash_value][range_value]
-                )
+                items[hash_value][range_value] = copy.deepcopy(table.items[hash_value][range_value])
         return items
 
     def rollback_streams(self) -> None:

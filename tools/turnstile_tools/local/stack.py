@@ -622,7 +622,7 @@ def sweep_has_work(sweeper: Any, now: float, looked: _SweepLook | None = None) -
     A sweep takes the lease (a write that bumps its fencing token), starts a run in the
     history and appends its outcome, whatever it finds: every period, on a stack with
     nothing to do, and each of those writes grew the write log. A sweep is worth its
-    writes when: an event is held (its release to set off); an intake record the sweep
+    writes when: an event is parked (its release to set off); an intake record the sweep
     would re-emit exists (``find_undecided``, old enough, no decision; from the index of
     marked records, or from the whole table when a full scan is due); or a decided record
     is still marked (the sweep removes the mark). A due full scan that found nothing is
@@ -632,7 +632,7 @@ def sweep_has_work(sweeper: Any, now: float, looked: _SweepLook | None = None) -
     from turnstile.jobs.sweeper import find_undecided
 
     looked = looked if looked is not None else _SweepLook()
-    if sweeper.store.holds():
+    if sweeper.store.parking_markers():
         return True
     full = sweeper.full_scan_due(now) and (
         looked.full_read_at is None or now - looked.full_read_at >= sweeper.full_scan_every_s

@@ -1,10 +1,11 @@
-"""Held events: the hold marker and the parked records of an event (control table).
+"""Parked events: the parking marker and the parked records of an event (control table).
 
-An event whose group of records keeps failing is *held* (docs/arrival-order.md): the
+An event whose group of records keeps failing is *parked* (docs/arrival-order.md): the
 stream processor parks its records under ``ControlKey.parked``, sorted by stream sequence
-number, so the shard moves on; they are released in that order once deciding works again.
-The hold marker is never deleted, only cleared: its ``version`` grows for ever, so a
-release that read version N can never lift a hold placed after it (no ABA).
+number, and marks the event (``ControlKey.parking``), so the shard moves on; the records
+are released in that order once deciding works again. The parking marker is never
+deleted, only cleared: its ``version`` grows for ever, so a release that read version N
+can never clear a parking that began after it (no ABA).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from turnstile.base.clock import parse_timestamp
-from turnstile.base.contract import DUE_HOLDS_SHARD, Attr, ControlKey, HoldAttr
+from turnstile.base.contract import DUE_HOLDS_SHARD, Attr, ControlKey, ParkAttr
 from turnstile.base.personal_data import intake_expiry
 from turnstile.engine.domain import SignupRequest
 from turnstile.storage.dynamo import (
@@ -28,57 +29,60 @@ from turnstile.storage.dynamo import (
 )
 from turnstile.storage.events import EventRecord
 
-__all__ = ["MAX_HOLD_ERROR_CHARS", "HeldEvents"]
+__all__ = ["MAX_PARKING_ERROR_CHARS", "ParkedEvents"]
 
-#: A hold marker keeps this much of its last error: enough for IAM's refusal
+#: A parking marker keeps this much of its last error: enough for IAM's refusal
 #: (``dynamo.error_text``), which names the role, the action and the resource.
-MAX_HOLD_ERROR_CHARS = 400
+MAX_PARKING_ERROR_CHARS = 400
 
 
-class HeldEvents:
-    """Held events' items of the control table; a part of ``SignupStore``, which gives it
+class ParkedEvents:
+    """Parked events' items of the control table; a part of ``SignupStore``, which gives it
     ``dynamo`` and ``control_table``."""
 
     dynamo: Dynamo
     control_table: str
 
-    def get_event_and_hold(self, event_id: str) -> tuple[EventRecord | None, dict[str, Any] | None]:
-        """The event item and the event's hold marker (None unless held), in one consistent
-        ``BatchGetItem``: the decision path's only read before deciding a group."""
-        keys = [event_key(event_id), control_key(ControlKey.hold(event_id))]
+    def get_event_and_parking(
+        self, event_id: str
+    ) -> tuple[EventRecord | None, dict[str, Any] | None]:
+        """The event item and the event's parking marker (None unless parked), in one
+        consistent ``BatchGetItem``: the decision path's only read before deciding a group."""
+        keys = [event_key(event_id), control_key(ControlKey.parking(event_id))]
         event: EventRecord | None = None
-        hold: dict[str, Any] | None = None
+        marker: dict[str, Any] | None = None
         for raw in self.dynamo.batch_get(self.control_table, keys):
             if raw[ControlKey.SK]["S"] == ControlKey.EVENT_SK:
                 event = EventRecord.from_item(raw)
             else:
-                hold = _held(from_item(raw))
-        return event, hold
+                marker = _if_parked(from_item(raw))
+        return event, marker
 
-    def get_hold(self, event_id: str) -> dict[str, Any] | None:
-        """The event's hold marker, read consistently, if the event is held."""
-        hold = self.dynamo.get(self.control_table, control_key(ControlKey.hold(event_id)))
-        return _held(hold) if hold is not None else None
+    def get_parking(self, event_id: str) -> dict[str, Any] | None:
+        """The event's parking marker, read consistently, if the event is parked."""
+        marker = self.dynamo.get(self.control_table, control_key(ControlKey.parking(event_id)))
+        return _if_parked(marker) if marker is not None else None
 
-    def holds(self, event_id: str | None = None) -> dict[str, dict[str, Any]]:
-        """Hold markers of held events by event id (one event's, or all: a filtered Scan)."""
+    def parking_markers(self, event_id: str | None = None) -> dict[str, dict[str, Any]]:
+        """Parking markers of parked events by event id (one event's, or all: a filtered
+        Scan)."""
         if event_id is not None:
-            hold = self.get_hold(event_id)
-            return {event_id: hold} if hold else {}
+            marker = self.get_parking(event_id)
+            return {event_id: marker} if marker else {}
         markers = self.dynamo.items(
             "scan",
             TableName=self.control_table,
             ConsistentRead=True,
-            FilterExpression="begins_with(#pk, :prefix) AND #sk = :hold AND "
+            FilterExpression="begins_with(#pk, :prefix) AND #sk = :marker AND "
             "attribute_exists(#since)",
             ExpressionAttributeNames={
                 "#pk": ControlKey.PK,
                 "#sk": ControlKey.SK,
-                "#since": HoldAttr.HELD_SINCE,
+                "#since": ParkAttr.PARKED_SINCE,
             },
             ExpressionAttributeValues={
                 ":prefix": {"S": ControlKey.PARK_PREFIX},
-                ":hold": {"S": ControlKey.HOLD_SK},
+                ":marker": {"S": ControlKey.PARKED_SK},
             },
         )
         return {item[Attr.EVENT_ID]: item for item in markers}
@@ -86,13 +90,13 @@ class HeldEvents:
     def park(
         self, event_id: str, requests: Sequence[SignupRequest], now: str, error: str | None
     ) -> int:
-        """Park records of an event (keeping their sequence numbers) and hold the event.
+        """Park records of an event (keeping their sequence numbers) and mark it parked.
 
-        The records are written first and the hold marker bumped second, so a release that
-        ran in between either fails to lift the hold (the version moved) or lifted it before
-        the bump, which holds the event again. Parking a record twice writes the same item.
-        Returns the hold's new version. Raises ``ValueError`` for a record without a stream
-        sequence number (it cannot be ordered).
+        The records are written first and the parking marker bumped second, so a release
+        that ran in between either fails to clear the marker (the version moved) or cleared
+        it before the bump, which parks the event again. Parking a record twice writes the
+        same item. Returns the marker's new version. Raises ``ValueError`` for a record
+        without a stream sequence number (it cannot be ordered).
         """
         items: dict[str, dict[str, Any]] = {}
         for request in requests:
@@ -109,11 +113,11 @@ class HeldEvents:
                         Attr.SEATS: request.seats,
                         Attr.ATTRIBUTES: dict(request.attributes) or None,
                         Attr.SUBMITTED_AT: request.submitted_at,
-                        HoldAttr.PROBLEM: request.problem,
+                        ParkAttr.PROBLEM: request.problem,
                         Attr.REQUEST: request.request,
                         Attr.REQUEST_COUNT: request.request_count,
                         Attr.REQUESTS: list(request.requests) if request.requests else None,
-                        HoldAttr.INTAKE_EXPIRES_AT: request.expires_at,
+                        ParkAttr.INTAKE_EXPIRES_AT: request.expires_at,
                         Attr.OWNER: request.owner,
                     }
                 ),
@@ -123,8 +127,8 @@ class HeldEvents:
         names = {
             "#version": Attr.VERSION,
             "#event": Attr.EVENT_ID,
-            "#since": HoldAttr.HELD_SINCE,
-            "#first": HoldAttr.FIRST_SEQUENCE_NUMBER,
+            "#since": ParkAttr.PARKED_SINCE,
+            "#first": ParkAttr.FIRST_SEQUENCE_NUMBER,
             "#due": Attr.HOLD_DUE_AT,
             "#shard": Attr.HOLD_DUE_SHARD,
         }
@@ -144,12 +148,12 @@ class HeldEvents:
         )
         if error:
             expression += ", #error = :error"
-            names["#error"] = HoldAttr.ERROR
-            values[":error"] = {"S": error[:MAX_HOLD_ERROR_CHARS]}
+            names["#error"] = ParkAttr.ERROR
+            values[":error"] = {"S": error[:MAX_PARKING_ERROR_CHARS]}
         response = self.dynamo.call(
             "update_item",
             TableName=self.control_table,
-            Key=control_key(ControlKey.hold(event_id)),
+            Key=control_key(ControlKey.parking(event_id)),
             UpdateExpression=expression,
             ExpressionAttributeNames=names,
             ExpressionAttributeValues=values,
@@ -159,7 +163,7 @@ class HeldEvents:
 
     def parked_requests(self, event_id: str) -> list[SignupRequest]:
         """The event's parked records, in arrival order, read consistently."""
-        pk, _ = ControlKey.hold(event_id)
+        pk, _ = ControlKey.parking(event_id)
         parked = self.dynamo.items(
             "query",
             TableName=self.control_table,
@@ -182,7 +186,7 @@ class HeldEvents:
                     seats=int(item.get(Attr.SEATS, 0)),
                     attributes=dict(attributes) if isinstance(attributes, Mapping) else {},
                     submitted_at=item.get(Attr.SUBMITTED_AT),
-                    problem=item.get(HoldAttr.PROBLEM),
+                    problem=item.get(ParkAttr.PROBLEM),
                     request=item.get(Attr.REQUEST),
                     request_count=(
                         int(item[Attr.REQUEST_COUNT]) if Attr.REQUEST_COUNT in item else None
@@ -192,7 +196,7 @@ class HeldEvents:
                         if isinstance(item.get(Attr.REQUESTS), list)
                         else None
                     ),
-                    expires_at=intake_expiry(item.get(HoldAttr.INTAKE_EXPIRES_AT)),
+                    expires_at=intake_expiry(item.get(ParkAttr.INTAKE_EXPIRES_AT)),
                     owner=item.get(Attr.OWNER) if isinstance(item.get(Attr.OWNER), str) else None,
                 )
             )
@@ -204,20 +208,21 @@ class HeldEvents:
         requests = [{"DeleteRequest": {"Key": control_key(k)}} for k in sorted(keys)]
         self.dynamo.batch_write(self.control_table, requests)
 
-    def lift_hold(self, event_id: str, version: int) -> bool:
-        """Clear the hold if its version is still ``version``; False if records were parked
-        meanwhile (the event stays held). The marker stays, cleared, with its version."""
+    def clear_parking(self, event_id: str, version: int) -> bool:
+        """Clear the parking marker if its version is still ``version``; False if records
+        were parked meanwhile (the event stays parked). The marker stays, cleared, with its
+        version."""
         try:
             self.dynamo.call(
                 "update_item",
                 TableName=self.control_table,
-                Key=control_key(ControlKey.hold(event_id)),
+                Key=control_key(ControlKey.parking(event_id)),
                 UpdateExpression="REMOVE #since, #first, #error, #due, #shard",
                 ConditionExpression="#version = :version",
                 ExpressionAttributeNames={
-                    "#since": HoldAttr.HELD_SINCE,
-                    "#first": HoldAttr.FIRST_SEQUENCE_NUMBER,
-                    "#error": HoldAttr.ERROR,
+                    "#since": ParkAttr.PARKED_SINCE,
+                    "#first": ParkAttr.FIRST_SEQUENCE_NUMBER,
+                    "#error": ParkAttr.ERROR,
                     "#version": Attr.VERSION,
                     "#due": Attr.HOLD_DUE_AT,
                     "#shard": Attr.HOLD_DUE_SHARD,
@@ -229,19 +234,19 @@ class HeldEvents:
         return True
 
     def release_due(self, event_id: str, due_ms: int) -> None:
-        """When a held event's release is tried next (after one that failed): its hold
-        marker's place in the due-holds index. Nothing if it is not held any more."""
+        """When a parked event's release is tried next (after one that failed): its parking
+        marker's place in the due-holds index. Nothing if it is not parked any more."""
         with contextlib.suppress(ConditionFailed):
             self.dynamo.call(
                 "update_item",
                 TableName=self.control_table,
-                Key=control_key(ControlKey.hold(event_id)),
+                Key=control_key(ControlKey.parking(event_id)),
                 UpdateExpression="SET #due = :due, #shard = :shard",
                 ConditionExpression="attribute_exists(#since)",
                 ExpressionAttributeNames={
                     "#due": Attr.HOLD_DUE_AT,
                     "#shard": Attr.HOLD_DUE_SHARD,
-                    "#since": HoldAttr.HELD_SINCE,
+                    "#since": ParkAttr.PARKED_SINCE,
                 },
                 ExpressionAttributeValues={
                     ":due": {"N": str(due_ms)},
@@ -256,6 +261,7 @@ def _ms(timestamp: str) -> int:
     return int((parsed or datetime.now(UTC)).timestamp() * 1000)
 
 
-def _held(hold: dict[str, Any]) -> dict[str, Any] | None:
-    """A hold marker counts only while it is set (a released one keeps just its version)."""
-    return hold if HoldAttr.HELD_SINCE in hold else None
+def _if_parked(marker: dict[str, Any]) -> dict[str, Any] | None:
+    """A parking marker counts only while it is set (a released one keeps just its
+    version)."""
+    return marker if ParkAttr.PARKED_SINCE in marker else None

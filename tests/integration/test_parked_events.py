@@ -1,4 +1,4 @@
-"""Arrival order when an event's group keeps failing: the event is held, its records parked
+"""Arrival order when an event's group keeps failing: the event is parked, its records parked
 in arrival order and released in that order (docs/arrival-order.md)."""
 
 from __future__ import annotations
@@ -100,9 +100,9 @@ def parked_ids(store: SignupStore, event_id: str) -> list[str]:
     return [r.signup_id for r in store.parked_requests(event_id)]
 
 
-def hold_outage(client, store, stream, capacity: int = 2) -> tuple[Outage, list[dict[str, Any]]]:
+def park_outage(client, store, stream, capacity: int = 2) -> tuple[Outage, list[dict[str, Any]]]:
     """GIVEN event "hot" (``capacity`` seats) whose commits keep failing, and a healthy
-    "calm", with h0, h1 and c0, c1 delivered in one batch: hot is held."""
+    "calm", with h0, h1 and c0, c1 delivered in one batch: hot is parked."""
     store.create_event("hot", capacity, NOW)
     store.create_event("calm", 10, NOW)
     for i in range(2):
@@ -117,7 +117,7 @@ def hold_outage(client, store, stream, capacity: int = 2) -> tuple[Outage, list[
 
 def test_a_group_that_keeps_failing_is_parked_and_the_batch_succeeds(client, store, stream):
     # GIVEN/WHEN a batch whose "hot" group cannot commit (the store's retries are spent)
-    _, records = hold_outage(client, store, stream)
+    _, records = park_outage(client, store, stream)
     # THEN the batch reported no failure (the shard moves on), calm is decided,
     got = decisions(client)
     assert set(got) == {("calm", "c0"), ("calm", "c1")}
@@ -128,19 +128,21 @@ def test_a_group_that_keeps_failing_is_parked_and_the_batch_succeeds(client, sto
         ("h1", arrivals(records)["h1"]),
     ]
     assert parked[0].attributes == {"team": "H0"} and parked[0].seats == 1
-    hold = store.get_hold("hot")
-    assert hold is not None
-    assert (hold["first_sequence_number"], hold["error"]) == (
+    marker = store.get_parking("hot")
+    assert marker is not None
+    assert (marker["first_sequence_number"], marker["error"]) == (
         arrivals(records)["h0"],
         "StoreUnavailableError",
     )
-    assert store.get_hold("calm") is None
+    assert store.get_parking("calm") is None
     assert store.get_event("hot").snapshot.taken == 0
 
 
-def test_a_held_event_parks_later_records_and_releases_them_in_arrival_order(client, store, stream):
-    # GIVEN hot (2 seats) held with h0 and h1 parked
-    outage, _ = hold_outage(client, store, stream, capacity=2)
+def test_a_parked_event_parks_later_records_and_releases_them_in_arrival_order(
+    client, store, stream
+):
+    # GIVEN hot (2 seats) parked, with h0 and h1
+    outage, _ = park_outage(client, store, stream, capacity=2)
     # WHEN later signups of hot arrive while the outage lasts
     for i in range(2, 4):
         submit(client, "hot", f"h{i}")
@@ -168,8 +170,8 @@ def test_a_held_event_parks_later_records_and_releases_them_in_arrival_order(cli
     for signup in ("h0", "h1", "h2", "h3", "h4"):
         assert got[("hot", signup)]["sequence_number"]["S"] == first_seen[signup]
     assert got[("hot", "h0")]["attributes"] == {"M": {"team": {"S": "H0"}}}
-    # and the event is released: no hold, nothing parked
-    assert store.get_hold("hot") is None
+    # and the event is released: no marker, nothing parked
+    assert store.get_parking("hot") is None
     assert store.parked_requests("hot") == []
     assert audit(store).ok
 
@@ -184,7 +186,7 @@ def test_a_held_event_parks_later_records_and_releases_them_in_arrival_order(cli
 def test_the_sweeper_sets_off_the_release_of_an_event_with_no_more_traffic(
     client, store, stream, wakes
 ):
-    outage, records = hold_outage(client, store, stream)
+    outage, records = park_outage(client, store, stream)
     outage.on = False
     wakes.read_new()
     # WHEN the sweeper runs (even one that re-emits every undecided record at once)
@@ -207,8 +209,8 @@ def test_the_sweeper_sets_off_the_release_of_an_event_with_no_more_traffic(
     got = decisions(client)
     assert [got[("hot", s)]["position"]["N"] for s in ("h0", "h1")] == ["1", "2"]
     assert got[("hot", "h0")]["sequence_number"]["S"] == arrivals(records)["h0"]
-    assert store.get_hold("hot") is None
-    # and the next sweep finds nothing held
+    assert store.get_parking("hot") is None
+    # and the next sweep finds nothing parked
     assert Sweeper(store, owner="s", min_age_s=0).sweep("run-2").parked_events == 0
     assert audit(store).ok
 
@@ -216,7 +218,7 @@ def test_the_sweeper_sets_off_the_release_of_an_event_with_no_more_traffic(
 def test_a_crash_between_a_releases_commit_and_unparking_decides_nothing_twice(
     client, store, stream
 ):
-    outage, _ = hold_outage(client, store, stream, capacity=1)
+    outage, _ = park_outage(client, store, stream, capacity=1)
     outage.on = False
 
     class CrashAfterCommit(SignupStore):
@@ -230,7 +232,7 @@ def test_a_crash_between_a_releases_commit_and_unparking_decides_nothing_twice(
     committed = store.get_event("hot")
     assert committed.snapshot.taken == 1 and committed.journal is not None
     assert [d.signup_id for d in committed.journal.decisions] == ["h0", "h1", "h2"]
-    assert store.get_hold("hot") is not None and parked_ids(store, "hot") == ["h0", "h1", "h2"]
+    assert store.get_parking("hot") is not None and parked_ids(store, "hot") == ["h0", "h1", "h2"]
     # THEN a fresh processor's next release writes the journal out and decides nothing again
     processor_for(client)
     submit(client, "hot", "h3")
@@ -243,12 +245,12 @@ def test_a_crash_between_a_releases_commit_and_unparking_decides_nothing_twice(
     after = store.get_event("hot")
     assert (after.snapshot.taken, after.snapshot.accepted) == (1, 1)
     assert after.snapshot.version == committed.snapshot.version + 1  # h3's commit only
-    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
     assert audit(store).ok
 
 
-def test_a_record_parked_during_a_release_keeps_the_event_held(client, store, stream):
-    outage, _ = hold_outage(client, store, stream)
+def test_a_record_parked_during_a_release_keeps_the_event_parked(client, store, stream):
+    outage, _ = park_outage(client, store, stream)
     outage.on = False
     late = SignupRequest(event_id="hot", signup_id="late", sequence_number="9" * 30)
 
@@ -262,16 +264,18 @@ def test_a_record_parked_during_a_release_keeps_the_event_held(client, store, st
     # WHEN a release runs while another record is parked under it
     processor = StreamProcessor(ParkedMeanwhile(client), clock=lambda: NOW)
     assert processor.release("hot") is False
-    # THEN what it read is decided, and the event stays held for the record parked since
+    # THEN what it read is decided, and the event stays parked for the record parked since
     assert {k[1] for k in decisions(client) if k[0] == "hot"} == {"h0", "h1"}
-    assert store.get_hold("hot") is not None and parked_ids(store, "hot") == ["late"]
+    assert store.get_parking("hot") is not None and parked_ids(store, "hot") == ["late"]
     # and the next release takes it
     assert StreamProcessor(store, clock=lambda: NOW).release("hot") is True
-    assert store.get_hold("hot") is None
+    assert store.get_parking("hot") is None
     assert ("hot", "late") in decisions(client)
 
 
-def test_records_dynamodb_refuses_are_not_held_but_left_to_the_event_source(client, store, stream):
+def test_records_dynamodb_refuses_are_not_parked_but_left_to_the_event_source(
+    client, store, stream
+):
     # GIVEN a commit of hot that DynamoDB refuses as invalid (the records are at fault)
     store.create_event("hot", 2, NOW)
     store.create_event("calm", 2, NOW)
@@ -286,28 +290,28 @@ def test_records_dynamodb_refuses_are_not_held_but_left_to_the_event_source(clie
     records = stream.read_new()
     # WHEN delivered
     response = invoke(records)
-    # THEN hot is not held (that would block it behind records that can never be
+    # THEN hot is not parked (that would block it behind records that can never be
     # decided): the group is reported, for the event source's retries, bisect and queue
     assert response == {"batchItemFailures": [{"itemIdentifier": arrivals(records)["h0"]}]}
-    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
     assert set(decisions(client)) == {("calm", "c0")}
 
 
-def test_a_stale_release_cannot_lift_a_hold_placed_after_it(store):
+def test_a_stale_release_cannot_clear_a_marker_placed_after_it(store):
     request = SignupRequest(event_id="gig", signup_id="a", sequence_number="100")
     first = store.park("gig", [request], NOW, "StoreUnavailableError")
-    assert store.lift_hold("gig", first) is True
-    assert store.get_hold("gig") is None
-    # WHEN the event is held again, and a release that read the first hold tries to lift
+    assert store.clear_parking("gig", first) is True
+    assert store.get_parking("gig") is None
+    # WHEN the event is parked again, and a release that read the first marker tries to clear
     second = store.park("gig", [replace(request, sequence_number="200")], NOW, None)
-    # THEN the version moved on (it never restarts), so the stale lift fails
+    # THEN the version moved on (it never restarts), so the stale clear fails
     assert second > first
-    assert store.lift_hold("gig", first) is False
-    assert store.get_hold("gig") is not None
+    assert store.clear_parking("gig", first) is False
+    assert store.get_parking("gig") is not None
 
 
-def test_the_audit_accounts_for_held_records_and_flags_an_old_hold(client, store, stream):
-    hold_outage(client, store, stream)
+def test_the_audit_accounts_for_parked_records_and_flags_an_old_parking(client, store, stream):
+    park_outage(client, store, stream)
     submit(client, "hot", "h2")
     invoke(stream.read_new())
     # WHEN audited within the grace period
@@ -316,7 +320,7 @@ def test_the_audit_accounts_for_held_records_and_flags_an_old_hold(client, store
     [hot] = [e for e in fresh.events if e.event_id == "hot"]
     assert (hot.parked, hot.pending, hot.violations) == (3, 0, [])
     assert fresh.ok and fresh.totals["parked"] == 3
-    # WHEN the hold is older than the grace period
+    # WHEN the event has been parked for longer than the grace period
     late = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 1, 0, tzinfo=UTC))
     [hot] = [e for e in late.events if e.event_id == "hot"]
     # THEN it is a violation that says for how long, since which record and why
@@ -326,10 +330,10 @@ def test_the_audit_accounts_for_held_records_and_flags_an_old_hold(client, store
     assert violation.endswith("last error StoreUnavailableError")
 
 
-def test_parked_records_a_commit_decided_are_not_held(client, store, stream):
+def test_parked_records_a_commit_decided_are_not_counted_parked(client, store, stream):
     # GIVEN a release that committed h0..h2 (parked) and died before writing them out or
-    # unparking them: the hold and the parked records are still there
-    outage, _ = hold_outage(client, store, stream, capacity=1)
+    # unparking them: the marker and the parked records are still there
+    outage, _ = park_outage(client, store, stream, capacity=1)
     outage.on = False
 
     class CrashAfterCommit(SignupStore):
@@ -339,19 +343,20 @@ def test_parked_records_a_commit_decided_are_not_held(client, store, stream):
     stream_handler._processor = StreamProcessor(CrashAfterCommit(client), clock=lambda: NOW)
     submit(client, "hot", "h2")
     invoke(stream.read_new())
-    assert store.get_hold("hot") is not None and parked_ids(store, "hot") == ["h0", "h1", "h2"]
-    # WHEN audited THEN they are decided (in the journal, being written out), nothing is held
+    assert store.get_parking("hot") is not None and parked_ids(store, "hot") == ["h0", "h1", "h2"]
+    # WHEN audited THEN they are decided (in the journal, being written out), none is
+    # counted parked
     report = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
     [hot] = [e for e in report.events if e.event_id == "hot"]
     assert (hot.parked, hot.parked_for_s, hot.pending, hot.unmaterialized) == (0, None, 0, 3)
-    # and an hour later only the journal left unwritten is a violation, not the hold
+    # and an hour later only the journal left unwritten is a violation, not the marker
     late = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 1, 0, tzinfo=UTC))
     [hot] = [e for e in late.events if e.event_id == "hot"]
     assert (hot.parked, hot.parked_for_s) == (0, None)
     assert [v.split(":")[0] for v in hot.violations] == ["unmaterialized journal"]
 
 
-def test_a_decided_signup_replayed_into_a_held_event_is_not_held(client, store, stream):
+def test_a_decided_signup_replayed_into_a_parked_event_is_not_counted_parked(client, store, stream):
     # GIVEN h0 and h1 decided in two commits (the last journal names h1 only)
     store.create_event("hot", 5, NOW)
     processor_for(client)
@@ -360,13 +365,13 @@ def test_a_decided_signup_replayed_into_a_held_event_is_not_held(client, store, 
     invoke(first)
     submit(client, "hot", "h1")
     invoke(stream.read_new())
-    # WHEN hot is held with h2 parked, and h0's record is delivered again (a replay)
+    # WHEN hot is parked with h2, and h0's record is delivered again (a replay)
     processor_for(client, Outage("hot"))
     submit(client, "hot", "h2")
     invoke(stream.read_new())
     invoke(first)
     assert parked_ids(store, "hot") == ["h0", "h2"]
-    # THEN the audit holds only h2 as waiting: h0 is decided, its parked copy is not a signup
+    # THEN the audit counts only h2 as waiting: h0 is decided, its parked copy is not a signup
     report = audit(store, pending_grace_s=300, now=datetime(2026, 1, 1, 0, 1, tzinfo=UTC))
     [hot] = report.events
     assert (hot.parked, hot.pending, hot.status_counts, hot.violations) == (
@@ -377,32 +382,32 @@ def test_a_decided_signup_replayed_into_a_held_event_is_not_held(client, store, 
     )
 
 
-def test_held_events_emit_metrics_and_a_warning_without_signup_ids(
+def test_parked_events_emit_metrics_and_a_warning_without_signup_ids(
     client, store, stream, monkeypatch, capsys, caplog
 ):
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     capsys.readouterr()
-    hold_outage(client, store, stream)
+    park_outage(client, store, stream)
     lines = capsys.readouterr().out.splitlines()
     [doc] = [json.loads(line) for line in lines if '"_aws"' in line]
-    assert (doc["EventHeld"], doc["RecordsParked"]) == ([1.0], [2.0])
-    [warning] = [r for r in caplog.records if r.getMessage() == "event held"]
+    assert (doc["EventParked"], doc["RecordsParked"]) == ([1.0], [2.0])
+    [warning] = [r for r in caplog.records if r.getMessage() == "event parked"]
     assert warning.levelname == "WARNING"
     assert (warning.event_id, warning.error) == ("hot", "StoreUnavailableError")
     assert not {"h0", "h1", "H0", "H1"} & {str(v) for v in vars(warning).values()}
 
 
-def test_every_sweep_counts_the_held_events_for_the_alarm(
+def test_every_sweep_counts_the_parked_events_for_the_alarm(
     client, store, stream, monkeypatch, capsys
 ):
     from turnstile.handlers import sweeper as sweeper_handler
 
-    hold_outage(client, store, stream)
+    park_outage(client, store, stream)
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
     capsys.readouterr()
     sweeper_handler.handler({"scheduled_time": "2026-01-01T00:05:00Z"}, LocalLambdaContext())
     [doc] = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
-    assert doc["EventsHeld"] == [1.0]
+    assert doc["EventsParked"] == [1.0]
 
 
 # -- the issue's drill: give-up and order, through the real poller ----------------------
@@ -482,7 +487,7 @@ def test_give_up_and_order_the_final_decisions_follow_arrival_exactly(endpoint, 
     }
     assert {s: d["sequence_number"]["S"] for s, d in got.items()} == {s: first_seen[s] for s in got}
     assert poller.stats.sent_to_failure_destination == 0
-    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
     assert audit(store).ok
 
 
@@ -541,7 +546,7 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
                 sweeps += 1
                 Sweeper(store, owner="s", min_age_s=0).sweep(f"run-{sweeps}")
         # Recovery: the outages end, the streams are delivered, a sweep releases the rest
-        # (it wakes each held event).
+        # (it wakes each parked event).
         down.clear()
         invoke(stream.read_new())
         Sweeper(store, owner="s", min_age_s=0).sweep("recovery")
@@ -575,7 +580,7 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
                 for s, v in actual.items()
             }
             assert all(first_seen[s] == v["sequence_number"]["S"] for s, v in actual.items())
-            assert store.get_hold(event_id) is None
+            assert store.get_parking(event_id) is None
         assert audit(store).ok
 
 
@@ -600,7 +605,7 @@ def failing(*operations: str, events: tuple[str, ...] = ("hot", "warm")):
 
 
 def test_a_group_whose_first_read_fails_is_parked_whole_and_not_decided(client, store, caplog):
-    # GIVEN two events whose first read (event item and hold marker) keeps failing
+    # GIVEN two events whose first read (event item and parking marker) keeps failing
     for event_id in ("hot", "warm", "calm"):
         store.create_event(event_id, 5, NOW)
     processor = processor_for(client, failing("batch_get_item"))
@@ -609,16 +614,19 @@ def test_a_group_whose_first_read_fails_is_parked_whole_and_not_decided(client, 
     with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
         result = processor.process([*batch, intake("calm", "c0", 14)])
     # THEN nothing of theirs is decided or failed back: every record is parked (all three
-    # counted), each event held with the error that held it; calm is decided
+    # counted), each event parked with the error that parked it; calm is decided
     assert (result.failures, result.parked) == ([], 3)
-    assert result.held == [("hot", "StoreUnavailableError"), ("warm", "StoreUnavailableError")]
+    assert result.parked_events == [
+        ("hot", "StoreUnavailableError"),
+        ("warm", "StoreUnavailableError"),
+    ]
     assert [d.decision.signup_id for d in result.decided] == ["c0"]
     assert set(decisions(client)) == {("calm", "c0")}
     assert [(r.signup_id, r.sequence_number) for r in store.parked_requests("hot")] == [
         ("h0", "11"),
         ("h1", "12"),
     ]
-    assert store.get_hold("hot")["error"] == "StoreUnavailableError"
+    assert store.get_parking("hot")["error"] == "StoreUnavailableError"
     # and each failure is logged, with its traceback, under the event it is about
     assert [(r.getMessage(), r.event_id, r.exc_info is not None) for r in caplog.records] == [
         ("event group failed", "hot", True),
@@ -636,9 +644,9 @@ def test_a_group_that_can_be_neither_read_nor_parked_fails_back_from_its_first_r
     with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
         result = processor.process(batch)
     # THEN the event source gets hot's first record back (it redelivers from there), and
-    # nothing of hot is parked, held or decided
-    assert (result.failures, result.parked, result.held) == (["11"], 0, [])
-    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    # nothing of hot is parked or decided
+    assert (result.failures, result.parked, result.parked_events) == (["11"], 0, [])
+    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
     assert set(decisions(client)) == {("calm", "c0")}
     assert [(r.getMessage(), r.event_id) for r in caplog.records] == [
         ("event group failed", "hot"),
@@ -647,8 +655,10 @@ def test_a_group_that_can_be_neither_read_nor_parked_fails_back_from_its_first_r
     assert all(r.exc_info is not None for r in caplog.records)
 
 
-def test_a_held_group_that_cannot_be_parked_fails_back_from_its_first_record(client, store):
-    # GIVEN hot held (one record parked), and parking failing from now on
+def test_a_parked_events_group_that_cannot_be_parked_fails_back_from_its_first_record(
+    client, store
+):
+    # GIVEN hot parked (one record), and parking failing from now on
     store.create_event("hot", 5, NOW)
     store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
     processor = processor_for(client, failing("batch_write_item"))
@@ -661,11 +671,13 @@ def test_a_held_group_that_cannot_be_parked_fails_back_from_its_first_record(cli
         0,
         [],
     )
-    assert parked_ids(store, "hot") == ["h0"] and store.get_hold("hot") is not None
+    assert parked_ids(store, "hot") == ["h0"] and store.get_parking("hot") is not None
 
 
-def test_a_held_group_is_parked_then_released_with_the_counts_in_the_batch_result(client, store):
-    # GIVEN hot held with two records parked
+def test_a_parked_events_group_is_parked_then_released_with_the_counts_in_the_batch_result(
+    client, store
+):
+    # GIVEN hot parked, with two records
     store.create_event("hot", 1, NOW)
     store.park(
         "hot",
@@ -684,14 +696,14 @@ def test_a_held_group_is_parked_then_released_with_the_counts_in_the_batch_resul
         ("h2", Status.REJECTED),
         ("h3", Status.REJECTED),
     ]
-    assert store.get_hold("hot") is None and store.parked_requests("hot") == []
+    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
 
 
 @pytest.mark.parametrize("waiting", [2, 3])
 def test_a_release_decides_at_most_max_release_records_and_says_whether_it_finished(
     client, store, waiting
 ):
-    # GIVEN hot held with ``waiting`` records parked, a release taking at most 2 a run
+    # GIVEN hot parked, with ``waiting`` records, a release taking at most 2 a run
     store.create_event("hot", 5, NOW)
     parked = [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(waiting)]
     store.park("hot", parked, NOW, None)
@@ -699,16 +711,16 @@ def test_a_release_decides_at_most_max_release_records_and_says_whether_it_finis
     # WHEN released
     result = BatchResult()
     done = processor.release("hot", result)
-    # THEN the first two are decided, one chunk at a time, and the hold is lifted only if
+    # THEN the first two are decided, one chunk at a time, and the marker is cleared only if
     # nothing is left
     assert result.released == 2
     assert {k[1] for k in decisions(client)} == {"h0", "h1"}
     assert done is (waiting == 2)
-    assert (store.get_hold("hot") is None) is (waiting == 2)
+    assert (store.get_parking("hot") is None) is (waiting == 2)
     assert parked_ids(store, "hot") == [f"h{i}" for i in range(2, waiting)]
 
 
-def test_a_release_of_an_event_not_held_has_nothing_to_do(client, store):
+def test_a_release_of_an_event_not_parked_has_nothing_to_do(client, store):
     store.create_event("hot", 5, NOW)
     assert processor_for(client).release("hot") is True
 
@@ -720,11 +732,11 @@ def test_a_failed_release_says_so_and_leaves_the_rest_parked(client, store, capl
     result = BatchResult()
     with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
         assert processor.release("hot", result) is False
-    assert result.held == [("hot", "StoreUnavailableError")]
+    assert result.parked_events == [("hot", "StoreUnavailableError")]
     assert [(r.getMessage(), r.event_id, r.exc_info is not None) for r in caplog.records] == [
         ("release failed", "hot", True)
     ]
-    assert parked_ids(store, "hot") == ["h0"] and store.get_hold("hot") is not None
+    assert parked_ids(store, "hot") == ["h0"] and store.get_parking("hot") is not None
 
 
 def test_a_release_that_loses_a_commit_counts_the_conflict_and_decides_again(client, store):
@@ -733,12 +745,12 @@ def test_a_release_that_loses_a_commit_counts_the_conflict_and_decides_again(cli
     processor = StreamProcessor(ConflictingStore(client, conflicts=1), clock=lambda: NOW)
     result = BatchResult()
     assert processor.release("hot", result) is True
-    assert (result.conflicts, result.held, result.released) == (1, [], 1)
+    assert (result.conflicts, result.parked_events, result.released) == (1, [], 1)
     assert ("hot", "h0") in decisions(client)
 
 
 def test_records_parked_behind_an_unfinished_release_stay_parked(client, store):
-    # GIVEN hot held with two records parked, a release taking one a run
+    # GIVEN hot parked, with two records, a release taking one a run
     store.create_event("hot", 5, NOW)
     parked = [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(2)]
     store.park("hot", parked, NOW, None)
@@ -747,39 +759,39 @@ def test_records_parked_behind_an_unfinished_release_stay_parked(client, store):
     # THEN only the first parked record is decided: h1 and the new h2 wait, in that order
     assert [d.decision.signup_id for d in result.decided] == ["h0"]
     assert {k[1] for k in decisions(client)} == {"h0"}
-    assert parked_ids(store, "hot") == ["h1", "h2"] and store.get_hold("hot") is not None
+    assert parked_ids(store, "hot") == ["h1", "h2"] and store.get_parking("hot") is not None
 
 
-# -- the sweeper and held events -------------------------------------------------------
+# -- the sweeper and parked events -------------------------------------------------------
 
 
-def test_a_sweep_lifts_every_hold_with_nothing_parked_under_it(client, store):
-    # GIVEN two events held with nothing parked any more (a release unparked everything and
-    # died before lifting the hold), and a third held with a record still parked
+def test_a_sweep_clears_every_marker_with_nothing_parked_under_it(client, store):
+    # GIVEN two parked events with no record parked any more (a release unparked everything
+    # and died before clearing the marker), and a third with a record still parked
     for event_id in ("a", "b", "c"):
         store.park(event_id, [SignupRequest(event_id, "s", "100")], NOW, None)
     store.unpark("a", ["100"])
     store.unpark("b", ["100"])
     store.park("b", [SignupRequest("b", "t", "101")], NOW, None)
-    store.unpark("b", ["101"])  # b's hold is at version 2
+    store.unpark("b", ["101"])  # b's marker is at version 2
     # WHEN a sweep runs
-    result = Sweeper(store, owner="s", min_age_s=0).sweep("lift")
-    # THEN the two empty holds are lifted (each at its version), the third stays and is
+    result = Sweeper(store, owner="s", min_age_s=0).sweep("clear")
+    # THEN the two empty markers are cleared (each at its version), the third stays and is
     # woken for its release
     assert (result.status, result.parked_events, result.releases_triggered) == (
         "succeeded",
         3,
         3,
     )
-    assert store.get_hold("a") is None and store.get_hold("b") is None
-    assert store.get_hold("c") is not None
+    assert store.get_parking("a") is None and store.get_parking("b") is None
+    assert store.get_parking("c") is not None
 
 
-def test_a_sweep_wakes_each_held_event_and_re_emits_none_of_the_parked(
+def test_a_sweep_wakes_each_parked_event_and_re_emits_none_of_the_parked(
     client, store, stream, wakes
 ):
-    # GIVEN two held events, each with two undecided records parked, and undecided records
-    # of a third event that is not held
+    # GIVEN two parked events, each with two undecided records parked, and undecided records
+    # of a third event that is not parked
     for event_id in ("a", "b"):
         submit(client, event_id, f"{event_id}0")
         submit(client, event_id, f"{event_id}1")
@@ -802,8 +814,8 @@ def test_a_sweep_wakes_each_held_event_and_re_emits_none_of_the_parked(
             None,
         )
     # WHEN a sweep runs
-    result = Sweeper(store, owner="s", min_age_s=0).sweep("held")
-    # THEN each held event's release is set off by a wake-up of the event, the parked
+    result = Sweeper(store, owner="s", min_age_s=0).sweep("parked")
+    # THEN each parked event's release is set off by a wake-up of the event, the parked
     # records are not re-emitted as undecided, the others are
     assert (result.parked_events, result.releases_triggered) == (2, 2)
     assert (result.undecided, result.re_emitted) == (3, 3)
@@ -813,9 +825,11 @@ def test_a_sweep_wakes_each_held_event_and_re_emits_none_of_the_parked(
     assert {"WAKE#a", "WAKE#b"} <= woken and "WAKE#calm" not in woken
 
 
-def test_a_release_that_did_not_use_the_event_read_with_the_hold_never_uses_it_later(client, store):
-    # GIVEN hot held with one record parked, and a processor whose releases take nothing
-    # (max_release 0): its group's event item, read with the hold marker, goes unused
+def test_a_release_that_did_not_use_the_event_read_with_the_marker_never_uses_it_later(
+    client, store
+):
+    # GIVEN hot parked, with one record, and a processor whose releases take nothing
+    # (max_release 0): its group's event item, read with the parking marker, goes unused
     store.create_event("hot", 5, NOW)
     store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
     processor = processor_for(client, max_release=0)

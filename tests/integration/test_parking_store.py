@@ -1,6 +1,6 @@
-"""Held events in the store, against moto: the hold marker, parking, unparking, lifting the
-hold; read page by page and through DynamoDB's unprocessed items, as a busy table answers
-(docs/arrival-order.md)."""
+"""Parked events in the store, against moto: the parking marker, parking, unparking,
+clearing the marker; read page by page and through DynamoDB's unprocessed items, as a busy
+table answers (docs/arrival-order.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from turnstile.base.contract import CONTROL_TABLE, ControlKey
 from turnstile.base.errors import StoreUnavailableError
 from turnstile.engine.domain import SignupRequest
 from turnstile.storage.dynamo import control_key, refused_as_invalid
-from turnstile.storage.hold import MAX_HOLD_ERROR_CHARS
 from turnstile.storage.ledger import Ledger
+from turnstile.storage.parking import MAX_PARKING_ERROR_CHARS
 from turnstile.storage.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -104,7 +104,7 @@ def test_parked_records_come_back_whole_in_arrival_order_page_by_page(store, bus
     store.park("other", [SignupRequest("other", "x", "97")], NOW, None)
     # WHEN read back one item per page
     parked = busy.parked_requests("gig")
-    # THEN every record of the event and nothing else (no hold marker, no other event's),
+    # THEN every record of the event and nothing else (no parking marker, no other event's),
     # in arrival order (by number, not text), each exactly as it was parked
     assert parked == [
         request("first", "98", submitted_at="2026-01-01T00:00:00Z"),
@@ -114,44 +114,46 @@ def test_parked_records_come_back_whole_in_arrival_order_page_by_page(store, bus
     assert busy.parked_requests("nobody") == []
 
 
-def test_holds_finds_every_held_event_page_by_page_and_nothing_else(store, busy, client):
-    # GIVEN three held events, one released, and the control table's other items beside them
+def test_parking_markers_finds_every_parked_event_page_by_page_and_nothing_else(
+    store, busy, client
+):
+    # GIVEN three parked events, one released, and other items of the control table beside them
     for event_id in ("a", "b", "c", "done"):
         store.park(event_id, [SignupRequest(event_id, "s", "100")], NOW, None)
-    assert store.lift_hold("done", 1)
+    assert store.clear_parking("done", 1)
     store.create_event("a", 5, NOW)
     Ledger.beside(store).acquire_lease("sweeper", 60, 0)
-    # WHEN every hold is read, one item per page
-    holds = busy.holds()
-    # THEN exactly the held events, each with its marker
-    assert sorted(holds) == ["a", "b", "c"]
-    assert holds["b"]["event_id"] == "b" and holds["b"]["held_since"] == NOW
-    assert holds["b"]["first_sequence_number"] == "100" and holds["b"]["version"] == 1
-    # and one event's hold is read by its key
-    assert busy.holds("c") == {"c": holds["c"]}
-    assert busy.holds("done") == {} and busy.holds("nobody") == {}
+    # WHEN every marker is read, one item per page
+    markers = busy.parking_markers()
+    # THEN exactly the parked events, each with its marker
+    assert sorted(markers) == ["a", "b", "c"]
+    assert markers["b"]["event_id"] == "b" and markers["b"]["parked_since"] == NOW
+    assert markers["b"]["first_sequence_number"] == "100" and markers["b"]["version"] == 1
+    # and one event's marker is read by its key
+    assert busy.parking_markers("c") == {"c": markers["c"]}
+    assert busy.parking_markers("done") == {} and busy.parking_markers("nobody") == {}
 
 
-def test_the_event_and_its_hold_are_read_together_through_unprocessed_keys(store, busy):
-    # GIVEN an event without a hold, then held, then released
+def test_the_event_and_its_marker_are_read_together_through_unprocessed_keys(store, busy):
+    # GIVEN an event without a marker, then parked, then released
     store.create_event("gig", 5, NOW)
-    assert busy.get_event_and_hold("gig") == (store.get_event("gig"), None)
+    assert busy.get_event_and_parking("gig") == (store.get_event("gig"), None)
     version = store.park("gig", [request("a", "100")], NOW, "StoreUnavailableError")
     # WHEN both are read while DynamoDB first leaves every key unprocessed
-    event, hold = busy.get_event_and_hold("gig")
+    event, marker = busy.get_event_and_parking("gig")
     # THEN both come back, each for what it is
     assert event == store.get_event("gig") and event.snapshot.capacity == 5
-    assert hold == store.get_hold("gig")
-    assert (hold["version"], hold["error"], hold["held_since"]) == (
+    assert marker == store.get_parking("gig")
+    assert (marker["version"], marker["error"], marker["parked_since"]) == (
         version,
         "StoreUnavailableError",
         NOW,
     )
     assert busy.retries == 2
-    # and a released hold is no hold; an event that does not exist is None
-    assert store.lift_hold("gig", version)
-    assert busy.get_event_and_hold("gig") == (event, None)
-    assert busy.get_event_and_hold("nobody") == (None, None)
+    # and a released marker is no marker; an event that does not exist is None
+    assert store.clear_parking("gig", version)
+    assert busy.get_event_and_parking("gig") == (event, None)
+    assert busy.get_event_and_parking("nobody") == (None, None)
 
 
 def test_unparking_deletes_exactly_those_records_in_batches_of_25_through_unprocessed_items(
@@ -172,27 +174,27 @@ def test_unparking_deletes_exactly_those_records_in_batches_of_25_through_unproc
     sent = [len(kw["RequestItems"][CONTROL_TABLE.name]) for _, kw in recorder.calls]
     assert sent == [25, 25, 25, 25, 2, 2]
     assert busy.retries == 3
-    # and the hold is still there (unparking never lifts it)
-    assert store.get_hold("gig") is not None
+    # and the marker is still there (unparking never clears it)
+    assert store.get_parking("gig") is not None
 
 
-def test_parking_holds_the_event_from_its_earliest_record_and_keeps_when_and_why(store, client):
+def test_parking_marks_the_event_from_its_earliest_record_and_keeps_when_and_why(store, client):
     # WHEN records are parked whose numbers differ in length (compared as numbers)
     first = store.park("gig", [request("b", "10000"), request("a", "9999")], NOW, "X" * 500)
-    # THEN the hold names the earliest, the time and the error (cut to 400 characters)
-    hold = store.get_hold("gig")
-    assert (hold["version"], hold["first_sequence_number"]) == (first, "9999")
-    assert (hold["held_since"], hold["error"]) == (NOW, "X" * MAX_HOLD_ERROR_CHARS)
+    # THEN the marker names the earliest, the time and the error (cut to 400 characters)
+    marker = store.get_parking("gig")
+    assert (marker["version"], marker["first_sequence_number"]) == (first, "9999")
+    assert (marker["parked_since"], marker["error"]) == (NOW, "X" * MAX_PARKING_ERROR_CHARS)
     # WHEN more are parked later, without an error
     second = store.park("gig", [request("c", "5")], LATER, None)
-    # THEN the version moves on, and since when and since which record it is held stay
-    hold = store.get_hold("gig")
-    assert second == first + 1 == hold["version"]
-    assert (hold["held_since"], hold["first_sequence_number"]) == (NOW, "9999")
-    assert hold["error"] == "X" * MAX_HOLD_ERROR_CHARS
-    # WHEN a new error holds it again THEN the last error is the one kept
+    # THEN the version moves on, and since when and since which record it is parked stay
+    marker = store.get_parking("gig")
+    assert second == first + 1 == marker["version"]
+    assert (marker["parked_since"], marker["first_sequence_number"]) == (NOW, "9999")
+    assert marker["error"] == "X" * MAX_PARKING_ERROR_CHARS
+    # WHEN a new error parks it again THEN the last error is the one kept
     store.park("gig", [request("d", "6")], LATER, "StoreUnavailableError")
-    assert store.get_hold("gig")["error"] == "StoreUnavailableError"
+    assert store.get_parking("gig")["error"] == "StoreUnavailableError"
 
 
 def test_parking_a_record_twice_writes_one_item(store):
@@ -201,23 +203,23 @@ def test_parking_a_record_twice_writes_one_item(store):
     assert store.parked_requests("gig") == [request("a", "100")]
 
 
-def test_lifting_a_hold_clears_it_and_keeps_its_version(store, client):
+def test_clearing_a_parking_marker_keeps_its_version(store, client):
     version = store.park("gig", [request("a", "100")], NOW, "StoreUnavailableError")
-    # WHEN lifted at a version it no longer has THEN it stays
-    assert store.lift_hold("gig", version + 1) is False
-    assert store.get_hold("gig") is not None
-    # WHEN lifted at its version THEN only the version is left on the marker
-    assert store.lift_hold("gig", version) is True
-    item = control_item(client, ControlKey.hold("gig"))
+    # WHEN cleared at a version it no longer has THEN it stays
+    assert store.clear_parking("gig", version + 1) is False
+    assert store.get_parking("gig") is not None
+    # WHEN cleared at its version THEN only the version is left on the marker
+    assert store.clear_parking("gig", version) is True
+    item = control_item(client, ControlKey.parking("gig"))
     assert {k: v for k, v in item.items() if k not in ("pk", "sk")} == {
         "version": {"N": str(version)},
         "event_id": {"S": "gig"},
     }
-    # and held again, it is held since then, from its new first record
+    # and parked again, it is parked since then, from its new first record
     store.park("gig", [request("b", "200")], LATER, None)
-    hold = store.get_hold("gig")
-    assert (hold["held_since"], hold["first_sequence_number"]) == (LATER, "200")
-    assert "error" not in hold
+    marker = store.get_parking("gig")
+    assert (marker["parked_since"], marker["first_sequence_number"]) == (LATER, "200")
+    assert "error" not in marker
 
 
 def _client_error(code: str) -> ClientError:
@@ -233,19 +235,19 @@ def test_only_dynamodb_refusing_a_request_as_invalid_counts_as_refused():
 
 @pytest.mark.parametrize("attempts", [2, 3])
 def test_unprocessed_answers_are_retried_up_to_the_stores_attempts(store, client, attempts):
-    # GIVEN a held event and a store allowed ``attempts`` calls per request, against a table
+    # GIVEN a parked event and a store allowed ``attempts`` calls per request, against a table
     # that hands back ``attempts - 1`` answers in a row unprocessed (each read and write)
     store.create_event("gig", 5, NOW)
     store.park("gig", [request("a", "100"), request("b", "101")], NOW, None)
     refusing = Refusing(client, 0)
     patient = SignupStore(refusing, sleep=lambda _: None, max_attempts=attempts)
-    # WHEN the event and its hold are read, and a record unparked
+    # WHEN the event and its marker are read, and a record unparked
     refusing.times = attempts - 1
-    event, hold = patient.get_event_and_hold("gig")
+    event, marker = patient.get_event_and_parking("gig")
     refusing.times = attempts - 1
     patient.unpark("gig", ["100"])
     # THEN each went through on its last attempt
-    assert (event.snapshot.event_id, hold["version"]) == ("gig", 1)
+    assert (event.snapshot.event_id, marker["version"]) == ("gig", 1)
     assert [r.signup_id for r in store.parked_requests("gig")] == ["b"]
     assert patient.retries == 2 * (attempts - 1)
 
@@ -258,22 +260,22 @@ def test_answers_left_unprocessed_past_the_stores_attempts_make_it_unavailable(
     patient = SignupStore(Refusing(client, 3), sleep=lambda _: None, max_attempts=3)
     with pytest.raises(StoreUnavailableError, match=f"^{operation} left unprocessed items after 3"):
         if operation == "batch_get_item":
-            patient.get_event_and_hold("gig")
+            patient.get_event_and_parking("gig")
         else:
             patient.unpark("gig", ["100"])
     assert patient.retries == 2
 
 
-def test_every_read_of_a_hold_is_strongly_consistent(store, client):
-    # A hold read stale (eventually consistent) could miss a hold placed a moment ago and
-    # let later records be decided before the parked ones: arrival order lost.
+def test_every_read_of_a_parking_marker_is_strongly_consistent(store, client):
+    # A marker read stale (eventually consistent) could miss a parking begun a moment ago
+    # and let later records be decided before the parked ones: arrival order lost.
     store.create_event("gig", 5, NOW)
     store.park("gig", [request("a", "100")], NOW, None)
     recorder = CallRecorder(client)
     reader = SignupStore(recorder, sleep=lambda _: None)
-    reader.get_event_and_hold("gig")
-    reader.get_hold("gig")
-    reader.holds()
+    reader.get_event_and_parking("gig")
+    reader.get_parking("gig")
+    reader.parking_markers()
     reader.parked_requests("gig")
     consistent = [
         kwargs.get("ConsistentRead")
