@@ -47,7 +47,7 @@ test: setup node_modules/.installed
 	$(VENV)/bin/ruff check functions tools benchmark cdk tests
 	$(PY) -m pytest -n auto --dist worksteal
 
-# The inner loop: lint, the pure tests and the store contract (about 40 s on 2 cores).
+# The inner loop: lint, the pure tests and the store contract (about 25 s on 2 cores).
 check: setup
 	$(VENV)/bin/ruff check functions tools benchmark cdk tests
 	$(PY) -m pytest -n auto --dist worksteal tests/unit tests/contract
