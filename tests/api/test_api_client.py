@@ -14,6 +14,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from tests.helpers import NO_LIFECYCLE_FIELDS
 from turnstile.service import views
 from turnstile_tools.client import (
     ApiError,
@@ -56,12 +57,7 @@ def signup(status: str, **fields: Any) -> dict[str, Any]:
         "submitted_at": None,
         "decided_at": None,
         "attributes": {},
-        "hold_expires_at": None,
-        "waitlist_position": None,
-        "updated_at": None,
-        "request_count": None,
-        "history": [],
-        "last_refusal": None,
+        **NO_LIFECYCLE_FIELDS,
         **fields,
     }
 

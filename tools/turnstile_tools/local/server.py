@@ -19,6 +19,7 @@ import os
 import re
 import socket
 import threading
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,6 @@ class _TransactionBackup:
     def _items(self, table: Any) -> Any:
         """The table's items as they are now: the containers copied, the items named by
         the transaction deep-copied, every other item shared."""
-        from collections import defaultdict
-
         from moto.dynamodb.models.dynamo_type import DynamoType
 
         items: Any = defaultdict(dict)
