@@ -14,14 +14,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from turnstile.base.contract import EventState, Reason, Status
-from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest, _bounded
+from turnstile.engine.lifecycle import Event
+from turnstile.engine.rules import bounded
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import Decision, Outcome
 
 __all__ = ["decide"]
 
 
 def decide(
-    event: EventSnapshot | None,
-    requests: Sequence[SignupRequest],
+    event: Event | None,
+    requests: Sequence[IntakeRecord],
     already_decided: Iterable[str] = (),
 ) -> Outcome:
     """Decide each new request of one event, in the order given.
@@ -56,7 +59,7 @@ def decide(
             decision = replace(decision, detail=request.note)
         if request.problem:
             detail = "; ".join(p for p in (request.problem, request.note) if p)
-            decision = replace(decision, reason=Reason.INVALID_REQUEST, detail=_bounded(detail))
+            decision = replace(decision, reason=Reason.INVALID_REQUEST, detail=bounded(detail))
         elif event is None:
             decision = replace(decision, reason=Reason.UNKNOWN_EVENT)
         elif event.state != EventState.OPEN:

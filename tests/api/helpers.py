@@ -10,7 +10,8 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from tests.oracle import decide
-from turnstile.engine.domain import Decision, parse_request
+from turnstile.storage.intake import parse_intake
+from turnstile.storage.items import Decision
 from turnstile.storage.store import SignupStore
 
 
@@ -103,12 +104,12 @@ def decide_pending(
     API reads exactly what the real processor would leave behind.
     """
     intake = sorted(store.intake_items(event_id), key=lambda i: i["submitted_at"])
-    requests = [parse_request(item, f"{n:021d}") for n, item in enumerate(intake, start=1)]
+    requests = [parse_intake(item, f"{n:021d}") for n, item in enumerate(intake, start=1)]
     record = store.get_event(event_id)
     assert record is not None, "decide_pending needs an existing event"
     already = store.get_decisions(event_id, [r.signup_id for r in requests])
-    outcome = decide(record.snapshot, requests, already_decided=already)
+    outcome = decide(record.event, requests, already_decided=already)
     by_id = {r.signup_id: r for r in requests}
-    journal = store.commit(record.snapshot, outcome, decided_at, by_id)
+    journal = store.commit(record.event, outcome, decided_at, by_id)
     store.materialize(event_id, journal)
     return outcome.decisions

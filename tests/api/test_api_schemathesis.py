@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from tests.api.helpers import LiveApi, decide_pending
-from turnstile.engine.domain import attributes_problem
+from turnstile.engine.rules import attributes_problem
 from turnstile.storage.events import lineup_problem
 from turnstile.web.api import ROUTES
 

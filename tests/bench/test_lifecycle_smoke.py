@@ -14,7 +14,7 @@ import pytest
 
 from turnstile.base.contract import Attr, Status
 from turnstile.engine.lifecycle import Transition
-from turnstile.storage.transitions import history_of
+from turnstile.storage.items import history_of
 from turnstile_bench import register
 from turnstile_bench.lifecycle_run import LIFECYCLE, Tables, recount, render_lifecycle
 

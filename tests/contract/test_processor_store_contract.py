@@ -20,6 +20,7 @@ import turnstile.storage.store as store_module
 from tests.fakes import FakeStore
 from tests.helpers import table_items
 from tests.oracle import decide
+from turnstile.base.clock import ms_of
 from turnstile.base.contract import (
     CONTROL_TABLE,
     DUE_HOLDS_SHARD,
@@ -37,14 +38,15 @@ from turnstile.base.errors import (
     EventExistsError,
     JournalTooLargeError,
 )
-from turnstile.engine.domain import EventSnapshot, Outcome, SignupRequest
-from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.engine.lifecycle import Event
+from turnstile.jobs.processor import StreamProcessor, StreamRecord
 from turnstile.storage.dynamo import event_key, to_item
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import Outcome
 from turnstile.storage.journal import Journal
 from turnstile.storage.parking import MAX_PARKING_ERROR_CHARS
 from turnstile.storage.ports import ProcessorStore
 from turnstile.storage.store import SignupStore
-from turnstile.storage.transitions import ms_of
 
 NOW = "2026-01-01T00:00:00.000000Z"
 LATER = "2026-01-01T00:05:00.000000Z"
@@ -69,10 +71,10 @@ class Backend:
                 item.pop("woken_at", None)
         return state
 
-    def snapshot(self, event_id: str) -> EventSnapshot:
+    def snapshot(self, event_id: str) -> Event:
         record = self.store.get_event(event_id)
         assert record is not None
-        return record.snapshot
+        return record.event
 
 
 def fake_backend() -> Backend:
@@ -110,15 +112,15 @@ def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         yield moto_backend(request.getfixturevalue("aws"))
 
 
-def req(signup_id: str, seq: str | int, seats: int = 1, **fields: Any) -> SignupRequest:
-    return SignupRequest("gig", signup_id, str(seq), seats=seats, **fields)
+def req(signup_id: str, seq: str | int, seats: int = 1, **fields: Any) -> IntakeRecord:
+    return IntakeRecord("gig", signup_id, str(seq), seats=seats, **fields)
 
 
-def outcome_of(snapshot: EventSnapshot | None, *requests: SignupRequest) -> Outcome:
+def outcome_of(snapshot: Event | None, *requests: IntakeRecord) -> Outcome:
     return decide(snapshot, requests)
 
 
-def by_id(*requests: SignupRequest) -> dict[str, SignupRequest]:
+def by_id(*requests: IntakeRecord) -> dict[str, IntakeRecord]:
     return {r.signup_id: r for r in requests}
 
 
@@ -141,7 +143,7 @@ def test_a_commit_stores_counters_version_floor_and_journal(backend):
     assert (journal.version, journal.decided_at, journal.decisions) == (1, NOW, outcome.decisions)
     assert journal.expires_at == 1_800_000_000
     record = backend.store.get_event("gig")
-    assert record.snapshot == EventSnapshot("gig", 3, taken=3, accepted=2, version=1)
+    assert record.event == Event("gig", 3, taken=3, accepted=2, version=1)
     assert record.journal == journal
     event_item = backend.items(CONTROL_TABLE.name)[ControlKey.event("gig")]
     assert event_item[Attr.CAPACITY_FLOOR] == {"N": "3"}
@@ -228,7 +230,7 @@ def test_a_commit_decided_before_a_capacity_change_conflicts(backend):
     backend.store.create_event("gig", 5, NOW)
     before = backend.snapshot("gig")
     raised = backend.store.update_capacity("gig", 9)
-    assert (raised.snapshot.capacity, raised.min_capacity) == (9, 5)
+    assert (raised.event.capacity, raised.min_capacity) == (9, 5)
     with pytest.raises(CommitConflictError):
         backend.store.commit(before, outcome_of(before, req("a", 100)), NOW, {})
     now = backend.snapshot("gig")
@@ -240,7 +242,7 @@ def test_a_commit_decided_before_a_capacity_change_conflicts(backend):
 
 
 def test_a_commit_on_an_event_item_that_does_not_exist_conflicts(backend):
-    ghost = EventSnapshot("gig", 5)
+    ghost = Event("gig", 5)
     with pytest.raises(CommitConflictError):
         backend.store.commit(ghost, outcome_of(ghost, req("a", 100)), NOW, {})
     assert backend.state() == {table: {} for table in TABLES}
@@ -252,7 +254,7 @@ def test_a_hand_written_event_item_without_version_or_state_commits_at_version_0
     item = backend.items(CONTROL_TABLE.name)[ControlKey.event("gig")]
     assert Attr.VERSION not in item and Attr.TAKEN not in item
     before = backend.snapshot("gig")
-    assert before == EventSnapshot("gig", 5)
+    assert before == Event("gig", 5)
     assert backend.store.commit(before, outcome_of(before, req("a", 100)), NOW, {}).version == 1
 
 
@@ -282,7 +284,7 @@ def test_creating_an_event_twice_is_refused(backend):
     with pytest.raises(EventExistsError):
         backend.store.create_event("gig", 9, LATER)
     record = backend.store.get_event("gig")
-    assert (record.snapshot.capacity, record.created_at) == (5, NOW)
+    assert (record.event.capacity, record.created_at) == (5, NOW)
     # kept to the longest identity recorded (the API records a longer one as its hash)
     assert record.created_by == "x" * 2048
 
@@ -370,14 +372,14 @@ def test_parked_records_come_back_whole_in_arrival_order_by_number(backend):
     second = backend.store.park(
         "gig", [req("first", 98, submitted_at="2026-01-01T00:00:00Z")], LATER, None
     )
-    backend.store.park("other", [SignupRequest("other", "x", "97")], NOW, None)
+    backend.store.park("other", [IntakeRecord("other", "x", "97")], NOW, None)
     assert (first, second) == (1, 2)
-    assert backend.store.parked_requests("gig") == [
+    assert backend.store.parked_records("gig") == [
         req("first", 98, submitted_at="2026-01-01T00:00:00Z"),
         req("bad", 99, 0, problem="seats must be a whole number"),
         req("late", 1000, 3, attributes={"team": "L", "n": 2}),
     ]
-    assert backend.store.parked_requests("nobody") == []
+    assert backend.store.parked_records("nobody") == []
     marker = backend.store.get_parking("gig")
     assert marker == {
         "pk": "PARK#gig",
@@ -411,7 +413,7 @@ def test_parking_refuses_what_is_not_a_sequence_number_and_writes_nothing(backen
 def test_unparking_deletes_exactly_those_records_and_keeps_the_marker(backend):
     backend.store.park("gig", [req(f"s{n}", n) for n in (98, 99, 1000, 1001)], NOW, None)
     backend.store.unpark("gig", ["99", "1000", "99", "5"])
-    assert [r.sequence_number for r in backend.store.parked_requests("gig")] == ["98", "1001"]
+    assert [r.sequence_number for r in backend.store.parked_records("gig")] == ["98", "1001"]
     assert backend.store.get_parking("gig") is not None
     with pytest.raises(ValueError):
         backend.store.unpark("gig", ["nine"])
@@ -433,7 +435,7 @@ def test_a_marker_is_cleared_only_at_its_version_and_keeps_it(backend):
         "version": {"N": str(version)},
     }
     # the parked record is not touched by clearing; parked again, since then and from then
-    assert [r.signup_id for r in backend.store.parked_requests("gig")] == ["a"]
+    assert [r.signup_id for r in backend.store.parked_records("gig")] == ["a"]
     assert backend.store.park("gig", [req("b", 200)], LATER, None) == version + 1
     marker = backend.store.get_parking("gig")
     assert (marker["parked_since"], marker["first_sequence_number"]) == (LATER, "200")
@@ -454,7 +456,7 @@ def test_the_event_and_its_marker_are_read_together(backend):
     backend.store.clear_parking("gig", version)
     assert backend.store.get_event_and_parking("gig") == (event, None)
     # a marker without an event item
-    backend.store.park("solo", [SignupRequest("solo", "a", "1")], NOW, None)
+    backend.store.park("solo", [IntakeRecord("solo", "a", "1")], NOW, None)
     solo = backend.store.get_event_and_parking("solo")
     assert solo[0] is None and solo[1]["version"] == 1
 
@@ -468,7 +470,7 @@ def _scenario(store: Any) -> None:
     def insert(event_id: str, signup_id: str, seq: int, seats: int = 1, **image: Any):
         keys = {"event_id": event_id, "signup_id": signup_id}
         full = {**keys, "seats": Decimal(seats), "submitted_at": "2026-01-01T00:00:00Z", **image}
-        return IntakeRecord(str(seq), "INSERT", keys, full)
+        return StreamRecord(str(seq), "INSERT", keys, full)
 
     store.create_event("gig", 3, NOW)
     store.create_event("shut", 3, NOW)
@@ -485,7 +487,7 @@ def _scenario(store: Any) -> None:
             insert("gig", "a", 106, 2),
         ]
     )
-    store.park("gig", [SignupRequest("gig", "late", "1000", attributes={"k": "v"})], NOW, "E")
+    store.park("gig", [IntakeRecord("gig", "late", "1000", attributes={"k": "v"})], NOW, "E")
     StreamProcessor(store, clock=lambda: LATER).release("gig")
 
 
@@ -506,7 +508,7 @@ def _lifecycle_scenario(store: Any) -> None:
         image: dict[str, Any] = {**keys, "seats": Decimal(1)}
         if kind is not None:
             image.update(request=kind, request_count=Decimal(count), undecided="0")
-        return IntakeRecord(str(seq), "MODIFY" if kind else "INSERT", keys, image)
+        return StreamRecord(str(seq), "MODIFY" if kind else "INSERT", keys, image)
 
     store.create_event("life", 2, NOW)
     item = store.control[store._event_key("life")] if hasattr(store, "control") else None

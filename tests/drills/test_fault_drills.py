@@ -25,7 +25,7 @@ from botocore.config import Config
 
 from tests.e2e.conftest import BIN, running_local_stack
 from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, ControlKey
-from turnstile.engine.domain import id_problem
+from turnstile.engine.rules import id_problem
 
 pytestmark = pytest.mark.drill
 
@@ -642,7 +642,7 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     answered once; every hold ends; every history is one the lifecycle allows."""
     from turnstile.base.contract import undecided_shard
     from turnstile.engine.lifecycle import ALLOWED_TRANSITIONS
-    from turnstile.storage.transitions import history_of
+    from turnstile.storage.items import history_of
 
     options = {
         "l-hold": {"capacity": 25, "waitlist": 40, "hold_seconds": 2},

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from turnstile.base.clock import utc_now
+from turnstile.base.clock import ms_of, utc_now
 from turnstile.base.contract import (
     CONTROL_TABLE,
     DUE_HOLDS_SHARD,
@@ -44,15 +44,16 @@ from turnstile.base.errors import (
     JournalTooLargeError,
     StoreUnavailableError,
 )
-from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.engine.lifecycle import Event
 from turnstile.storage import dynamo, events, parking
 from turnstile.storage import store as real
 from turnstile.storage.dynamo import from_item, to_item
 from turnstile.storage.events import EventRecord
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import Decision, Outcome
 from turnstile.storage.journal import Journal
 from turnstile.storage.parking import MAX_PARKING_ERROR_CHARS
 from turnstile.storage.store import SignupStore
-from turnstile.storage.transitions import ms_of
 
 __all__ = ["FakeStore", "Fault"]
 
@@ -259,8 +260,8 @@ class FakeStore:
             item[Attr.CREATED_BY] = {"S": created_by}
         self.control[key] = item
         self._exit(fault)
-        snapshot = EventSnapshot(event_id=event_id, capacity=capacity)
-        return EventRecord(snapshot=snapshot, created_at=now, created_by=created_by or None)
+        event = Event(event_id=event_id, capacity=capacity)
+        return EventRecord(event=event, created_at=now, created_by=created_by or None)
 
     def close_event(self, event_id: str) -> tuple[EventRecord | None, bool]:
         fault = self._enter("close_event", event_id)
@@ -293,9 +294,9 @@ class FakeStore:
         current = self._read_event(event_id)
         if current is None:
             raise EventNotFoundError(f"no such event {event_id!r}")
-        snapshot = current.snapshot
-        if capacity < snapshot.taken:
-            raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
+        event = current.event
+        if capacity < event.taken:
+            raise CapacityBelowTakenError(event_id, capacity, event.taken)
         item = self._event_item(event_id)
         assert item is not None
         floor = _number(item, Attr.CAPACITY_FLOOR)
@@ -305,7 +306,7 @@ class FakeStore:
             raise StoreUnavailableError(
                 f"event {event_id!r} kept changing under the capacity update; try again"
             )
-        lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
+        lowest = event.capacity if current.min_capacity is None else current.min_capacity
         item[Attr.CAPACITY] = {"N": str(capacity)}
         item[Attr.MIN_CAPACITY] = {"N": str(min(lowest, capacity))}
         self._exit(fault)
@@ -334,10 +335,10 @@ class FakeStore:
 
     def commit(
         self,
-        expected: EventSnapshot,
+        expected: Event,
         outcome: Outcome,
         decided_at: str,
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
     ) -> Journal:
         fault = self._enter("commit", expected.event_id)
@@ -411,7 +412,7 @@ class FakeStore:
         self,
         event_id: str,
         journal: Journal,
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
+        requests: Mapping[str, IntakeRecord | Mapping[str, Any]] | None = None,
     ) -> None:
         fault = self._enter("materialize", event_id)
         if journal.copies is not None:
@@ -434,7 +435,7 @@ class FakeStore:
         self,
         event_id: str,
         decisions: Sequence[Decision],
-        requests: Mapping[str, SignupRequest],
+        requests: Mapping[str, IntakeRecord],
         decided_at: str,
         expires_at: int | None = None,
         event_may_appear: bool = True,
@@ -478,7 +479,7 @@ class FakeStore:
         return marker
 
     def park(
-        self, event_id: str, requests: Sequence[SignupRequest], now: str, error: str | None
+        self, event_id: str, requests: Sequence[IntakeRecord], now: str, error: str | None
     ) -> int:
         fault = self._enter("park", event_id)
         items: dict[Key, Item] = {}
@@ -519,19 +520,19 @@ class FakeStore:
         self._exit(fault)
         return version
 
-    def parked_requests(self, event_id: str) -> list[SignupRequest]:
-        fault = self._enter("parked_requests", event_id)
+    def parked_records(self, event_id: str) -> list[IntakeRecord]:
+        fault = self._enter("parked_records", event_id)
         pk, _ = ControlKey.parking(event_id)
         keys = sorted(
             (k for k in self.control if k[0] == pk and k[1].startswith(ControlKey.PARKED_PREFIX)),
             key=lambda k: k[1].encode(),  # DynamoDB orders sort keys by their UTF-8 bytes
         )
-        requests: list[SignupRequest] = []
+        requests: list[IntakeRecord] = []
         for key in keys:
             item = from_item(self.control[key])
             attributes = item.get(Attr.ATTRIBUTES)
             requests.append(
-                SignupRequest(
+                IntakeRecord(
                     event_id=event_id,
                     signup_id=str(item[Attr.SIGNUP_ID]),
                     sequence_number=str(item[Attr.SEQUENCE_NUMBER]),

@@ -33,7 +33,7 @@ from tests.hostile.helpers import (
 from tests.hostile.strategies import MAX_DECISION_BYTES, item_size
 from turnstile.base.contract import EventState, Reason, Status
 from turnstile.handlers import stream as stream_handler
-from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.jobs.processor import StreamProcessor, StreamRecord
 from turnstile.jobs.sweeper import Sweeper, find_undecided
 from turnstile.storage.dynamo import from_item
 from turnstile.storage.store import SignupStore
@@ -85,7 +85,7 @@ def status_of(store: SignupStore, event_id: str, signup_id: str) -> tuple[str, s
 def event_state(store: SignupStore, event_id: str) -> tuple[int, int, int, str]:
     record = store.get_event(event_id)
     assert record is not None, f"event {event_id!r} is gone"
-    s = record.snapshot
+    s = record.event
     return s.capacity, s.taken, s.accepted, s.state
 
 
@@ -96,34 +96,30 @@ def violations(store: SignupStore, **kwargs: Any) -> list[str]:
 # -- reserved keys as signups ------------------------------------------------------------
 
 
-def test_event_sort_key_as_a_signup_is_only_rejected_and_the_event_is_intact(
-    client, store, stream
-):
+def test_event_sort_key_as_a_signup_is_only_rejected_and_the_event_is_intact(client, store, stream):
     # GIVEN an event with two seats
     store.create_event("concert", 2, NOW)
-    version = store.get_event("concert").snapshot.version
+    version = store.get_event("concert").event.version
     # WHEN a producer writes a signup whose id is the event item's sort key
     signup(client, "concert", "#EVENT")
     assert deliver(stream) == [{"batchItemFailures": []}]
     # THEN it is rejected under its own key, and the event is untouched
     assert status_of(store, "concert", "#EVENT") == (Status.REJECTED, Reason.INVALID_REQUEST)
     assert event_state(store, "concert") == (2, 0, 0, EventState.OPEN)
-    assert store.get_event("concert").snapshot.version >= version
+    assert store.get_event("concert").event.version >= version
     # and a valid signup after it is accepted
     signup(client, "concert", "alice")
     assert deliver(stream) == [{"batchItemFailures": []}]
     assert status_of(store, "concert", "alice") == (Status.ACCEPTED, None)
     assert event_state(store, "concert") == (2, 1, 1, EventState.OPEN)
-    assert store.get_event("concert").snapshot.version > version
+    assert store.get_event("concert").event.version > version
     # and the sweeper and the audit count the "#EVENT" signup as decided, like any other
     assert list(find_undecided(store, min_age_s=0)) == []
     report = audit(store, pending_grace_s=0)
     assert report.ok and report.totals["pending"] == 0
 
 
-def test_event_sort_key_of_an_unknown_event_is_decided_and_blocks_nothing(
-    client, store, stream
-):
+def test_event_sort_key_of_an_unknown_event_is_decided_and_blocks_nothing(client, store, stream):
     # GIVEN no event 'no-such-event', and two records for it, the first keyed "#EVENT"
     signup(client, "no-such-event", "#EVENT")
     signup(client, "no-such-event", "after")
@@ -303,9 +299,7 @@ class CrashAfterCommit(SignupStore):
         return super().materialize(event_id, journal, requests)
 
 
-def test_a_cold_start_never_rewrites_a_decision_from_a_rewritten_intake_item(
-    client, store, stream
-):
+def test_a_cold_start_never_rewrites_a_decision_from_a_rewritten_intake_item(client, store, stream):
     # GIVEN a decided signup with attributes {"a": "x"}
     store.create_event("gig", 5, NOW)
     signup(client, "gig", "s1", attributes={"M": {"a": {"S": "x"}}})
@@ -331,10 +325,22 @@ def test_a_committed_decision_keeps_its_data_when_intake_changes_before_it_is_wr
     assert deliver(stream) == [{"batchItemFailures": []}]
     first = raw_decision(store, "gig", "s1")
     original = {
-        "s2": put(client, "gig", "s2", seats={"N": "1"}, submitted_at={"S": utc_iso()},
-                  attributes={"M": {"a": {"S": "y"}}}),
-        "s3": put(client, "gig", "s3", seats={"N": "1"}, submitted_at={"S": utc_iso()},
-                  attributes={"M": {"a": {"S": "z"}}}),
+        "s2": put(
+            client,
+            "gig",
+            "s2",
+            seats={"N": "1"},
+            submitted_at={"S": utc_iso()},
+            attributes={"M": {"a": {"S": "y"}}},
+        ),
+        "s3": put(
+            client,
+            "gig",
+            "s3",
+            seats={"N": "1"},
+            submitted_at={"S": utc_iso()},
+            attributes={"M": {"a": {"S": "z"}}},
+        ),
     }
     stream_handler._processor = StreamProcessor(CrashAfterCommit(client, frozenset({"s2", "s3"})))
     invoke(stream.read_new())  # the crash: the group is parked, its journal committed
@@ -383,8 +389,9 @@ def test_binary_attributes_stay_binary_through_the_in_process_path(client, store
     store.create_event("gig", 5, NOW)
     signup(client, "gig", "bin", attributes=BINARY)
     raw = client.get_item(TableName="turnstile-intake", Key=key("gig", "bin"))["Item"]
-    record = IntakeRecord("1" * 21, "INSERT", {"event_id": "gig", "signup_id": "bin"},
-                          from_item(raw))
+    record = StreamRecord(
+        "1" * 21, "INSERT", {"event_id": "gig", "signup_id": "bin"}, from_item(raw)
+    )
     result = StreamProcessor(store).process([record])
     assert result.failures == []
     assert _binary_attributes(raw_decision(store, "gig", "bin")) == {

@@ -204,7 +204,7 @@ def test_hostile_intake_never_clobbers_blocks_or_reorders(ops, late_rewrites):
         store = account.store
         for event_id, capacity in EVENTS.items():
             store.create_event(event_id, capacity, NOW)
-        versions = {e: store.get_event(e).snapshot.version for e in EVENTS}
+        versions = {e: store.get_event(e).event.version for e in EVENTS}
 
         # GIVEN valid signups interleaved with whatever producers can write
         producers = Producers(account)
@@ -254,7 +254,7 @@ def test_hostile_intake_never_clobbers_blocks_or_reorders(ops, late_rewrites):
         for event_id, capacity in EVENTS.items():
             record = store.get_event(event_id)
             assert record is not None, event_id
-            snapshot = record.snapshot
+            snapshot = record.event
             assert (snapshot.capacity, snapshot.state) == (capacity, EventState.OPEN), snapshot
             assert snapshot.version > versions[event_id], snapshot
             accepted = [

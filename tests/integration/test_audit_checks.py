@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from turnstile.base.clock import utc_now
-from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.engine.lifecycle import Event
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import Decision, Outcome
 from turnstile.storage.ledger import Ledger
 from turnstile.storage.store import SignupStore
 from turnstile_tools.audit import audit
@@ -21,14 +23,18 @@ def accept(store: SignupStore, event_id: str, signup_id: str, seq: str, write_ou
     """Commit one acceptance; write its decision item out, or leave it in the journal."""
     record = store.get_event(event_id)
     assert record is not None
-    before = record.snapshot
+    before = record.event
     decision = Decision(signup_id, seq, "ACCEPTED", 1, position=before.accepted + 1)
-    after = EventSnapshot(
-        event_id, before.capacity, before.taken + 1, before.accepted + 1, version=before.version
+    after = Event(
+        event_id,
+        before.capacity,
+        taken=before.taken + 1,
+        accepted=before.accepted + 1,
+        version=before.version,
     )
     journal = store.commit(before, Outcome((decision,), after), NOW, {})
     if write_out:
-        store.materialize(event_id, journal, {signup_id: SignupRequest(event_id, signup_id, seq)})
+        store.materialize(event_id, journal, {signup_id: IntakeRecord(event_id, signup_id, seq)})
 
 
 def test_audit_uses_the_current_time_by_default(store):
@@ -137,9 +143,9 @@ def test_a_decision_of_the_last_commit_gone_past_its_retention_is_no_lost_write(
     decision = Decision("late", "100", "REJECTED", 1, reason="invalid_request")
     expires_at = int(LATER.timestamp())  # retention ends ten minutes after the decision
     journal = store.commit(
-        record.snapshot, Outcome((decision,), record.snapshot), NOW, {}, expires_at=expires_at
+        record.event, Outcome((decision,), record.event), NOW, {}, expires_at=expires_at
     )
-    store.materialize("gig", journal, {"late": SignupRequest("gig", "late", "100")})
+    store.materialize("gig", journal, {"late": IntakeRecord("gig", "late", "100")})
     # WHEN TTL deletes the decision (its intake record is long gone)
     store.client.delete_item(
         TableName=store.main_table,

@@ -63,7 +63,7 @@ def test_an_event_item_without_version_is_committable(client, store, stream):
     ]
     event = store.get_event("gig")
     assert event is not None
-    assert (event.snapshot.taken, event.snapshot.version) == (2, 1)
+    assert (event.event.taken, event.event.version) == (2, 1)
     assert audit(store).ok
 
 
@@ -88,7 +88,7 @@ def test_capacity_edited_below_taken_still_lets_rejections_through(client, store
     assert invoke(stream.read_new()) == {"batchItemFailures": []}
     assert status_of(client, "c") == (Status.REJECTED, Reason.CAPACITY_FULL)
     assert status_of(client, "d") == (Status.REJECTED, Reason.CAPACITY_FULL)
-    assert store.get_event("gig").snapshot.taken == 2
+    assert store.get_event("gig").event.taken == 2
 
 
 # -- update_capacity --------------------------------------------------------------------
@@ -102,7 +102,7 @@ def test_raising_capacity_lets_later_signups_in(client, store, stream):
     assert status_of(client, "b") == (Status.REJECTED, Reason.CAPACITY_FULL)
     # WHEN capacity is raised
     record = store.update_capacity("gig", 3)
-    assert (record.snapshot.capacity, record.snapshot.taken) == (3, 1)
+    assert (record.event.capacity, record.event.taken) == (3, 1)
     submit(client, "c", seats=2)
     assert invoke(stream.read_new()) == {"batchItemFailures": []}
     # THEN the later signup is accepted, b stays rejected, and the audit is clean (b was
@@ -123,9 +123,9 @@ def test_lowering_capacity_goes_down_to_taken_and_no_further(client, store, stre
     # THEN a domain error names what is taken, and nothing changed
     assert (caught.value.taken, caught.value.capacity) == (2, 1)
     assert "2" in str(caught.value)
-    assert store.get_event("gig").snapshot.capacity == 5
+    assert store.get_event("gig").event.capacity == 5
     # WHEN lowered to exactly what is taken
-    assert store.update_capacity("gig", 2).snapshot.capacity == 2
+    assert store.update_capacity("gig", 2).event.capacity == 2
     submit(client, "b")
     invoke(stream.read_new())
     assert status_of(client, "b") == (Status.REJECTED, Reason.CAPACITY_FULL)
@@ -141,24 +141,24 @@ def test_update_capacity_of_a_hand_written_event_without_version(client, store):
     put_event_by_hand(client, store, capacity={"N": "2"})
     record = store.update_capacity("gig", 4)
     # The version is the processor's: a capacity change leaves it alone.
-    assert (record.snapshot.capacity, record.snapshot.version) == (4, 0)
+    assert (record.event.capacity, record.event.version) == (4, 0)
 
 
 def test_a_capacity_change_makes_an_in_flight_commit_re_decide(client, store):
     from tests.oracle import decide
-    from turnstile.engine.domain import SignupRequest
+    from turnstile.storage.intake import IntakeRecord
 
     # GIVEN a processor that read the event (capacity 1) and decided against it
     store.create_event("gig", 1, NOW)
     before = store.get_event("gig")
     assert before is not None
-    requests = [SignupRequest("gig", "a", "1"), SignupRequest("gig", "b", "2")]
-    outcome = decide(before.snapshot, requests)
+    requests = [IntakeRecord("gig", "a", "1"), IntakeRecord("gig", "b", "2")]
+    outcome = decide(before.event, requests)
     # WHEN capacity changes before its commit lands (the version does not move)
-    assert store.update_capacity("gig", 2).snapshot.version == before.snapshot.version
+    assert store.update_capacity("gig", 2).event.version == before.event.version
     # THEN its commit conflicts (it must reload and decide b again, with 2 seats)
     with pytest.raises(CommitConflictError):
-        store.commit(before.snapshot, outcome, NOW, {r.signup_id: r for r in requests})
+        store.commit(before.event, outcome, NOW, {r.signup_id: r for r in requests})
 
 
 class StaleRead(SignupStore):
@@ -189,7 +189,7 @@ def test_lowering_capacity_below_seats_a_racing_commit_took_is_refused(client, s
     # THEN the write is refused by the floor the commit left, and capacity stays 5: the
     # API may not read taken in its condition (IAM), so it reads capacity_floor instead
     assert (caught.value.taken, caught.value.capacity) == (3, 2)
-    assert store.get_event("gig").snapshot.capacity == 5
+    assert store.get_event("gig").event.capacity == 5
     assert audit(store).ok
 
 
@@ -217,4 +217,4 @@ def test_a_close_that_lands_before_a_commit_makes_it_reject_event_closed(client,
     # state OPEN (the close leaves version alone), conflicted, and decided again
     assert status_of(client, "a") == (Status.REJECTED, Reason.EVENT_CLOSED)
     event = store.get_event("gig")
-    assert (event.snapshot.state, event.snapshot.taken) == ("CLOSED", 0)
+    assert (event.event.state, event.event.taken) == ("CLOSED", 0)

@@ -18,9 +18,10 @@ import boto3
 from tests.helpers import decisions, put_raw_intake
 from tests.oracle import decide
 from turnstile.base.contract import ALL_TABLES, INTAKE_TABLE, STREAM_SOURCE
-from turnstile.engine.domain import EventSnapshot, parse_request
-from turnstile.jobs.processor import DecidedSignup, IntakeRecord, StreamProcessor
+from turnstile.engine.lifecycle import Event
+from turnstile.jobs.processor import DecidedSignup, StreamProcessor, StreamRecord
 from turnstile.storage.dynamo import default_client
+from turnstile.storage.intake import parse_intake
 from turnstile.storage.store import SignupStore
 from turnstile_tools.local.poller import CheckpointStore, StreamPoller, to_lambda_record
 
@@ -53,7 +54,7 @@ def test_three_processors_on_one_stream_decide_as_one_alone(endpoint):
 
     from turnstile.handlers.stream import to_intake_record
 
-    records: list[IntakeRecord] = [
+    records: list[StreamRecord] = [
         to_intake_record(DynamoDBRecord(to_lambda_record(r, arn))) for r in raw
     ]
     assert len(records) == 240
@@ -91,16 +92,16 @@ def test_three_processors_on_one_stream_decide_as_one_alone(endpoint):
     # The oracle: one decide() per event over the same stream, serially, from scratch.
     by_event: dict[str, list] = {}
     for record in records:
-        request = parse_request(record.new_image, record.sequence_number, record.keys)
+        request = parse_intake(record.new_image, record.sequence_number, record.keys)
         by_event.setdefault(request.event_id, []).append(request)
     expected = {}
     for event_id, requests in by_event.items():
-        outcome = decide(EventSnapshot(event_id, capacities[event_id]), requests)
+        outcome = decide(Event(event_id, capacities[event_id]), requests)
         for d in outcome.decisions:
             expected[(event_id, d.signup_id)] = (d.status, d.reason, d.position, d.sequence_number)
         event = store.get_event(event_id)
         assert event is not None and outcome.state is not None
-        assert (event.snapshot.taken, event.snapshot.accepted) == (
+        assert (event.event.taken, event.event.accepted) == (
             outcome.state.taken,
             outcome.state.accepted,
         )
@@ -207,7 +208,7 @@ def test_a_parallelization_factor_above_one_never_oversells_nor_decides_twice(
     assert event is not None
     # Never oversold; the counter is the sum of what was accepted; positions 1..n, once each.
     assert seats <= 25
-    assert event.snapshot.taken == seats
+    assert event.event.taken == seats
     assert sorted(int(item["position"]["N"]) for item in accepted) == list(
         range(1, len(accepted) + 1)
     )

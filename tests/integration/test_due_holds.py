@@ -127,10 +127,10 @@ def test_a_commit_or_a_parked_record_never_passes_the_wake_ups_filter(store, cli
 
 def test_a_parked_event_due_for_its_release_is_woken(store, client):
     # GIVEN an event whose deciding failed: its records parked, its marker due at once
-    from turnstile.engine.domain import SignupRequest
+    from turnstile.storage.intake import IntakeRecord
 
     store.park(
-        "parked", [SignupRequest("parked", "a", "1" * 21)], "2026-01-01T00:00:00.000000Z", "X"
+        "parked", [IntakeRecord("parked", "a", "1" * 21)], "2026-01-01T00:00:00.000000Z", "X"
     )
     # WHEN due holds are released
     assert release_due_holds(store, NOW_MS) == 1

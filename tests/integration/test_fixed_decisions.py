@@ -16,11 +16,12 @@ from tests.unit.test_journal import V1_DECISIONS, V1_JOURNAL
 from turnstile.base.contract import Reason, Status
 from turnstile.base.errors import JournalTooLargeError
 from turnstile.base.itemsize import typed_item_size
-from turnstile.engine.domain import Decision, SignupRequest
 from turnstile.handlers import stream as stream_handler
-from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.jobs.processor import StreamProcessor, StreamRecord
 from turnstile.storage.dynamo import TRANSACTION_BYTES, event_key, signup_key
-from turnstile.storage.journal import MAX_DECISION_ITEM_BYTES, Journal
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import MAX_DECISION_ITEM_BYTES, Decision
+from turnstile.storage.journal import Journal
 from turnstile.storage.store import MAX_JOURNAL_BYTES, SignupStore
 from turnstile_tools.audit import audit
 from turnstile_tools.local.context import LocalLambdaContext
@@ -174,12 +175,12 @@ def test_an_intake_item_at_the_size_limit_is_decided_and_blocks_nothing(client, 
         )["attributes"]
     )
     event = store.get_event("gig")
-    assert event is not None and event.snapshot.taken == 3
+    assert event is not None and event.event.taken == 3
     assert audit(store).ok
 
 
-def oversized_request(signup_id: str, n: int) -> SignupRequest:
-    return SignupRequest(
+def oversized_request(signup_id: str, n: int) -> IntakeRecord:
+    return IntakeRecord(
         "gig",
         signup_id,
         f"{n:021d}",
@@ -192,9 +193,9 @@ def test_oversized_requests_built_directly_still_commit_and_materialize(client, 
     # GIVEN requests far past any validator's bound (attributes and submitted_at ~390 KB)
     record = store.create_event("gig", 2, NOW)
     requests = [oversized_request(f"u{i}", i) for i in range(3)]
-    outcome = decide(record.snapshot, requests)
+    outcome = decide(record.event, requests)
     # WHEN they are committed and materialized
-    journal = store.commit(record.snapshot, outcome, NOW, {r.signup_id: r for r in requests})
+    journal = store.commit(record.event, outcome, NOW, {r.signup_id: r for r in requests})
     store.materialize("gig", journal)
     # THEN the journal is bounded, every decision is an item, and says what it dropped
     assert len(journal.encode()) <= MAX_JOURNAL_BYTES
@@ -230,7 +231,7 @@ def test_a_hundred_big_decisions_commit_in_several_journals_and_all_materialize(
     # THEN it took several commits, each journal within bounds
     event = store.get_event("gig")
     assert event is not None and event.journal is not None
-    assert event.snapshot.version >= 2
+    assert event.event.version >= 2
     assert len(event.journal.encode()) <= MAX_JOURNAL_BYTES
     # and every decision is an item with its attributes, in stream order
     got = decisions(client)
@@ -252,8 +253,7 @@ def test_unknown_event_rejections_of_big_signups_fit_their_transactions(client, 
 
     client.transact_write_items = counting
     requests = {
-        f"u{i}": SignupRequest("nope", f"u{i}", str(i), submitted_at="9" * 60_000)
-        for i in range(99)
+        f"u{i}": IntakeRecord("nope", f"u{i}", str(i), submitted_at="9" * 60_000) for i in range(99)
     }
     outcome = decide(None, list(requests.values()))
     # WHEN they are written
@@ -290,7 +290,7 @@ def test_a_format_1_journal_takes_the_requests_at_hand_and_intake_for_the_rest(c
     put_raw_intake(client, "gig", "u1", attributes={"M": {"via": {"S": "intake"}}})
     journal = Journal.decode(V1_JOURNAL)
     # WHEN another processor writes them out, knowing the request of u1 only
-    u1 = SignupRequest("gig", "u1", "2", 1, {"via": "request"}, "2026-01-01T00:00:02Z")
+    u1 = IntakeRecord("gig", "u1", "2", 1, {"via": "request"}, "2026-01-01T00:00:02Z")
     store.materialize("gig", journal, {"u1": u1})
     # THEN u0's item is completed from intake, u1's from its request, at the journal's time
     got = decisions(client)
@@ -317,7 +317,7 @@ def test_a_format_1_journal_copies_only_well_formed_intake(client, store):
 # -- journals too large: the processor commits the longest prefix that fits ---------------
 
 
-def big_records(first: int, last: int) -> list[IntakeRecord]:
+def big_records(first: int, last: int) -> list[StreamRecord]:
     """Intake records u<first>..u<last - 1> of "gig", each with ~3 KB of compressed text."""
     rng = random.Random(7)
     texts = ["".join(rng.choices(string.ascii_letters, k=4000)) for _ in range(last)]
@@ -325,7 +325,7 @@ def big_records(first: int, last: int) -> list[IntakeRecord]:
     for i in range(first, last):
         keys = {"event_id": "gig", "signup_id": f"u{i:03d}"}
         image = {**keys, "seats": 1, "attributes": {"blob": texts[i]}}
-        records.append(IntakeRecord(str(1000 + i), "INSERT", keys, image))
+        records.append(StreamRecord(str(1000 + i), "INSERT", keys, image))
     return records
 
 
@@ -375,7 +375,7 @@ def test_a_journal_too_large_never_decides_again_what_was_decided(client):
     # THEN only the 80 new ones are decided: no signup twice, no seat given twice
     assert [d.decision.signup_id for d in result.decided] == [f"u{i:03d}" for i in range(20, 100)]
     event = store.get_event("gig")
-    assert (event.snapshot.taken, event.snapshot.accepted) == (60, 60)
+    assert (event.event.taken, event.event.accepted) == (60, 60)
     got = decisions(client)
     assert len(got) == 100
     assert audit(store).ok
@@ -404,14 +404,14 @@ def test_a_format_1_journal_left_unwritten_takes_the_copied_fields_from_the_batc
     )
     # WHEN a processor gets u1 redelivered (with its attributes) and a new u3
     keys = {"event_id": "gig", "signup_id": "u1"}
-    u1 = IntakeRecord(
+    u1 = StreamRecord(
         "49600000000000000000000000002",
         "MODIFY",
         keys,
         {**keys, "seats": 1, "attributes": {"via": "record"}},
     )
     keys3 = {"event_id": "gig", "signup_id": "u3"}
-    u3 = IntakeRecord("49600000000000000000000000004", "INSERT", keys3, {**keys3, "seats": 1})
+    u3 = StreamRecord("49600000000000000000000000004", "INSERT", keys3, {**keys3, "seats": 1})
     StreamProcessor(store, clock=lambda: NOW).process([u1, u3])
     # THEN the journal is written out first, u1's item with the fields of the record at hand
     got = decisions(client)

@@ -23,11 +23,12 @@ from tests.integration.test_lifecycle_processor import (
     statuses,
 )
 from tests.roles import as_user
+from turnstile.base.clock import iso_of_ms
 from turnstile.base.contract import Attr, HistoryKey, Reason, Status
-from turnstile.jobs.processor import IntakeRecord, StreamProcessor
-from turnstile.storage.dynamo import signup_key
+from turnstile.jobs.processor import StreamProcessor, StreamRecord
+from turnstile.storage.dynamo import event_key, signup_key
+from turnstile.storage.items import history_of
 from turnstile.storage.store import SignupStore
-from turnstile.storage.transitions import history_of, iso_of_ms
 from turnstile_tools.audit import audit
 
 
@@ -46,19 +47,19 @@ def processor(store, clock):
     return StreamProcessor(store, clock=clock)
 
 
-def insert_with(feed: Feed, event_id: str, signup_id: str, **fields: Any) -> IntakeRecord:
+def insert_with(feed: Feed, event_id: str, signup_id: str, **fields: Any) -> StreamRecord:
     """A producer's first write of its intake item, carrying whatever it likes."""
     keys = {"event_id": event_id, "signup_id": signup_id}
     image = {**keys, "seats": Decimal(1), "submitted_at": T0, **fields}
     feed.seq += 1
-    return IntakeRecord(str(feed.seq), "INSERT", keys, image)
+    return StreamRecord(str(feed.seq), "INSERT", keys, image)
 
 
-def modify_with(feed: Feed, event_id: str, signup_id: str, **fields: Any) -> IntakeRecord:
+def modify_with(feed: Feed, event_id: str, signup_id: str, **fields: Any) -> StreamRecord:
     keys = {"event_id": event_id, "signup_id": signup_id}
     image = {**keys, "seats": Decimal(1), "submitted_at": T0, "undecided": "0", **fields}
     feed.seq += 1
-    return IntakeRecord(str(feed.seq), "MODIFY", keys, image)
+    return StreamRecord(str(feed.seq), "MODIFY", keys, image)
 
 
 def clean(store: SignupStore) -> list[str]:
@@ -269,7 +270,7 @@ def test_a_crash_after_a_commit_of_moves_then_a_replay_of_the_whole_stream(aws, 
 
     store = CrashAfterCommit(aws.client("dynamodb"), sleep=lambda _: None)
     make_event(store, "gig", 2, waitlist=3, hold_seconds=10)
-    stream: list[IntakeRecord] = [feed.signup("gig", s) for s in ("a", "b", "w1", "w2", "w3")]
+    stream: list[StreamRecord] = [feed.signup("gig", s) for s in ("a", "b", "w1", "w2", "w3")]
     StreamProcessor(store, clock=clock).process(stream)
     more = [
         feed.request("gig", "a", "confirm"),
@@ -292,9 +293,9 @@ def test_a_crash_after_a_commit_of_moves_then_a_replay_of_the_whole_stream(aws, 
     StreamProcessor(store, clock=clock).process(stream)
     assert snapshot_items(store, "gig") == after
     again = store.get_event("gig")
-    assert (again.snapshot.taken, again.snapshot.accepted) == (
-        state.snapshot.taken,
-        state.snapshot.accepted,
+    assert (again.event.taken, again.event.accepted) == (
+        state.event.taken,
+        state.event.accepted,
     )
     assert clean(store) == []
 
@@ -365,7 +366,8 @@ def test_a_close_with_holds_out_and_a_waitlist(store, processor, feed, clock):
         Reason.TRANSITION_NOT_ALLOWED
     )
     event = store.get_event("gig")
-    assert (event.snapshot.taken, event.lineup) == (1, None)
+    assert (event.event.taken, event.event.holds, event.event.waiting) == (1, (), ())
+    assert Attr.LINEUP not in store.dynamo.get(store.control_table, event_key("gig"))
     assert event.status_counts == {
         Status.ACCEPTED: 1,
         Status.CANCELLED: 1,

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
+from turnstile.base.clock import iso_of_ms, ms_of
 from turnstile.base.contract import Attr, HistoryKey, Reason, Status
-from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.jobs.processor import StreamProcessor, StreamRecord
 from turnstile.storage.dynamo import event_key
+from turnstile.storage.items import history_of
 from turnstile.storage.store import SignupStore
-from turnstile.storage.transitions import history_of, iso_of_ms, ms_of
 
 T0 = "2026-01-01T00:00:00.000000Z"
 
@@ -50,7 +51,7 @@ class Feed:
         self.seq += 1
         return str(self.seq)
 
-    def signup(self, event_id: str, signup_id: str, seats: int = 1) -> IntakeRecord:
+    def signup(self, event_id: str, signup_id: str, seats: int = 1) -> StreamRecord:
         keys = {"event_id": event_id, "signup_id": signup_id}
         image = {
             **keys,
@@ -58,11 +59,11 @@ class Feed:
             "submitted_at": "2026-01-01T00:00:00Z",
             "expires_at": INTAKE_GONE,
         }
-        return IntakeRecord(self._next(), "INSERT", keys, image)
+        return StreamRecord(self._next(), "INSERT", keys, image)
 
     def request(
         self, event_id: str, signup_id: str, kind: Any, seats: int = 1, count: Any = None
-    ) -> IntakeRecord:
+    ) -> StreamRecord:
         key = (event_id, signup_id)
         self.requests[key] = self.requests.get(key, 0) + 1
         keys = {"event_id": event_id, "signup_id": signup_id}
@@ -74,11 +75,11 @@ class Feed:
             "undecided": "0",
             "expires_at": INTAKE_GONE,
         }
-        return IntakeRecord(self._next(), "MODIFY", keys, image)
+        return StreamRecord(self._next(), "MODIFY", keys, image)
 
-    def re_emit(self, record: IntakeRecord) -> IntakeRecord:
+    def re_emit(self, record: StreamRecord) -> StreamRecord:
         """The same image again under a new sequence number (the sweeper's bump)."""
-        return IntakeRecord(self._next(), "MODIFY", record.keys, record.new_image)
+        return StreamRecord(self._next(), "MODIFY", record.keys, record.new_image)
 
 
 @pytest.fixture
@@ -130,7 +131,7 @@ def moves(store: SignupStore, event_id: str, signup_id: str) -> list[tuple[str, 
 def event_state(store: SignupStore, event_id: str) -> tuple[int, int]:
     event = store.get_event(event_id)
     assert event is not None
-    return event.snapshot.taken, event.snapshot.accepted
+    return event.event.taken, event.event.accepted
 
 
 # -- each transition -----------------------------------------------------------------
@@ -181,9 +182,10 @@ def test_a_hold_lapses_at_its_expiry_on_any_record_of_the_event(store, processor
     processor.process([feed.re_emit(first)])  # the due-holds re-emission: a tick
     assert status(store, "gig", "a") == Status.EXPIRED
     assert event_state(store, "gig") == (0, 1)
-    event = store.get_event("gig")
-    assert event.lineup is None
+    event = store.get_event("gig").event
+    assert (event.holds, event.waiting) == ((), ())
     raw = store.dynamo.get(store.control_table, event_key("gig"))
+    assert Attr.LINEUP not in raw
     assert Attr.HOLD_DUE_AT not in raw and Attr.HOLD_DUE_SHARD not in raw
 
 

@@ -46,7 +46,7 @@ from moto import mock_aws
 
 from tests.conftest import StreamReader, create_tables
 from tests.roles import CheckedClient, functions_under_roles
-from turnstile.base.clock import parse_timestamp
+from turnstile.base.clock import iso_of_ms, ms_of, parse_timestamp
 from turnstile.base.contract import (
     CONTROL_TABLE,
     INTAKE_TABLE,
@@ -65,15 +65,14 @@ from turnstile.base.errors import (
     SignupNotFoundError,
 )
 from turnstile.base.personal_data import DAY_S, outlives
-from turnstile.engine.lineup import decode_lineup
 from turnstile.handlers import stream as stream_handler
 from turnstile.jobs.due_holds import release_due_holds
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.jobs.sweeper import Sweeper, request_unanswered, requests_answered
 from turnstile.storage import events as event_items
 from turnstile.storage.dynamo import signup_key
+from turnstile.storage.items import history_of
 from turnstile.storage.store import SignupStore
-from turnstile.storage.transitions import history_of, iso_of_ms, ms_of
 from turnstile_tools.audit import audit
 from turnstile_tools.local.context import LocalLambdaContext
 from turnstile_tools.local.limits import enforced_in_moto
@@ -204,9 +203,7 @@ class LifecycleOverStreams(RuleBasedStateMachine):
                         break
                     assert source is WAKE_SOURCE, f"an intake batch failed: {failed}"
                     first = min(
-                        i
-                        for i, r in enumerate(batch)
-                        if r["dynamodb"]["SequenceNumber"] in failed
+                        i for i, r in enumerate(batch) if r["dynamodb"]["SequenceNumber"] in failed
                     )
                     batch = batch[first:]
         return delivered
@@ -228,7 +225,7 @@ class LifecycleOverStreams(RuleBasedStateMachine):
         return {(r[Attr.EVENT_ID], r[Attr.SIGNUP_ID]): r for r in self.store.intake_items()}
 
     def events(self) -> dict[str, Any]:
-        return {e.snapshot.event_id: e for e in self.store.scan_events()}
+        return {e.event.event_id: e for e in self.store.scan_events()}
 
     def audit_at(self, now_ms: float, grace_s: float) -> Any:
         now = parse_timestamp(T0) + timedelta(milliseconds=now_ms - ms_of(T0))
@@ -256,7 +253,7 @@ class LifecycleOverStreams(RuleBasedStateMachine):
         if record is None:
             return
         with contextlib.suppress(CapacityBelowTakenError):
-            self.store.update_capacity(event, max(1, record.snapshot.capacity + delta))
+            self.store.update_capacity(event, max(1, record.event.capacity + delta))
 
     @rule(event=st.sampled_from(EVENTS))
     def close_event(self, event: str) -> None:
@@ -363,7 +360,7 @@ class LifecycleOverStreams(RuleBasedStateMachine):
         intakes = self.intakes()
         named: set[tuple[str, str]] = set()
         for event_id, record in self.events().items():
-            holds, waiting = decode_lineup(record.lineup)
+            holds, waiting = record.event.holds, record.event.waiting
             named |= {(event_id, s.signup_id) for s in (*holds, *waiting)}
             if record.journal is not None:
                 named |= {(event_id, d.signup_id) for d in record.journal.decisions}
@@ -430,9 +427,9 @@ class LifecycleOverStreams(RuleBasedStateMachine):
                 for (eid, _), d in decisions.items()
                 if eid == event_id and d.get(Attr.STATUS) in (Status.HELD, Status.ACCEPTED)
             )
-            capacity = record.snapshot.capacity
+            capacity = record.event.capacity
             assert seats <= capacity, f"{event_id} oversold: {seats} seats, capacity {capacity}"
-            assert record.snapshot.taken <= capacity, f"{event_id}: taken above capacity"
+            assert record.event.taken <= capacity, f"{event_id}: taken above capacity"
         for key, d in decisions.items():
             history = history_of(d)
             seen = self.histories.get(key, [])
@@ -490,14 +487,14 @@ class LifecycleOverStreams(RuleBasedStateMachine):
                 assert ms_of(d[Attr.HOLD_EXPIRES_AT]) > now_ms, f"{key}: held past its expiry"
         for event_id, record in events.items():
             mine = {sid: d for (eid, sid), d in decisions.items() if eid == event_id}
-            holds, waiting = decode_lineup(record.lineup)
+            holds, waiting = record.event.holds, record.event.waiting
             held = {sid for sid, d in mine.items() if d.get(Attr.STATUS) == Status.HELD}
             waits = {sid for sid, d in mine.items() if d.get(Attr.STATUS) == Status.WAITLISTED}
             assert held == {h.signup_id for h in holds}, (event_id, held, holds)
             assert waits == {w.signup_id for w in waiting}, (event_id, waits, waiting)
-            free = record.snapshot.capacity - record.snapshot.taken
+            free = record.event.capacity - record.event.taken
             for sid in waits:
-                assert record.snapshot.state != EventState.CLOSED, f"{sid} waits on a closed event"
+                assert record.event.state != EventState.CLOSED, f"{sid} waits on a closed event"
                 assert int(mine[sid][Attr.SEATS]) > free, f"{sid} waits while {free} seats are free"
 
 

@@ -30,11 +30,12 @@ from turnstile.base.contract import (
     Reason,
     Status,
 )
-from turnstile.engine.domain import EventSnapshot, SignupRequest
+from turnstile.engine.lifecycle import Event
 from turnstile.handlers import stream as stream_handler
-from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.jobs.processor import BatchResult, StreamProcessor, StreamRecord
 from turnstile.jobs.sweeper import Sweeper
 from turnstile.storage.dynamo import default_client
+from turnstile.storage.intake import IntakeRecord
 from turnstile.storage.store import SignupStore
 from turnstile_tools.audit import audit
 from turnstile_tools.local.context import LocalLambdaContext
@@ -97,7 +98,7 @@ def arrivals(records: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def parked_ids(store: SignupStore, event_id: str) -> list[str]:
-    return [r.signup_id for r in store.parked_requests(event_id)]
+    return [r.signup_id for r in store.parked_records(event_id)]
 
 
 def park_outage(client, store, stream, capacity: int = 2) -> tuple[Outage, list[dict[str, Any]]]:
@@ -122,7 +123,7 @@ def test_a_group_that_keeps_failing_is_parked_and_the_batch_succeeds(client, sto
     got = decisions(client)
     assert set(got) == {("calm", "c0"), ("calm", "c1")}
     # and hot's records are parked in arrival order under their own sequence numbers
-    parked = store.parked_requests("hot")
+    parked = store.parked_records("hot")
     assert [(r.signup_id, r.sequence_number) for r in parked] == [
         ("h0", arrivals(records)["h0"]),
         ("h1", arrivals(records)["h1"]),
@@ -135,7 +136,7 @@ def test_a_group_that_keeps_failing_is_parked_and_the_batch_succeeds(client, sto
         "StoreUnavailableError",
     )
     assert store.get_parking("calm") is None
-    assert store.get_event("hot").snapshot.taken == 0
+    assert store.get_event("hot").event.taken == 0
 
 
 def test_a_parked_event_parks_later_records_and_releases_them_in_arrival_order(
@@ -172,7 +173,7 @@ def test_a_parked_event_parks_later_records_and_releases_them_in_arrival_order(
     assert got[("hot", "h0")]["attributes"] == {"M": {"team": {"S": "H0"}}}
     # and the event is released: no marker, nothing parked
     assert store.get_parking("hot") is None
-    assert store.parked_requests("hot") == []
+    assert store.parked_records("hot") == []
     assert audit(store).ok
 
     # WHEN the whole stream is replayed, twice
@@ -230,7 +231,7 @@ def test_a_crash_between_a_releases_commit_and_unparking_decides_nothing_twice(
     submit(client, "hot", "h2")
     assert invoke(stream.read_new()) == {"batchItemFailures": []}
     committed = store.get_event("hot")
-    assert committed.snapshot.taken == 1 and committed.journal is not None
+    assert committed.event.taken == 1 and committed.journal is not None
     assert [d.signup_id for d in committed.journal.decisions] == ["h0", "h1", "h2"]
     assert store.get_parking("hot") is not None and parked_ids(store, "hot") == ["h0", "h1", "h2"]
     # THEN a fresh processor's next release writes the journal out and decides nothing again
@@ -243,16 +244,16 @@ def test_a_crash_between_a_releases_commit_and_unparking_decides_nothing_twice(
         Reason.CAPACITY_FULL
     ] * 3
     after = store.get_event("hot")
-    assert (after.snapshot.taken, after.snapshot.accepted) == (1, 1)
-    assert after.snapshot.version == committed.snapshot.version + 1  # h3's commit only
-    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
+    assert (after.event.taken, after.event.accepted) == (1, 1)
+    assert after.event.version == committed.event.version + 1  # h3's commit only
+    assert store.get_parking("hot") is None and store.parked_records("hot") == []
     assert audit(store).ok
 
 
 def test_a_record_parked_during_a_release_keeps_the_event_parked(client, store, stream):
     outage, _ = park_outage(client, store, stream)
     outage.on = False
-    late = SignupRequest(event_id="hot", signup_id="late", sequence_number="9" * 30)
+    late = IntakeRecord(event_id="hot", signup_id="late", sequence_number="9" * 30)
 
     class ParkedMeanwhile(SignupStore):
         def unpark(self, event_id, sequence_numbers):  # type: ignore[override]
@@ -293,12 +294,12 @@ def test_records_dynamodb_refuses_are_not_parked_but_left_to_the_event_source(
     # THEN hot is not parked (that would block it behind records that can never be
     # decided): the group is reported, for the event source's retries, bisect and queue
     assert response == {"batchItemFailures": [{"itemIdentifier": arrivals(records)["h0"]}]}
-    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
+    assert store.get_parking("hot") is None and store.parked_records("hot") == []
     assert set(decisions(client)) == {("calm", "c0")}
 
 
 def test_a_stale_release_cannot_clear_a_marker_placed_after_it(store):
-    request = SignupRequest(event_id="gig", signup_id="a", sequence_number="100")
+    request = IntakeRecord(event_id="gig", signup_id="a", sequence_number="100")
     first = store.park("gig", [request], NOW, "StoreUnavailableError")
     assert store.clear_parking("gig", first) is True
     assert store.get_parking("gig") is None
@@ -487,7 +488,7 @@ def test_give_up_and_order_the_final_decisions_follow_arrival_exactly(endpoint, 
     }
     assert {s: d["sequence_number"]["S"] for s, d in got.items()} == {s: first_seen[s] for s in got}
     assert poller.stats.sent_to_failure_destination == 0
-    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
+    assert store.get_parking("hot") is None and store.parked_records("hot") == []
     assert audit(store).ok
 
 
@@ -560,7 +561,7 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
             # THEN each event's decisions are exactly those of its signups decided one by
             # one in arrival order, each under its arrival sequence number
             requests = [
-                SignupRequest(
+                IntakeRecord(
                     event_id=event_id,
                     signup_id=r["dynamodb"]["Keys"]["signup_id"]["S"],
                     sequence_number=r["dynamodb"]["SequenceNumber"],
@@ -569,7 +570,7 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
                 for r in inserts
                 if r["dynamodb"]["Keys"]["event_id"]["S"] == event_id
             ]
-            expected = decide(EventSnapshot(event_id, capacity), requests).decisions
+            expected = decide(Event(event_id, capacity), requests).decisions
             actual = {k[1]: v for k, v in got.items() if k[0] == event_id}
             assert {d.signup_id: (d.status, d.position, d.sequence_number) for d in expected} == {
                 s: (
@@ -587,10 +588,10 @@ def test_any_outage_schedule_ends_in_the_decisions_of_arrival_order(steps):
 # -- the processor's own paths: a first read that fails, parking that fails, a release ----
 
 
-def intake(event_id: str, signup_id: str, seq: int) -> IntakeRecord:
+def intake(event_id: str, signup_id: str, seq: int) -> StreamRecord:
     keys = {"event_id": event_id, "signup_id": signup_id}
     image = {**keys, "seats": 1, "submitted_at": "2026-01-01T00:00:00Z"}
-    return IntakeRecord(str(seq), "INSERT", keys, image)
+    return StreamRecord(str(seq), "INSERT", keys, image)
 
 
 def failing(*operations: str, events: tuple[str, ...] = ("hot", "warm")):
@@ -622,7 +623,7 @@ def test_a_group_whose_first_read_fails_is_parked_whole_and_not_decided(client, 
     ]
     assert [d.decision.signup_id for d in result.decided] == ["c0"]
     assert set(decisions(client)) == {("calm", "c0")}
-    assert [(r.signup_id, r.sequence_number) for r in store.parked_requests("hot")] == [
+    assert [(r.signup_id, r.sequence_number) for r in store.parked_records("hot")] == [
         ("h0", "11"),
         ("h1", "12"),
     ]
@@ -646,7 +647,7 @@ def test_a_group_that_can_be_neither_read_nor_parked_fails_back_from_its_first_r
     # THEN the event source gets hot's first record back (it redelivers from there), and
     # nothing of hot is parked or decided
     assert (result.failures, result.parked, result.parked_events) == (["11"], 0, [])
-    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
+    assert store.get_parking("hot") is None and store.parked_records("hot") == []
     assert set(decisions(client)) == {("calm", "c0")}
     assert [(r.getMessage(), r.event_id) for r in caplog.records] == [
         ("event group failed", "hot"),
@@ -660,7 +661,7 @@ def test_a_parked_events_group_that_cannot_be_parked_fails_back_from_its_first_r
 ):
     # GIVEN hot parked (one record), and parking failing from now on
     store.create_event("hot", 5, NOW)
-    store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
+    store.park("hot", [IntakeRecord("hot", "h0", sequence_number="10")], NOW, None)
     processor = processor_for(client, failing("batch_write_item"))
     # WHEN two more records of hot arrive
     result = processor.process([intake("hot", "h1", 11), intake("hot", "h2", 12)])
@@ -681,7 +682,7 @@ def test_a_parked_events_group_is_parked_then_released_with_the_counts_in_the_ba
     store.create_event("hot", 1, NOW)
     store.park(
         "hot",
-        [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(2)],
+        [IntakeRecord("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(2)],
         NOW,
         None,
     )
@@ -696,7 +697,7 @@ def test_a_parked_events_group_is_parked_then_released_with_the_counts_in_the_ba
         ("h2", Status.REJECTED),
         ("h3", Status.REJECTED),
     ]
-    assert store.get_parking("hot") is None and store.parked_requests("hot") == []
+    assert store.get_parking("hot") is None and store.parked_records("hot") == []
 
 
 @pytest.mark.parametrize("waiting", [2, 3])
@@ -705,7 +706,7 @@ def test_a_release_decides_at_most_max_release_records_and_says_whether_it_finis
 ):
     # GIVEN hot parked, with ``waiting`` records, a release taking at most 2 a run
     store.create_event("hot", 5, NOW)
-    parked = [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(waiting)]
+    parked = [IntakeRecord("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(waiting)]
     store.park("hot", parked, NOW, None)
     processor = processor_for(client, max_release=2, chunk_size=1)
     # WHEN released
@@ -727,7 +728,7 @@ def test_a_release_of_an_event_not_parked_has_nothing_to_do(client, store):
 
 def test_a_failed_release_says_so_and_leaves_the_rest_parked(client, store, caplog):
     store.create_event("hot", 5, NOW)
-    store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
+    store.park("hot", [IntakeRecord("hot", "h0", sequence_number="10")], NOW, None)
     processor = processor_for(client, failing("batch_get_item", "query", events=("hot",)))
     result = BatchResult()
     with caplog.at_level(logging.ERROR, logger="turnstile.jobs.processor"):
@@ -741,7 +742,7 @@ def test_a_failed_release_says_so_and_leaves_the_rest_parked(client, store, capl
 
 def test_a_release_that_loses_a_commit_counts_the_conflict_and_decides_again(client, store):
     store.create_event("hot", 5, NOW)
-    store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
+    store.park("hot", [IntakeRecord("hot", "h0", sequence_number="10")], NOW, None)
     processor = StreamProcessor(ConflictingStore(client, conflicts=1), clock=lambda: NOW)
     result = BatchResult()
     assert processor.release("hot", result) is True
@@ -752,7 +753,7 @@ def test_a_release_that_loses_a_commit_counts_the_conflict_and_decides_again(cli
 def test_records_parked_behind_an_unfinished_release_stay_parked(client, store):
     # GIVEN hot parked, with two records, a release taking one a run
     store.create_event("hot", 5, NOW)
-    parked = [SignupRequest("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(2)]
+    parked = [IntakeRecord("hot", f"h{i}", sequence_number=str(10 + i)) for i in range(2)]
     store.park("hot", parked, NOW, None)
     # WHEN a new record of hot arrives
     result = processor_for(client, max_release=1).process([intake("hot", "h2", 12)])
@@ -769,10 +770,10 @@ def test_a_sweep_clears_every_marker_with_nothing_parked_under_it(client, store)
     # GIVEN two parked events with no record parked any more (a release unparked everything
     # and died before clearing the marker), and a third with a record still parked
     for event_id in ("a", "b", "c"):
-        store.park(event_id, [SignupRequest(event_id, "s", "100")], NOW, None)
+        store.park(event_id, [IntakeRecord(event_id, "s", "100")], NOW, None)
     store.unpark("a", ["100"])
     store.unpark("b", ["100"])
-    store.park("b", [SignupRequest("b", "t", "101")], NOW, None)
+    store.park("b", [IntakeRecord("b", "t", "101")], NOW, None)
     store.unpark("b", ["101"])  # b's marker is at version 2
     # WHEN a sweep runs
     result = Sweeper(store, owner="s", min_age_s=0).sweep("clear")
@@ -802,7 +803,7 @@ def test_a_sweep_wakes_each_parked_event_and_re_emits_none_of_the_parked(
         store.park(
             event_id,
             [
-                SignupRequest(
+                IntakeRecord(
                     event_id,
                     r["dynamodb"]["Keys"]["signup_id"]["S"],
                     r["dynamodb"]["SequenceNumber"],
@@ -831,14 +832,14 @@ def test_a_release_that_did_not_use_the_event_read_with_the_marker_never_uses_it
     # GIVEN hot parked, with one record, and a processor whose releases take nothing
     # (max_release 0): its group's event item, read with the parking marker, goes unused
     store.create_event("hot", 5, NOW)
-    store.park("hot", [SignupRequest("hot", "h0", sequence_number="10")], NOW, None)
+    store.park("hot", [IntakeRecord("hot", "h0", sequence_number="10")], NOW, None)
     processor = processor_for(client, max_release=0)
     first = processor.process([intake("hot", "h1", 11)])
     assert (first.parked, first.released) == (1, 0)
     # WHEN another processor releases hot (the event item moves on) and a record is parked
     # again, then the first processor releases hot directly (as the sweeper asks it to)
     assert processor_for(client).release("hot") is True
-    store.park("hot", [SignupRequest("hot", "h2", sequence_number="12")], NOW, None)
+    store.park("hot", [IntakeRecord("hot", "h2", sequence_number="12")], NOW, None)
     processor.max_release = 5_000
     result = BatchResult()
     assert processor.release("hot", result) is True

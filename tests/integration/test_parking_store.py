@@ -12,8 +12,8 @@ from botocore.exceptions import ClientError
 from tests.helpers import CallRecorder, put_raw_intake
 from turnstile.base.contract import CONTROL_TABLE, ControlKey
 from turnstile.base.errors import StoreUnavailableError
-from turnstile.engine.domain import SignupRequest
 from turnstile.storage.dynamo import control_key, refused_as_invalid
+from turnstile.storage.intake import IntakeRecord
 from turnstile.storage.ledger import Ledger
 from turnstile.storage.parking import MAX_PARKING_ERROR_CHARS
 from turnstile.storage.store import SignupStore
@@ -76,8 +76,8 @@ def busy(client):
     return SignupStore(Busy(client), sleep=lambda _: None)
 
 
-def request(signup_id: str, sequence_number: str, **fields: Any) -> SignupRequest:
-    return SignupRequest(
+def request(signup_id: str, sequence_number: str, **fields: Any) -> IntakeRecord:
+    return IntakeRecord(
         event_id="gig", signup_id=signup_id, sequence_number=sequence_number, **fields
     )
 
@@ -101,9 +101,9 @@ def test_parked_records_come_back_whole_in_arrival_order_page_by_page(store, bus
         NOW,
         "StoreUnavailableError",
     )
-    store.park("other", [SignupRequest("other", "x", "97")], NOW, None)
+    store.park("other", [IntakeRecord("other", "x", "97")], NOW, None)
     # WHEN read back one item per page
-    parked = busy.parked_requests("gig")
+    parked = busy.parked_records("gig")
     # THEN every record of the event and nothing else (no parking marker, no other event's),
     # in arrival order (by number, not text), each exactly as it was parked
     assert parked == [
@@ -111,7 +111,7 @@ def test_parked_records_come_back_whole_in_arrival_order_page_by_page(store, bus
         request("bad", "99", seats=0, problem="seats must be a whole number"),
         request("late", "1000", seats=3, attributes={"team": "L", "n": 2}),
     ]
-    assert busy.parked_requests("nobody") == []
+    assert busy.parked_records("nobody") == []
 
 
 def test_parking_markers_finds_every_parked_event_page_by_page_and_nothing_else(
@@ -119,7 +119,7 @@ def test_parking_markers_finds_every_parked_event_page_by_page_and_nothing_else(
 ):
     # GIVEN three parked events, one released, and other items of the control table beside them
     for event_id in ("a", "b", "c", "done"):
-        store.park(event_id, [SignupRequest(event_id, "s", "100")], NOW, None)
+        store.park(event_id, [IntakeRecord(event_id, "s", "100")], NOW, None)
     assert store.clear_parking("done", 1)
     store.create_event("a", 5, NOW)
     Ledger.beside(store).acquire_lease("sweeper", 60, 0)
@@ -142,7 +142,7 @@ def test_the_event_and_its_marker_are_read_together_through_unprocessed_keys(sto
     # WHEN both are read while DynamoDB first leaves every key unprocessed
     event, marker = busy.get_event_and_parking("gig")
     # THEN both come back, each for what it is
-    assert event == store.get_event("gig") and event.snapshot.capacity == 5
+    assert event == store.get_event("gig") and event.event.capacity == 5
     assert marker == store.get_parking("gig")
     assert (marker["version"], marker["error"], marker["parked_since"]) == (
         version,
@@ -168,7 +168,7 @@ def test_unparking_deletes_exactly_those_records_in_batches_of_25_through_unproc
     # batch back unprocessed
     busy.unpark("gig", numbers[:52] + numbers[:3])
     # THEN those 52 are gone and the rest are still parked, in order
-    assert [r.sequence_number for r in store.parked_requests("gig")] == numbers[52:]
+    assert [r.sequence_number for r in store.parked_records("gig")] == numbers[52:]
     # in three batches (25, 25, 2), each sent again once
     assert recorder.sizes("batch_write_item", "RequestItems") == [1] * 6
     sent = [len(kw["RequestItems"][CONTROL_TABLE.name]) for _, kw in recorder.calls]
@@ -200,7 +200,7 @@ def test_parking_marks_the_event_from_its_earliest_record_and_keeps_when_and_why
 def test_parking_a_record_twice_writes_one_item(store):
     store.park("gig", [request("a", "100"), request("a", "100")], NOW, None)
     store.park("gig", [request("a", "100")], NOW, None)
-    assert store.parked_requests("gig") == [request("a", "100")]
+    assert store.parked_records("gig") == [request("a", "100")]
 
 
 def test_clearing_a_parking_marker_keeps_its_version(store, client):
@@ -247,8 +247,8 @@ def test_unprocessed_answers_are_retried_up_to_the_stores_attempts(store, client
     refusing.times = attempts - 1
     patient.unpark("gig", ["100"])
     # THEN each went through on its last attempt
-    assert (event.snapshot.event_id, marker["version"]) == ("gig", 1)
-    assert [r.signup_id for r in store.parked_requests("gig")] == ["b"]
+    assert (event.event.event_id, marker["version"]) == ("gig", 1)
+    assert [r.signup_id for r in store.parked_records("gig")] == ["b"]
     assert patient.retries == 2 * (attempts - 1)
 
 
@@ -276,7 +276,7 @@ def test_every_read_of_a_parking_marker_is_strongly_consistent(store, client):
     reader.get_event_and_parking("gig")
     reader.get_parking("gig")
     reader.parking_markers()
-    reader.parked_requests("gig")
+    reader.parked_records("gig")
     consistent = [
         kwargs.get("ConsistentRead")
         if operation != "batch_get_item"

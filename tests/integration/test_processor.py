@@ -15,13 +15,13 @@ import pytest
 from tests.helpers import CallRecorder
 from turnstile.base.contract import Reason, Status, main_table_name
 from turnstile.base.errors import CommitConflictError, JournalTooLargeError
-from turnstile.jobs.processor import IntakeRecord, StreamProcessor
+from turnstile.jobs.processor import StreamProcessor, StreamRecord
 from turnstile.storage.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
 
-def insert(event_id: str, signup_id: str, seq: int, seats: int = 1) -> IntakeRecord:
+def insert(event_id: str, signup_id: str, seq: int, seats: int = 1) -> StreamRecord:
     """A signup's record, its intake item long gone by TTL (a decision's retention then
     counts from the decision alone)."""
     keys = {"event_id": event_id, "signup_id": signup_id}
@@ -31,7 +31,7 @@ def insert(event_id: str, signup_id: str, seq: int, seats: int = 1) -> IntakeRec
         "submitted_at": "2026-01-01T00:00:00Z",
         "expires_at": Decimal(1),
     }
-    return IntakeRecord(str(seq), "INSERT", keys, image)
+    return StreamRecord(str(seq), "INSERT", keys, image)
 
 
 @pytest.fixture
@@ -67,8 +67,8 @@ def test_results_name_their_event_time_and_request(store):
 def test_a_record_without_an_image_is_rejected_by_its_keys(store):
     store.create_event("gig", 5, NOW)
     records = [
-        IntakeRecord("1", "MODIFY", {"event_id": "gig", "signup_id": "a"}, None),
-        IntakeRecord("2", "MODIFY", {"event_id": "gig", "signup_id": "-bad"}, None),
+        StreamRecord("1", "MODIFY", {"event_id": "gig", "signup_id": "a"}, None),
+        StreamRecord("2", "MODIFY", {"event_id": "gig", "signup_id": "-bad"}, None),
     ]
     result = processor(store).process(records)
     got = [
@@ -88,7 +88,7 @@ def test_a_record_without_an_image_is_rejected_by_its_keys(store):
 
 def test_removals_are_counted_and_skipped_not_a_stop(store):
     store.create_event("gig", 5, NOW)
-    removal = IntakeRecord("1", "REMOVE", {"event_id": "gig", "signup_id": "old"})
+    removal = StreamRecord("1", "REMOVE", {"event_id": "gig", "signup_id": "old"})
     result = processor(store).process([removal, removal, insert("gig", "a", 3)])
     assert result.ignored == 2
     assert [d.decision.signup_id for d in result.decided] == ["a"]
@@ -130,7 +130,7 @@ def test_a_conflict_storm_parks_the_group_and_says_so(aws, caplog):
         result = processor(store, max_conflicts=3).process([insert("gig", "a", 7)])
     # Nothing decided, nothing failed back: the event is parked with its record.
     assert (result.conflicts, result.failures, result.decided) == (3, [], [])
-    assert [r.sequence_number for r in store.parked_requests("gig")] == ["7"]
+    assert [r.sequence_number for r in store.parked_records("gig")] == ["7"]
     [record] = caplog.records
     assert (record.getMessage(), record.event_id) == ("event group failed", "gig")
     assert "event 'gig': 3 conflicts in a row" in caplog.text

@@ -26,6 +26,7 @@ from tests.api.helpers import v2_event
 from tests.helpers import put_raw_intake
 from tests.oracle import decide
 from tests.roles import CheckedClient, roles_without, table_of
+from turnstile.base.clock import iso_of_ms, ms_of
 from turnstile.base.contract import (
     STREAM_SOURCE,
     WAKE_SOURCE,
@@ -45,15 +46,15 @@ from turnstile.base.contract import (
 )
 from turnstile.base.errors import StoreUnavailableError
 from turnstile.base.eventfilter import matches_any
-from turnstile.engine.domain import EventSnapshot, SignupRequest
+from turnstile.engine.lifecycle import Event
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers.stream import to_intake_record
 from turnstile.jobs.due_holds import release_due_holds
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.jobs.sweeper import Sweeper
+from turnstile.storage.intake import IntakeRecord
 from turnstile.storage.ledger import Ledger
 from turnstile.storage.store import SignupStore
-from turnstile.storage.transitions import iso_of_ms, ms_of
 from turnstile.web.api import WAITING_ROUTES, create_app
 from turnstile_tools.audit import audit
 from turnstile_tools.local.context import LocalLambdaContext
@@ -327,7 +328,7 @@ def test_the_api_s_wake_up_is_denied_without_its_grant(aws, as_role, plain, stre
     # retry (an error answered), once the grant is back, wakes the event: the step is made
     event = plain.get_event("gig")
     assert event is not None
-    assert (event.snapshot.capacity, event.snapshot.state) == (
+    assert (event.event.capacity, event.event.state) == (
         (2, "OPEN") if change == "capacity-raised" else (1, "CLOSED")
     )
     api_store, api_client = as_role(API)
@@ -345,7 +346,7 @@ class FailsFirstCommits(SignupStore):
         super().__init__(*args, **kwargs)
         self.event_id, self.failures = event_id, failures
 
-    def commit(self, expected: EventSnapshot, *args: Any, **kwargs: Any):
+    def commit(self, expected: Event, *args: Any, **kwargs: Any):
         if expected.event_id == self.event_id and self.failures:
             self.failures -= 1
             raise StoreUnavailableError("throttled")
@@ -392,7 +393,7 @@ def test_the_sweeper_role_re_emits_and_clears_an_empty_parking_marker(aws, as_ro
     stream.read_new()  # the stream "lost" them: nobody decided
     # ... and a parking marker whose parked records were all decided (a release that died
     # before clearing it)
-    plain.park("parked", [SignupRequest("parked", "z", "1" * 21)], NOW, "ThrottlingError")
+    plain.park("parked", [IntakeRecord("parked", "z", "1" * 21)], NOW, "ThrottlingError")
     plain.unpark("parked", ["1" * 21])
     # WHEN the sweeper runs under its role
     result = Sweeper(sweeper_store, min_age_s=60).sweep("run-1")
@@ -452,18 +453,18 @@ def test_the_due_holds_role_wakes_the_events_due(aws, as_role, plain, wakes):
     assert reasons == {"due": WakeReason.HOLD_DUE, "parked": WakeReason.RETRY}
 
 
-def _re_emitted(stream) -> list[SignupRequest]:
+def _re_emitted(stream) -> list[IntakeRecord]:
     records = DynamoDBStreamEvent({"Records": stream.read_new()}).records
     return [
-        SignupRequest(r.event_id, str(r.keys["signup_id"]), r.sequence_number)
+        IntakeRecord(r.event_id, str(r.keys["signup_id"]), r.sequence_number)
         for r in map(to_intake_record, records)
         if r.event_name == "MODIFY"
     ]
 
 
 def _commit_as(store: SignupStore) -> None:
-    snapshot = EventSnapshot("gig", 5)
-    store.commit(snapshot, decide(snapshot, [SignupRequest("gig", "x", "1" * 21)]), NOW, {})
+    snapshot = Event("gig", 5)
+    store.commit(snapshot, decide(snapshot, [IntakeRecord("gig", "x", "1" * 21)]), NOW, {})
 
 
 def _update(table: str, key: dict[str, Any], expression: str, **extra: Any):
@@ -945,14 +946,14 @@ def test_each_lifecycle_move_is_kept_without_its_grant(scene, name):
         assert answer == {"batchItemFailures": []}
         assert marker is not None and marker["error"].startswith("AccessDenied")
         assert f"may not {move.grant} on " in marker["error"]
-        assert [r.signup_id for r in scene.plain.parked_requests("gig")]
+        assert [r.signup_id for r in scene.plain.parked_records("gig")]
         # ... and once the grant is back, the due-holds function wakes the parked event (its
         # marker is due at once) and the wake-up releases it: the move lands
         assert scene.release_due() == 1
         assert scene.decide(scene.processor) == {"batchItemFailures": []}
         assert scene.woken and scene.due_client.denied == []
     assert scene.plain.get_parking("gig") is None and scene.statuses() == move.after
-    assert scene.plain.parked_requests("gig") == []
+    assert scene.plain.parked_records("gig") == []
     assert scene.processor_client.denied == []
 
 
@@ -996,7 +997,7 @@ def test_the_processor_role_parks_a_failing_event(scene):
     assert parking == {frozenset({"PARK#gig"})}
     marker = scene.plain.get_parking("gig")
     assert marker is not None and marker["error"] == "StoreUnavailableError"
-    assert [r.signup_id for r in scene.plain.parked_requests("gig")] == ["a", "b"]
+    assert [r.signup_id for r in scene.plain.parked_records("gig")] == ["a", "b"]
 
 
 #: What rejecting signups of an event that does not exist takes: one transaction, the
@@ -1097,7 +1098,7 @@ def _decided_marked(plain: SignupStore, raw: Any) -> None:
 def _empty_parking(plain: SignupStore, raw: Any) -> None:
     """A parking marker whose parked records were all decided (a release died before
     clearing it)."""
-    plain.park("parked", [SignupRequest("parked", "z", "1" * 21)], NOW, "ThrottlingError")
+    plain.park("parked", [IntakeRecord("parked", "z", "1" * 21)], NOW, "ThrottlingError")
     plain.unpark("parked", ["1" * 21])
 
 
@@ -1105,7 +1106,7 @@ def _parked_with_a_record(plain: SignupStore, raw: Any) -> None:
     """A parked event with a record parked: the sweeper sets its release off (wakes it)."""
     plain.create_event("gig", 5, NOW)
     put_raw_intake(raw, "gig", "parked", submitted_at={"S": OLD})
-    plain.park("gig", [SignupRequest("gig", "parked", "1" * 21)], NOW, "ThrottlingError")
+    plain.park("gig", [IntakeRecord("gig", "parked", "1" * 21)], NOW, "ThrottlingError")
 
 
 def _woken_by_the_sweeper(plain: SignupStore) -> bool:
@@ -1281,7 +1282,7 @@ def test_the_sweeper_s_wake_up_releases_a_parked_event(aws, as_role, plain, wake
     # THEN the processor released the event: its parked record decided, the marker cleared;
     # nothing was re-emitted, nothing refused
     assert _status(plain, "parked") == Status.ACCEPTED
-    assert plain.get_parking("gig") is None and plain.parked_requests("gig") == []
+    assert plain.get_parking("gig") is None and plain.parked_records("gig") == []
     assert result.re_emitted == 0 and Attr.RE_EMITS not in _intake(plain, "parked")
     assert sweeper_client.denied == [] and processor_client.denied == []
 
@@ -1401,7 +1402,7 @@ def _due_events(plain: SignupStore, client: Any) -> None:
             },
         )
     plain.create_event("parked", 5, NOW)
-    plain.park("parked", [SignupRequest("parked", "p", "1" * 21)], NOW, "ThrottlingError")
+    plain.park("parked", [IntakeRecord("parked", "p", "1" * 21)], NOW, "ThrottlingError")
 
 
 @pytest.mark.parametrize(

@@ -14,10 +14,12 @@ from turnstile.base.errors import (
     SignupConflictError,
     StoreUnavailableError,
 )
-from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.engine.lifecycle import Event
 from turnstile.storage.dynamo import event_key
 from turnstile.storage.events import EventRecord
-from turnstile.storage.journal import MAX_DECISION_ITEM_BYTES, Journal
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import MAX_DECISION_ITEM_BYTES, Decision, Outcome
+from turnstile.storage.journal import Journal
 from turnstile.storage.store import SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -31,10 +33,10 @@ def stubbed():
         stubber.assert_no_pending_responses()
 
 
-def one_acceptance() -> tuple[EventSnapshot, Outcome]:
-    before = EventSnapshot(event_id="e1", capacity=2, version=4)
+def one_acceptance() -> tuple[Event, Outcome]:
+    before = Event(event_id="e1", capacity=2, version=4)
     decision = Decision("s1", "100", "ACCEPTED", 1, position=1)
-    return before, Outcome((decision,), EventSnapshot("e1", 2, taken=1, accepted=1, version=4))
+    return before, Outcome((decision,), Event("e1", 2, taken=1, accepted=1, version=4))
 
 
 def test_commit_conflict_becomes_a_domain_error(stubbed):
@@ -45,14 +47,14 @@ def test_commit_conflict_becomes_a_domain_error(stubbed):
         store.commit(before, outcome, NOW, {})
 
 
-def accept(snapshot: EventSnapshot, *seats: int) -> Outcome:
+def accept(snapshot: Event, *seats: int) -> Outcome:
     """An outcome accepting these seats on top of ``snapshot`` (the engine is not the
     point here: these outcomes may also be ones the engine would never produce)."""
     decisions = tuple(
         Decision(f"s{snapshot.accepted + i}", str(100 + i), "ACCEPTED", n, position=i + 1)
         for i, n in enumerate(seats)
     )
-    state = EventSnapshot(
+    state = Event(
         snapshot.event_id,
         snapshot.capacity,
         taken=snapshot.taken + sum(seats),
@@ -68,10 +70,10 @@ def gig(aws):
     store = SignupStore(aws.client("dynamodb"))
     store.create_event("gig", 3, NOW)
 
-    def snapshot() -> EventSnapshot:
+    def snapshot() -> Event:
         record = store.get_event("gig")
         assert record is not None
-        return record.snapshot
+        return record.event
 
     return store, snapshot
 
@@ -82,7 +84,7 @@ def test_a_commit_stores_counters_version_and_journal(gig):
     journal = store.commit(snapshot(), outcome, NOW, {})
     record = store.get_event("gig")
     assert record is not None
-    assert record.snapshot == EventSnapshot("gig", 3, taken=3, accepted=2, version=1)
+    assert record.event == Event("gig", 3, taken=3, accepted=2, version=1)
     assert record.journal == journal
     assert (journal.version, journal.decided_at, journal.decisions) == (1, NOW, outcome.decisions)
 
@@ -186,7 +188,7 @@ def test_intake_is_idempotent_per_body(aws):
 
 def test_rejections_of_an_unknown_event_carry_their_request(aws):
     store = SignupStore(aws.client("dynamodb"))
-    request = SignupRequest("nope", "u1", "5", 2, {"k": "v"}, "2026-01-01T00:00:00Z")
+    request = IntakeRecord("nope", "u1", "5", 2, {"k": "v"}, "2026-01-01T00:00:00Z")
     rejection = Decision("u1", "5", "REJECTED", 2, "unknown_event")
     store.reject_without_event("nope", [rejection], {"u1": request}, NOW)
     item = store.get_decision("nope", "u1")
@@ -261,11 +263,13 @@ def test_a_decision_item_write_is_conditional_and_a_false_condition_is_no_error(
         "ExpressionAttributeNames": {"#sk": "signup_id"},
     }
     stubber.add_client_error(
-        "put_item", service_error_code="ProvisionedThroughputExceededException",
+        "put_item",
+        service_error_code="ProvisionedThroughputExceededException",
         expected_params=expected,
     )
     stubber.add_client_error(
-        "put_item", service_error_code="ConditionalCheckFailedException",
+        "put_item",
+        service_error_code="ConditionalCheckFailedException",
         expected_params=expected,
     )
     store.materialize("e1", journal)
@@ -276,9 +280,9 @@ def test_a_decision_item_write_is_conditional_and_a_false_condition_is_no_error(
 def test_an_event_item_reads_missing_counters_as_a_fresh_open_event():
     """A hand-written event item may carry only its capacity."""
     record = EventRecord.from_values({"event_id": "gig", "capacity": 3})
-    assert record.snapshot == EventSnapshot("gig", 3, taken=0, accepted=0, state="OPEN", version=0)
+    assert record.event == Event("gig", 3, taken=0, accepted=0, state="OPEN", version=0)
     assert (record.created_at, record.journal) == (None, None)
-    assert EventRecord.from_values({"event_id": "gig"}).snapshot.capacity == 0
+    assert EventRecord.from_values({"event_id": "gig"}).event.capacity == 0
     full = EventRecord.from_values(
         {
             "event_id": "gig",
@@ -290,7 +294,7 @@ def test_an_event_item_reads_missing_counters_as_a_fresh_open_event():
             "created_at": NOW,
         }
     )
-    assert full.snapshot == EventSnapshot("gig", 9, taken=4, accepted=3, state="CLOSED", version=7)
+    assert full.event == Event("gig", 9, taken=4, accepted=3, state="CLOSED", version=7)
     assert full.created_at == NOW
 
 
@@ -302,10 +306,10 @@ def test_a_commit_bounds_each_decision_item_by_its_own_event_id_to_the_byte(aws)
     store.create_event(LONG_EVENT, 3, NOW)
     record = store.get_event(LONG_EVENT)
     assert record is not None
-    before = record.snapshot
+    before = record.event
     outcome = Outcome(
         (Decision("u1", "100", "ACCEPTED", 1, position=1),),
-        EventSnapshot(LONG_EVENT, 3, taken=1, accepted=1, version=0),
+        Event(LONG_EVENT, 3, taken=1, accepted=1, version=0),
     )
     over = _item_at(MAX_DECISION_ITEM_BYTES + 1)
     # WHEN it is committed and materialized
@@ -378,9 +382,7 @@ def test_rejections_of_an_unknown_event_carry_their_expiry(aws):
         ({"capacity": {"N": "2"}}, (1,)),  # a capacity, no state (reads as OPEN)
     ],
 )
-def test_a_commit_on_an_event_item_written_by_hand_without_capacity_or_state(
-    aws, written, seats
-):
+def test_a_commit_on_an_event_item_written_by_hand_without_capacity_or_state(aws, written, seats):
     # GIVEN an event item written by other means than turnstile: no version, and no
     # capacity or no state, which read as 0 and OPEN
     client = aws.client("dynamodb")
@@ -391,7 +393,7 @@ def test_a_commit_on_an_event_item_written_by_hand_without_capacity_or_state(
     )
     record = store.get_event("hand")
     assert record is not None
-    before = record.snapshot
+    before = record.event
     assert before.state == "OPEN" and before.version == 0
     # WHEN a group is committed on what was read THEN the absent attributes match what
     # they read as, and it commits
@@ -399,8 +401,8 @@ def test_a_commit_on_an_event_item_written_by_hand_without_capacity_or_state(
     outcome = accept(before, *seats) if seats else Outcome((rejected,), before)
     store.commit(before, outcome, NOW, {})
     after = store.get_event("hand")
-    assert after is not None and after.snapshot.version == 1
-    assert after.snapshot.taken == sum(seats)
+    assert after is not None and after.event.version == 1
+    assert after.event.taken == sum(seats)
 
 
 def test_an_event_record_reads_who_created_it_only_as_text():

@@ -63,7 +63,7 @@ def test_decides_a_batch_in_stream_order(client, store, stream):
     assert positions == ["1", "2", "3", None, None]
     assert [status_of(client, "gig", f"u{i}")[1] for i in (3, 4)] == [Reason.CAPACITY_FULL] * 2
     event = store.get_event("gig")
-    assert event is not None and (event.snapshot.taken, event.snapshot.accepted) == (3, 3)
+    assert event is not None and (event.event.taken, event.event.accepted) == (3, 3)
     assert audit(store).ok
 
 
@@ -261,7 +261,7 @@ def test_a_crash_between_commit_and_items_is_recovered_from_the_journal(client, 
     assert first == {"batchItemFailures": []}  # the group failed: parked, and the event with it
     assert store.get_parking("gig") is not None
     assert decisions(client) == {}
-    assert store.get_event("gig").snapshot.taken == 2  # committed, not materialized
+    assert store.get_event("gig").event.taken == 2  # committed, not materialized
     # WHEN a fresh processor (a cold start) receives only the LAST record
     use_processor(StreamProcessor(store))
     assert invoke(records[2:]) == {"batchItemFailures": []}

@@ -11,8 +11,8 @@ import pytest
 
 from tests.helpers import CallRecorder, put_raw_intake
 from turnstile.base.contract import STREAM_SOURCE, Attr, undecided_shard
-from turnstile.engine.domain import Decision, Outcome
 from turnstile.jobs.sweeper import Sweeper, find_undecided
+from turnstile.storage.items import Decision, Outcome
 from turnstile.storage.ledger import Ledger
 from turnstile.storage.store import SignupStore
 from turnstile_tools.local.poller import matches_filter
@@ -156,7 +156,7 @@ def test_a_decision_only_in_the_journal_keeps_the_marker(store, client):
     # re-emitted) but keeps its marker until its decision item exists.
     store.create_event("gig", 5, NOW)
     put_raw_intake(client, "gig", "u1", marked=True, **OLD)
-    expected = store.get_event("gig").snapshot
+    expected = store.get_event("gig").event
     decision = Decision("u1", "1", "ACCEPTED", 1, position=1)
     outcome = Outcome((decision,), replace(expected, taken=1, accepted=1))
     store.commit(expected, outcome, NOW, {})
@@ -287,9 +287,7 @@ def test_a_full_scan_out_of_time_for_unmarking_is_still_recorded(client, ledger)
     store = SlowReads(client, sleep=lambda _: None)
     put_raw_intake(client, "gig", "done", marked=True, **OLD)
     decide(store, "gig", "done")
-    result = Sweeper(store, owner="s", min_age_s=300, full_scan_every_s=0, clock=clock).sweep(
-        "r1"
-    )
+    result = Sweeper(store, owner="s", min_age_s=300, full_scan_every_s=0, clock=clock).sweep("r1")
     # THEN the marker is left for a later run, and the full scan is recorded all the same
     assert (result.full_scan, result.unmarked) == (True, 0)
     assert ledger.get_lease()["full_scan_at"] == Clock().t

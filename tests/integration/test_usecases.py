@@ -24,7 +24,7 @@ from turnstile.base.errors import (
     SignupConflictError,
     SignupNotFoundError,
 )
-from turnstile.engine.domain import MAX_CAPACITY, MAX_SEATS
+from turnstile.engine.rules import MAX_CAPACITY, MAX_SEATS
 from turnstile.handlers import stream as stream_handler
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.service import usecases
@@ -377,7 +377,7 @@ def test_options_are_written_read_and_shown(store, aws):
     assert {k: body[k] for k in options} == options
     assert usecases.show_event(store, "gig") == body
     record = store.get_event("gig")
-    assert (record.waitlist, record.hold_seconds, record.max_seats) == (5, 300, 4)
+    assert (record.event.waitlist, record.event.hold_seconds, record.event.max_seats) == (5, 300, 4)
     # and the same body again is the event as it is; other options are a conflict
     again = usecases.create_event(store, "gig", 10, None, waitlist=5, hold_seconds=300, max_seats=4)
     assert (again.created, again.body) == (False, body)
@@ -439,8 +439,8 @@ def test_options_that_break_the_rules_or_the_lineup_bound_are_refused(
 def test_the_lineup_bound_allows_its_limit_and_no_bound_without_holds(store):
     usecases.create_event(store, "held", 999, None, hold_seconds=60, waitlist=1)
     usecases.create_event(store, "big", 10**6, None, waitlist=1000)
-    assert store.get_event("held").hold_seconds == 60
-    assert store.get_event("big").waitlist == 1000
+    assert store.get_event("held").event.hold_seconds == 60
+    assert store.get_event("big").event.waitlist == 1000
 
 
 def test_a_capacity_update_may_not_break_the_lineup_bound_of_an_event_with_holds(store):
@@ -448,7 +448,7 @@ def test_a_capacity_update_may_not_break_the_lineup_bound_of_an_event_with_holds
     usecases.create_event(store, "plain", 900, None, waitlist=100)
     with pytest.raises(InvalidRequestError, match=r"capacity 901: .* 901 \+ 100 = 1001"):
         usecases.update_capacity(store, "held", 901)
-    assert store.get_event("held").snapshot.capacity == 900
+    assert store.get_event("held").event.capacity == 900
     assert usecases.update_capacity(store, "held", 899)["capacity"] == 899
     assert usecases.update_capacity(store, "plain", 5000)["capacity"] == 5000
 

@@ -18,13 +18,13 @@ import pytest
 
 from tests.conftest import StreamReader
 from tests.helpers import put_raw_intake
+from turnstile.base.clock import iso_of_ms, ms_of
 from turnstile.base.contract import INTAKE_TABLE, STREAM_SOURCE, WAKE_SOURCE, Reason, Status
 from turnstile.base.errors import RequestRefusedError
 from turnstile.handlers import stream as stream_handler
 from turnstile.jobs.due_holds import release_due_holds
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.storage.store import SignupStore
-from turnstile.storage.transitions import iso_of_ms, ms_of
 from turnstile_tools.local.context import LocalLambdaContext
 from turnstile_tools.local.poller import matches_filter
 
@@ -341,17 +341,17 @@ def test_a_parked_event_with_nothing_parked_is_released_and_its_due_holds_still_
     leaves the marker with no record under it. Its wake-up clears the marker and is still
     the event's tick: a hold due by then ends (the release alone decides no record, so
     takes no step)."""
-    from turnstile.engine.domain import SignupRequest
+    from turnstile.storage.intake import IntakeRecord
 
     scene.store.create_event("gig", 1, T0, waitlist=1, hold_seconds=HOLD_S)
     scene.signup("gig", "a", "b")
     assert scene.status("gig", "a") == (Status.HELD, None)
     # GIVEN the event parked, its one parked record unparked and the marker left in place
-    stray = SignupRequest("gig", "c", "9" * 21, submitted_at=T0)
+    stray = IntakeRecord("gig", "c", "9" * 21, submitted_at=T0)
     scene.store.park("gig", [stray], scene.clock(), "worker killed")
     scene.store.unpark("gig", [stray.sequence_number])
     assert scene.store.get_parking("gig") is not None
-    assert scene.store.parked_requests("gig") == []
+    assert scene.store.parked_records("gig") == []
     # WHEN a's hold lapses and the due-holds release wakes the event
     scene.clock.advance(HOLD_S)
     scene.release_due()

@@ -9,8 +9,8 @@ from datetime import datetime
 import pytest
 
 from turnstile.base.contract import Status
-from turnstile.engine.domain import Decision
 from turnstile.jobs.processor import DecidedSignup
+from turnstile.storage.items import Decision
 from turnstile_tools.local.console import Console, TextFormatter, decision_line
 
 DECIDED_AT = "2026-01-01T12:00:03.500000Z"
@@ -117,9 +117,9 @@ def test_the_console_counts_decisions_and_prints_them_only_as_text(log_format, p
 def test_later_moves_and_refusals_have_their_own_lines_and_counts():
     import io
 
+    from turnstile.base.clock import ms_of
     from turnstile.engine.lifecycle import Transition
     from turnstile.jobs.processor import MovedSignup
-    from turnstile.storage.transitions import ms_of
     from turnstile_tools.local.console import move_line
 
     at = ms_of(DECIDED_AT)
@@ -130,8 +130,15 @@ def test_later_moves_and_refusals_have_their_own_lines_and_counts():
     refused = MovedSignup(
         "concert",
         Transition(
-            "bob", Status.EXPIRED, Status.EXPIRED, at, "10", "confirm", 1,
-            reason="hold_expired", refused=True,
+            "bob",
+            Status.EXPIRED,
+            Status.EXPIRED,
+            at,
+            "10",
+            "confirm",
+            1,
+            reason="hold_expired",
+            refused=True,
         ),
     )
     assert move_line(promoted) == (

@@ -9,8 +9,9 @@ from decimal import Decimal
 import pytest
 
 from turnstile.base.contract import Reason, Status
-from turnstile.engine.domain import Decision, SignupRequest
-from turnstile.storage.journal import MAX_DECISION_ITEM_BYTES, Journal, bounded_decision
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import MAX_DECISION_ITEM_BYTES, Decision, bounded_decision
+from turnstile.storage.journal import Journal
 from turnstile.storage.store import MAX_JOURNAL_BYTES, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -64,8 +65,8 @@ V2_COPIES = (
 )
 
 
-def request(signup_id: str = "u1", **fields) -> SignupRequest:
-    return SignupRequest("gig", signup_id, "100", **fields)
+def request(signup_id: str = "u1", **fields) -> IntakeRecord:
+    return IntakeRecord("gig", signup_id, "100", **fields)
 
 
 def accepted(signup_id: str = "u1") -> Decision:
@@ -78,7 +79,6 @@ def test_a_format_1_journal_still_decodes_without_copied_fields():
     assert journal.decisions == V1_DECISIONS
     # None: its items take attributes and submitted_at from intake, as they always did.
     assert journal.copies is None
-
 
 
 def test_a_format_2_journal_as_stored_today_still_decodes_and_encodes_the_same():
@@ -97,8 +97,8 @@ def test_a_format_2_journal_as_stored_today_still_decodes_and_encodes_the_same()
 
 
 def test_a_format_3_journal_carries_lifecycle_attributes_and_changes():
-    from turnstile.engine.domain import ItemUpdate
     from turnstile.storage.dynamo import to_item
+    from turnstile.storage.items import ItemUpdate
 
     held = Decision("u1", "100", Status.HELD, 2, position=1)
     waiting = Decision("u2", "101", Status.WAITLISTED, 1)
@@ -124,6 +124,7 @@ def test_a_format_3_journal_carries_lifecycle_attributes_and_changes():
     assert items[0]["status"] == {"S": Status.HELD}
     assert items[1]["waitlist_position"] == {"N": "1"}
     assert "hold_expires_at" not in items[1]
+
 
 def test_copied_fields_are_fixed_in_typed_form_binary_sets_and_numbers_included():
     # GIVEN attributes of every DynamoDB type, binary and sets among them
@@ -208,7 +209,7 @@ def _item_at(size: int, event_id: str = LONG_EVENT, expires_at: int | None = Non
     """A request whose decision item (base + copied fields) is exactly ``size`` bytes."""
     from turnstile.base.itemsize import typed_item_size
     from turnstile.storage.dynamo import to_item
-    from turnstile.storage.journal import base_item
+    from turnstile.storage.items import base_item
 
     def total(pad: int) -> int:
         req = request(attributes={"pad": "x" * pad}, submitted_at=NOW)
@@ -265,7 +266,7 @@ def _row_of(json_bytes: int):
 
 
 def test_a_journal_row_of_exactly_its_bound_is_kept_and_one_byte_more_is_dropped():
-    from turnstile.storage.journal import MAX_JOURNAL_ROW_BYTES
+    from turnstile.storage.items import MAX_JOURNAL_ROW_BYTES
 
     bound = MAX_JOURNAL_ROW_BYTES - 1024  # room for the row's own fields
     _, kept = bounded_decision("gig", accepted(), NOW, _row_of(bound))

@@ -12,15 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.oracle import decide
-from tests.unit import test_domain as domain_tests
+from tests.unit import test_rules as rules_tests
 from turnstile.base.contract import EventState, Reason, Status
 from turnstile.engine.lifecycle import (
     ALLOWED_TRANSITIONS,
     Cause,
+    Command,
+    Event,
     Hold,
     Kind,
-    LifecycleEvent,
-    Request,
     SignupState,
     Step,
     Transition,
@@ -29,6 +29,7 @@ from turnstile.engine.lifecycle import (
     history_problems,
     step,
 )
+from turnstile.storage.intake import signup_command
 
 T0 = 1_700_000_000_000  # ms
 
@@ -36,7 +37,7 @@ T0 = 1_700_000_000_000  # ms
 class Book:
     """An event and every signup's state and history, advanced one step at a time."""
 
-    def __init__(self, event: LifecycleEvent | None) -> None:
+    def __init__(self, event: Event | None) -> None:
         self.event = event
         self.states: dict[str, SignupState] = {}
         self.history: dict[str, list[Transition]] = {}
@@ -46,22 +47,22 @@ class Book:
         self.seq += 1
         return str(self.seq)
 
-    def signup(self, sid: str, seats: int = 1, problem: str | None = None) -> Request:
-        return Request(Kind.SIGNUP, self.next_seq(), sid, seats, problem)
+    def signup(self, sid: str, seats: int = 1, problem: str | None = None) -> Command:
+        return Command(Kind.SIGNUP, self.next_seq(), sid, seats, problem)
 
-    def confirm(self, sid: str) -> Request:
-        return Request.confirm(sid, self.next_seq())
+    def confirm(self, sid: str) -> Command:
+        return Command.confirm(sid, self.next_seq())
 
-    def cancel(self, sid: str) -> Request:
-        return Request.cancel(sid, self.next_seq())
+    def cancel(self, sid: str) -> Command:
+        return Command.cancel(sid, self.next_seq())
 
-    def close(self) -> Request:
-        return Request.close(self.next_seq())
+    def close(self) -> Command:
+        return Command.close(self.next_seq())
 
-    def tick(self) -> Request:
-        return Request.tick(self.next_seq())
+    def tick(self) -> Command:
+        return Command.tick(self.next_seq())
 
-    def run(self, *requests: Request, now: int = T0) -> Step:
+    def run(self, *requests: Command, now: int = T0) -> Step:
         result = step(self.event, self.states, list(requests), now)
         self.event = result.event
         self.states.update(result.signups)
@@ -86,8 +87,8 @@ def moves(result: Step) -> list[tuple]:
     ]
 
 
-def event(**options) -> LifecycleEvent:
-    return LifecycleEvent(event_id="e1", **options)
+def event(**options) -> Event:
+    return Event(event_id="e1", **options)
 
 
 # -- first decisions ------------------------------------------------------------------
@@ -434,7 +435,7 @@ REFUSED = [
 def test_a_refused_request_changes_nothing_and_says_why(kind, sid, reason):
     book = book_with_every_status()
     before_event, before_states = book.event, dict(book.states)
-    request = Request(kind, book.next_seq(), sid)
+    request = Command(kind, book.next_seq(), sid)
     result = book.run(request, now=T0 + 10_000)
     current = before_states[sid].status if sid in before_states else Status.PENDING
     [t] = result.transitions
@@ -502,9 +503,9 @@ def test_duplicates_inside_one_step_apply_once():
 
 def test_sequence_numbers_compare_as_integers():
     book = Book(event(capacity=2, hold_seconds=5))
-    book.run(Request(Kind.SIGNUP, "9", "a"))
+    book.run(Command(Kind.SIGNUP, "9", "a"))
     # "10" sorts before "9" as text, but comes after it
-    assert moves(book.run(Request.confirm("a", "10"))) == [
+    assert moves(book.run(Command.confirm("a", "10"))) == [
         ("a", Status.HELD, Status.ACCEPTED, Cause.CONFIRM, None)
     ]
 
@@ -519,8 +520,8 @@ def test_a_step_without_records_changes_nothing_even_with_holds_due():
 
 
 def test_an_unknown_kind_of_request_is_a_programming_error():
-    with pytest.raises(ValueError, match="not a request the engine knows"):
-        step(event(capacity=1), {}, [Request("refund", "1", "a")], T0)
+    with pytest.raises(ValueError, match="not a command the engine knows"):
+        step(event(capacity=1), {}, [Command("refund", "1", "a")], T0)
 
 
 def test_advance_builds_a_signups_state_from_its_transitions():
@@ -572,8 +573,8 @@ options = st.fixed_dictionaries(
 
 @settings(max_examples=200, deadline=None)
 @given(
-    event=domain_tests.events_strategy,
-    requests=domain_tests.requests_strategy,
+    event=rules_tests.events_strategy,
+    requests=rules_tests.requests_strategy,
     decided=st.sets(st.sampled_from([f"s{i}" for i in range(25)]), max_size=5),
     cut=st.integers(0, 40),
     now=st.integers(0, 2**41),
@@ -590,14 +591,14 @@ def test_without_waitlist_holds_or_requests_it_decides_exactly_as_decide(
         for r, note in zip(requests, notes + [False] * len(requests), strict=False)
     ]
     expected = decide(event, requests, already_decided=decided)
-    lifecycle = None if event is None else LifecycleEvent.from_snapshot(event)
+    lifecycle = event
     states = {
         sid: SignupState(sid, Status.REJECTED, 1, "1", arrival="1", reason=Reason.CAPACITY_FULL)
         for sid in decided
     }
     transitions: list[Transition] = []
     for part in (requests[:cut], requests[cut:]):
-        result = step(lifecycle, states, [Request.of_signup(r) for r in part], now)
+        result = step(lifecycle, states, [signup_command(r) for r in part], now)
         lifecycle = result.event
         states = {**states, **result.signups}
         transitions += result.transitions
@@ -617,20 +618,19 @@ def test_without_waitlist_holds_or_requests_it_decides_exactly_as_decide(
             expected.state.taken,
             expected.state.accepted,
         )
-        assert lifecycle == LifecycleEvent.from_snapshot(expected.state)
+        assert lifecycle == expected.state
 
 
-def test_from_snapshot_keeps_todays_defaults():
-    from turnstile.engine.domain import EventSnapshot
-
-    snapshot = EventSnapshot("e1", capacity=5, taken=2, accepted=1, version=7)
-    assert LifecycleEvent.from_snapshot(snapshot) == LifecycleEvent(
-        "e1", capacity=5, taken=2, accepted=1, version=7
-    )
+def test_an_events_defaults_are_the_behaviour_before_the_lifecycle():
+    """An event made with nothing but its counters has no waitlist, no holds, no seat limit
+    and an empty lineup: the oracle's event."""
+    event = Event("e1", capacity=5, taken=2, accepted=1, version=7)
+    assert (event.waitlist, event.hold_seconds, event.max_seats) == (0, 0, None)
+    assert (event.holds, event.waiting, event.state) == ((), (), EventState.OPEN)
 
 
 @st.composite
-def busy_books(draw: st.DrawFn) -> tuple[Book, list[Request], int]:
+def busy_books(draw: st.DrawFn) -> tuple[Book, list[Command], int]:
     """An event with holds and a waitlist after a few steps, and the next step's records."""
     book = Book(event(capacity=draw(st.integers(0, 5)), **draw(options)))
     now = T0

@@ -30,9 +30,9 @@ from turnstile.base.contract import EventState, Reason, Status
 from turnstile.engine.lifecycle import (
     ALLOWED_TRANSITIONS,
     Cause,
+    Command,
+    Event,
     Kind,
-    LifecycleEvent,
-    Request,
     SignupState,
     Step,
     Transition,
@@ -121,7 +121,7 @@ class Model:
         for sid in self.line():
             self._out(sid, Status.REJECTED, Cause.CLOSE, seq, Reason.EVENT_CLOSED)
 
-    def step(self, requests: list[Request], now: int) -> list[tuple]:
+    def step(self, requests: list[Command], now: int) -> list[tuple]:
         self.out, self.now = [], now
         if not requests:
             return []
@@ -141,7 +141,7 @@ class Model:
             self._request(r)
         return self.out
 
-    def _request(self, r: Request) -> None:
+    def _request(self, r: Command) -> None:
         seq = r.sequence_number
         if r.kind == Kind.TICK:
             return
@@ -177,7 +177,7 @@ class Model:
     def _why(status: str) -> str:
         return Reason.HOLD_EXPIRED if status == Status.EXPIRED else Reason.TRANSITION_NOT_ALLOWED
 
-    def _signup(self, r: Request) -> None:
+    def _signup(self, r: Command) -> None:
         sid, seq, seats = r.signup_id, r.sequence_number, r.seats
         self.signups[sid] = Signup(Status.PENDING, seats)
         if r.problem:
@@ -234,7 +234,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         max_seats=st.sampled_from([None, None, 1, 2, 3, 6]),
     )
     def create(self, capacity, waitlist, hold_seconds, max_seats) -> None:
-        self.event: LifecycleEvent | None = LifecycleEvent(
+        self.event: Event | None = Event(
             "e1", capacity, waitlist=waitlist, hold_seconds=hold_seconds, max_seats=max_seats
         )
         self.model = Model(capacity, waitlist, hold_seconds * 1000, max_seats)
@@ -243,7 +243,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.joined: dict[str, int] = {}  # the order signups joined the waitlist
         self.now = T0
         self.seq = 10**20  # stream sequence numbers are 21 digits and more
-        self.log: list[Request] = []
+        self.log: list[Command] = []
         self.last_first_decision = 0
         self.ids: list[str] = []  # every signup id a record has named, in order
 
@@ -261,24 +261,24 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.ids.append(sid)
         return sid
 
-    def _new(self, kind: str, seats: int, invalid: int, pick: int) -> Request:
+    def _new(self, kind: str, seats: int, invalid: int, pick: int) -> Command:
         self.seq += 1
         seq = str(self.seq)
         if kind == "close":
-            return Request.close(seq)
+            return Command.close(seq)
         if kind == "tick":
-            return Request.tick(seq)
+            return Command.tick(seq)
         sid = self._signup_id(kind, pick)
         if kind in ("confirm", "cancel") and invalid == 0:
             # a request the producer got wrong (neither confirm nor cancel)
-            return Request(kind, seq, sid, problem="request must be one of confirm, cancel")
+            return Command(kind, seq, sid, problem="request must be one of confirm, cancel")
         if kind == "confirm":
-            return Request.confirm(sid, seq)
+            return Command.confirm(sid, seq)
         if kind == "cancel":
-            return Request.cancel(sid, seq)
+            return Command.cancel(sid, seq)
         if invalid == 0:
-            return Request(Kind.SIGNUP, seq, sid, 0, "seats must be at least 1")
-        return Request(Kind.SIGNUP, seq, sid, seats)
+            return Command(Kind.SIGNUP, seq, sid, 0, "seats must be at least 1")
+        return Command(Kind.SIGNUP, seq, sid, seats)
 
     @rule(
         batch=st.lists(actions, min_size=1, max_size=4),
@@ -299,12 +299,12 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- one step, then every invariant, then the model ---------------------------------
 
-    def _run(self, requests: list[Request]) -> Step:
+    def _run(self, requests: list[Command]) -> Step:
         """The engine given what the wiring would give it: the states the records name."""
         named = {r.signup_id for r in requests if r.signup_id in self.states}
         return step(self.event, {sid: self.states[sid] for sid in named}, requests, self.now)
 
-    def _step(self, requests: list[Request], replayed: list[int]) -> None:
+    def _step(self, requests: list[Command], replayed: list[int]) -> None:
         before_event, before_states = self.event, dict(self.states)
         result = self._run(requests)
         self.check_5_replays_change_nothing(requests, replayed, result)
@@ -329,11 +329,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             if t.to_status == Status.WAITLISTED and not t.refused:
                 self.joined[t.signup_id] = len(self.joined)
 
-    def _ticks(self, requests: list[Request], indexes: set[int]) -> Step:
+    def _ticks(self, requests: list[Command], indexes: set[int]) -> Step:
         """The same step with the records at ``indexes`` replaced by ticks of the same
         number: a tick only lets time advance, so this is what "changes nothing" means."""
         return self._run(
-            [Request.tick(r.sequence_number) if i in indexes else r for i, r in enumerate(requests)]
+            [Command.tick(r.sequence_number) if i in indexes else r for i, r in enumerate(requests)]
         )
 
     def _merged(self, result: Step) -> dict[str, SignupState]:
@@ -381,7 +381,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 )
             assert got == other, "a refused request changed a signup"
 
-    def check_1_never_oversold(self, before: LifecycleEvent | None, result: Step) -> None:
+    def check_1_never_oversold(self, before: Event | None, result: Step) -> None:
         event = self.event
         if event is None:
             return
@@ -419,7 +419,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             if old.position is not None:
                 assert new.position == old.position, "a position rewritten"
 
-    def check_3_order(self, before: LifecycleEvent | None, result: Step) -> None:
+    def check_3_order(self, before: Event | None, result: Step) -> None:
         event = self.event
         # first decisions in arrival order (a replay never decides)
         for t in result.transitions:
@@ -526,7 +526,7 @@ def test_the_machine_reaches_every_transition_and_refusal():
             for t in result.transitions:
                 seen.add(t.reason if t.refused else (t.from_status, t.to_status))
 
-        def _step(self, requests: list[Request], replayed: list[int]) -> None:
+        def _step(self, requests: list[Command], replayed: list[int]) -> None:
             super()._step(requests, replayed)
             if replayed:
                 seen.add("replay")

@@ -25,36 +25,33 @@ from tests.fakes import FakeStore
 from tests.oracle import decide
 from turnstile.base.contract import MAIN_TABLE, Reason, Status
 from turnstile.base.errors import CommitConflictError, JournalTooLargeError, StoreUnavailableError
-from turnstile.engine.domain import (
-    Decision,
-    EventSnapshot,
-    SignupRequest,
-    id_problem,
-    parse_request,
-)
-from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.engine.lifecycle import Event
+from turnstile.engine.rules import id_problem
+from turnstile.jobs.processor import BatchResult, StreamProcessor, StreamRecord
+from turnstile.storage.intake import IntakeRecord, parse_intake
+from turnstile.storage.items import Decision
 from turnstile.storage.journal import Journal
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
 
-def insert(event_id: str, signup_id: str, seq: int, seats: int = 1, **image: Any) -> IntakeRecord:
+def insert(event_id: str, signup_id: str, seq: int, seats: int = 1, **image: Any) -> StreamRecord:
     keys = {"event_id": event_id, "signup_id": signup_id}
     full = {**keys, "seats": Decimal(seats), "submitted_at": "2026-01-01T00:00:00Z", **image}
-    return IntakeRecord(str(seq), "INSERT", keys, full)
+    return StreamRecord(str(seq), "INSERT", keys, full)
 
 
-def requests_of(records: Sequence[IntakeRecord], event_id: str) -> list[SignupRequest]:
+def requests_of(records: Sequence[StreamRecord], event_id: str) -> list[IntakeRecord]:
     return [
-        parse_request(r.new_image, r.sequence_number, r.keys)
+        parse_intake(r.new_image, r.sequence_number, r.keys)
         for r in records
         if r.event_id == event_id
     ]
 
 
-def serial(capacity: int | None, records: Sequence[IntakeRecord], event_id: str) -> list[Decision]:
+def serial(capacity: int | None, records: Sequence[StreamRecord], event_id: str) -> list[Decision]:
     """What one loop over the event's requests, in stream order, decides."""
-    event = EventSnapshot(event_id, capacity) if capacity is not None else None
+    event = Event(event_id, capacity) if capacity is not None else None
     return list(decide(event, requests_of(records, event_id)).decisions)
 
 
@@ -69,7 +66,7 @@ def stored(fake: FakeStore, event_id: str) -> dict[str, dict[str, Any]]:
 
 
 def parked_ids(fake: FakeStore, event_id: str) -> list[str]:
-    return [r.signup_id for r in fake.parked_requests(event_id)]
+    return [r.signup_id for r in fake.parked_records(event_id)]
 
 
 @pytest.fixture
@@ -110,7 +107,7 @@ def test_each_event_is_decided_on_its_own_in_stream_order(fake):
     ]
     # one commit per event, whose counters are the decisions'
     assert (fake.count("commit", "A"), fake.count("commit", "B")) == (1, 1)
-    a, b = fake.get_event("A").snapshot, fake.get_event("B").snapshot
+    a, b = fake.get_event("A").event, fake.get_event("B").event
     assert (a.taken, a.accepted, a.version) == (3, 2, 1)
     assert (b.taken, b.accepted, b.version) == (2, 2, 1)
     # and every decision is an item
@@ -131,16 +128,16 @@ def test_chunks_decide_what_one_loop_decides(fake):
     result = processor(fake, chunk_size=2).process(records)
     assert decided(result) == serial(4, records, "gig")
     assert fake.count("commit") == 5  # ceil(9 / 2)
-    assert fake.get_event("gig").snapshot.version == 5
+    assert fake.get_event("gig").event.version == 5
 
 
 def test_removals_are_skipped_and_a_record_without_an_image_is_rejected_by_its_keys(fake):
     fake.create_event("gig", 5, NOW)
     result = processor(fake).process(
         [
-            IntakeRecord("1", "REMOVE", {"event_id": "gig", "signup_id": "old"}),
-            IntakeRecord("2", "MODIFY", {"event_id": "gig", "signup_id": "a"}, None),
-            IntakeRecord("3", "MODIFY", {"event_id": "gig", "signup_id": "-x"}, None),
+            StreamRecord("1", "REMOVE", {"event_id": "gig", "signup_id": "old"}),
+            StreamRecord("2", "MODIFY", {"event_id": "gig", "signup_id": "a"}, None),
+            StreamRecord("3", "MODIFY", {"event_id": "gig", "signup_id": "-x"}, None),
             insert("gig", "b", 4),
         ]
     )
@@ -186,7 +183,7 @@ def test_a_commit_lost_to_another_processor_is_counted_and_decided_again(fake):
         ("a", Status.ACCEPTED),
         ("b", Status.REJECTED),
     ]
-    assert fake.get_event("gig").snapshot.taken == 3
+    assert fake.get_event("gig").event.taken == 3
     assert sorted(stored(fake, "gig")) == ["a", "b", "o"]
 
 
@@ -198,7 +195,7 @@ def test_a_commit_that_lands_after_a_close_is_decided_again_as_closed(fake):
     assert [(d.status, d.reason) for d in decided(result)] == [
         (Status.REJECTED, Reason.EVENT_CLOSED)
     ]
-    assert fake.get_event("gig").snapshot.taken == 0
+    assert fake.get_event("gig").event.taken == 0
 
 
 @pytest.mark.parametrize("conflicts", [1, 4])
@@ -244,10 +241,10 @@ def test_a_journal_too_large_commits_the_prefix_that_fits_and_then_the_rest(fake
     fake.create_event("gig", 4, NOW)
     ids = ["a", "a", "b", "c", "d", "e"]  # a repeated: the prefix is counted in decisions
     records = [insert("gig", s, i, attributes=_bulky(s)) for i, s in enumerate(ids, 1)]
-    requests: dict[str, SignupRequest] = {}
+    requests: dict[str, IntakeRecord] = {}
     for r in requests_of(records, "gig"):
         requests.setdefault(r.signup_id, r)
-    first_two = decide(EventSnapshot("gig", 4), list(requests.values())[:2]).decisions
+    first_two = decide(Event("gig", 4), list(requests.values())[:2]).decisions
     bound = len(Journal.build("gig", 1, NOW, first_two, requests).encode())
     monkeypatch.setattr(store_module, "MAX_JOURNAL_BYTES", bound)
     journals: list[Journal] = []
@@ -264,7 +261,7 @@ def test_a_journal_too_large_commits_the_prefix_that_fits_and_then_the_rest(fake
     assert [d for j in journals for d in j.decisions] == decided(result)
     assert [d.signup_id for d in journals[0].decisions] == ["a", "b"]
     assert all(len(j.encode()) <= bound for j in journals) and len(journals) >= 3
-    assert fake.get_event("gig").snapshot.version == len(journals)
+    assert fake.get_event("gig").event.version == len(journals)
     assert sorted(stored(fake, "gig")) == ["a", "b", "c", "d", "e"]
     assert stored(fake, "gig")["e"]["reason"] == Reason.CAPACITY_FULL
 
@@ -376,8 +373,8 @@ def test_a_parked_event_parks_later_records_and_releases_all_in_arrival_order(fa
 
 def test_a_record_parked_during_a_release_keeps_the_event_parked(fake):
     fake.create_event("gig", 5, NOW)
-    version = fake.park("gig", [SignupRequest("gig", "a", "10")], NOW, "StoreUnavailableError")
-    late = SignupRequest("gig", "late", "20")
+    version = fake.park("gig", [IntakeRecord("gig", "a", "10")], NOW, "StoreUnavailableError")
+    late = IntakeRecord("gig", "late", "20")
     fake.before_next("clear_parking", lambda: fake.park("gig", [late], NOW, None))
     p = processor(fake)
     assert p.release("gig") is False
@@ -389,7 +386,7 @@ def test_a_record_parked_during_a_release_keeps_the_event_parked(fake):
 
 def test_a_release_decides_at_most_max_release_records(fake):
     fake.create_event("gig", 9, NOW)
-    fake.park("gig", [SignupRequest("gig", f"s{i}", str(i)) for i in range(1, 6)], NOW, None)
+    fake.park("gig", [IntakeRecord("gig", f"s{i}", str(i)) for i in range(1, 6)], NOW, None)
     p = processor(fake, max_release=3, chunk_size=2)
     result = BatchResult()
     assert p.release("gig", result) is False
@@ -401,7 +398,7 @@ def test_a_release_decides_at_most_max_release_records(fake):
 
 def test_a_failed_release_leaves_the_rest_parked_and_says_so(fake):
     fake.create_event("gig", 9, NOW)
-    fake.park("gig", [SignupRequest("gig", f"s{i}", str(i)) for i in range(1, 5)], NOW, None)
+    fake.park("gig", [IntakeRecord("gig", f"s{i}", str(i)) for i in range(1, 5)], NOW, None)
     fake.fail_next("unpark", error=StoreUnavailableError)
     result = BatchResult()
     assert processor(fake, chunk_size=2).release("gig", result) is False
@@ -419,7 +416,7 @@ def test_a_release_that_meets_a_journal_too_large_unparks_and_counts_what_it_dec
     fake, monkeypatch
 ):
     fake.create_event("gig", 9, NOW)
-    fake.park("gig", [SignupRequest("gig", f"s{i}", str(i)) for i in range(1, 4)], NOW, None)
+    fake.park("gig", [IntakeRecord("gig", f"s{i}", str(i)) for i in range(1, 4)], NOW, None)
     fake.fail_next("commit", error=JournalTooLargeError("too big", fits=1))
     unparked: list[list[str]] = []
     unpark = fake.unpark
@@ -433,12 +430,12 @@ def test_a_release_that_meets_a_journal_too_large_unparks_and_counts_what_it_dec
 
 def test_a_release_of_an_event_not_parked_does_nothing(fake):
     assert processor(fake).release("gig") is True
-    assert fake.count("parked_requests") == 0
+    assert fake.count("parked_records") == 0
 
 
 def test_a_parked_events_group_that_cannot_be_parked_fails_from_its_first_record(fake):
     fake.create_event("gig", 5, NOW)
-    fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
+    fake.park("gig", [IntakeRecord("gig", "a", "1")], NOW, None)
     fake.fail_next("park", error=StoreUnavailableError)
     result = processor(fake).process([insert("gig", "b", 5), insert("gig", "c", 6)])
     assert result.failures == ["5"]
@@ -475,7 +472,7 @@ def test_a_commit_whose_answer_was_lost_decides_nothing_twice(fake):
     result = processor(fake).process([insert("gig", "c", 3)])
     # THEN the journal is written out, a and b are not decided again, c is
     assert [d.signup_id for d in decided(result)] == ["c"]
-    assert fake.get_event("gig").snapshot.version == 2
+    assert fake.get_event("gig").event.version == 2
     got = stored(fake, "gig")
     assert (got["a"]["position"], got["b"]["reason"], got["c"]["reason"]) == (
         1,
@@ -489,14 +486,14 @@ def test_a_journal_left_unwritten_is_written_before_anything_new_is_decided(fake
     fake.create_event("gig", 5, NOW)
     fake.fail_next("materialize", error=StoreUnavailableError)
     processor(fake).process([insert("gig", "a", 1)])  # committed, then parked
-    assert stored(fake, "gig") == {} and fake.get_event("gig").snapshot.version == 1
+    assert stored(fake, "gig") == {} and fake.get_event("gig").event.version == 1
     fake.calls.clear()
     processor(fake).release("gig")
     # the release wrote journal 1 out first, decided nothing again, and cleared the marker
     methods = [m for m, _ in fake.calls]
     assert methods.count("materialize") == 1
     assert methods.index("materialize") < methods.index("get_decisions")
-    assert fake.count("commit") == 0 and fake.get_event("gig").snapshot.version == 1
+    assert fake.count("commit") == 0 and fake.get_event("gig").event.version == 1
     assert stored(fake, "gig")["a"]["position"] == 1 and fake.get_parking("gig") is None
 
 
@@ -509,7 +506,7 @@ def test_a_journal_another_processor_left_unwritten_is_written_by_a_warm_one(fak
     # first write was journal 1 again: it had not written that one itself)
     fake.fail_next("materialize", error=StoreUnavailableError, skip=1)
     processor(fake).process([insert("gig", "x", 2)])
-    assert "x" not in stored(fake, "gig") and fake.get_event("gig").snapshot.version == 2
+    assert "x" not in stored(fake, "gig") and fake.get_event("gig").event.version == 2
     # WHEN the warm processor decides the next record of gig
     warm.process([insert("gig", "y", 3)])
     # THEN journal 2 was written out too: nothing decided is left without its item
@@ -519,14 +516,14 @@ def test_a_journal_another_processor_left_unwritten_is_written_by_a_warm_one(fak
 def test_a_release_never_uses_an_event_read_by_a_group_that_failed(fake):
     # GIVEN a parked event whose group could not be parked (its event was read with the marker)
     fake.create_event("gig", 5, NOW)
-    fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
+    fake.park("gig", [IntakeRecord("gig", "a", "1")], NOW, None)
     p = processor(fake)
     fake.fail_next("park", error=StoreUnavailableError)
     assert p.process([insert("gig", "b", 5)]).failures == ["5"]
     # and a commit of another processor since
     fake.clear_parking("gig", 1)
     processor(fake).process([insert("gig", "c", 6)])
-    fake.park("gig", [SignupRequest("gig", "a", "1")], NOW, None)
+    fake.park("gig", [IntakeRecord("gig", "a", "1")], NOW, None)
     # WHEN the first one releases the event THEN it reads it afresh: no conflict
     result = BatchResult()
     assert p.release("gig", result) is True

@@ -34,9 +34,8 @@ from turnstile.base.errors import EventNotFoundError
 from turnstile.engine.lifecycle import ALLOWED_TRANSITIONS, SEATED
 from turnstile.jobs.sweeper import request_unanswered, requests_answered
 from turnstile.storage.events import EventRecord
-from turnstile.storage.journal import IN_LINEUP
+from turnstile.storage.items import IN_LINEUP, history_of
 from turnstile.storage.ports import AuditStore
-from turnstile.storage.transitions import history_of
 
 __all__ = ["READ_ATTEMPTS", "AuditReport", "EventAudit", "audit", "audit_event", "audit_parking"]
 
@@ -394,7 +393,7 @@ def _check_journal(
 def _event_values(record: EventRecord | None) -> dict[str, Any] | None:
     if record is None:
         return None
-    s = record.snapshot
+    s = record.event
     return {
         Attr.EVENT_ID: s.event_id,
         Attr.CAPACITY: s.capacity,
@@ -434,7 +433,7 @@ def audit_stable(
         intake = list(store.intake_items(event_id))
         after = event_item()
         moved = (before is None) != (after is None) or (
-            before is not None and after is not None and before.snapshot != after.snapshot
+            before is not None and after is not None and before.event != after.event
         )
         if moved:
             continue  # a commit landed while we read: read it all again
@@ -443,7 +442,7 @@ def audit_stable(
         expired = journal is not None and journal.expires_at is not None
         if expired and now.timestamp() >= journal.expires_at:
             # Past the commit's retention TTL may have deleted what it decided outside the
-            # lineup (journal.retained): a missing item of those is no lost write.
+            # lineup (items.retained): a missing item of those is no lost write.
             journal_ids = {d.signup_id for d in journal.decisions if d.status in IN_LINEUP}
         if journal is not None and journal.updates:
             # a change of the last commit not written yet counts as unmaterialized
@@ -461,7 +460,7 @@ def audit_stable(
         parked_ids: set[str] = set()
         if marker is not None:
             decided = {d.get(Attr.SIGNUP_ID) for d in decisions} | journal_ids
-            parked_ids = {r.signup_id for r in store.parked_requests(event_id)} - decided
+            parked_ids = {r.signup_id for r in store.parked_records(event_id)} - decided
         report = audit_event(
             event_id=event_id,
             event_item=_event_values(before),
@@ -486,7 +485,7 @@ def audit_stable(
 
 def _event_ids(store: AuditStore) -> list[str]:
     """Every event with an event item, a decision or an intake record."""
-    ids = {event.snapshot.event_id for event in store.scan_events()}
+    ids = {record.event.event_id for record in store.scan_events()}
     ids |= {item[Attr.EVENT_ID] for item in store.decision_items()}
     ids |= {item[Attr.EVENT_ID] for item in store.intake_items()}
     return sorted(ids)

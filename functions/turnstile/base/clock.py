@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["MAX_CLOCK_SKEW_S", "age_s", "parse_timestamp", "utc_now"]
+__all__ = ["MAX_CLOCK_SKEW_S", "age_s", "iso_of_ms", "ms_of", "parse_timestamp", "utc_now"]
 
 #: A timestamp up to this far ahead of the reader's clock is a clock's skew (age 0);
 #: further ahead it is no age at all.
@@ -61,3 +61,17 @@ def age_s(value: Any, now: datetime) -> float | None:
     if age < -MAX_CLOCK_SKEW_S:
         return None
     return max(0.0, age)
+
+
+def ms_of(timestamp: str) -> int:
+    """Epoch milliseconds of one of turnstile's own timestamps (``utc_now``); the engine
+    counts time in these."""
+    parsed = parse_timestamp(timestamp)
+    if parsed is None:
+        raise ValueError(f"not a timestamp: {timestamp!r}")
+    return int(parsed.timestamp() * 1000)
+
+
+def iso_of_ms(ms: int) -> str:
+    """``utc_now``'s format of epoch milliseconds."""
+    return utc_now(datetime.fromtimestamp(ms / 1000, UTC))

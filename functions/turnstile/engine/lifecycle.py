@@ -1,12 +1,13 @@
 """The lifecycle engine: holds, confirmations, cancellations and a waitlist. Pure, no I/O.
 
-``step`` takes one event's state, the current state of the signups its requests touch, the
-requests in stream order and the processor's clock, and returns every transition it made,
-in order, with the event's next state. It is the one engine that decides: the processor
-calls it once per chunk of an event's records, for an event that does not exist too (each
-signup then rejected ``unknown_event``). With no waitlist, no holds and nothing but signups
-it decides exactly as the decider it replaced (kept as the tests' oracle, tests/oracle.py).
-docs/lifecycle.md states the rules.
+``step`` takes one event (``Event``), the current state of the signups its commands touch,
+the commands in stream order (``Command``: a signup's first record, a confirm, a cancel, a
+close, a tick) and the processor's clock, and returns every transition it made
+(``Transition``), in order, with the event's next state. It is the one engine that
+decides: the processor calls it once per chunk of an event's records, for an event that
+does not exist too (each signup then rejected ``unknown_event``). With no waitlist, no
+holds and nothing but signups it decides exactly as the decider it replaced (kept as the
+tests' oracle, tests/oracle.py). docs/lifecycle.md states the rules.
 
 Times are whole milliseconds since the epoch (``now``, ``hold_expires_at``); the options
 ``hold_seconds`` are seconds. Sequence numbers are the stream's decimal strings, compared as
@@ -16,18 +17,18 @@ integers.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 
 from turnstile.base.contract import EventState, Reason, Status
-from turnstile.engine.domain import EventSnapshot, SignupRequest, _bounded
+from turnstile.engine.rules import bounded
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
     "Cause",
+    "Command",
+    "Event",
     "Hold",
     "Kind",
-    "LifecycleEvent",
-    "Request",
     "SignupState",
     "Step",
     "Transition",
@@ -110,11 +111,15 @@ class Waiting:
 
 
 @dataclass(frozen=True)
-class LifecycleEvent:
-    """An event's options and the state the engine decides from (one item's worth)."""
+class Event:
+    """An event: its options and the state the engine decides from, as its event item holds
+    them (``turnstile.storage.events.EventRecord`` reads it)."""
 
     event_id: str
     capacity: int
+    #: Everything else is named (``Event("gig", 5, taken=2)``): the fields are many, and
+    #: the options and the counters are all ints.
+    _: KW_ONLY
     #: How many signups may wait for seats at once (0: no waitlist).
     waitlist: int = 0
     #: How long a granted signup holds its seats before it must be confirmed (0: no hold,
@@ -135,36 +140,16 @@ class LifecycleEvent:
     #: The waitlist, in waitlist order (the order the signups joined it).
     waiting: tuple[Waiting, ...] = ()
 
-    @classmethod
-    def from_snapshot(
-        cls,
-        snapshot: EventSnapshot,
-        *,
-        waitlist: int = 0,
-        hold_seconds: int = 0,
-        max_seats: int | None = None,
-    ) -> LifecycleEvent:
-        """Today's event item, with the lifecycle's options (defaults: today's behaviour)."""
-        return cls(
-            event_id=snapshot.event_id,
-            capacity=snapshot.capacity,
-            waitlist=waitlist,
-            hold_seconds=hold_seconds,
-            max_seats=max_seats,
-            taken=snapshot.taken,
-            accepted=snapshot.accepted,
-            state=snapshot.state,
-            version=snapshot.version,
-        )
-
     @property
     def remaining(self) -> int:
         return self.capacity - self.taken
 
 
 @dataclass(frozen=True)
-class Request:
-    """One intake record of the event, in stream order, as the engine needs it."""
+class Command:
+    """What one record of the event asks of the engine, in stream order: a signup's first
+    decision, a confirm or a cancel (a producer's *request*), a close, or a tick (time
+    passes: nothing but the expiry of lapsed holds)."""
 
     kind: str
     sequence_number: str
@@ -174,7 +159,7 @@ class Request:
     seats: int = 1
     #: Why a signup breaks the contract (it is then rejected ``invalid_request``).
     problem: str | None = None
-    #: A remark kept in the decision's detail (as ``SignupRequest.note``).
+    #: A remark kept in the decision's detail (an intake record's ``note``).
     note: str | None = None
     #: A later request carried by the same record as the one before it for this signup
     #: (a record recovered from intake answers every request of its log): its sequence
@@ -182,31 +167,19 @@ class Request:
     follows: bool = False
 
     @classmethod
-    def of_signup(cls, request: SignupRequest) -> Request:
-        """A signup's first record, as ``domain.parse_request`` made it."""
-        return cls(
-            kind=Kind.SIGNUP,
-            sequence_number=request.sequence_number,
-            signup_id=request.signup_id,
-            seats=request.seats,
-            problem=request.problem,
-            note=request.note,
-        )
-
-    @classmethod
-    def confirm(cls, signup_id: str, sequence_number: str) -> Request:
+    def confirm(cls, signup_id: str, sequence_number: str) -> Command:
         return cls(Kind.CONFIRM, sequence_number, signup_id)
 
     @classmethod
-    def cancel(cls, signup_id: str, sequence_number: str) -> Request:
+    def cancel(cls, signup_id: str, sequence_number: str) -> Command:
         return cls(Kind.CANCEL, sequence_number, signup_id)
 
     @classmethod
-    def close(cls, sequence_number: str) -> Request:
+    def close(cls, sequence_number: str) -> Command:
         return cls(Kind.CLOSE, sequence_number)
 
     @classmethod
-    def tick(cls, sequence_number: str) -> Request:
+    def tick(cls, sequence_number: str) -> Command:
         return cls(Kind.TICK, sequence_number)
 
 
@@ -262,7 +235,7 @@ class Step:
 
     transitions: tuple[Transition, ...]
     #: The event's next state (None for an unknown event); ``version`` unchanged.
-    event: LifecycleEvent | None
+    event: Event | None
     #: The next state of every signup given to ``step`` and of every signup it first saw.
     #: A signup moved only by the engine itself (an expiry, a promotion, a close) and not
     #: given is not here: ``advance`` applies its transitions to its stored state.
@@ -307,9 +280,7 @@ def _seq(sequence_number: str) -> int:
 class _Run:
     """One step's working state; every change goes through ``_move``."""
 
-    def __init__(
-        self, event: LifecycleEvent | None, signups: Mapping[str, SignupState], now: int
-    ) -> None:
+    def __init__(self, event: Event | None, signups: Mapping[str, SignupState], now: int) -> None:
         self.event = event
         self.signups = dict(signups)
         self.now = now
@@ -346,18 +317,18 @@ class _Run:
             )
         )
 
-    def _refuse(self, request: Request, state: SignupState | None, reason: str) -> None:
+    def _refuse(self, command: Command, state: SignupState | None, reason: str) -> None:
         status = state.status if state is not None else Status.PENDING
         seats = state.seats if state is not None else 0
-        assert request.signup_id is not None
+        assert command.signup_id is not None
         self._emit(
             Transition(
-                signup_id=request.signup_id,
+                signup_id=command.signup_id,
                 from_status=status,
                 to_status=status,
                 at=self.now,
-                sequence_number=request.sequence_number,
-                cause=request.kind,
+                sequence_number=command.sequence_number,
+                cause=command.kind,
                 seats=seats,
                 reason=reason,
                 refused=True,
@@ -460,16 +431,16 @@ class _Run:
                 reason=Reason.EVENT_CLOSED,
             )
 
-    def first_decision(self, request: Request) -> None:
+    def first_decision(self, command: Command) -> None:
         """A signup's first record: rejected, granted seats, or put on the waitlist."""
-        sid, seq, seats = request.signup_id, request.sequence_number, request.seats
+        sid, seq, seats = command.signup_id, command.sequence_number, command.seats
         assert sid is not None
         event = self.event
         reason = None
-        detail = request.note
-        if request.problem:
+        detail = command.note
+        if command.problem:
             reason = Reason.INVALID_REQUEST
-            detail = _bounded("; ".join(p for p in (request.problem, request.note) if p))
+            detail = bounded("; ".join(p for p in (command.problem, command.note) if p))
         elif event is None:
             reason = Reason.UNKNOWN_EVENT
         elif event.state != EventState.OPEN:
@@ -506,12 +477,12 @@ class _Run:
             detail=detail,
         )
 
-    def confirm(self, request: Request, state: SignupState | None) -> None:
+    def confirm(self, command: Command, state: SignupState | None) -> None:
         """HELD → ACCEPTED. A hold due at ``now`` has lapsed already (expiry runs first)."""
         if state is None or state.status != Status.HELD:
             lapsed = state is not None and state.status == Status.EXPIRED
             self._refuse(
-                request, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
+                command, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
             )
             return
         event = self.event
@@ -523,24 +494,24 @@ class _Run:
             state.signup_id,
             Status.HELD,
             Status.ACCEPTED,
-            request.sequence_number,
+            command.sequence_number,
             Cause.CONFIRM,
             state.seats,
             position=state.position,
         )
 
-    def cancel(self, request: Request, state: SignupState | None) -> None:
+    def cancel(self, command: Command, state: SignupState | None) -> None:
         """HELD, ACCEPTED or WAITLISTED → CANCELLED; freed seats go down the waitlist."""
         status = state.status if state is not None else Status.PENDING
         if state is None or status not in (Status.HELD, Status.ACCEPTED, Status.WAITLISTED):
             lapsed = status == Status.EXPIRED
             self._refuse(
-                request, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
+                command, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
             )
             return
         event = self.event
         assert event is not None
-        sid, seq = state.signup_id, request.sequence_number
+        sid, seq = state.signup_id, command.sequence_number
         if status == Status.WAITLISTED:
             waiting = tuple(w for w in event.waiting if w.signup_id != sid)
             self.event = replace(event, waiting=waiting)
@@ -554,15 +525,15 @@ class _Run:
 
 
 def step(
-    event: LifecycleEvent | None,
+    event: Event | None,
     signups: Mapping[str, SignupState],
-    requests: Sequence[Request],
+    commands: Sequence[Command],
     now: int,
 ) -> Step:
     """Apply one event's records, in stream order, at the processor's time ``now`` (ms).
 
     Rules, in order:
-    - before any request: every hold with ``hold_expires_at <= now`` lapses (EXPIRED,
+    - before any command: every hold with ``hold_expires_at <= now`` lapses (EXPIRED,
       earliest first); a CLOSED event's waitlist is rejected ``event_closed``; free seats
       go down the waitlist. These are attributed to the step's first record, and a step
       with no record changes nothing;
@@ -581,39 +552,39 @@ def step(
     - a close: the event is CLOSED and its waitlist rejected ``event_closed``; holds stay
       (they may still be confirmed, cancelled or lapse).
 
-    ``signups`` must hold the current state of every signup a request names that has one.
+    ``signups`` must hold the current state of every signup a command names that has one.
     """
-    if not requests:
+    if not commands:
         return Step((), event, dict(signups))
     run = _Run(event, signups, now)
-    first = requests[0].sequence_number
+    first = commands[0].sequence_number
     run.expire(first)
     if run.event is not None and run.event.state != EventState.OPEN and run.event.waiting:
         run.close(first)
     run.promote(first)
-    for request in requests:
-        if request.kind == Kind.TICK:
+    for command in commands:
+        if command.kind == Kind.TICK:
             continue
-        if request.kind == Kind.CLOSE:
+        if command.kind == Kind.CLOSE:
             if run.event is not None and run.event.state == EventState.OPEN:
-                run.close(request.sequence_number)
+                run.close(command.sequence_number)
             continue
-        if request.kind not in Kind.ALL or request.signup_id is None:
-            raise ValueError(f"not a request the engine knows: {request.kind!r}")
-        state = run.signups.get(request.signup_id)
-        seq = _seq(request.sequence_number)
+        if command.kind not in Kind.ALL or command.signup_id is None:
+            raise ValueError(f"not a command the engine knows: {command.kind!r}")
+        state = run.signups.get(command.signup_id)
+        seq = _seq(command.sequence_number)
         last = _seq(state.last_sequence_number) if state is not None else -1
-        if state is not None and (seq < last or (seq == last and not request.follows)):
+        if state is not None and (seq < last or (seq == last and not command.follows)):
             continue  # a replay
-        if request.kind == Kind.SIGNUP:
+        if command.kind == Kind.SIGNUP:
             if state is None or state.status == Status.PENDING:
-                run.first_decision(request)
-        elif request.problem:
-            run._refuse(request, state, Reason.INVALID_REQUEST)
-        elif request.kind == Kind.CONFIRM:
-            run.confirm(request, state)
+                run.first_decision(command)
+        elif command.problem:
+            run._refuse(command, state, Reason.INVALID_REQUEST)
+        elif command.kind == Kind.CONFIRM:
+            run.confirm(command, state)
         else:
-            run.cancel(request, state)
+            run.cancel(command, state)
     return Step(tuple(run.transitions), run.event, run.signups)
 
 

@@ -18,7 +18,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from turnstile.base.clock import parse_timestamp
 from turnstile.base.contract import Status
 from turnstile.base.personal_data import decision_retention_days, signup_ref
-from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor
+from turnstile.jobs.processor import BatchResult, StreamProcessor, StreamRecord
 from turnstile.storage.store import SignupStore
 
 logger = Logger(service="turnstile")
@@ -68,18 +68,18 @@ def _new_image(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deserializer.deserialize(v) for k, v in raw.items()}
 
 
-def to_intake_record(record: DynamoDBRecord) -> IntakeRecord:
+def to_intake_record(record: DynamoDBRecord) -> StreamRecord:
     """The parts of a stream record the processor needs; a broken image stays broken."""
     stream = record.dynamodb
     name = record.event_name.name if record.event_name else ""
     if stream is None:
-        return IntakeRecord(sequence_number="", event_name=name, keys={})
+        return StreamRecord(sequence_number="", event_name=name, keys={})
     try:
         raw_image = stream.get("NewImage")
         image: dict[str, Any] | None = _new_image(raw_image) if raw_image else None
     except Exception:  # an image that does not deserialize is decided as invalid
         image = None
-    return IntakeRecord(
+    return StreamRecord(
         sequence_number=stream.sequence_number or "",
         event_name=name,
         keys=stream.keys,

@@ -12,35 +12,34 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from turnstile.base.clock import utc_now
+from turnstile.base.clock import ms_of, utc_now
 from turnstile.base.contract import ID_PATTERN, Attr, ControlKey
 from turnstile.base.errors import CommitConflictError, JournalTooLargeError
 from turnstile.base.personal_data import TTL_LAG_S, decision_expires_at, outlives
 from turnstile.engine import lifecycle
-from turnstile.engine.domain import Decision, Outcome, SignupRequest, parse_request
 from turnstile.engine.lifecycle import Transition
 from turnstile.storage.dynamo import AccessDenied, error_text, refused_as_invalid
 from turnstile.storage.events import EventRecord
-from turnstile.storage.journal import Journal
-from turnstile.storage.ports import ProcessorStore
-from turnstile.storage.transitions import (
+from turnstile.storage.intake import IntakeRecord, engine_commands, parse_intake
+from turnstile.storage.items import (
     Answered,
+    Decision,
+    Outcome,
     decisions_without_event,
-    engine_requests,
-    lifecycle_event,
-    ms_of,
     outcome_of,
     refusals_without_event,
     signup_state,
     touched_without_state,
 )
+from turnstile.storage.journal import Journal
+from turnstile.storage.ports import ProcessorStore
 
 __all__ = [
     "BatchResult",
     "DecidedSignup",
-    "IntakeRecord",
     "MovedSignup",
     "StreamProcessor",
+    "StreamRecord",
     "utc_now",
 ]
 
@@ -52,7 +51,7 @@ RELEASE_RETRY_MS = 5_000
 
 
 @dataclass(frozen=True)
-class IntakeRecord:
+class StreamRecord:
     """One stream record, reduced to what the processor needs (plain Python values)."""
 
     sequence_number: str
@@ -137,7 +136,7 @@ class StreamProcessor:
         # The event item read together with the parking marker, for the group's first chunk.
         self._prefetched: dict[str, EventRecord | None] = {}
 
-    def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+    def process(self, records: Iterable[StreamRecord]) -> BatchResult:
         """Decide every new intake record; report the first record of each failed group.
 
         A group (one event's records) that fails stops there: its later records are not
@@ -146,7 +145,7 @@ class StreamProcessor:
         number go back to the event source, which redelivers from it. Other events carry on.
         """
         result = BatchResult()
-        groups: dict[str, list[SignupRequest]] = {}
+        groups: dict[str, list[IntakeRecord]] = {}
         wakes: dict[str, str] = {}
         for record in records:
             if record.event_name not in NEW_RECORD_EVENTS:
@@ -156,12 +155,12 @@ class StreamProcessor:
             if woken is not None:
                 wakes[woken] = record.sequence_number  # one step per event is enough
                 continue
-            request = parse_request(record.new_image, record.sequence_number, record.keys)
+            intake = parse_intake(record.new_image, record.sequence_number, record.keys)
             if record.new_image is None:
-                request = _with_problem(request, "record has no new image")
-            groups.setdefault(request.event_id, []).append(request)
-        for event_id, requests in groups.items():
-            self._process_group(event_id, requests, result)
+                intake = _with_problem(intake, "record has no new image")
+            groups.setdefault(intake.event_id, []).append(intake)
+        for event_id, group in groups.items():
+            self._process_group(event_id, group, result)
         for event_id, sequence_number in wakes.items():
             self._wake(event_id, sequence_number, result)
         return result
@@ -186,7 +185,7 @@ class StreamProcessor:
                 result.ignored += 1
                 return
             self._prefetched[event_id] = event
-            tick = SignupRequest(event_id, "", sequence_number, seats=0, tick=True)
+            tick = IntakeRecord(event_id, "", sequence_number, seats=0, tick=True)
             decided, _ = self._decide_chunk(event_id, [tick], result)
             result.decided.extend(decided)
         except Exception:
@@ -200,25 +199,25 @@ class StreamProcessor:
             self._prefetched.pop(event_id, None)
 
     def _process_group(
-        self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
+        self, event_id: str, records: Sequence[IntakeRecord], result: BatchResult
     ) -> None:
-        if self._parked_group(event_id, requests, result):
+        if self._parked_group(event_id, records, result):
             return
         start = 0
-        while start < len(requests):
-            chunk = requests[start : start + self.chunk_size]
+        while start < len(records):
+            chunk = records[start : start + self.chunk_size]
             try:
                 decided, consumed = self._decide_chunk(event_id, chunk, result)
             except Exception as exc:
                 log.exception("event group failed", extra={"event_id": event_id})
-                if not self._park(event_id, requests[start:], exc, result):
+                if not self._park(event_id, records[start:], exc, result):
                     result.failures.append(chunk[0].sequence_number)
                 return
             result.decided.extend(decided)
             start += consumed
 
     def _decide_chunk(
-        self, event_id: str, chunk: Sequence[SignupRequest], result: BatchResult
+        self, event_id: str, chunk: Sequence[IntakeRecord], result: BatchResult
     ) -> tuple[list[DecidedSignup], int]:
         for _ in range(self.max_conflicts):
             try:
@@ -231,28 +230,28 @@ class StreamProcessor:
         raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
 
     def _try_chunk(
-        self, event_id: str, chunk: Sequence[SignupRequest]
+        self, event_id: str, chunk: Sequence[IntakeRecord]
     ) -> tuple[list[DecidedSignup], int, list[tuple[str, Transition]]]:
         """Decide and commit ``chunk``, or the longest prefix of it whose journal fits.
 
-        Returns what was decided and how many requests of ``chunk`` that covers; the
+        Returns what was decided and how many records of ``chunk`` that covers; the
         caller hands the rest to the next round, which decides them from the new state.
         """
-        by_id: dict[str, SignupRequest] = {}
-        for request in chunk:
-            if not request.tick:
-                by_id.setdefault(request.signup_id, request)
+        by_id: dict[str, IntakeRecord] = {}
+        for record in chunk:
+            if not record.tick:
+                by_id.setdefault(record.signup_id, record)
         # An id that is no id names no event (none can be created), and a key built from it
         # may be one DynamoDB refuses (an event id of up to 2,048 bytes from intake, plus a
         # prefix): the event item is never read, its records are rejected invalid.
         valid = ID_PATTERN.fullmatch(event_id) is not None
-        event = self._load_event(event_id) if valid else None
+        record = self._load_event(event_id) if valid else None
         now = self.clock()
         # Never before an intake record of the chunk could bring its signup back.
         expires_at = decision_expires_at(
             now, self.decision_retention_days, (r.expires_at for r in chunk if not r.tick)
         )
-        if event is None:
+        if record is None:
             existing = self.store.get_decisions(event_id, by_id)
             decisions = decisions_without_event(chunk, existing, ms_of(now))
             if decisions:
@@ -273,25 +272,28 @@ class StreamProcessor:
                 )
             return self._decided(event_id, decisions, now, by_id), len(chunk), []
 
-        cache_key = (event_id, event.created_at)
-        if event.journal is not None and self._materialized.get(cache_key) != event.journal.version:
+        cache_key = (event_id, record.created_at)
+        if (
+            record.journal is not None
+            and self._materialized.get(cache_key) != record.journal.version
+        ):
             # The last commit may not have reached its items (a crash, another processor):
             # write them before anything new is decided.
-            self.store.materialize(event_id, event.journal, by_id)
-            self._remember(cache_key, event.journal.version)
+            self.store.materialize(event_id, record.journal, by_id)
+            self._remember(cache_key, record.journal.version)
         # Every signup the chunk names, as its item says now (the last journal is written).
         decided = {
             sid: signup_state(item)
             for sid, item in self.store.get_decisions(event_id, by_id).items()
         }
         self._keep_while_intake_lives(event_id, chunk, decided)
-        outcome, moves = self._step(event, chunk, decided, now)
+        outcome, moves = self._step(record, chunk, decided, now)
         if outcome is None:
             return [], len(chunk), []
         while True:
             try:
                 journal = self.store.commit(
-                    event.snapshot, outcome, now, by_id, expires_at=expires_at
+                    record.event, outcome, now, by_id, expires_at=expires_at
                 )
                 break
             except JournalTooLargeError as too_big:
@@ -301,7 +303,7 @@ class StreamProcessor:
                 if len(chunk) == 1:
                     raise
                 chunk = chunk[: _prefix(chunk, outcome, too_big.fits)]
-                outcome, moves = self._step(event, chunk, dict(decided), now)
+                outcome, moves = self._step(record, chunk, dict(decided), now)
                 if outcome is None:
                     return [], len(chunk), []
         self.store.materialize(event_id, journal, by_id)
@@ -309,7 +311,7 @@ class StreamProcessor:
         return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
 
     def _keep_while_intake_lives(
-        self, event_id: str, chunk: Sequence[SignupRequest], decided: Mapping[str, Answered]
+        self, event_id: str, chunk: Sequence[IntakeRecord], decided: Mapping[str, Answered]
     ) -> None:
         """A decision that would expire before its intake record (a producer wrote or
         changed the record's ``expires_at`` after the decision) is kept longer, or for
@@ -326,36 +328,30 @@ class StreamProcessor:
 
     def _step(
         self,
-        event: EventRecord,
-        chunk: Sequence[SignupRequest],
+        record: EventRecord,
+        chunk: Sequence[IntakeRecord],
         decided: dict[str, Answered],
         now: str,
     ) -> tuple[Outcome | None, list[tuple[str, Transition]]]:
         """The lifecycle engine's step over ``chunk`` (docs/lifecycle.md), as a commit
         (None when it changes nothing), and its transitions. Reads the items of the
         signups it moved by itself (an expiry, a promotion) that ``decided`` lacks."""
-        requests, counts = engine_requests(chunk, decided)
-        before = lifecycle_event(
-            event.snapshot,
-            waitlist=event.waitlist,
-            hold_seconds=event.hold_seconds,
-            max_seats=event.max_seats,
-            lineup=event.lineup,
+        commands, counts = engine_commands(
+            chunk, {sid: a.request_count for sid, a in decided.items()}
         )
+        before = record.event
         result = lifecycle.step(
-            before, {sid: a.state for sid, a in decided.items()}, requests, ms_of(now)
+            before, {sid: a.state for sid, a in decided.items()}, commands, ms_of(now)
         )
-        moves = [(event.snapshot.event_id, t) for t in result.transitions]
+        moves = [(before.event_id, t) for t in result.transitions]
         if not result.transitions:
             return None, moves
         missing = touched_without_state(result, decided)
         if missing:
-            for sid, item in self.store.get_decisions(event.snapshot.event_id, missing).items():
+            for sid, item in self.store.get_decisions(before.event_id, missing).items():
                 decided[sid] = signup_state(item)
         requested = {r.sequence_number: r.request for r in chunk if r.request is not None}
-        outcome = outcome_of(
-            before, event.snapshot, event.status_counts, result, decided, counts, requested
-        )
+        outcome = outcome_of(before, record.status_counts, result, decided, counts, requested)
         return outcome, moves
 
     def _remember(self, key: tuple[str, str | None], version: int) -> None:
@@ -369,7 +365,7 @@ class StreamProcessor:
         event_id: str,
         decisions: Sequence[Decision],
         decided_at: str,
-        by_id: Mapping[str, SignupRequest],
+        by_id: Mapping[str, IntakeRecord],
     ) -> list[DecidedSignup]:
         # A signup moved by the engine whose item had to be written again (it was gone)
         # has no record in the chunk: it is no first decision (its move is reported).
@@ -389,7 +385,7 @@ class StreamProcessor:
         return self.store.get_event(event_id)
 
     def _parked_group(
-        self, event_id: str, requests: Sequence[SignupRequest], result: BatchResult
+        self, event_id: str, records: Sequence[IntakeRecord], result: BatchResult
     ) -> bool:
         """Whether the group was dealt with as a parked event's: parked behind the records
         parked before it, then a release tried (or, if it could not be parked, failed).
@@ -403,15 +399,15 @@ class StreamProcessor:
             event, parking = self.store.get_event_and_parking(event_id)
         except Exception as exc:
             log.exception("event group failed", extra={"event_id": event_id})
-            if not self._park(event_id, requests, exc, result):
-                result.failures.append(requests[0].sequence_number)
+            if not self._park(event_id, records, exc, result):
+                result.failures.append(records[0].sequence_number)
             return True
         self._prefetched[event_id] = event
         if parking is None:
             return False
-        if not self._park(event_id, requests, None, result):
+        if not self._park(event_id, records, None, result):
             self._prefetched.clear()
-            result.failures.append(requests[0].sequence_number)
+            result.failures.append(records[0].sequence_number)
             return True
         self.release(event_id, result)
         return True
@@ -419,11 +415,11 @@ class StreamProcessor:
     def _park(
         self,
         event_id: str,
-        requests: Sequence[SignupRequest],
+        records: Sequence[IntakeRecord],
         error: BaseException | None,
         result: BatchResult,
     ) -> bool:
-        """Park ``requests`` and mark the event parked; False if that failed too (the
+        """Park ``records`` and mark the event parked; False if that failed too (the
         event source then retries the group: the last resort), or if DynamoDB refused the
         records themselves (parking would block the event behind records that can never
         be decided: they take the event source's retries, bisect and on-failure queue)."""
@@ -434,11 +430,11 @@ class StreamProcessor:
             # Not a failure to ride out: a grant is missing. Say so at once, loudly.
             log.error("event parked: %s", error_class, extra={"event_id": event_id})
         try:
-            self.store.park(event_id, requests, self.clock(), error_class)
+            self.store.park(event_id, records, self.clock(), error_class)
         except Exception:
             log.exception("parking failed", extra={"event_id": event_id})
             return False
-        result.parked += len(requests)
+        result.parked += len(records)
         if error_class is not None:
             result.parked_events.append((event_id, error_class))
         return True
@@ -458,7 +454,7 @@ class StreamProcessor:
             if marker is None:
                 return True
             version = int(marker["version"])
-            parked = self.store.parked_requests(event_id)
+            parked = self.store.parked_records(event_id)
             limit = min(len(parked), self.max_release)
             start = 0
             while start < limit:
@@ -483,7 +479,7 @@ class StreamProcessor:
             self._prefetched.pop(event_id, None)
 
 
-def _prefix(chunk: Sequence[SignupRequest], outcome: Outcome, fits: int) -> int:
+def _prefix(chunk: Sequence[IntakeRecord], outcome: Outcome, fits: int) -> int:
     """How many records of ``chunk`` to decide again when only ``fits`` of ``outcome``'s
     first decisions fit a journal: those up to the last of them (fewer than all), else
     half the chunk."""
@@ -495,6 +491,6 @@ def _prefix(chunk: Sequence[SignupRequest], outcome: Outcome, fits: int) -> int:
     return max(1, len(chunk) // 2)
 
 
-def _with_problem(request: SignupRequest, problem: str) -> SignupRequest:
-    joined = f"{request.problem}; {problem}" if request.problem else problem
-    return replace(request, problem=joined)
+def _with_problem(record: IntakeRecord, problem: str) -> IntakeRecord:
+    joined = f"{record.problem}; {problem}" if record.problem else problem
+    return replace(record, problem=joined)

@@ -388,7 +388,7 @@ class Sweeper:
         parked_keys: set[tuple[str, str]] = set()
         for event_id, marker in self.store.parking_markers().items():
             result.parked_events += 1
-            parked = self.store.parked_requests(event_id)
+            parked = self.store.parked_records(event_id)
             parked_keys |= {(event_id, r.signup_id) for r in parked}
             if not parked:
                 if self.store.clear_parking(event_id, int(marker[Attr.VERSION])):

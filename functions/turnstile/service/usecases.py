@@ -33,20 +33,20 @@ from turnstile.base.errors import (
 )
 from turnstile.base.jsonable import plain
 from turnstile.base.personal_data import intake_expires_at
-from turnstile.engine.domain import (
+from turnstile.engine.rules import (
     MAX_CAPACITY,
     MAX_SEATS,
     MAX_SUBMITTED_AT_CHARS,
     id_problem,
-    parse_request,
     signup_problems,
 )
 from turnstile.service import views
 from turnstile.storage import listing
 from turnstile.storage.events import EventRecord, lineup_problem
+from turnstile.storage.intake import parse_intake
+from turnstile.storage.items import history_of
 from turnstile.storage.requests import ANYONE, request_transition
 from turnstile.storage.store import SignupStore
-from turnstile.storage.transitions import history_of
 
 __all__ = [
     "ABSENT",
@@ -171,7 +171,7 @@ def event_options(
 
 
 def _options_of(record: EventRecord) -> EventOptions:
-    return EventOptions(record.waitlist, record.hold_seconds, record.max_seats)
+    return EventOptions(record.event.waitlist, record.event.hold_seconds, record.event.max_seats)
 
 
 # -- views ----------------------------------------------------------------------------
@@ -190,7 +190,7 @@ def _whole(value: Any) -> int | None:
 
 def event_view(record: EventRecord) -> views.Event:
     """The ``Event`` view."""
-    s = record.snapshot
+    s = record.event
     # No version: the processor's optimistic lock is not part of the public answer.
     return views.Event(
         event_id=s.event_id,
@@ -204,9 +204,9 @@ def event_view(record: EventRecord) -> views.Event:
         state=s.state,
         created_at=record.created_at,
         created_by=record.created_by,
-        waitlist=record.waitlist,
-        hold_seconds=record.hold_seconds,
-        max_seats=record.max_seats,
+        waitlist=s.waitlist,
+        hold_seconds=s.hold_seconds,
+        max_seats=s.max_seats,
         status_counts=dict(record.status_counts or {}),
     )
 
@@ -226,7 +226,7 @@ def signup_view(
         # A pending signup is shown as the processor will read it: whatever a producer
         # wrote straight into intake (400 KB of submitted_at, a map of any size) is
         # bounded by the same rules, never copied as it is.
-        request = parse_request(intake or {}, "", {"event_id": event_id, "signup_id": signup_id})
+        request = parse_intake(intake or {}, "", {"event_id": event_id, "signup_id": signup_id})
         seats, attributes = request.seats or None, request.attributes
         submitted_at = request.submitted_at
     if not isinstance(submitted_at, str) or len(submitted_at) > MAX_SUBMITTED_AT_CHARS:
@@ -314,16 +314,16 @@ def create_event(
         existing = store.get_event(event_id)
         if existing is None:  # deleted by hand in between: nothing to be idempotent with
             raise
-        if existing.snapshot.capacity != capacity:
+        if existing.event.capacity != capacity:
             raise EventExistsError(
                 f"event {event_id!r} already exists with capacity "
-                f"{existing.snapshot.capacity}, not {capacity}"
+                f"{existing.event.capacity}, not {capacity}"
             ) from None
         if _options_of(existing) != options:
             theirs = _options_of(existing)
             raise EventExistsError(
                 f"event {event_id!r} already exists with "
-                f"{_described(existing.snapshot.capacity, theirs)}, not "
+                f"{_described(existing.event.capacity, theirs)}, not "
                 f"{_differing(theirs, options)}"
             ) from None
         return Created(body=event_view(existing), created=False)

@@ -19,6 +19,7 @@ from turnstile.base.clock import utc_now
 from turnstile.base.contract import (
     DUE_HOLDS_SHARD,
     EVENTS_CREATED,
+    MAX_HOLD_SECONDS,
     MAX_IDENTITY_CHARS,
     MAX_LINEUP_ENTRIES,
     Attr,
@@ -35,7 +36,8 @@ from turnstile.base.errors import (
     InvalidRequestError,
     StoreUnavailableError,
 )
-from turnstile.engine.domain import EventSnapshot
+from turnstile.engine.lifecycle import Event
+from turnstile.engine.lineup import decode_lineup
 from turnstile.storage.dynamo import (
     ConditionFailed,
     Dynamo,
@@ -60,25 +62,21 @@ MAX_CREATED_BY_CHARS = MAX_IDENTITY_CHARS
 
 @dataclass(frozen=True)
 class EventRecord:
-    """The event item: the lockable state, when it was created, and its last journal."""
+    """The event item: the event as the engine decides from it, when and by whom it was
+    created, and what only the store needs (its last journal, its lowest capacity, its
+    signups per status)."""
 
-    snapshot: EventSnapshot
+    #: The event's options, counters, state, lock version and lineup (holds and waitlist).
+    event: Event
     created_at: str | None = None
     journal: Journal | None = None
     #: The lowest capacity the event has had, once it was changed (None: never changed).
     min_capacity: int | None = None
     #: Who created it (``Attr.CREATED_BY``); None for an event item written by other means.
     created_by: str | None = None
-    #: The lifecycle's options (docs/lifecycle.md): absent on the item reads as 0, 0, None.
-    waitlist: int = 0
-    hold_seconds: int = 0
-    max_seats: int | None = None
     #: Signups per status (the processor's ``Attr.STATUS_COUNTS``); None before any commit
     #: of the lifecycle.
     status_counts: dict[str, int] | None = None
-    #: The stored lineup (``turnstile.engine.lineup``), compressed; None when the event holds
-    #: nothing and nobody waits.
-    lineup: bytes | None = None
 
     @classmethod
     def from_item(cls, raw: Mapping[str, Any]) -> EventRecord:
@@ -87,16 +85,28 @@ class EventRecord:
 
     @classmethod
     def from_values(cls, item: Mapping[str, Any]) -> EventRecord:
-        """From the event item as plain Python values (what ``from_item`` returns)."""
+        """From the event item as plain Python values (what ``from_item`` returns).
+
+        Options an organizer wrote by hand past the API's bounds are read within them (a
+        waitlist of at most ``MAX_LINEUP_ENTRIES``, holds of at most ``MAX_HOLD_SECONDS``):
+        the item is inside the trust boundary, but no option may make deciding fail."""
         journal_blob = item.get(Attr.JOURNAL)
+        holds, waiting = decode_lineup(item.get(Attr.LINEUP))
         return cls(
-            snapshot=EventSnapshot(
+            event=Event(
                 event_id=item[Attr.EVENT_ID],
                 capacity=int(item.get(Attr.CAPACITY, 0)),
+                waitlist=min(max(_whole(item.get(Attr.WAITLIST)) or 0, 0), MAX_LINEUP_ENTRIES),
+                hold_seconds=min(
+                    max(_whole(item.get(Attr.HOLD_SECONDS)) or 0, 0), MAX_HOLD_SECONDS
+                ),
+                max_seats=_whole(item.get(Attr.MAX_SEATS)),
                 taken=int(item.get(Attr.TAKEN, 0)),
                 accepted=int(item.get(Attr.ACCEPTED, 0)),
                 state=str(item.get(Attr.STATE, EventState.OPEN)),
                 version=int(item.get(Attr.VERSION, 0)),
+                holds=holds,
+                waiting=waiting,
             ),
             created_at=item.get(Attr.CREATED_AT),
             journal=Journal.decode(bytes(journal_blob)) if journal_blob is not None else None,
@@ -104,15 +114,11 @@ class EventRecord:
                 int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
             ),
             created_by=_text_or_none(item.get(Attr.CREATED_BY)),
-            waitlist=_whole(item.get(Attr.WAITLIST)) or 0,
-            hold_seconds=_whole(item.get(Attr.HOLD_SECONDS)) or 0,
-            max_seats=_whole(item.get(Attr.MAX_SEATS)),
             status_counts=(
                 {str(k): int(v) for k, v in counts.items()}
                 if isinstance(counts := item.get(Attr.STATUS_COUNTS), Mapping)
                 else None
             ),
-            lineup=bytes(lineup) if (lineup := item.get(Attr.LINEUP)) is not None else None,
         )
 
 
@@ -183,7 +189,6 @@ class EventItems:
         are the processor's, absent until its first commit (they read as 0). So the API's
         role needs no write on any attribute the processor owns (docs/design.md, §5).
         """
-        snapshot = EventSnapshot(event_id=event_id, capacity=capacity)
         names = {
             "#pk": ControlKey.PK,
             "#event": Attr.EVENT_ID,
@@ -230,14 +235,14 @@ class EventItems:
                 self._create_counted(event_id, update, created_by, quota)
         except ConditionFailed as exc:
             raise EventExistsError(f"event {event_id!r} already exists") from exc
-        return EventRecord(
-            snapshot=snapshot,
-            created_at=now,
-            created_by=created_by or None,
+        event = Event(
+            event_id=event_id,
+            capacity=capacity,
             waitlist=waitlist,
             hold_seconds=hold_seconds,
             max_seats=max_seats,
         )
+        return EventRecord(event=event, created_at=now, created_by=created_by or None)
 
     def _create_counted(
         self, event_id: str, update: dict[str, Any], created_by: str, quota: int
@@ -412,14 +417,14 @@ class EventItems:
             current = self.get_event(event_id)
             if current is None:
                 raise EventNotFoundError(f"no such event {event_id!r}")
-            snapshot = current.snapshot
-            if capacity < snapshot.taken:
-                raise CapacityBelowTakenError(event_id, capacity, snapshot.taken)
+            event = current.event
+            if capacity < event.taken:
+                raise CapacityBelowTakenError(event_id, capacity, event.taken)
             # The options never change once created, so the ones read here stand.
-            problem = lineup_problem(capacity, current.waitlist, current.hold_seconds)
+            problem = lineup_problem(capacity, event.waitlist, event.hold_seconds)
             if problem:
                 raise InvalidRequestError([f"capacity {capacity}: {problem}"])
-            lowest = snapshot.capacity if current.min_capacity is None else current.min_capacity
+            lowest = event.capacity if current.min_capacity is None else current.min_capacity
             names = {
                 "#pk": ControlKey.PK,
                 "#capacity": Attr.CAPACITY,
@@ -429,7 +434,7 @@ class EventItems:
             values = {
                 ":capacity": {"N": str(capacity)},
                 ":min": {"N": str(min(lowest, capacity))},
-                ":read": {"N": str(snapshot.capacity)},
+                ":read": {"N": str(event.capacity)},
             }
             if current.min_capacity is None:
                 min_unchanged = "attribute_not_exists(#min)"
@@ -444,7 +449,7 @@ class EventItems:
                     UpdateExpression="SET #capacity = :capacity, #min = :min",
                     ConditionExpression=(
                         "attribute_exists(#pk) AND "
-                        f"{is_or_absent_as('#capacity', ':read', snapshot.capacity, 0)} AND "
+                        f"{is_or_absent_as('#capacity', ':read', event.capacity, 0)} AND "
                         f"{min_unchanged} AND "
                         "(attribute_not_exists(#floor) OR #floor <= :capacity)"
                     ),

@@ -36,165 +36,17 @@ from functools import cached_property
 from typing import Any
 
 from turnstile.base.contract import Attr, Status
-from turnstile.base.itemsize import text_size, typed_item_size
-from turnstile.engine.domain import Decision, ItemUpdate, SignupRequest
-from turnstile.storage.dynamo import to_item, typed_json, typed_json_hook
+from turnstile.storage.dynamo import typed_json, typed_json_hook
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import (
+    Decision,
+    ItemUpdate,
+    base_item,
+    bounded_copies,
+    retained,
+)
 
-__all__ = [
-    "COPIED_FIELDS",
-    "MAX_DECISION_ITEM_BYTES",
-    "MAX_JOURNAL_ROW_BYTES",
-    "Journal",
-    "base_item",
-    "bounded_decision",
-    "decision_item",
-]
-
-#: A decision item over this (DynamoDB's item size) is stored without its copied fields.
-MAX_DECISION_ITEM_BYTES = 64 * 1024
-#: So is one whose journal row (JSON) would be longer than this: one decision then always
-#: fits a journal, whatever its characters cost in JSON.
-MAX_JOURNAL_ROW_BYTES = 128 * 1024
-#: The attributes a decision item copies from its intake record.
-COPIED_FIELDS = (Attr.SUBMITTED_AT, Attr.ATTRIBUTES)
-
-
-#: Statuses of signups the event's lineup still holds: their items never expire.
-IN_LINEUP = (Status.HELD, Status.WAITLISTED)
-
-
-def retained(status: str, expires_at: int | None) -> int | None:
-    """The ``expires_at`` of a decision item in ``status``: none while the signup holds
-    seats or waits for them (the event's lineup names it; TTL must not delete it)."""
-    return None if status in IN_LINEUP else expires_at
-
-
-def _check_storable(value: Mapping[str, Any]) -> None:
-    """Raise ``ValueError`` for what the serializer accepts and DynamoDB refuses."""
-    (kind, raw), *_ = value.items()
-    if kind in ("SS", "NS", "BS") and not raw:
-        raise ValueError("an empty set")
-    if kind == "M":
-        for v in raw.values():
-            _check_storable(v)
-    elif kind == "L":
-        for v in raw:
-            _check_storable(v)
-
-
-def _copied_values(request: SignupRequest | Mapping[str, Any] | None) -> dict[str, Any]:
-    """The copied fields of a request (or of an intake item, plain values), if present."""
-    if isinstance(request, SignupRequest):
-        attributes: Any = request.attributes or None
-        submitted_at = request.submitted_at
-        owner = request.owner
-    elif request is not None:
-        raw_attrs = request.get(Attr.ATTRIBUTES)
-        attributes = raw_attrs if isinstance(raw_attrs, Mapping) and raw_attrs else None
-        raw_sub = request.get(Attr.SUBMITTED_AT)
-        submitted_at = raw_sub if isinstance(raw_sub, str) else None
-        raw_owner = request.get(Attr.OWNER)
-        owner = raw_owner if isinstance(raw_owner, str) and raw_owner else None
-    else:
-        attributes, submitted_at, owner = None, None, None
-    return {Attr.SUBMITTED_AT: submitted_at, Attr.ATTRIBUTES: attributes, Attr.OWNER: owner}
-
-
-def _without_copies(decision: Decision, why: str) -> Decision:
-    note = f"attributes and submitted_at not stored: {why}"
-    return replace(decision, detail=f"{decision.detail}; {note}" if decision.detail else note)
-
-
-def base_item(
-    event_id: str,
-    decision: Decision,
-    decided_at: str,
-    expires_at: int | None = None,
-    extras: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The decision item without its copied fields, typed (what ``to_item`` would give,
-    built directly: this runs for every decision). ``expires_at``: when TTL deletes it."""
-    item: dict[str, Any] = {
-        Attr.EVENT_ID: {"S": event_id},
-        Attr.SIGNUP_ID: {"S": decision.signup_id},
-        Attr.STATUS: {"S": decision.status},
-    }
-    if decision.reason is not None:
-        item[Attr.REASON] = {"S": decision.reason}
-    if decision.detail is not None:
-        item[Attr.DETAIL] = {"S": decision.detail}
-    item[Attr.SEATS] = {"N": str(int(decision.seats))}
-    if decision.position is not None:
-        item[Attr.POSITION] = {"N": str(int(decision.position))}
-    item[Attr.DECIDED_AT] = {"S": decided_at}
-    item[Attr.SEQUENCE_NUMBER] = {"S": decision.sequence_number}
-    if expires_at is not None:
-        item[Attr.EXPIRES_AT] = {"N": str(int(expires_at))}
-    if extras:
-        item.update(extras)
-    return item
-
-
-def _bounded(
-    event_id: str,
-    decision: Decision,
-    decided_at: str,
-    request: SignupRequest | Mapping[str, Any] | None,
-    expires_at: int | None = None,
-    extras: Mapping[str, Any] | None = None,
-) -> tuple[Decision, dict[str, Any], str]:
-    """``bounded_decision``, and the copied fields as journal JSON."""
-    try:
-        copies = to_item(_copied_values(request))
-        for value in copies.values():
-            _check_storable(value)
-    except (TypeError, ValueError, ArithmeticError) as exc:
-        return _without_copies(decision, f"not storable in DynamoDB ({exc})"), {}, "{}"
-    text = typed_json(copies)
-    if not copies:
-        return decision, copies, text
-    # The JSON is never shorter than the item size (tags, quotes, base64): the exact size
-    # is needed only when the JSON alone would go over.
-    json_bytes = text_size(text)
-    base = typed_item_size(base_item(event_id, decision, decided_at, expires_at, extras))
-    if base + json_bytes > MAX_DECISION_ITEM_BYTES:
-        if base + typed_item_size(copies) > MAX_DECISION_ITEM_BYTES:
-            why = f"item over {MAX_DECISION_ITEM_BYTES} bytes"
-            return _without_copies(decision, why), {}, "{}"
-        if json_bytes > MAX_JOURNAL_ROW_BYTES - 1024:
-            why = f"journal row over {MAX_JOURNAL_ROW_BYTES} bytes"
-            return _without_copies(decision, why), {}, "{}"
-    return decision, copies, text
-
-
-def bounded_decision(
-    event_id: str,
-    decision: Decision,
-    decided_at: str,
-    request: SignupRequest | Mapping[str, Any] | None,
-    expires_at: int | None = None,
-) -> tuple[Decision, dict[str, Any]]:
-    """The decision and its copied fields (typed), fixed now; bounded whatever the input.
-
-    Copied fields that DynamoDB would refuse, or that would make the decision item larger
-    than ``MAX_DECISION_ITEM_BYTES`` (or its journal row than ``MAX_JOURNAL_ROW_BYTES``),
-    are dropped, and the decision's ``detail`` says so.
-    """
-    decision, copies, _ = _bounded(event_id, decision, decided_at, request, expires_at)
-    return decision, copies
-
-
-def decision_item(
-    event_id: str,
-    decision: Decision,
-    decided_at: str,
-    request: SignupRequest | Mapping[str, Any] | None,
-    expires_at: int | None = None,
-) -> dict[str, Any]:
-    """The decision item exactly as the contract describes it (typed for the client),
-    bounded as ``bounded_decision`` says."""
-    decision, copies = bounded_decision(event_id, decision, decided_at, request, expires_at)
-    return {**base_item(event_id, decision, decided_at, expires_at), **copies}
+__all__ = ["Journal"]
 
 
 @dataclass(frozen=True)
@@ -241,7 +93,7 @@ class Journal:
         version: int,
         decided_at: str,
         decisions: Sequence[Decision],
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
         extras: Sequence[Mapping[str, Any] | None] | None = None,
         updates: Sequence[ItemUpdate] = (),
@@ -251,7 +103,7 @@ class Journal:
         items decided before."""
         more: Sequence[Mapping[str, Any] | None] = extras or [None] * len(decisions)
         bounded = [
-            _bounded(event_id, d, decided_at, requests.get(d.signup_id), expires_at, x)
+            bounded_copies(event_id, d, decided_at, requests.get(d.signup_id), expires_at, x)
             for d, x in zip(decisions, more, strict=True)
         ]
         return cls(

@@ -18,7 +18,6 @@ from typing import Any
 from turnstile.base.clock import parse_timestamp
 from turnstile.base.contract import DUE_HOLDS_SHARD, Attr, ControlKey, ParkAttr
 from turnstile.base.personal_data import intake_expiry
-from turnstile.engine.domain import SignupRequest
 from turnstile.storage.dynamo import (
     ConditionFailed,
     Dynamo,
@@ -28,6 +27,7 @@ from turnstile.storage.dynamo import (
     to_item,
 )
 from turnstile.storage.events import EventRecord
+from turnstile.storage.intake import IntakeRecord
 
 __all__ = ["MAX_PARKING_ERROR_CHARS", "ParkedEvents"]
 
@@ -88,7 +88,7 @@ class ParkedEvents:
         return {item[Attr.EVENT_ID]: item for item in markers}
 
     def park(
-        self, event_id: str, requests: Sequence[SignupRequest], now: str, error: str | None
+        self, event_id: str, requests: Sequence[IntakeRecord], now: str, error: str | None
     ) -> int:
         """Park records of an event (keeping their sequence numbers) and mark it parked.
 
@@ -161,7 +161,7 @@ class ParkedEvents:
         )
         return int(response["Attributes"][Attr.VERSION]["N"])
 
-    def parked_requests(self, event_id: str) -> list[SignupRequest]:
+    def parked_records(self, event_id: str) -> list[IntakeRecord]:
         """The event's parked records, in arrival order, read consistently."""
         pk, _ = ControlKey.parking(event_id)
         parked = self.dynamo.items(
@@ -175,11 +175,11 @@ class ParkedEvents:
                 ":prefix": {"S": ControlKey.PARKED_PREFIX},
             },
         )
-        requests: list[SignupRequest] = []
+        requests: list[IntakeRecord] = []
         for item in parked:
             attributes = item.get(Attr.ATTRIBUTES)
             requests.append(
-                SignupRequest(
+                IntakeRecord(
                     event_id=event_id,
                     signup_id=str(item[Attr.SIGNUP_ID]),
                     sequence_number=str(item[Attr.SEQUENCE_NUMBER]),

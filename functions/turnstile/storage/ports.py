@@ -19,8 +19,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
-from turnstile.engine.domain import Decision, EventSnapshot, Outcome, SignupRequest
+from turnstile.engine.lifecycle import Event
 from turnstile.storage.events import EventRecord
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import Decision, Outcome
 from turnstile.storage.journal import Journal
 
 __all__ = ["AuditStore", "ProcessorStore", "SweeperLedger", "SweeperStore"]
@@ -44,10 +46,10 @@ class ProcessorStore(Protocol):
 
     def commit(
         self,
-        expected: EventSnapshot,
+        expected: Event,
         outcome: Outcome,
         decided_at: str,
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
     ) -> Journal:
         """Store ``outcome``'s counters and a journal of its decisions (version
@@ -70,7 +72,7 @@ class ProcessorStore(Protocol):
         self,
         event_id: str,
         journal: Journal,
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
+        requests: Mapping[str, IntakeRecord | Mapping[str, Any]] | None = None,
     ) -> None:
         """Write the journal's decision items, each exactly as the journal fixes it.
         Idempotent: writing a journal again writes the same items. ``requests`` is read
@@ -81,7 +83,7 @@ class ProcessorStore(Protocol):
         self,
         event_id: str,
         decisions: Sequence[Decision],
-        requests: Mapping[str, SignupRequest],
+        requests: Mapping[str, IntakeRecord],
         decided_at: str,
         expires_at: int | None = None,
         event_may_appear: bool = True,
@@ -108,7 +110,7 @@ class ProcessorStore(Protocol):
         ...
 
     def park(
-        self, event_id: str, requests: Sequence[SignupRequest], now: str, error: str | None
+        self, event_id: str, requests: Sequence[IntakeRecord], now: str, error: str | None
     ) -> int:
         """Park ``requests`` under their sequence numbers (again: the same item) and mark
         the event parked: the marker's version goes up by one (it never goes down, and
@@ -119,7 +121,7 @@ class ProcessorStore(Protocol):
         is not one (digits, at most 40) or for no requests."""
         ...
 
-    def parked_requests(self, event_id: str) -> list[SignupRequest]:
+    def parked_records(self, event_id: str) -> list[IntakeRecord]:
         """The event's parked records, in arrival order: by sequence number as a number
         ("98" before "1000"), each as it was parked."""
         ...
@@ -172,7 +174,7 @@ class SweeperStore(Protocol):
         """Parking markers of the parked events, by event id."""
         ...
 
-    def parked_requests(self, event_id: str) -> list[SignupRequest]:
+    def parked_records(self, event_id: str) -> list[IntakeRecord]:
         """A parked event's records, in arrival order."""
         ...
 
@@ -276,6 +278,6 @@ class AuditStore(Protocol):
         """When the event was last woken (its wake-up item's ``woken_at``), or None."""
         ...
 
-    def parked_requests(self, event_id: str) -> list[SignupRequest]:
+    def parked_records(self, event_id: str) -> list[IntakeRecord]:
         """A parked event's records, in arrival order."""
         ...

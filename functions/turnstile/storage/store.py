@@ -44,7 +44,7 @@ from typing import Any
 
 from turnstile.base.contract import DUE_HOLDS_SHARD, Attr, ControlKey, EventState, undecided_shard
 from turnstile.base.errors import CommitConflictError, JournalTooLargeError, SignupConflictError
-from turnstile.engine.domain import Decision, EventSnapshot, ItemUpdate, Outcome, SignupRequest
+from turnstile.engine.lifecycle import Event
 from turnstile.storage.dynamo import (
     TRANSACTION_BYTES,
     TRANSACTION_LIMIT,
@@ -54,13 +54,14 @@ from turnstile.storage.dynamo import (
     chunks_within,
     event_key,
     from_item,
-    number_text,
     signup_key,
     to_item,
 )
 from turnstile.storage.events import EventItems, is_or_absent_as
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import Decision, Outcome, update_call
+from turnstile.storage.items import decision_item as _decision_item
 from turnstile.storage.journal import Journal
-from turnstile.storage.journal import decision_item as _decision_item
 from turnstile.storage.parking import ParkedEvents
 from turnstile.storage.requests import SignupRequests
 
@@ -220,10 +221,10 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
 
     def commit(
         self,
-        expected: EventSnapshot,
+        expected: Event,
         outcome: Outcome,
         decided_at: str,
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]],
+        requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
     ) -> Journal:
         """Commit a group's decisions and the event's counters in one conditional write.
@@ -331,17 +332,17 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         event_id: str,
         decision: Decision,
         decided_at: str,
-        request: SignupRequest | Mapping[str, Any] | None,
+        request: IntakeRecord | Mapping[str, Any] | None,
         expires_at: int | None = None,
     ) -> dict[str, Any]:
-        """The decision item exactly as the contract describes it (``journal.decision_item``)."""
+        """The decision item exactly as the contract describes it (``items.decision_item``)."""
         return _decision_item(event_id, decision, decided_at, request, expires_at)
 
     def journal_items(
         self,
         event_id: str,
         journal: Journal,
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
+        requests: Mapping[str, IntakeRecord | Mapping[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
         """The journal's decision items. A journal fixes them to the byte; only one of
         format 1 takes the copied fields from ``requests``, or else from intake."""
@@ -349,7 +350,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             return journal.items(event_id)
         requests = requests or {}
         missing = [d.signup_id for d in journal.decisions if d.signup_id not in requests]
-        sources: dict[str, SignupRequest | Mapping[str, Any]] = dict(requests)
+        sources: dict[str, IntakeRecord | Mapping[str, Any]] = dict(requests)
         if missing:
             sources.update(self.get_intakes(event_id, missing))
         return [
@@ -361,7 +362,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         self,
         event_id: str,
         journal: Journal,
-        requests: Mapping[str, SignupRequest | Mapping[str, Any]] | None = None,
+        requests: Mapping[str, IntakeRecord | Mapping[str, Any]] | None = None,
     ) -> None:
         """Write the journal's decision items and changes (idempotent: the journal fixes
         their content, and each write is conditioned, see the module's notes).
@@ -378,9 +379,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             }
             for item in self.journal_items(event_id, journal, requests)
         ]
-        writes += [
-            _update_call(self.main_table, event_id, u) for u in journal.retained_updates()
-        ]
+        writes += [update_call(self.main_table, event_id, u) for u in journal.retained_updates()]
         if len(writes) <= 1:
             for write in writes:
                 self._conditional(write)
@@ -424,7 +423,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         self,
         event_id: str,
         decisions: Sequence[Decision],
-        requests: Mapping[str, SignupRequest],
+        requests: Mapping[str, IntakeRecord],
         decided_at: str,
         expires_at: int | None = None,
         event_may_appear: bool = True,
@@ -510,40 +509,6 @@ def _lifecycle_expression(
         sets += ["#due = :due", "#due_signup = :due_signup", "#due_shard = :due_shard"]
     else:
         removes += ["#due", "#due_signup", "#due_shard"]
-
-
-def _update_call(table: str, event_id: str, update: ItemUpdate) -> dict[str, Any]:
-    """A journal's change to an item decided before, as one conditional ``UpdateItem``:
-    applied only while the item's status is the one it was decided from (and its answered
-    requests below the change's)."""
-    names = {"#status": Attr.STATUS}
-    values: dict[str, Any] = {":from": {"S": update.from_status}}
-    sets = []
-    for i, (name, value) in enumerate(sorted(update.set.items())):
-        names[f"#s{i}"] = name
-        values[f":s{i}"] = value
-        sets.append(f"#s{i} = :s{i}")
-    removes = []
-    for i, name in enumerate(update.remove):
-        names[f"#r{i}"] = name
-        removes.append(f"#r{i}")
-    expression = "SET " + ", ".join(sets) if sets else ""
-    if removes:
-        expression += " REMOVE " + ", ".join(removes)
-    condition = "#status = :from"
-    if update.request_count is not None:
-        names["#rc"] = Attr.REQUEST_COUNT
-        values[":rc"] = {"N": number_text(update.request_count)}
-        condition += " AND (attribute_not_exists(#rc) OR #rc < :rc)"
-    return {
-        "op": "update_item",
-        "TableName": table,
-        "Key": signup_key(event_id, update.signup_id),
-        "UpdateExpression": expression.strip(),
-        "ConditionExpression": condition,
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
-    }
 
 
 def _version_is(expected: int) -> str:

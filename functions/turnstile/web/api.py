@@ -24,7 +24,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.metrics import Metrics, MetricUnit
 
 from turnstile.base.contract import MAX_ATTRIBUTES_BYTES
-from turnstile.engine.domain import MAX_ATTRIBUTES_DEPTH, MAX_CAPACITY
+from turnstile.engine.rules import MAX_ATTRIBUTES_DEPTH, MAX_CAPACITY
 from turnstile.storage.store import SignupStore
 from turnstile.web import errors, openapi
 from turnstile.web import routes as operations

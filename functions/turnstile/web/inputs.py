@@ -3,7 +3,7 @@ its rule, and the sentence a 400 answers when one is broken.
 
 Powertools validates a request against these before any route runs (the routes' signatures
 name them), and the OpenAPI document is generated from them. The sentences are the service
-layer's own (``usecases``, ``domain``), so the API and ``turnstile`` refuse the same input
+layer's own (``usecases``, ``rules``), so the API and ``turnstile`` refuse the same input
 with the same words. The rules the models cannot state (an attributes map's size and
 depth, an event's lineup bound, a page token's check value) stay with the use cases, which
 apply every rule again whoever calls them.
@@ -25,7 +25,7 @@ from turnstile.base.contract import (
     MAX_HOLD_SECONDS,
     MAX_LINEUP_ENTRIES,
 )
-from turnstile.engine.domain import (
+from turnstile.engine.rules import (
     MAX_ATTRIBUTES_DEPTH,
     MAX_CAPACITY,
     MAX_SEATS,

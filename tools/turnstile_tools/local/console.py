@@ -32,9 +32,8 @@ from typing import Any, TextIO
 
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
-from turnstile.base.clock import parse_timestamp
+from turnstile.base.clock import iso_of_ms, parse_timestamp
 from turnstile.base.contract import ID_PATTERN, Status
-from turnstile.storage.transitions import iso_of_ms
 
 __all__ = [
     "LOG_FORMATS",
@@ -267,9 +266,7 @@ class Console:
         c = self.counts
         if worker:
             more = "".join(
-                f", {n} {what}"
-                for n, what in ((c.held, "held"), (c.waitlisted, "waitlisted"))
-                if n
+                f", {n} {what}" for n, what in ((c.held, "held"), (c.waitlisted, "waitlisted")) if n
             )
             lines = [
                 f"this session decided {_plural(c.decided, 'signup')} ({c.accepted} accepted, "

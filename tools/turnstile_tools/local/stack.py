@@ -137,12 +137,12 @@ def counting_processor(
     """
     from turnstile.base.contract import Status
     from turnstile.base.personal_data import decision_retention_days
-    from turnstile.jobs.processor import BatchResult, IntakeRecord, MovedSignup, StreamProcessor
+    from turnstile.jobs.processor import BatchResult, MovedSignup, StreamProcessor, StreamRecord
 
     lock = threading.Lock()  # lanes (a parallelization factor) count at once
 
     class CountingProcessor(StreamProcessor):
-        def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+        def process(self, records: Iterable[StreamRecord]) -> BatchResult:
             with lock:
                 stats.first_batch_at = stats.first_batch_at or time.time()
             result = super().process(records)
@@ -702,10 +702,10 @@ def count_tables(budget_s: float, session: boto3.Session | None = None) -> Table
     try:
         intake, decided = keys(store.intake_table), keys(store.main_table)
         events = 0
-        for event in store.scan_events():
+        for record in store.scan_events():
             events += 1
-            if event.journal is not None:
-                decided |= {(event.snapshot.event_id, d.signup_id) for d in event.journal.decisions}
+            if record.journal is not None:
+                decided |= {(record.event.event_id, d.signup_id) for d in record.journal.decisions}
     except _OverBudget:
         return None
     return TableCounts(events=events, decided=len(decided), pending=len(intake - decided))

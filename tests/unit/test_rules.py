@@ -14,23 +14,22 @@ from hypothesis import strategies as st
 from tests.oracle import decide
 from turnstile.base.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, EventState, Reason, Status
 from turnstile.base.itemsize import value_size
-from turnstile.engine.domain import (
+from turnstile.engine.lifecycle import Event
+from turnstile.engine.rules import (
     MAX_ATTRIBUTES_DEPTH,
     MAX_CAPACITY,
     MAX_DETAIL_CHARS,
     MAX_SEATS,
     MAX_SUBMITTED_AT_CHARS,
-    EventSnapshot,
-    SignupRequest,
     attributes_problem,
     capacity_problem,
-    parse_request,
     signup_problems,
 )
+from turnstile.storage.intake import IntakeRecord, parse_intake
 
 
-def req(signup_id: str, seats: int = 1, seq: int = 0, problem: str | None = None) -> SignupRequest:
-    return SignupRequest(
+def req(signup_id: str, seats: int = 1, seq: int = 0, problem: str | None = None) -> IntakeRecord:
+    return IntakeRecord(
         event_id="e1",
         signup_id=signup_id,
         sequence_number=str(1000 + seq),
@@ -39,7 +38,7 @@ def req(signup_id: str, seats: int = 1, seq: int = 0, problem: str | None = None
     )
 
 
-OPEN3 = EventSnapshot(event_id="e1", capacity=3)
+OPEN3 = Event(event_id="e1", capacity=3)
 
 
 def _nested(depth: int) -> dict[str, Any]:
@@ -85,7 +84,7 @@ def _nested(depth: int) -> dict[str, Any]:
         ),
         # A closed event takes nobody.
         (
-            EventSnapshot(event_id="e1", capacity=3, state=EventState.CLOSED),
+            Event(event_id="e1", capacity=3, state=EventState.CLOSED),
             [req("a")],
             [("a", Status.REJECTED, Reason.EVENT_CLOSED, None)],
         ),
@@ -99,19 +98,19 @@ def _nested(depth: int) -> dict[str, Any]:
         (OPEN3, [req("a", 1, 1), req("a", 1, 2)], [("a", Status.ACCEPTED, None, 1)]),
         # Capacity zero: everything is full.
         (
-            EventSnapshot(event_id="e1", capacity=0),
+            Event(event_id="e1", capacity=0),
             [req("a")],
             [("a", Status.REJECTED, Reason.CAPACITY_FULL, None)],
         ),
         # Positions continue from the event's accepted count.
         (
-            EventSnapshot(event_id="e1", capacity=10, taken=4, accepted=3),
+            Event(event_id="e1", capacity=10, taken=4, accepted=3),
             [req("a", 6)],
             [("a", Status.ACCEPTED, None, 4)],
         ),
         # Room is what the committed taken leaves: 2 of 10, not 10.
         (
-            EventSnapshot(event_id="e1", capacity=10, taken=8, accepted=5, version=3),
+            Event(event_id="e1", capacity=10, taken=8, accepted=5, version=3),
             [req("a", 3, 1), req("b", 2, 2), req("c", 1, 3)],
             [
                 ("a", Status.REJECTED, Reason.CAPACITY_FULL, None),
@@ -121,7 +120,7 @@ def _nested(depth: int) -> dict[str, Any]:
         ),
         # An event already full takes nobody, not even one seat.
         (
-            EventSnapshot(event_id="e1", capacity=4, taken=4, accepted=4),
+            Event(event_id="e1", capacity=4, taken=4, accepted=4),
             [req("a", 1)],
             [("a", Status.REJECTED, Reason.CAPACITY_FULL, None)],
         ),
@@ -140,9 +139,9 @@ def test_already_decided_signups_get_no_new_decision():
 
 
 def test_state_advances_from_the_committed_state():
-    before = EventSnapshot(event_id="e1", capacity=10, taken=8, accepted=5, version=3)
+    before = Event(event_id="e1", capacity=10, taken=8, accepted=5, version=3)
     outcome = decide(before, [req("a", 3, 1), req("b", 2, 2)])
-    assert outcome.state == EventSnapshot("e1", 10, taken=10, accepted=6, version=3)
+    assert outcome.state == Event("e1", 10, taken=10, accepted=6, version=3)
 
 
 def test_invalid_input_keeps_its_detail_and_takes_no_seats():
@@ -157,8 +156,8 @@ def test_invalid_input_keeps_its_detail_and_takes_no_seats():
 
 
 def test_state_advances_but_version_is_the_stores():
-    outcome = decide(EventSnapshot(event_id="e1", capacity=5, version=7), [req("a", 2)])
-    assert outcome.state == EventSnapshot(event_id="e1", capacity=5, taken=2, accepted=1, version=7)
+    outcome = decide(Event(event_id="e1", capacity=5, version=7), [req("a", 2)])
+    assert outcome.state == Event(event_id="e1", capacity=5, taken=2, accepted=1, version=7)
 
 
 # -- parsing what a producer wrote straight into intake ---------------------------------
@@ -196,7 +195,7 @@ def test_state_advances_but_version_is_the_stores():
 def test_parse_request_flags_bad_input(image, problem_part):
     # The one validator: the API and the CLI refuse exactly this (signup_problems).
     full = {"event_id": "e1", "signup_id": "s1", **image}
-    request = parse_request(full, "1")
+    request = parse_intake(full, "1")
     assert request.problem is not None and problem_part in request.problem
 
 
@@ -207,7 +206,7 @@ def test_attributes_at_the_limits_are_valid():
     for attributes in (blob, _nested(MAX_ATTRIBUTES_DEPTH), {"n": Decimal("1" * 38)}):
         assert signup_problems("e1", "s1", 1, attributes) == []
         image = {"event_id": "e1", "signup_id": "s1", "attributes": attributes}
-        assert parse_request(image, "1").problem is None
+        assert parse_intake(image, "1").problem is None
     assert signup_problems("e1", "s1", 1, {"b": "x" * 4092}) != []
 
 
@@ -291,7 +290,7 @@ def test_capacity_rule(capacity, valid):
 
 
 def test_a_detail_of_exactly_the_bound_is_kept_whole():
-    request = SignupRequest("e1", "s1", "1", problem="p" * MAX_DETAIL_CHARS)
+    request = IntakeRecord("e1", "s1", "1", problem="p" * MAX_DETAIL_CHARS)
     [decision] = decide(OPEN3, [request]).decisions
     assert decision.detail == "p" * MAX_DETAIL_CHARS
     longer = replace(request, problem="p" * (MAX_DETAIL_CHARS + 1))
@@ -302,7 +301,7 @@ def test_a_detail_of_exactly_the_bound_is_kept_whole():
 def test_a_bad_id_is_rejected_under_its_own_key_whatever_its_length():
     # GIVEN an intake record whose signup id is 1,000 characters off the pattern
     signup_id = "#" + "\u00e9" * 999
-    request = parse_request({"event_id": "e1", "signup_id": signup_id}, "1")
+    request = parse_intake({"event_id": "e1", "signup_id": signup_id}, "1")
     # THEN the request keeps the id (the rejection is written under it) and the detail
     # does not repeat it
     assert request.signup_id == signup_id
@@ -320,7 +319,7 @@ def test_a_bad_id_is_rejected_under_its_own_key_whatever_its_length():
 def test_submitted_at_off_the_bound_is_dropped_with_a_note_not_rejected(submitted_at):
     # GIVEN a valid signup whose submitted_at is too long or not a string
     image = {"event_id": "e1", "signup_id": "s1", "submitted_at": submitted_at}
-    request = parse_request(image, "1")
+    request = parse_intake(image, "1")
     # THEN it is valid, submitted_at is dropped, and the decision says so
     assert request.problem is None
     assert request.submitted_at is None
@@ -331,7 +330,7 @@ def test_submitted_at_off_the_bound_is_dropped_with_a_note_not_rejected(submitte
 
 def test_submitted_at_within_the_bound_is_kept_as_it_is():
     for value in ("2026-01-01T00:00:00Z", "not a time at all", "y" * MAX_SUBMITTED_AT_CHARS):
-        request = parse_request({"event_id": "e1", "signup_id": "s1", "submitted_at": value}, "1")
+        request = parse_intake({"event_id": "e1", "signup_id": "s1", "submitted_at": value}, "1")
         assert (request.submitted_at, request.note) == (value, None)
         assert decide(OPEN3, [request]).decisions[0].detail is None
 
@@ -345,12 +344,12 @@ def test_detail_is_bounded_whatever_the_record_held():
         "attributes": {"": "x" * 10_000},
         "submitted_at": "z" * 100,
     }
-    [decision] = decide(OPEN3, [parse_request(image, "1")]).decisions
+    [decision] = decide(OPEN3, [parse_intake(image, "1")]).decisions
     assert decision.reason == Reason.INVALID_REQUEST
     assert decision.detail is not None and len(decision.detail) <= MAX_DETAIL_CHARS
     assert "submitted_at dropped" in decision.detail
     # AND a problem text of any length (a future rule quoting input) is cut to the bound
-    long = SignupRequest("e1", "s2", "2", problem="p" * 5000, note="dropped")
+    long = IntakeRecord("e1", "s2", "2", problem="p" * 5000, note="dropped")
     [decision] = decide(OPEN3, [long]).decisions
     assert decision.detail is not None and len(decision.detail) == MAX_DETAIL_CHARS
 
@@ -371,7 +370,7 @@ def test_detail_is_bounded_whatever_the_record_held():
 )
 def test_seats_rules_exactly(seats, expected):
     """An invalid request takes no seats (0), and says why in words a producer can act on."""
-    request = parse_request({"event_id": "e1", "signup_id": "s1", "seats": seats}, "1")
+    request = parse_intake({"event_id": "e1", "signup_id": "s1", "seats": seats}, "1")
     assert (request.seats, request.problem) == expected
 
 
@@ -379,7 +378,7 @@ def test_every_problem_is_reported_and_the_rest_is_copied():
     # GIVEN a record that breaks four rules at once THEN all four are named, in rule order
     image = {"event_id": "bad id", "signup_id": "-x", "seats": Decimal(0), "attributes": "x"}
     pattern = ID_PATTERN.pattern
-    request = parse_request(image, "1")
+    request = parse_intake(image, "1")
     assert request.problem == (
         f"event_id must match {pattern}; signup_id must match {pattern}; "
         "seats must be at least 1; attributes must be a map (a JSON object)"
@@ -398,7 +397,7 @@ def test_every_problem_is_reported_and_the_rest_is_copied():
         "attributes": {"vip": True},
         "submitted_at": "2026-01-01T00:00:00Z",
     }
-    request = parse_request(image, "9")
+    request = parse_intake(image, "9")
     assert (
         request.seats,
         request.attributes,
@@ -407,23 +406,23 @@ def test_every_problem_is_reported_and_the_rest_is_copied():
         request.note,
     ) == (3, {"vip": True}, "2026-01-01T00:00:00Z", None, None)
     # AND valid attributes are still copied when something else is wrong
-    request = parse_request({**image, "seats": Decimal(0)}, "9")
+    request = parse_intake({**image, "seats": Decimal(0)}, "9")
     assert (request.attributes, request.problem) == ({"vip": True}, "seats must be at least 1")
     # AND attributes over the limit are never copied, only their problem kept
     too_big = {"k": "x" * (MAX_ATTRIBUTES_BYTES - 4)}
-    request = parse_request({**image, "attributes": too_big}, "9")
+    request = parse_intake({**image, "attributes": too_big}, "9")
     assert request.problem is not None and "over 4096" in request.problem
     assert request.attributes == {}
 
 
 def test_parse_request_defaults():
-    request = parse_request({"event_id": "e1", "signup_id": "u-1@x.io"}, "7")
+    request = parse_intake({"event_id": "e1", "signup_id": "u-1@x.io"}, "7")
     assert request.problem is None
     assert (request.seats, dict(request.attributes), request.sequence_number) == (1, {}, "7")
 
 
 def test_parse_request_without_image_uses_keys():
-    request = parse_request(None, "9", keys={"event_id": "e1", "signup_id": "s1"})
+    request = parse_intake(None, "9", keys={"event_id": "e1", "signup_id": "s1"})
     assert (request.event_id, request.signup_id, request.problem) == ("e1", "s1", None)
 
 
@@ -468,18 +467,18 @@ images = st.one_of(
 
 requests_strategy = st.lists(images, max_size=40).map(
     lambda raw: [
-        parse_request({"event_id": "e1", **image}, str(10_000 + i)) for i, image in enumerate(raw)
+        parse_intake({"event_id": "e1", **image}, str(10_000 + i)) for i, image in enumerate(raw)
     ]
 )
 
 
 @st.composite
-def committed_events(draw: st.DrawFn) -> EventSnapshot:
+def committed_events(draw: st.DrawFn) -> Event:
     """An event as some earlier commit may have left it: seats and signups already taken."""
     capacity = draw(st.one_of(st.integers(0, 30), st.integers(0, 2 * MAX_SEATS)))
     taken = draw(st.integers(0, capacity))
     accepted = draw(st.integers(0, taken))
-    return EventSnapshot(
+    return Event(
         event_id="e1",
         capacity=capacity,
         taken=taken,
@@ -523,7 +522,7 @@ def test_the_strategies_reach_what_they_claim():
     )
 )
 def test_any_image_parses_and_a_valid_request_is_sane(image):
-    request = parse_request(image, "1")
+    request = parse_intake(image, "1")
     if request.problem is None:
         assert 1 <= request.seats <= MAX_SEATS
         assert ID_PATTERN.fullmatch(request.event_id) and ID_PATTERN.fullmatch(request.signup_id)
@@ -535,7 +534,7 @@ def test_any_image_parses_and_a_valid_request_is_sane(image):
 @given(event=events_strategy, requests=requests_strategy)
 def test_invalid_or_unknown_or_closed_never_takes_a_seat(event, requests):
     outcome = decide(event, requests)
-    by_id: dict[str, SignupRequest] = {}
+    by_id: dict[str, IntakeRecord] = {}
     for r in requests:
         by_id.setdefault(r.signup_id, r)
     for d in outcome.decisions:

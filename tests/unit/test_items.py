@@ -10,18 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.oracle import decide
-from tests.unit import test_domain as domain_tests
+from tests.unit import test_rules as rules_tests
+from turnstile.base.clock import iso_of_ms
 from turnstile.base.contract import Attr, EventState, Reason, Status
-from turnstile.engine.domain import EventSnapshot, ItemUpdate, SignupRequest
-from turnstile.engine.lifecycle import Hold, Request, Waiting, step
-from turnstile.engine.lineup import encode_lineup
+from turnstile.engine.lifecycle import Command, Event, Hold, Waiting, step
 from turnstile.storage.dynamo import to_item
-from turnstile.storage.transitions import (
+from turnstile.storage.intake import IntakeRecord, engine_commands
+from turnstile.storage.items import (
+    ItemUpdate,
     decisions_without_event,
-    engine_requests,
     history_of,
-    iso_of_ms,
-    lifecycle_event,
     outcome_of,
     refusals_without_event,
     signup_state,
@@ -32,7 +30,7 @@ NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
 
 def record(sid: str, seq: str, request: str | None = None, count: int | None = 0):
-    return SignupRequest("gone", sid, seq, request=request, request_count=count)
+    return IntakeRecord("gone", sid, seq, request=request, request_count=count)
 
 
 def rejected(sid: str, count: int | None = None) -> dict:
@@ -54,7 +52,7 @@ def refusal(request: str, reason: str, seq: str) -> dict:
 
 @settings(max_examples=200, deadline=None)
 @given(
-    requests=domain_tests.requests_strategy,
+    requests=rules_tests.requests_strategy,
     decided=st.sets(st.sampled_from([f"s{i}" for i in range(25)]), max_size=5),
 )
 def test_signups_of_an_event_that_does_not_exist_are_decided_as_the_oracle_decides(
@@ -64,7 +62,7 @@ def test_signups_of_an_event_that_does_not_exist_are_decided_as_the_oracle_decid
     ``unknown_event`` or ``invalid_request``, exactly as the decider it replaced; signups
     decided before get nothing, and neither does a wake-up."""
     items = {sid: rejected(sid) for sid in decided}
-    tick = SignupRequest("e1", "", "99999", tick=True)
+    tick = IntakeRecord("e1", "", "99999", tick=True)
     got = decisions_without_event([tick, *requests], items, NOW)
     assert got == decide(None, requests, already_decided=decided).decisions
 
@@ -131,9 +129,9 @@ def test_requests_on_an_event_that_does_not_exist_are_each_answered_once():
 def test_a_signup_decided_and_moved_in_one_step_is_not_read_again():
     """Its item does not exist yet: only signups decided before and moved by the engine
     itself are read."""
-    before = lifecycle_event(EventSnapshot("gig", 1))
+    before = Event("gig", 1)
     chunk = [record("a", "1"), record("a", "2", "cancel", 1)]
-    requests, _ = engine_requests(chunk, {})
+    requests, _ = engine_commands(chunk, {})
     result = step(before, {}, requests, NOW)
     assert [t.to_status for t in result.transitions] == [Status.ACCEPTED, Status.CANCELLED]
     assert touched_without_state(result, {}) == []
@@ -142,7 +140,6 @@ def test_a_signup_decided_and_moved_in_one_step_is_not_read_again():
 def test_history_entries_carry_every_field_and_a_rejection_its_reason():
     """A close rejects the waitlist: the entry has from, to, at, sequence_number, cause and
     the reason; an entry of any other move has no reason."""
-    snapshot = EventSnapshot("gig", 1, taken=1, accepted=1, state=EventState.CLOSED)
     w_item = {
         Attr.SIGNUP_ID: "w",
         Attr.STATUS: Status.WAITLISTED,
@@ -151,13 +148,19 @@ def test_history_entries_carry_every_field_and_a_rejection_its_reason():
         Attr.DECIDED_AT: iso_of_ms(NOW - 1000),
         Attr.WAITLIST_POSITION: Decimal(1),
     }
-    before = lifecycle_event(
-        snapshot, waitlist=1, lineup=encode_lineup((), (Waiting("w", 1, "5"),))
+    before = Event(
+        "gig",
+        1,
+        waitlist=1,
+        taken=1,
+        accepted=1,
+        state=EventState.CLOSED,
+        waiting=(Waiting("w", 1, "5"),),
     )
-    result = step(before, {}, [Request.tick("9")], NOW)
+    result = step(before, {}, [Command.tick("9")], NOW)
     assert touched_without_state(result, {}) == ["w"]
     decided = {"w": signup_state(w_item)}
-    outcome = outcome_of(before, snapshot, None, result, decided, {}, {})
+    outcome = outcome_of(before, None, result, decided, {}, {})
     [update] = outcome.updates
     history = update.set[Attr.HISTORY]["L"]
     assert history == [
@@ -195,14 +198,14 @@ def test_a_third_move_keeps_the_moves_stored_before():
             }
         ],
     }
-    snapshot = EventSnapshot("gig", 1, taken=1, accepted=2)
-    before = lifecycle_event(
-        snapshot, hold_seconds=10, lineup=encode_lineup((Hold("h", 1, 2, NOW + 5000),), ())
+    before = Event(
+        "gig", 1, hold_seconds=10, taken=1, accepted=2, holds=(Hold("h", 1, 2, NOW + 5000),)
     )
     decided = {"h": signup_state(item)}
-    requests, counts = engine_requests([record("h", "9", "confirm", 1)], decided)
+    answered = {sid: a.request_count for sid, a in decided.items()}
+    requests, counts = engine_commands([record("h", "9", "confirm", 1)], answered)
     result = step(before, {"h": decided["h"].state}, requests, NOW)
-    outcome = outcome_of(before, snapshot, None, result, decided, counts, {})
+    outcome = outcome_of(before, None, result, decided, counts, {})
     [update] = outcome.updates
     stored = [e["M"]["to"]["S"] for e in update.set[Attr.HISTORY]["L"]]
     assert stored == [Status.HELD, Status.ACCEPTED]
