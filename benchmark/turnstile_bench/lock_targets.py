@@ -37,16 +37,19 @@ from botocore.exceptions import ClientError
 
 from turnstile.base.contract import Attr, ControlKey, Status
 from turnstile.jobs.processor import utc_now
+from turnstile_bench.accounting import Floor, decision_floor, event_items, scan_items
 from turnstile_bench.endpoint import LocalEndpoint
-from turnstile_bench.metering import ItemSizes, Meter, MeteredClient
+from turnstile_bench.metering import ItemSizes, Meter, MeteredClient, item_size, write_units
 from turnstile_bench.progress import Progress
 from turnstile_bench.strategies import (
     Holdings,
     StrategyRun,
+    TableCensus,
     _DecisionWriter,
     _Producers,
     _scan,
     census,
+    counter_floor,
     create_events,
 )
 from turnstile_bench.workload import Signup, Workload, event_capacities
@@ -239,18 +242,19 @@ def run_transactional(
         item[PK]["S"].removeprefix("EVENT#"): int(item[Attr.TAKEN]["N"])
         for item in _scan(endpoint.client, table, (PK, Attr.TAKEN))
     }
+    recount = census(
+        endpoint,
+        workload,
+        sizes,
+        signups=signups,
+        holdings=Holdings("counter item per event (a table of its own)", held),
+    )
     return StrategyRun(
         name="transactional",
         signups=len(signups),
         wall_s=wall,
         latencies_s=latencies,
-        census=census(
-            endpoint,
-            workload,
-            sizes,
-            signups=signups,
-            holdings=Holdings("counter item per event (a table of its own)", held),
-        ),
+        census=recount,
         meters={"producers": meter.snapshot()},
         cost_roles=("producers",),
         conflicts=tally.conflicts,
@@ -258,6 +262,11 @@ def run_transactional(
         setup=setup.snapshot(),
         events=workload.events,
         extra={"cancellation_reasons": dict(sorted(tally.reasons.items()))},
+        floor=counter_floor(
+            recount,
+            event_items(scan_items(endpoint.client, table), sort_key=COUNTER_SK),
+            transactional=True,
+        ),
     )
 
 
@@ -432,20 +441,22 @@ def run_slots(
             by_signup[(event_id, item[OWNER]["S"])] += 1
             by_event[event_id] += 1
     setup_snapshot = setup.snapshot()
+    recount = census(
+        endpoint,
+        workload,
+        sizes,
+        signups=signups,
+        holdings=Holdings(
+            "one item per seat (a table of its own)", dict(by_event), dict(by_signup)
+        ),
+    )
     return StrategyRun(
         name="slots" if pick == "random" else f"slots:{pick}",
         signups=len(signups),
         wall_s=wall,
         latencies_s=latencies,
-        census=census(
-            endpoint,
-            workload,
-            sizes,
-            signups=signups,
-            holdings=Holdings(
-                "one item per seat (a table of its own)", dict(by_event), dict(by_signup)
-            ),
-        ),
+        census=recount,
+        floor=slots_floor(recount, scan_items(endpoint.client, table)),
         meters={"producers": meter.snapshot()},
         cost_roles=("producers",),
         conflicts=tally.conflicts,
@@ -457,6 +468,25 @@ def run_slots(
             "cancellation_reasons": dict(sorted(tally.reasons.items())),
             "slot_reads_per_decision": round(counts["slot_reads"] / max(1, len(signups)), 4),
         },
+    )
+
+
+def slots_floor(recount: TableCensus, slots: Sequence[Mapping[str, Any]]) -> Floor:
+    """The floor of ``slots``: each decision written once, and each accepted signup's
+    claim of its seats' slots in one transaction with its decision (twice the units of
+    each item), sized on the slots as they stand, claimed."""
+    decisions, decision_writes = decision_floor(
+        recount.decision_sizes_by_status, transactional_statuses=(Status.ACCEPTED,)
+    )
+    claimed = [slot for slot in slots if OWNER in slot]
+    claims = float(sum(write_units(item_size(slot), transactional=True) for slot in claimed))
+    return Floor(
+        contract=(
+            "a decision write per decision + a slot claim per accepted seat, in one "
+            "transaction with the decision (x2)"
+        ),
+        write_units={"decisions": decisions, "slot claims": claims},
+        writes={"decisions": decision_writes, "slot claims": len(claimed)},
     )
 
 

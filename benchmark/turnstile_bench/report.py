@@ -9,9 +9,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from turnstile_bench.accounting import all_in_figures
 from turnstile_bench.metering import MeterSnapshot, combine
 from turnstile_bench.prices import Prices
-from turnstile_bench.strategies import StrategyRun
+from turnstile_bench.strategies import DECISION_PATH, StrategyRun
 
 __all__ = ["machine", "percentile", "render_table", "setup_figures", "strategy_figures"]
 
@@ -92,13 +93,32 @@ def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
             "unmetered_sizing_requests": cost.unmetered_requests,
         },
     }
+    # The headline: per first decision, every part of the way, and the floor beside it.
+    out["all_in"] = all_in_figures(run.meters, run.cost_roles, census.decided, prices, run.floor)
+    if run.floor is not None:
+        out["floor"] = run.floor.to_dict(census.decided)
     if "processor" in run.meters:
         processor = run.meters["processor"]
         producers = run.meters["producers"]
         status = run.meters["status_reads"]
         stream = run.meters["stream"]
+        path = all_in_figures(run.meters, DECISION_PATH, census.decided, prices)
+        for part in ("sweeper", "releaser"):
+            if part in run.meters:
+                snapshot = run.meters[part]
+                out[f"{part}_write_units_per_decision"] = round(snapshot.total_write_units / n, 4)
+                out[f"{part}_read_units_per_decision"] = round(snapshot.total_read_units / n, 4)
+                out[f"{part}_requests_per_decision"] = round(snapshot.total_requests / n, 4)
         out.update(
             {
+                # What the figures left out before the sweeper and the releaser were
+                # counted: the producers and the processor alone.
+                "decision_path": {
+                    "note": "the producers and the stream processor only: without the "
+                    "sweeper's removal of the marker nor the releaser (not all in)",
+                    "roles": list(DECISION_PATH),
+                    **{k: v for k, v in path.items() if k not in ("note", "parts")},
+                },
                 "processor_write_units_per_decision": round(processor.total_write_units / n, 4),
                 "processor_read_units_per_decision": round(processor.total_read_units / n, 4),
                 "processor_requests_per_decision": round(processor.total_requests / n, 4),
@@ -227,8 +247,78 @@ def _invariant_lines(strategies: Mapping[str, Any]) -> list[str]:
             f"{name} {s['slot_pick']}" for name, s in strategies.items() if "slot_pick" in s
         )
         lines.append(
-            "cancelled transactions by reason: " + "; ".join(reasons)
+            "cancelled transactions by reason: "
+            + "; ".join(reasons)
             + (f" (slots picked: {picks})" if picks else "")
+        )
+    return lines
+
+
+#: What each part of turnstile does, as the headline's rows say it.
+PART_LABELS = {
+    "producers": "intake put + its undecided index entry",
+    "processor": "decision items + commits",
+    "sweeper": "marker removal: intake update + index delete; its reads",
+    "releaser": "due-holds index read; wake-ups",
+}
+
+
+def _all_in_lines(strategies: Mapping[str, Any]) -> list[str]:
+    """The headline: per first decision, every way all in, its floor beside it, and
+    turnstile part by part."""
+    rows = {n: s["all_in"] for n, s in strategies.items() if s.get("all_in")}
+    if not rows:
+        return []
+    lines = [
+        "per first decision, all in: every write and read of every part of each way, as"
+        " DynamoDB bills them (index entries, failed conditions, cancelled transactions);"
+        " floor: the write units its contract needs at the least",
+    ]
+    header = (
+        f"{'way':<16}{'WU all in':>11}{'RU all in':>11}{'req/dec':>9}{'floor WU':>10}"
+        f"{'above floor':>13}{'$/M all in':>12}"
+    )
+    lines += [header, "-" * len(header)]
+    for name, a in rows.items():
+        floor = a.get("floor_write_units_per_decision")
+        above = a.get("above_floor_write_units_per_decision")
+        lines.append(
+            f"{name:<16}{_f(a['write_units_per_decision']):>11}"
+            f"{_f(a['read_units_per_decision']):>11}{_f(a['requests_per_decision']):>9}"
+            f"{_f(floor):>10}{_f(above):>13}{_f(a['cost_per_million_usd'], 3):>12}"
+        )
+        if len(a["parts"]) > 1:
+            for part, p in a["parts"].items():
+                label = f"  {part}"
+                lines.append(
+                    f"{label:<16}{_f(p['write_units_per_decision']):>11}"
+                    f"{_f(p['read_units_per_decision']):>11}{_f(p['requests_per_decision']):>9}"
+                    f"   {PART_LABELS.get(part, '')}"
+                )
+    floors = [
+        f"  {name}: {s['floor']['contract']}" for name, s in strategies.items() if s.get("floor")
+    ]
+    if floors:
+        lines.append("floor of each way, from the run's own item sizes and writes:")
+        lines.extend(floors)
+    t = strategies.get("turnstile") or {}
+    swept = t.get("sweeper")
+    if swept:
+        idle = swept["idle_run"]
+        lines.append(
+            f"turnstile's sweeper: one run through the index {swept['min_age_s']:.0f} s after"
+            f" the decisions removed {swept['unmarked']} markers"
+            f" ({_f(swept['write_units'], 0)} WU, {_f(swept['read_units'], 0)} RU,"
+            f" {swept['requests']} requests); a run that finds nothing costs"
+            f" {_f(idle['write_units'], 0)} WU, {_f(idle['read_units'], 1)} RU (lease, run"
+            " history, the scan for parked events: in the run above once)"
+        )
+    path = t.get("decision_path")
+    if path:
+        lines.append(
+            f"turnstile without the sweeper and the releaser (producers + processor, the"
+            f" figure reported before): {_f(path['write_units_per_decision'])} WU,"
+            f" {_f(path['read_units_per_decision'])} RU per decision"
         )
     return lines
 
@@ -251,6 +341,8 @@ def render_table(doc: Mapping[str, Any]) -> str:
     lines.append(f"prices: {doc['prices_text']}")
     strategies = doc.get("strategies") or {}
     if strategies:
+        lines.append("")
+        lines.extend(_all_in_lines(strategies))
         lines.append("")
         header = (
             f"{'way':<14}{'dec/s':>8}{'p50 s':>8}{'p95 s':>8}{'p99 s':>8}{'oversold':>9}"
@@ -275,9 +367,11 @@ def render_table(doc: Mapping[str, Any]) -> str:
             index_w = _f(t["intake_index_write_units_per_decision"], 3)
             processor_r = _f(t["processor_read_units_per_decision"], 3)
             audit_ok = "OK" if t.get("audit", {}).get("ok") else "BROKEN"
+            sweeper_w = _f(t.get("sweeper_write_units_per_decision"), 3)
             lines.append(
                 f"turnstile write units/decision: processor {processor_w} (decisions +"
-                f" counters) + intake {intake_w} + its undecided index entry {index_w};"
+                f" counters) + intake {intake_w} + its undecided index entry {index_w}"
+                f" + sweeper {sweeper_w};"
                 f" processor reads {processor_r} RU/decision;"
                 f" mean batch {t.get('mean_batch_records')} records; audit {audit_ok}"
             )

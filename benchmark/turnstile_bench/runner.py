@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,10 @@ __all__ = [
 WAYS = ("naive", "optimistic", "transactional", "slots", "turnstile")
 #: Every way but naive must never oversell, lose or double anything.
 SAFE_WAYS = ("optimistic", "transactional", "slots", "slots:order", "turnstile")
+
+#: Per-decision figures summed over parts, each rounded to 4 places.
+ALL_IN_KEYS = ("write_units_per_decision", "read_units_per_decision", "requests_per_decision")
+ROUNDING = 1e-4
 
 #: Intake items just under 1 KB: the worst case of "signups of at most 1 KB".
 BOUNDARY_INTAKE_BYTES = (1000, 1024)
@@ -126,8 +131,25 @@ def _checks(doc: dict[str, Any]) -> dict[str, bool]:
                 and figures["doubled"] == 0
                 and figures["pending"] == 0
             )
+    for name, figures in ways.items():
+        all_in = figures.get("all_in") or {}
+        if "floor_write_units_per_decision" in all_in:
+            checks[f"{name}_floor_at_most_all_in"] = (
+                all_in["floor_write_units_per_decision"] <= all_in["write_units_per_decision"]
+            )
     turnstile = ways.get("turnstile")
     if turnstile:
+        all_in = turnstile.get("all_in") or {}
+        parts = (all_in.get("parts") or {}).values()
+        checks["turnstile_all_in_is_the_sum_of_its_parts"] = bool(parts) and all(
+            math.isclose(all_in[key], sum(p[key] for p in parts), abs_tol=ROUNDING * len(parts))
+            for key in ALL_IN_KEYS
+        )
+        swept = turnstile.get("sweeper") or {}
+        # Every decided record's marker removed: the sweeper's part is all of its work.
+        checks["turnstile_sweeper_removed_every_marker"] = (
+            swept.get("unmarked") == turnstile["decided"] and swept.get("full_scan") is False
+        )
         checks["turnstile_never_oversold"] = (
             turnstile["oversold_seats"] == 0
             and turnstile["pending"] == 0

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,8 +38,17 @@ from botocore.exceptions import ClientError
 
 from turnstile.base.contract import STREAM_SOURCE, Attr, ControlKey, Function, Reason, Status
 from turnstile.engine.domain import Decision, SignupRequest
+from turnstile.jobs.due_holds import release_due_holds
 from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
+from turnstile.jobs.sweeper import SLOT_S, Sweeper, SweepResult, run_id_for
 from turnstile.storage.store import SignupStore
+from turnstile_bench.accounting import (
+    Floor,
+    commit_floor,
+    decision_floor,
+    event_items,
+    scan_items,
+)
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
 from turnstile_bench.metering import (
     ItemSizes,
@@ -46,13 +56,17 @@ from turnstile_bench.metering import (
     MeteredClient,
     MeterSnapshot,
     item_size,
+    write_units,
 )
 from turnstile_bench.progress import Progress
 from turnstile_bench.workload import Signup, Workload, dynamodb_values, event_capacities
 
 __all__ = [
+    "DECISION_PATH",
+    "TURNSTILE_PARTS",
     "CountingProcessor",
     "Holdings",
+    "Housekeeping",
     "StrategyRun",
     "TableCensus",
     "census",
@@ -99,6 +113,8 @@ class TableCensus:
     #: The way's lock target, as ``Holdings.target`` names it (None: it has none).
     lock_target: str | None = None
     decision_sizes: list[int] = field(default_factory=list)
+    #: The same sizes by the decision's status (a way may write them differently).
+    decision_sizes_by_status: dict[str, list[int]] = field(default_factory=dict)
     intake_sizes: list[int] = field(default_factory=list)
     #: Sampled items whose metered size differs from their real one (0: metering is exact).
     size_mismatches: int = 0
@@ -130,6 +146,9 @@ class StrategyRun:
     #: What creating the events cost (slots: one item per seat), apart from deciding.
     setup: MeterSnapshot | None = None
     events: int = 0
+    #: The fewest write units the way's contract needs for these decisions
+    #: (``turnstile_bench.accounting``).
+    floor: Floor | None = None
 
 
 class _Producers:
@@ -264,9 +283,7 @@ def run_naive(
     def capacity(event_id: str) -> int:
         # Capacity never changes: one eventually consistent read per event, then cached.
         if event_id not in capacities:
-            item = client.get_item(TableName=store.control_table, Key=_event_key(event_id))[
-                "Item"
-            ]
+            item = client.get_item(TableName=store.control_table, Key=_event_key(event_id))["Item"]
             capacities[event_id] = int(item[Attr.CAPACITY]["N"])
         return capacities[event_id]
 
@@ -307,16 +324,18 @@ def run_naive(
     started = time.perf_counter()
     _Producers(signups, workload.producers, progress).run(decide)
     wall = time.perf_counter() - started
+    recount = census(endpoint, workload, sizes, signups=signups)
     return StrategyRun(
         name="naive",
         signups=len(signups),
         wall_s=wall,
         latencies_s=latencies,
-        census=census(endpoint, workload, sizes, signups=signups),
+        census=recount,
         meters={"producers": meter.snapshot()},
         cost_roles=("producers",),
         setup=setup.snapshot(),
         events=workload.events,
+        floor=counter_floor(recount),
     )
 
 
@@ -394,21 +413,48 @@ def run_optimistic(
     started = time.perf_counter()
     _Producers(signups, workload.producers, progress).run(decide)
     wall = time.perf_counter() - started
+    recount = census(
+        endpoint, workload, sizes, signups=signups, holdings=event_item_holdings(endpoint)
+    )
     return StrategyRun(
         name="optimistic",
         signups=len(signups),
         wall_s=wall,
         latencies_s=latencies,
-        census=census(
-            endpoint, workload, sizes, signups=signups, holdings=event_item_holdings(endpoint)
-        ),
+        census=recount,
         meters={"producers": meter.snapshot()},
         cost_roles=("producers",),
         conflicts=counts["conflicts"],
         retries=counts["conflicts"],
         setup=setup.snapshot(),
         events=workload.events,
+        floor=counter_floor(
+            recount, event_items(scan_items(endpoint.client, endpoint.control_table))
+        ),
     )
+
+
+def counter_floor(
+    recount: TableCensus,
+    counters: Sequence[Mapping[str, Any]] = (),
+    transactional: bool = False,
+) -> Floor:
+    """The floor of a way that writes each decision once and, per accepted signup, updates
+    its event's counter (``counters``: the counter items, whose ``version`` counts those
+    updates; none for naive). ``transactional``: the accepted signup's counter update and
+    decision are one transaction, at twice the units of each."""
+    doubled = (Status.ACCEPTED,) if transactional else ()
+    units, writes = decision_floor(recount.decision_sizes_by_status, doubled)
+    parts, counts = {"decisions": units}, {"decisions": writes}
+    contract = "a decision write per decision"
+    if counters:
+        parts["counter updates"], counts["counter updates"] = commit_floor(
+            counters, transactional=transactional
+        )
+        contract += " + a counter update per accepted signup"
+        if transactional:
+            contract += ", the two in one transaction (x2)"
+    return Floor(contract=contract, write_units=parts, writes=counts)
 
 
 # -- turnstile ----------------------------------------------------------------------------
@@ -517,7 +563,12 @@ def run_turnstile(
     sizes = ItemSizes()
     setup = Meter("setup")
     create_events(endpoint, workload, sizes, setup)
-    meters = {name: Meter(name) for name in ("producers", "processor", "status_reads", "stream")}
+    roles = ("producers", "processor", "status_reads", "stream", "sweeper", "releaser")
+    meters = {name: Meter(name) for name in roles}
+    # The sweeper as deployed has run before: its first run, a full scan of the (empty)
+    # intake table, recorded one, so the run after the decisions reads the index.
+    housekeeping = Housekeeping(endpoint, sizes)
+    housekeeping.first_sweep(Meter("sweeper, before the signups"))
     # The processor as deployed, under its role (and the event source mapping reading the
     # stream for it); producers and the clients polling for decisions are users.
     processor = CountingProcessor(
@@ -596,25 +647,38 @@ def run_turnstile(
             for thread in threads:
                 thread.join(timeout=30)
             stream_module._processor = previous
+    # The intake items as the producers wrote them (the sweeper removes their marker).
+    intake_as_written = list(sizes.sizes(endpoint.intake_table).values())
+    # What turnstile does after the decisions, metered like the rest: the sweeper's next
+    # run (past the minimum age), which removes the marker of every decided record, and
+    # the due-holds releaser's.
+    progress.phase("turnstile: sweeper and due-holds releaser", 1)
+    swept = housekeeping.sweep(meters["sweeper"], Meter("sweeper, idle run"))
+    released = housekeeping.release(meters["releaser"])
+    progress.advance()
     refuse_denials(endpoint)
     poller_stats = poller.stats
+    recount = census(
+        endpoint,
+        workload,
+        sizes,
+        intake=True,
+        signups=signups,
+        holdings=event_item_holdings(endpoint),
+    )
+    recount.intake_sizes = intake_as_written
     return StrategyRun(
         name="turnstile",
         signups=len(signups),
         wall_s=wall,
         latencies_s=watcher.latencies,
-        census=census(
-            endpoint,
-            workload,
-            sizes,
-            intake=True,
-            signups=signups,
-            holdings=event_item_holdings(endpoint),
-        ),
+        census=recount,
         meters={name: meter.snapshot() for name, meter in meters.items()},
         setup=setup.snapshot(),
         events=workload.events,
-        cost_roles=("producers", "processor"),
+        # Every part turnstile runs for a decision: all in.
+        cost_roles=TURNSTILE_PARTS,
+        floor=turnstile_floor(endpoint, recount),
         conflicts=processor.conflicts,
         retries=processor.conflicts + processor.store.retries + poller_stats.retries,
         extra={
@@ -636,8 +700,163 @@ def run_turnstile(
             ),
             "status_read_rounds": watcher.rounds,
             "emf_lines_printed": EMF_SINK.lines - printed_before,
+            "sweeper": swept,
+            "releaser": released,
             "audit": _audit(endpoint),
         },
+    )
+
+
+#: turnstile's parts, each on a meter of its own: together, all it does per decision.
+TURNSTILE_PARTS = ("producers", "processor", "sweeper", "releaser")
+#: What the decision path alone costs (the figure reported before the sweeper was counted).
+DECISION_PATH = ("producers", "processor")
+
+
+class Housekeeping:
+    """The sweeper and the due-holds releaser as deployed, over a run's tables.
+
+    Each is the project's own code (``turnstile.jobs.sweeper.Sweeper`` with the deployed
+    handler's settings, ``turnstile.jobs.due_holds.release_due_holds``) on a client that
+    signs as its function's role, metered on the run's shared ``ItemSizes``. The sweeper's
+    clock runs ``min_age_s`` (and a second) ahead of the real one, so the run after the
+    decisions is the one that, deployed, would come at least that long after the last
+    submission: it finds every decided record still marked and removes the marker.
+    """
+
+    OWNER = "bench-sweeper"
+
+    def __init__(self, endpoint: LocalEndpoint, sizes: ItemSizes) -> None:
+        self.endpoint = endpoint
+        self.sizes = sizes
+
+    def _store(self, function: str, meter: Meter) -> SignupStore:
+        return SignupStore(
+            MeteredClient(
+                self.endpoint.client_as(function),
+                meter,
+                self.sizes,
+                # Reads back what an update left (to size it) with every right: the
+                # function's own requests stay exactly as deployed.
+                observer=self.endpoint.client,
+            ),
+            intake_table=self.endpoint.intake_table,
+            main_table=self.endpoint.main_table,
+            control_table=self.endpoint.control_table,
+        )
+
+    def _sweeper(self, meter: Meter, ahead_s: float) -> Sweeper:
+        # The deployed handler's settings: the defaults of TURNSTILE_SWEEP_MIN_AGE_S and
+        # TURNSTILE_SWEEP_FULL_SCAN_EVERY_S are Sweeper's own.
+        return Sweeper(
+            self._store(Function.SWEEPER, meter),
+            owner=self.OWNER,
+            clock=lambda: time.time() + ahead_s,
+        )
+
+    def _run(self, meter: Meter, ahead_s: float) -> SweepResult:
+        sweeper = self._sweeper(meter, ahead_s)
+        result = sweeper.sweep(run_id_for(datetime.fromtimestamp(sweeper.clock(), UTC)))
+        if result.status != "succeeded":
+            raise RuntimeError(f"the sweeper's run did not succeed: {result.to_dict()}")
+        return result
+
+    def first_sweep(self, meter: Meter) -> None:
+        """The run before the signups: a full scan of the empty intake table, recorded."""
+        result = self._run(meter, 0.0)
+        if not result.full_scan:
+            raise RuntimeError("the sweeper's first run did not read intake whole")
+
+    def sweep(self, meter: Meter, idle: Meter) -> dict[str, Any]:
+        """The sweeper's run after the decisions (on ``meter``: a part of the cost), then
+        one more a schedule period later, which finds nothing (on ``idle``: what every run
+        costs whatever it finds, reported apart)."""
+        probe = self._sweeper(Meter("probe"), 0.0)
+        ahead = probe.min_age_s + 1.0
+        result = self._run(meter, ahead)
+        idle_result = self._run(idle, ahead + SLOT_S)
+        snap, idle_snap = meter.snapshot(), idle.snapshot()
+        return {
+            "note": (
+                "the project's sweeper, with the deployed handler's settings, under its role, "
+                f"run {ahead:.0f} s (its minimum age) after the decisions, through the index "
+                "of marked records; its units are the sweeper part of the cost"
+            ),
+            "min_age_s": probe.min_age_s,
+            "full_scan_every_s": probe.full_scan_every_s,
+            "status": result.status,
+            "full_scan": result.full_scan,
+            "unmarked": result.unmarked,
+            "undecided_found": result.undecided,
+            "re_emitted": result.re_emitted,
+            "write_units": snap.total_write_units,
+            "index_write_units": snap.total_index_write_units,
+            "read_units": snap.total_read_units,
+            "requests": snap.total_requests,
+            "failed_conditional_writes": snap.failed_conditional_writes,
+            "requests_by_operation": dict(sorted(snap.requests.items())),
+            "write_units_by_operation": dict(sorted(snap.write_units.items())),
+            "read_units_by_operation": dict(sorted(snap.read_units.items())),
+            "idle_run": {
+                "note": (
+                    "the next run, which finds nothing: the lease, the run history, the "
+                    "index and the parked events read; what each run costs (at rest, "
+                    "docs/cost.md), part of the run above too, not added again"
+                ),
+                "unmarked": idle_result.unmarked,
+                "write_units": idle_snap.total_write_units,
+                "read_units": idle_snap.total_read_units,
+                "requests": idle_snap.total_requests,
+            },
+        }
+
+    def release(self, meter: Meter) -> dict[str, Any]:
+        """One run of the due-holds releaser (every minute deployed) after the decisions."""
+        holds = sum(
+            1
+            for item in scan_items(self.endpoint.client, self.endpoint.control_table)
+            if Attr.HOLD_DUE_AT in item
+        )
+        woken = release_due_holds(self._store(Function.DUE_HOLDS, meter), int(time.time() * 1000))
+        snap = meter.snapshot()
+        return {
+            "note": (
+                "one run of the project's due-holds releaser, under its role, after the "
+                "decisions; events of this preset hold no seats, so it finds nothing due"
+                if not holds
+                else "one run of the project's due-holds releaser, under its role"
+            ),
+            "events_holding_seats": holds,
+            "woken": woken,
+            "write_units": snap.total_write_units,
+            "read_units": snap.total_read_units,
+            "requests": snap.total_requests,
+        }
+
+
+def turnstile_floor(endpoint: LocalEndpoint, recount: TableCensus) -> Floor:
+    """turnstile's floor, from the run's items: each intake record written once (without
+    the optional marker), each decision item once, and each commit the run made (an event
+    item's ``version``) sized on the event item's counters, without the journal."""
+    intake = [
+        {k: v for k, v in item.items() if k != Attr.UNDECIDED}
+        for item in scan_items(endpoint.client, endpoint.intake_table)
+    ]
+    decisions, decision_writes = decision_floor(recount.decision_sizes_by_status)
+    commits, commit_writes = commit_floor(
+        event_items(scan_items(endpoint.client, endpoint.control_table))
+    )
+    return Floor(
+        contract=(
+            "an intake write per signup + a decision write per decision + a commit per event "
+            "per batch (the event item's counters, without the journal)"
+        ),
+        write_units={
+            "intake": float(sum(write_units(item_size(i)) for i in intake)),
+            "decisions": decisions,
+            "commits": commits,
+        },
+        writes={"intake": len(intake), "decisions": decision_writes, "commits": commit_writes},
     )
 
 
@@ -780,7 +999,9 @@ def census(
         if Attr.STATUS not in item:
             continue
         result.decided += 1
-        result.decision_sizes.append(known.get((event_id, signup_id), 0))
+        size = known.get((event_id, signup_id), 0)
+        result.decision_sizes.append(size)
+        result.decision_sizes_by_status.setdefault(item[Attr.STATUS]["S"], []).append(size)
         if item[Attr.STATUS]["S"] == Status.ACCEPTED:
             result.accepted += 1
             seats = int(item[Attr.SEATS]["N"])

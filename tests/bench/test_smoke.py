@@ -217,19 +217,24 @@ def test_numbers_are_sane(bench, name):
     assert s["decision_item_bytes"]["over_1kb"] == 0
 
 
-def test_turnstile_units_split_into_intake_and_processor(bench):
+def test_turnstile_units_split_into_intake_processor_and_sweeper(bench):
     t = bench["strategies"]["turnstile"]
     # GIVEN intake items of at most 1 KB: one write unit each, and one more for each
     # one's entry in the undecided index (put_intake writes the marker)
     assert t["intake_item_bytes"]["max"] <= 1024
     assert t["intake_write_units_per_decision"] == 1.0
     assert t["intake_index_write_units_per_decision"] == 1.0
-    # THEN the processor's decision items plus commits, and the total adds up
+    # THEN the processor's decision items plus commits, the sweeper's removal of the
+    # marker (an intake update and its index entry's delete each), and the total, all in,
+    # adds up (tests/bench/test_all_in.py checks the parts in detail)
     assert 1.0 < t["processor_write_units_per_decision"] < 2.0
+    assert t["sweeper_write_units_per_decision"] >= 2.0
     assert t["write_units_per_decision"] == pytest.approx(
         t["processor_write_units_per_decision"]
         + t["intake_write_units_per_decision"]
-        + t["intake_index_write_units_per_decision"],
+        + t["intake_index_write_units_per_decision"]
+        + t["sweeper_write_units_per_decision"]
+        + t["releaser_write_units_per_decision"],
         abs=1e-3,
     )
 
