@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
+from turnstile.base.clock import ms_of
 from turnstile.base.contract import Attr
 from turnstile.engine import lifecycle
-from turnstile.engine.domain import EventSnapshot, parse_request
+from turnstile.engine.lifecycle import Event
+from turnstile.engine.lineup import decode_lineup
 from turnstile.jobs.processor import StreamProcessor, utc_now
-from turnstile.storage import transitions
+from turnstile.storage.intake import engine_commands, parse_intake
+from turnstile.storage.items import outcome_of
 from turnstile.storage.journal import Journal
 from turnstile.storage.store import SignupStore
 from turnstile_bench.endpoint import quiet_handler_environment
@@ -190,7 +193,7 @@ class CpuProfile:
         return {
             "method": (
                 "time.thread_time around synthetic batches of 100 records for one event; "
-                "engine = parse_request + lifecycle.step + Journal.encode; handler = the Lambda "
+                "engine = parse_intake + lifecycle.step + Journal.encode; handler = the Lambda "
                 "handler with an in-memory DynamoDB client (no I/O)"
             ),
             "batches": self.batches,
@@ -223,29 +226,30 @@ def _records(batches: int) -> list[list[dict[str, Any]]]:
 def _engine(batches: Sequence[Sequence[dict[str, Any]]], capacity: int) -> float:
     """Thread CPU seconds for parse + the lifecycle engine's step + journal encode over
     every batch (what the processor does for a chunk, without I/O)."""
-    event = EventSnapshot(event_id="bench-ev00", capacity=capacity)
+    event = Event(event_id="bench-ev00", capacity=capacity)
     counts: dict[str, int] | None = None
     lineup = None
     started = time.thread_time()
     for batch in batches:
-        requests = [
-            parse_request(
+        records = [
+            parse_intake(
                 {k: _deserializer.deserialize(v) for k, v in r["dynamodb"]["NewImage"].items()},
                 r["dynamodb"]["SequenceNumber"],
             )
             for r in batch
         ]
-        engine_requests, answered = transitions.engine_requests(requests, {})
-        before = transitions.lifecycle_event(event, lineup=lineup)
+        commands, answered = engine_commands(records, {})
+        holds, waiting = decode_lineup(lineup)  # as the processor reads its event item
+        before = replace(event, holds=holds, waiting=waiting)
         now = utc_now()
-        result = lifecycle.step(before, {}, engine_requests, transitions.ms_of(now))
-        outcome = transitions.outcome_of(before, event, counts, result, {}, answered, {})
+        result = lifecycle.step(before, {}, commands, ms_of(now))
+        outcome = outcome_of(before, counts, result, {}, answered, {})
         Journal.build(
             event.event_id,
             event.version + 1,
             now,
             outcome.decisions,
-            {r.signup_id: r for r in requests},
+            {r.signup_id: r for r in records},
             extras=outcome.extras,
             updates=outcome.updates,
         ).encode()

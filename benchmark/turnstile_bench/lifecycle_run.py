@@ -51,7 +51,7 @@ from turnstile.base.contract import (
     RequestKind,
     Status,
 )
-from turnstile.jobs.processor import BatchResult, IntakeRecord, utc_now
+from turnstile.jobs.processor import BatchResult, StreamRecord, utc_now
 from turnstile.storage.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
 from turnstile_bench.metering import ItemSizes, Meter, MeteredClient, MeterSnapshot, combine
@@ -209,7 +209,7 @@ def _processor_class() -> Any:
             self.moves.extend((e, t, at) for e, t in result.transitions[before:])
             return out
 
-        def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+        def process(self, records: Iterable[StreamRecord]) -> BatchResult:
             start = combine(m.snapshot() for m in self.meters)
             result = super().process(records)
             end = combine(m.snapshot() for m in self.meters)
@@ -894,7 +894,7 @@ def item_growth(
     intake = {
         (s.event_id, s.signup_id): size for s, size in zip(signups, sizes_of(signups), strict=True)
     }
-    from turnstile.storage.transitions import history_of
+    from turnstile.storage.items import history_of
 
     by_moves: dict[int, list[tuple[int, int]]] = {}
     for item in tables.decisions:
@@ -926,7 +926,7 @@ def recount(
 ) -> dict[str, Any]:
     """Check the tables after the run; every problem found, by kind (empty lists: clean)."""
     from turnstile.engine.lifecycle import ALLOWED_TRANSITIONS
-    from turnstile.storage.transitions import history_of
+    from turnstile.storage.items import history_of
 
     problems: dict[str, list[str]] = {
         "history": [],

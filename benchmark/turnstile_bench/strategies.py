@@ -37,10 +37,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from turnstile.base.contract import STREAM_SOURCE, Attr, ControlKey, Function, Reason, Status
-from turnstile.engine.domain import Decision, SignupRequest
 from turnstile.jobs.due_holds import release_due_holds
-from turnstile.jobs.processor import BatchResult, IntakeRecord, StreamProcessor, utc_now
+from turnstile.jobs.processor import BatchResult, StreamProcessor, StreamRecord, utc_now
 from turnstile.jobs.sweeper import SLOT_S, Sweeper, SweepResult, run_id_for
+from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.items import Decision
 from turnstile.storage.store import SignupStore
 from turnstile_bench.accounting import (
     Floor,
@@ -222,7 +223,7 @@ class _DecisionWriter:
             reason=Reason.CAPACITY_FULL if status == Status.REJECTED else None,
             position=position,
         )
-        request = SignupRequest(
+        request = IntakeRecord(
             event_id=signup.event_id,
             signup_id=signup.signup_id,
             sequence_number=sequence,
@@ -471,7 +472,7 @@ class CountingProcessor(StreamProcessor):
         self.failed_groups = 0
         self._count_lock = threading.Lock()
 
-    def process(self, records: Iterable[IntakeRecord]) -> BatchResult:
+    def process(self, records: Iterable[StreamRecord]) -> BatchResult:
         result = super().process(records)
         with self._count_lock:
             self.batches += 1

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.api.helpers import Invoke
 from tests.conftest import StreamReader
 from turnstile.base.contract import MAX_ATTRIBUTES_BYTES, Reason
-from turnstile.handlers.stream import to_intake_record
+from turnstile.handlers.stream import to_stream_record
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.storage.store import SignupStore
 
@@ -90,6 +90,6 @@ def test_what_the_api_accepts_the_processor_never_rejects_as_invalid(
     # THEN the stream record of the intake item it wrote, through the handler's parsing and
     # the processor, is decided, and never as invalid_request
     [record] = stream.read_new()
-    result = StreamProcessor(store).process([to_intake_record(DynamoDBRecord(record))])
+    result = StreamProcessor(store).process([to_stream_record(DynamoDBRecord(record))])
     [decided] = result.decided
     assert decided.decision.reason != Reason.INVALID_REQUEST, decided.decision.detail

@@ -52,10 +52,10 @@ def test_three_processors_on_one_stream_decide_as_one_alone(endpoint):
         DynamoDBRecord,
     )
 
-    from turnstile.handlers.stream import to_intake_record
+    from turnstile.handlers.stream import to_stream_record
 
     records: list[StreamRecord] = [
-        to_intake_record(DynamoDBRecord(to_lambda_record(r, arn))) for r in raw
+        to_stream_record(DynamoDBRecord(to_lambda_record(r, arn))) for r in raw
     ]
     assert len(records) == 240
 

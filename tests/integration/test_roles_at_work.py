@@ -48,7 +48,7 @@ from turnstile.base.errors import StoreUnavailableError
 from turnstile.base.eventfilter import matches_any
 from turnstile.engine.lifecycle import Event
 from turnstile.handlers import stream as stream_handler
-from turnstile.handlers.stream import to_intake_record
+from turnstile.handlers.stream import to_stream_record
 from turnstile.jobs.due_holds import release_due_holds
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.jobs.sweeper import Sweeper
@@ -457,7 +457,7 @@ def _re_emitted(stream) -> list[IntakeRecord]:
     records = DynamoDBStreamEvent({"Records": stream.read_new()}).records
     return [
         IntakeRecord(r.event_id, str(r.keys["signup_id"]), r.sequence_number)
-        for r in map(to_intake_record, records)
+        for r in map(to_stream_record, records)
         if r.event_name == "MODIFY"
     ]
 

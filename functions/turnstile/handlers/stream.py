@@ -68,7 +68,7 @@ def _new_image(raw: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _deserializer.deserialize(v) for k, v in raw.items()}
 
 
-def to_intake_record(record: DynamoDBRecord) -> StreamRecord:
+def to_stream_record(record: DynamoDBRecord) -> StreamRecord:
     """The parts of a stream record the processor needs; a broken image stays broken."""
     stream = record.dynamodb
     name = record.event_name.name if record.event_name else ""
@@ -158,7 +158,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
 @logger.inject_lambda_context
 @event_source(data_class=DynamoDBStreamEvent)
 def _handle(event: DynamoDBStreamEvent, context: LambdaContext) -> dict[str, Any]:
-    records = [to_intake_record(r) for r in event.records]
+    records = [to_stream_record(r) for r in event.records]
     result = get_processor().process(records)
     record_metrics(result, received=len(records))
     record_parking_metrics(result)
