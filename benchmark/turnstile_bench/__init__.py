@@ -109,6 +109,13 @@ def register(subparsers: Any) -> None:
         metavar="N[,N...]",
         help="decided intake records for --sweeper, e.g. 10000,100000",
     )
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="only the stream processor's CPU per decision (batches of 100 records for one "
+        "event, an in-memory store): the median of 5 runs, and the profile's top five "
+        "(10 batches if --quick, else 50)",
+    )
     p.add_argument("--no-cold-start", action="store_true", help="skip import time and CPU")
     p.add_argument("--json", metavar="FILE", help="write every figure as JSON")
     p.add_argument(
@@ -178,6 +185,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _sweeper(args, Progress(enabled=not args.quiet))
     if args.lifecycle:
         return _lifecycle(args, Progress(enabled=not args.quiet))
+    if args.cpu:
+        return _cpu(args)
 
     options = DEMO if args.demo else HOT if args.hot else QUICK if args.quick else FULL
     options = with_knobs(
@@ -247,6 +256,19 @@ def _sweeper(args: argparse.Namespace, progress: Any) -> int:
     counts = args.sweeper_decided or ((10_000,) if args.quick else (10_000, 100_000))
     doc = run_sweeper_scale(counts, undecided=100, progress=progress)
     print(render_markdown(doc))
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+def _cpu(args: argparse.Namespace) -> int:
+    """``--cpu``: the processor's CPU per decision, median of 5, and the profile's top five."""
+    from turnstile_bench.cpu import cpu_report, render_cpu
+
+    doc = cpu_report(batches=10 if args.quick else 50)
+    print(render_cpu(doc))
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

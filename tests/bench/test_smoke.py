@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -300,6 +301,34 @@ def test_cpu_profile_measures_engine_and_handler():
     assert profile["engine_us_per_decision"] > 0
     assert profile["handler_us_per_decision"] > 0
     assert profile["handler_ms_per_batch"] > 0
+
+
+def test_cpu_report_is_the_median_of_its_runs_and_the_profiles_top(monkeypatch):
+    """``turnstile bench --cpu``: each figure is the median of the runs (faked here, so the
+    median is known), and the profile names the functions the handler spent most in."""
+    import turnstile_bench.cpu as cpu
+
+    real = cpu.measure_cpu
+    handler_us = iter([50.0, 10.0, 20.0, 40.0])  # median of the first three 20, mean 26.7
+
+    def fake(batches, profiler=None):
+        profile = real(batches, profiler)
+        if profiler is not None:
+            return profile
+        return replace(profile, handler_us_per_decision=next(handler_us))
+
+    monkeypatch.setattr(cpu, "measure_cpu", fake)
+    doc = cpu.cpu_report(batches=1, runs=3, top=5)
+    assert doc["handler_us_per_decision"] == 20.0
+    assert doc["handler_us_per_decision_runs"] == [50.0, 10.0, 20.0]
+    assert doc["decisions"] == 100 and doc["runs"] == 3
+    shares = [row["own_share"] for row in doc["top"]]
+    assert len(shares) == 5 and shares == sorted(shares, reverse=True)
+    assert 0 < sum(shares) <= 1
+    assert all(row["calls"] > 0 and "(" in row["function"] for row in doc["top"])
+    text = cpu.render_cpu(doc)
+    assert "median of 3 runs" in text and "20.0 us" in text
+    assert doc["top"][0]["function"] in text
 
 
 def test_unknown_strategy_is_refused(capsys):

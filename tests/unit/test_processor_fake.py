@@ -541,6 +541,30 @@ def test_a_warm_processor_writes_each_journal_out_once(fake):
     assert fake.count("materialize") == 3
 
 
+def test_a_warm_processor_decodes_no_journal_it_wrote_out_itself(fake, monkeypatch):
+    """Deciding needs the last journal's version alone, which is the event's: a journal is
+    decoded only to be written out (a cold processor), never on every read of the event."""
+    from turnstile.storage.journal import Journal
+
+    decoded: list[int] = []
+    decode = Journal.decode.__func__  # type: ignore[attr-defined]
+
+    def counting(cls, blob):
+        journal = decode(cls, blob)
+        decoded.append(journal.version)
+        return journal
+
+    monkeypatch.setattr(Journal, "decode", classmethod(counting))
+    fake.create_event("gig", 5, NOW)
+    warm = processor(fake)
+    for seq, signup in enumerate("abcd", start=1):
+        warm.process([insert("gig", signup, seq)])
+    assert decoded == []
+    processor(fake).process([insert("gig", "e", 5)])  # cold: writes journal 4 out again
+    assert decoded == [4]
+    assert fake.count("materialize") == 6
+
+
 # -- events that do not exist ----------------------------------------------------------------
 
 

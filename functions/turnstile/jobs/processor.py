@@ -273,14 +273,16 @@ class StreamProcessor:
             return self._decided(event_id, decisions, now, by_id), len(chunk), []
 
         cache_key = (event_id, record.created_at)
-        if (
-            record.journal is not None
-            and self._materialized.get(cache_key) != record.journal.version
-        ):
+        # The last commit's journal carries the event's version: it is decoded only to be
+        # written out, when this process has not written that version out itself.
+        version = record.event.version
+        if record.journal_blob is not None and self._materialized.get(cache_key) != version:
             # The last commit may not have reached its items (a crash, another processor):
             # write them before anything new is decided.
-            self.store.materialize(event_id, record.journal, by_id)
-            self._remember(cache_key, record.journal.version)
+            last = record.journal
+            assert last is not None
+            self.store.materialize(event_id, last, by_id)
+            self._remember(cache_key, version)
         # Every signup the chunk names, as its item says now (the last journal is written).
         decided = {
             sid: signup_state(item)

@@ -12,7 +12,8 @@ makes it decide again (docs/design.md, section 4).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from turnstile.base.clock import utc_now
@@ -69,7 +70,10 @@ class EventRecord:
     #: The event's options, counters, state, lock version and lineup (holds and waitlist).
     event: Event
     created_at: str | None = None
-    journal: Journal | None = None
+    #: The last commit's journal as stored (compressed), None before the first commit;
+    #: ``journal`` decodes it when asked. Its version is always ``event.version``: the
+    #: commit writes both.
+    journal_blob: bytes | None = field(default=None, repr=False)
     #: The lowest capacity the event has had, once it was changed (None: never changed).
     min_capacity: int | None = None
     #: Who created it (``Attr.CREATED_BY``); None for an event item written by other means.
@@ -77,6 +81,12 @@ class EventRecord:
     #: Signups per status (the processor's ``Attr.STATUS_COUNTS``); None before any commit
     #: of the lifecycle.
     status_counts: dict[str, int] | None = None
+
+    @cached_property
+    def journal(self) -> Journal | None:
+        """The last commit's journal, decoded (only when asked: deciding needs its version
+        alone, which is the event's)."""
+        return Journal.decode(self.journal_blob) if self.journal_blob is not None else None
 
     @classmethod
     def from_item(cls, raw: Mapping[str, Any]) -> EventRecord:
@@ -109,7 +119,7 @@ class EventRecord:
                 waiting=waiting,
             ),
             created_at=item.get(Attr.CREATED_AT),
-            journal=Journal.decode(bytes(journal_blob)) if journal_blob is not None else None,
+            journal_blob=bytes(journal_blob) if journal_blob is not None else None,
             min_capacity=(
                 int(item[Attr.MIN_CAPACITY]) if item.get(Attr.MIN_CAPACITY) is not None else None
             ),
