@@ -249,6 +249,28 @@ def test_an_item_of_exactly_the_limit_keeps_its_copies_and_one_byte_more_drops_t
     )
 
 
+def test_the_largest_base_item_without_extras_is_within_its_bound():
+    """Copies are sized against the base item only when the base could matter: that skip
+    holds only if no base item without extras is over ``MAX_BASE_ITEM_BYTES``. The largest
+    one: keys at DynamoDB's limits, a detail of four-byte characters at its bound, the
+    longest reason, and every number and timestamp at its longest."""
+    from turnstile.base.itemsize import typed_item_size
+    from turnstile.engine.rules import MAX_DETAIL_CHARS
+    from turnstile.storage.items import MAX_BASE_ITEM_BYTES, base_item
+
+    decision = Decision(
+        signup_id="s" * 1024,
+        sequence_number="9" * 40,
+        status=Status.WAITLISTED,
+        seats=10**6,
+        reason=max((*Reason.REJECTIONS, *Reason.REFUSALS), key=len),
+        position=2**53 - 1,
+        detail="\U0001f600" * MAX_DETAIL_CHARS,
+    )
+    item = base_item("e" * 2048, decision, "9999-12-31T23:59:59.999999+00:00", 2**63)
+    assert typed_item_size(item) <= MAX_BASE_ITEM_BYTES
+
+
 def _row_of(json_bytes: int):
     """A request whose copied fields are exactly ``json_bytes`` of journal JSON, while the
     item stays far under its limit (two-byte binaries: seven bytes of JSON each)."""

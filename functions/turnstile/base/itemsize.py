@@ -37,6 +37,8 @@ __all__ = [
 
 def text_size(text: str) -> int:
     """Bytes of a string: its UTF-8."""
+    if text.isascii():  # one byte a character: most names and values
+        return len(text)
     # surrogatepass: a lone surrogate is sized, not raised on (validation refuses it apart).
     return len(text.encode("utf-8", "surrogatepass"))
 
@@ -62,6 +64,13 @@ def value_size(value: Any) -> int:
     Raises ``TypeError`` for a value DynamoDB has no type for (validation checks types
     first, so it never gets here with one).
     """
+    kind = type(value)  # the plain types of an image first, by their exact type
+    if kind is str:
+        return text_size(value)
+    if kind is dict:
+        return 3 + sum(text_size(str(k)) + value_size(v) + 1 for k, v in value.items())
+    if kind is Decimal or kind is int:
+        return number_size(str(value))
     if value is None or isinstance(value, bool):
         return 1
     if isinstance(value, str):

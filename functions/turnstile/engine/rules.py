@@ -100,6 +100,8 @@ def _value_problem(value: Any, depth: int) -> str | None:
     """The first thing in an attribute value that DynamoDB or the contract refuses."""
     if depth > MAX_ATTRIBUTES_DEPTH:
         return f"attributes are nested more than {MAX_ATTRIBUTES_DEPTH} levels deep"
+    if type(value) is str and value.isascii():  # the most common value: no surrogate in it
+        return None
     if value is None or isinstance(value, bool | bytes | bytearray):
         return None
     if isinstance(value, str):

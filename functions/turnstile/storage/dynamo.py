@@ -103,7 +103,31 @@ def number_text(value: int) -> str:
 
 class _Serializer(TypeSerializer):
     """boto3's serializer, with whole numbers beyond 38 digits written as ``number_text``
-    does (when they are exact in 38 significant digits)."""
+    does (when they are exact in 38 significant digits).
+
+    ``serialize`` answers the plain types a record's image holds (text, maps, numbers,
+    lists, booleans, null, bytes) by their exact type, without boto3's chain of checks,
+    and hands every other value (sets, tuples, ``Binary``, subclasses, floats) to boto3:
+    the same typed values either way (``tests/unit/test_dynamo_codec.py`` holds it to
+    boto3's), at a fraction of the CPU (copied fields are typed for every decision)."""
+
+    def serialize(self, value: Any) -> dict[str, Any]:
+        kind = type(value)
+        if kind is str:
+            return {"S": value}
+        if kind is dict:
+            return {"M": {k: self.serialize(v) for k, v in value.items()}}
+        if kind is Decimal or kind is int:
+            return {"N": self._serialize_n(value)}
+        if kind is list:
+            return {"L": [self.serialize(v) for v in value]}
+        if kind is bool:
+            return {"BOOL": value}
+        if value is None:
+            return {"NULL": True}
+        if kind is bytes:
+            return {"B": value}
+        return super().serialize(value)
 
     def _serialize_n(self, value: Any) -> str:
         if isinstance(value, int) and not isinstance(value, bool):

@@ -40,6 +40,7 @@ from turnstile.storage.intake import IntakeRecord, signup_command
 __all__ = [
     "COPIED_FIELDS",
     "IN_LINEUP",
+    "MAX_BASE_ITEM_BYTES",
     "MAX_DECISION_ITEM_BYTES",
     "MAX_JOURNAL_ROW_BYTES",
     "Answered",
@@ -65,6 +66,11 @@ MAX_DECISION_ITEM_BYTES = 64 * 1024
 #: So is one whose journal row (JSON) would be longer than this: one decision then always
 #: fits a journal, whatever its characters cost in JSON.
 MAX_JOURNAL_ROW_BYTES = 128 * 1024
+#: The most a decision item without copied fields or extras can take: keys of at most
+#: 2,048 and 1,024 bytes (DynamoDB's own limits), a detail of at most ``MAX_DETAIL_CHARS``
+#: characters, a reason, numbers and timestamps (``tests/unit/test_journal.py`` builds the
+#: largest one).
+MAX_BASE_ITEM_BYTES = 8 * 1024
 #: The attributes a decision item copies from its intake record.
 COPIED_FIELDS = (Attr.SUBMITTED_AT, Attr.ATTRIBUTES)
 #: Statuses of signups the event's lineup still holds: their items never expire.
@@ -301,8 +307,11 @@ def bounded_copies(
     if not copies:
         return decision, copies, text
     # The JSON is never shorter than the item size (tags, quotes, base64): the exact size
-    # is needed only when the JSON alone would go over.
+    # is needed only when the JSON alone would go over, and the base item's only when it
+    # could matter (without extras it is under ``MAX_BASE_ITEM_BYTES``).
     json_bytes = text_size(text)
+    if not extras and json_bytes <= MAX_DECISION_ITEM_BYTES - MAX_BASE_ITEM_BYTES:
+        return decision, copies, text
     base = typed_item_size(base_item(event_id, decision, decided_at, expires_at, extras))
     if base + json_bytes > MAX_DECISION_ITEM_BYTES:
         if base + typed_item_size(copies) > MAX_DECISION_ITEM_BYTES:
