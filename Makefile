@@ -78,7 +78,7 @@ drills: setup
 	TURNSTILE_DRILL_SCALE=$${TURNSTILE_DRILL_SCALE:-5} $(PY) -m pytest tests/drills -s -q
 
 # Mutation testing of the safety-critical modules (mutmut), not part of `make test`:
-# `make mutants`, or some of them: `make mutants MODULES="domain audit"`; after adding
+# `make mutants`, or some of them: `make mutants MODULES="rules audit"`; after adding
 # tests, `make mutants MODULES=store MUTANTS_FLAGS=--survivors` reruns only the last
 # survivors. Results in results/mutants.md; fails while a survivor is neither killed nor
 # explained.

@@ -353,7 +353,7 @@ class FakeStore:
             extras=outcome.extras,
             updates=outcome.updates,
         )
-        blob = journal.encode()
+        blob = journal.encoded
         lifecycle = dict(outcome.lifecycle or {})
         lineup = lifecycle.get(Attr.LINEUP)
         limit = min(real.MAX_JOURNAL_BYTES, real.MAX_JOURNAL_AND_LINEUP_BYTES - len(lineup or b""))

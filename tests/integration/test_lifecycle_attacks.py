@@ -578,3 +578,35 @@ def test_options_written_by_hand_past_the_bounds_are_read_within_them(aws, feed,
     assert a[Attr.STATUS] == Status.HELD
     assert a[Attr.HOLD_EXPIRES_AT] == iso_of_ms(clock.ms + 86_400_000)
     assert status(store, "gig", "b") == Status.WAITLISTED
+
+
+def test_an_unreadable_lineup_parks_its_event_and_stops_no_other_reader(
+    store, processor, feed, clock
+):
+    """A lineup that cannot be read (written by hand, or by a newer format) must not be
+    decided from (its holds and waitlist would be lost: an oversell), and must not stop
+    the organizer, the other events or the audit either."""
+    from turnstile.service import usecases
+
+    make_event(store, "gig", 2, waitlist=1, hold_seconds=60)
+    make_event(store, "good", 2)
+    processor.process([feed.signup("gig", "a")])
+    assert status(store, "gig", "a") == Status.HELD
+    store.dynamo.call(
+        "update_item",
+        TableName=store.control_table,
+        Key=event_key("gig"),
+        UpdateExpression="SET #l = :junk",
+        ExpressionAttributeNames={"#l": Attr.LINEUP},
+        ExpressionAttributeValues={":junk": {"B": b"junk"}},
+    )
+    # the processor refuses to decide from it: the event is parked, the other decided
+    result = processor.process([feed.signup("gig", "b"), feed.signup("good", "c")])
+    assert [event for event, _ in result.parked_events] == ["gig"]
+    assert statuses(store, "gig", "b") + statuses(store, "good", "c") == [None, Status.ACCEPTED]
+    # readers go on: the event shows (without its lineup), closes, and the audit runs
+    record = store.get_event("gig")
+    assert record.lineup_error is not None and "lineup unreadable" in record.lineup_error
+    assert usecases.show_event(store, "gig")["taken"] == 1
+    usecases.close_event(store, "gig")
+    assert {e.event_id for e in audit(store).events} >= {"gig", "good"}

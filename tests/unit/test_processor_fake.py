@@ -565,6 +565,34 @@ def test_a_warm_processor_decodes_no_journal_it_wrote_out_itself(fake, monkeypat
     assert fake.count("materialize") == 6
 
 
+def test_a_journal_left_unwritten_on_an_event_item_written_again_is_written_out(fake):
+    """An event item without ``created_at``, deleted and written again by hand, starts its
+    versions again: a warm processor that wrote out version 1 before must still write out
+    another processor's version 1, which a crash left unwritten (journals are told apart
+    by their bytes, not their version)."""
+    from turnstile.base.contract import Attr, ControlKey, EventState
+
+    def hand_written() -> None:
+        key = fake._event_key("gig")
+        fake.control[key] = {
+            ControlKey.PK: {"S": key[0]},
+            ControlKey.SK: {"S": key[1]},
+            Attr.EVENT_ID: {"S": "gig"},
+            Attr.CAPACITY: {"N": "5"},
+            Attr.STATE: {"S": EventState.OPEN},
+        }
+
+    hand_written()
+    warm = processor(fake)
+    warm.process([insert("gig", "a", 1)])  # version 1, written out
+    hand_written()  # deleted and written again: version 0
+    fake.fail_next("materialize", error=SystemExit)  # killed between commit and items
+    with pytest.raises(SystemExit):
+        processor(fake).process([insert("gig", "b", 2)])  # its own version 1
+    warm.process([insert("gig", "c", 3)])
+    assert set(stored(fake, "gig")) == {"a", "b", "c"}
+
+
 # -- events that do not exist ----------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ from turnstile.storage.items import (
     signup_state,
     touched_without_state,
 )
-from turnstile.storage.journal import Journal
+from turnstile.storage.journal import Journal, journal_digest
 from turnstile.storage.ports import ProcessorStore
 
 __all__ = [
@@ -129,7 +129,7 @@ class StreamProcessor:
         self.max_conflicts = max_conflicts
         # Journals this process has materialized, so it does not write them twice. Losing
         # this (a cold start) only costs one re-materialization; it never affects safety.
-        self._materialized: OrderedDict[tuple[str, str | None], int] = OrderedDict()
+        self._materialized: OrderedDict[tuple[str, str | None], bytes] = OrderedDict()
         self._cache_size = journal_cache_size
         #: Records one release decides at most; the rest stay parked for the next one.
         self.max_release = max_release
@@ -273,16 +273,21 @@ class StreamProcessor:
             return self._decided(event_id, decisions, now, by_id), len(chunk), []
 
         cache_key = (event_id, record.created_at)
-        # The last commit's journal carries the event's version: it is decoded only to be
-        # written out, when this process has not written that version out itself.
-        version = record.event.version
-        if record.journal_blob is not None and self._materialized.get(cache_key) != version:
+        # The last journal is decoded only to be written out, when this process has not
+        # written out those very bytes itself (a digest: an event item written again can
+        # start its versions again).
+        blob = record.journal_blob
+        if blob is not None and self._materialized.get(cache_key) != journal_digest(blob):
             # The last commit may not have reached its items (a crash, another processor):
             # write them before anything new is decided.
             last = record.journal
             assert last is not None
             self.store.materialize(event_id, last, by_id)
-            self._remember(cache_key, version)
+            self._remember(cache_key, journal_digest(blob))
+        if record.lineup_error is not None:
+            # Deciding without the holds and the waitlist could oversell: the event is
+            # parked until its lineup reads again.
+            raise ValueError(f"event {event_id!r}: {record.lineup_error}")
         # Every signup the chunk names, as its item says now (the last journal is written).
         decided = {
             sid: signup_state(item)
@@ -309,7 +314,7 @@ class StreamProcessor:
                 if outcome is None:
                     return [], len(chunk), []
         self.store.materialize(event_id, journal, by_id)
-        self._remember(cache_key, journal.version)
+        self._remember(cache_key, journal_digest(journal.encoded))
         return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
 
     def _keep_while_intake_lives(
@@ -356,8 +361,8 @@ class StreamProcessor:
         outcome = outcome_of(before, record.status_counts, result, decided, counts, requested)
         return outcome, moves
 
-    def _remember(self, key: tuple[str, str | None], version: int) -> None:
-        self._materialized[key] = version
+    def _remember(self, key: tuple[str, str | None], digest: bytes) -> None:
+        self._materialized[key] = digest
         self._materialized.move_to_end(key)
         while len(self._materialized) > self._cache_size:
             self._materialized.popitem(last=False)

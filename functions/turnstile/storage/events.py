@@ -81,6 +81,10 @@ class EventRecord:
     #: Signups per status (the processor's ``Attr.STATUS_COUNTS``); None before any commit
     #: of the lifecycle.
     status_counts: dict[str, int] | None = None
+    #: Why the stored lineup could not be read (None: it was, or there is none). ``event``
+    #: then holds no holds and nobody waiting: enough to show, close or re-size the event,
+    #: never to decide from (the processor refuses, and the event is parked).
+    lineup_error: str | None = None
 
     @cached_property
     def journal(self) -> Journal | None:
@@ -99,9 +103,16 @@ class EventRecord:
 
         Options an organizer wrote by hand past the API's bounds are read within them (a
         waitlist of at most ``MAX_LINEUP_ENTRIES``, holds of at most ``MAX_HOLD_SECONDS``):
-        the item is inside the trust boundary, but no option may make deciding fail."""
+        the item is inside the trust boundary, but no option may make deciding fail. A
+        lineup that cannot be read is kept as ``lineup_error`` (every reader but the
+        processor goes on)."""
         journal_blob = item.get(Attr.JOURNAL)
-        holds, waiting = decode_lineup(item.get(Attr.LINEUP))
+        try:
+            holds, waiting = decode_lineup(item.get(Attr.LINEUP))
+            lineup_error = None
+        except Exception as exc:  # the item is inside the trust boundary, but one bad
+            holds, waiting = (), ()  # attribute must not stop every reader of the event
+            lineup_error = f"lineup unreadable ({type(exc).__name__}: {exc})"[:512]
         return cls(
             event=Event(
                 event_id=item[Attr.EVENT_ID],
@@ -129,6 +140,7 @@ class EventRecord:
                 if isinstance(counts := item.get(Attr.STATUS_COUNTS), Mapping)
                 else None
             ),
+            lineup_error=lineup_error,
         )
 
 

@@ -28,6 +28,7 @@ only says how many of its decisions fit (``Journal.longest_prefix``).
 from __future__ import annotations
 
 import bz2
+import hashlib
 import json
 import zlib
 from collections.abc import Mapping, Sequence
@@ -46,7 +47,7 @@ from turnstile.storage.items import (
     retained,
 )
 
-__all__ = ["Journal"]
+__all__ = ["Journal", "journal_digest"]
 
 
 @dataclass(frozen=True)
@@ -175,8 +176,15 @@ class Journal:
             for u in self.updates
         )
 
+    @cached_property
+    def encoded(self) -> bytes:
+        """The whole journal as stored on the event item (``encode()``, made once)."""
+        return self.encode()
+
     def encode(self, count: int | None = None) -> bytes:
         """The journal (or its first ``count`` decisions) as stored on the event item."""
+        if count is None and "encoded" in self.__dict__:
+            return self.__dict__["encoded"]  # type: ignore[no-any-return]
         rows = self._rows if count is None else self._rows[:count]
         header: dict[str, Any] = {"f": self.FORMAT, "v": self.version, "t": self.decided_at}
         if self.expires_at is not None:
@@ -247,3 +255,10 @@ class Journal:
             extras=tuple(extras) if fmt == 3 else None,
             updates=updates,
         )
+
+
+def journal_digest(blob: bytes) -> bytes:
+    """A stored journal's fingerprint: two journals of one event item with the same bytes
+    are the same decisions (the version alone is not enough: an event item deleted and
+    written again by hand starts its versions again)."""
+    return hashlib.blake2b(blob, digest_size=16).digest()

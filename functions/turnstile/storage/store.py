@@ -250,7 +250,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             extras=outcome.extras,
             updates=outcome.updates,
         )
-        blob = journal.encode()
+        blob = journal.encoded
         lifecycle = dict(outcome.lifecycle or {})
         lineup = lifecycle.get(Attr.LINEUP)
         limit = min(MAX_JOURNAL_BYTES, MAX_JOURNAL_AND_LINEUP_BYTES - len(lineup or b""))
