@@ -119,6 +119,15 @@ def test_a_format_3_journal_carries_lifecycle_attributes_and_changes():
     again = Journal.decode(journal.encode())
     assert again.decisions == (held, waiting)
     assert again.updates == (change,)
+    # two changes round-trip too, and a journal without any stores no list of them
+    other = ItemUpdate("u9", Status.WAITLISTED, to_item({"status": Status.REJECTED}), (), None)
+    both = Journal.build("gig", 6, NOW, [], {}, updates=[change, other])
+    assert Journal.decode(both.encode()).updates == (change, other)
+    import bz2
+    import json
+
+    plain = Journal.build("gig", 7, NOW, [held], {"u1": request("u1")})
+    assert "u" not in json.loads(bz2.decompress(plain.encode()))
     items = again.items("gig")
     assert items[0]["hold_expires_at"] == {"S": "2026-01-01T00:00:04.000000Z"}
     assert items[0]["status"] == {"S": Status.HELD}
@@ -269,6 +278,41 @@ def test_the_largest_base_item_without_extras_is_within_its_bound():
     )
     item = base_item("e" * 2048, decision, "9999-12-31T23:59:59.999999+00:00", 2**63)
     assert typed_item_size(item) <= MAX_BASE_ITEM_BYTES
+
+
+def test_the_lifecycle_attributes_count_toward_the_items_limit():
+    """A decision's extras (a history, a place in line) are part of its item: copies that
+    fit beside the base item alone are dropped when the extras push the item over."""
+    from turnstile.base.itemsize import typed_item_size
+    from turnstile.storage.dynamo import to_item
+
+    extras = to_item({"history": [{"from": "PENDING", "to": "HELD", "n": "x" * 9000}]})
+    decision = accepted()
+    (copies,) = Journal.build(
+        LONG_EVENT,
+        1,
+        NOW,
+        [decision],
+        {"u1": _item_at(MAX_DECISION_ITEM_BYTES - 4000)},
+        extras=[extras],
+    ).copies
+    assert copies == {}  # 9 KB of extras on top: over the limit, dropped
+    journal = Journal.build(
+        LONG_EVENT, 1, NOW, [decision], {"u1": _item_at(MAX_DECISION_ITEM_BYTES - 4000)}
+    )
+    (kept,) = journal.copies
+    assert kept != {}  # without them the same copies fit
+    assert all(typed_item_size(i) <= MAX_DECISION_ITEM_BYTES for i in journal.items(LONG_EVENT))
+
+
+def test_a_journal_encoded_once_still_encodes_its_prefixes():
+    """``encoded`` keeps the whole journal made once; a prefix is still its own."""
+    decisions = [accepted(f"u{i}") for i in range(40)]
+    journal = Journal.build(LONG_EVENT, 1, NOW, decisions, {})
+    whole = journal.encoded
+    assert journal.encode() == whole
+    assert len(Journal.decode(journal.encode(5)).decisions) == 5
+    assert journal.longest_prefix(len(whole) - 1) < 40
 
 
 def _row_of(json_bytes: int):
