@@ -222,3 +222,44 @@ def test_a_third_move_keeps_the_moves_stored_before():
         (Status.WAITLISTED, Status.HELD),
         (Status.HELD, Status.ACCEPTED),
     ]
+
+
+def logged(sid: str, seq: str, log: list[str], count: int | None = None) -> IntakeRecord:
+    """A record carrying its request log (a record recovered from intake)."""
+    count = len(log) if count is None else count
+    return IntakeRecord("gig", sid, seq, request=log[-1], request_count=count, requests=tuple(log))
+
+
+def test_a_records_log_answers_each_request_it_has_not_answered_in_order():
+    """A record recovered from intake carries every request of its log: each unanswered
+    one becomes a command, in order, the later ones marked as following the first (same
+    record, same sequence number), an unknown kind refused with the contract's words."""
+    from turnstile.engine.lifecycle import Kind
+
+    commands, counts = engine_commands(
+        [logged("a", "9", ["confirm", "refund", "cancel"])], {"a": 0}
+    )
+    assert [(c.kind, c.follows, c.problem is None) for c in commands] == [
+        (Kind.CONFIRM, False, True),
+        (Kind.CONFIRM, True, False),
+        (Kind.CANCEL, True, True),
+    ]
+    assert commands[1].problem == (
+        "request must be one of confirm, cancel, with a whole request_count"
+    )
+    assert counts == {"a": 3}
+
+
+def test_a_log_answers_at_most_its_bound_of_requests_at_once():
+    """Up to MAX_LOGGED_REQUESTS unanswered requests are each answered from the log; more
+    than that, the record answers its latest request alone (as a record without a log)."""
+    from turnstile.storage.intake import MAX_LOGGED_REQUESTS
+
+    bound = MAX_LOGGED_REQUESTS
+    log = ["confirm"] * (bound + 10)
+    # exactly the bound unanswered, after 10 answered: each one
+    commands, _ = engine_commands([logged("a", "9", log)], {"a": 10})
+    assert len(commands) == bound
+    # one more than the bound unanswered: the latest alone
+    commands, _ = engine_commands([logged("a", "9", log)], {"a": 9})
+    assert len(commands) == 1
