@@ -65,9 +65,16 @@ class Floor:
         }
 
 
-def scan_items(client: Any, table: str) -> list[dict[str, Any]]:
-    """Every item of ``table`` whole, read consistently (unmetered: after the run)."""
+def scan_items(
+    client: Any, table: str, attributes: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """Every item of ``table``, read consistently (unmetered: after the run): whole, or
+    with only the named ``attributes``."""
     kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+    if attributes:
+        names = {f"#a{i}": a for i, a in enumerate(attributes)}
+        kwargs["ProjectionExpression"] = ", ".join(names)
+        kwargs["ExpressionAttributeNames"] = names
     items: list[dict[str, Any]] = []
     while True:
         page = client.scan(**kwargs)

@@ -47,7 +47,6 @@ from turnstile_bench.strategies import (
     TableCensus,
     _DecisionWriter,
     _Producers,
-    _scan,
     census,
     counter_floor,
     create_events,
@@ -240,7 +239,7 @@ def run_transactional(
     wall = time.perf_counter() - started
     held = {
         item[PK]["S"].removeprefix("EVENT#"): int(item[Attr.TAKEN]["N"])
-        for item in _scan(endpoint.client, table, (PK, Attr.TAKEN))
+        for item in scan_items(endpoint.client, table, (PK, Attr.TAKEN))
     }
     recount = census(
         endpoint,
@@ -435,7 +434,7 @@ def run_slots(
     wall = time.perf_counter() - started
     by_signup: Counter[tuple[str, str]] = Counter()
     by_event: Counter[str] = Counter()
-    for item in _scan(endpoint.client, table, (PK, OWNER)):
+    for item in scan_items(endpoint.client, table, (PK, OWNER)):
         if OWNER in item:
             event_id = item[PK]["S"].removeprefix("EVENT#")
             by_signup[(event_id, item[OWNER]["S"])] += 1

@@ -919,24 +919,6 @@ def _audit(endpoint: LocalEndpoint) -> dict[str, Any]:
 SIZE_CHECK_SAMPLE = 100
 
 
-def _scan(client: Any, table: str, attributes: Sequence[str]) -> list[dict[str, Any]]:
-    """Every item of a table, read consistently, with only the named attributes."""
-    names = {f"#a{i}": a for i, a in enumerate(attributes)}
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "ConsistentRead": True,
-        "ProjectionExpression": ", ".join(names),
-        "ExpressionAttributeNames": names,
-    }
-    items: list[dict[str, Any]] = []
-    while True:
-        page = client.scan(**kwargs)
-        items.extend(page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
 def _size_check(client: Any, table: str, known: Mapping[tuple[str, str], int]) -> int:
     """Fetch a sample of items whole; count those whose metered size is not their size."""
     keys = sorted(known)
@@ -964,7 +946,7 @@ def event_item_holdings(endpoint: LocalEndpoint) -> Holdings:
     target), read consistently and unmetered."""
     held: dict[str, int] = {}
     names = (ControlKey.PK, ControlKey.SK, Attr.TAKEN)
-    for item in _scan(endpoint.client, endpoint.control_table, names):
+    for item in scan_items(endpoint.client, endpoint.control_table, names):
         pk = item[ControlKey.PK]["S"]
         is_event = item[ControlKey.SK]["S"] == ControlKey.EVENT_SK
         if pk.startswith(ControlKey.EVENT_PREFIX) and is_event:
@@ -995,7 +977,7 @@ def census(
     known = sizes.sizes(endpoint.main_table)
     wanted = (Attr.EVENT_ID, Attr.SIGNUP_ID, Attr.STATUS, Attr.SEATS)
     decided: dict[tuple[str, str], int] = {}  # (event, signup) -> seats if accepted, else 0
-    for item in _scan(endpoint.client, endpoint.main_table, wanted):
+    for item in scan_items(endpoint.client, endpoint.main_table, wanted):
         event_id, signup_id = item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"]
         if Attr.STATUS not in item:
             continue
