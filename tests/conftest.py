@@ -124,7 +124,7 @@ def store(client: Any) -> SignupStore:
 @pytest.fixture(params=["index", "full-scan"])
 def sweep_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each way a sweep run finds undecided records: ``index``, the sparse index of marked
-    records (raw producers write the marker, as the README asks; no full scan is ever due),
+    records (raw producers write the marker, as one may choose to; no full scan is ever due),
     and ``full-scan``, the whole intake table (every run)."""
     from tests import helpers
     from turnstile.jobs import sweeper

@@ -28,8 +28,8 @@ NO_LIFECYCLE_FIELDS: dict[str, Any] = {
     "last_refusal": None,
 }
 
-#: Whether ``put_raw_intake`` writes the ``undecided`` marker, as the README asks producers
-#: that write intake directly to do (the ``sweep_path`` fixture turns it on).
+#: Whether ``put_raw_intake`` writes the ``undecided`` marker, as a producer that writes
+#: intake directly may choose to (the ``sweep_path`` fixture turns it on).
 MARK_RAW_INTAKE = False
 
 

@@ -169,10 +169,10 @@ def functions_under_roles() -> Iterator[list[CheckedClient]]:
     """While inside, each function's code runs under its deployed role, however a test
     builds it: a store a Lambda handler builds for itself (``SignupStore()`` in
     ``turnstile.handlers.*``: a cold start) talks through a ``CheckedClient`` of its
-    function's role, and the store given to a ``StreamProcessor`` or a ``Sweeper``
-    through an ``ActingClient``, checked as the processor's or the sweeper's role while
-    their code runs. Yields the clients made, to check what they were refused. The
-    tests' own set-up and checks keep every right."""
+    function's role, and the store given to a ``StreamProcessor`` or a ``Sweeper`` (and a
+    sweeper's on-failure queue) through an ``ActingClient``, checked as the processor's or
+    the sweeper's role while their code runs. Yields the clients made, to check what they
+    were refused. The tests' own set-up and checks keep every right."""
     import importlib
 
     from turnstile.jobs.processor import StreamProcessor
@@ -199,6 +199,12 @@ def functions_under_roles() -> Iterator[list[CheckedClient]]:
                 dynamo.client = ActingClient(dynamo.client)
                 clients.append(dynamo.client)
             init(self, store, *args, **kwargs)
+            # A sweeper's reads of the on-failure queue act as it does too.
+            failures = getattr(self, "failures", None)
+            sqs = getattr(failures, "sqs", None)
+            if sqs is not None and not isinstance(sqs, CheckedClient):
+                failures.sqs = ActingClient(sqs)
+                clients.append(failures.sqs)
 
         return wrapping_init
 

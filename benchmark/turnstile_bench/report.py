@@ -115,7 +115,7 @@ def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
                 # counted: the producers and the processor alone.
                 "decision_path": {
                     "note": "the producers and the stream processor only: without the "
-                    "sweeper's removal of the marker nor the releaser (not all in)",
+                    "sweeper's run nor the releaser's (not all in)",
                     "roles": list(DECISION_PATH),
                     **{k: v for k, v in path.items() if k not in ("note", "parts")},
                 },
@@ -123,7 +123,8 @@ def strategy_figures(run: StrategyRun, prices: Prices) -> dict[str, Any]:
                 "processor_read_units_per_decision": round(processor.total_read_units / n, 4),
                 "processor_requests_per_decision": round(processor.total_requests / n, 4),
                 "intake_write_units_per_decision": round(producers.table_write_units / n, 4),
-                # The intake item's entry in the sparse ``undecided`` index (its marker).
+                # The intake item's entry in the sparse ``undecided`` index, if it carried
+                # the marker (a first put carries none: 0).
                 "intake_index_write_units_per_decision": round(
                     producers.total_index_write_units / n, 4
                 ),
@@ -256,9 +257,9 @@ def _invariant_lines(strategies: Mapping[str, Any]) -> list[str]:
 
 #: What each part of turnstile does, as the headline's rows say it.
 PART_LABELS = {
-    "producers": "intake put + its undecided index entry",
+    "producers": "intake put (no undecided marker, no index entry)",
     "processor": "decision items + commits",
-    "sweeper": "marker removal: intake update + index delete; its reads",
+    "sweeper": "one run: lease, history, index and queue looks",
     "releaser": "due-holds index read; wake-ups",
 }
 

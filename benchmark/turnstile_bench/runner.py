@@ -146,9 +146,13 @@ def _checks(doc: dict[str, Any]) -> dict[str, bool]:
             for key in ALL_IN_KEYS
         )
         swept = turnstile.get("sweeper") or {}
-        # Every decided record's marker removed: the sweeper's part is all of its work.
-        checks["turnstile_sweeper_removed_every_marker"] = (
-            swept.get("unmarked") == turnstile["decided"] and swept.get("full_scan") is False
+        # The sweeper ran as deployed (the index, no full scan) and found nothing: no
+        # record undecided, no marker to remove (a first put carries none).
+        checks["turnstile_sweeper_found_nothing_left"] = (
+            swept.get("status") == "succeeded"
+            and swept.get("full_scan") is False
+            and swept.get("unmarked") == 0
+            and swept.get("undecided_found") == 0
         )
         checks["turnstile_never_oversold"] = (
             turnstile["oversold_seats"] == 0

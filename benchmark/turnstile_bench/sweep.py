@@ -7,8 +7,9 @@ items' sizes, never moto's). Four sweep runs, each past the minimum age of the l
 * ``full scan``: the whole intake table, read consistently, and every record's decision,
   as every run did before the index (and as the daily backstop still does): *before*;
 * ``index``: the sparse ``undecided`` index only: *after*, every run but one a day;
-* ``index, after a burst``: the N decided records still carry the marker (submitted through
-  the API and decided since the last run): the one run that reads them and removes it;
+* ``index, after a burst``: the N decided records still carry the marker (re-emitted, or a
+  request on each, decided since the last run; a first put carries none): the one run that
+  reads them and removes it;
 * ``index, next run``: back to the steady state.
 
 The write units include the index's: a marker removed deletes an index entry, a
@@ -145,7 +146,7 @@ def load(
     decisions: list[dict[str, Any]] = []
     for i, s in enumerate(signups):
         signup_id = f"d{first + i:07d}-{s.signup_id}"
-        item = intake_item(event_id, signup_id, s.seats, s.attributes, SUBMITTED_AT, marked=False)
+        item = intake_item(event_id, signup_id, s.seats, s.attributes, SUBMITTED_AT)
         items.append(item)
         kept = Signup(event_id, signup_id, s.seats, s.attributes)
         decisions.append(writer.item(kept, SUBMITTED_AT, Status.REJECTED, None))
@@ -159,7 +160,9 @@ def load(
     for i in range(undecided):
         signup_id = f"o{first + i:07d}"
         open_items.append(
-            intake_item(event_id, signup_id, 1, {"name": "still pending"}, SUBMITTED_AT)
+            intake_item(
+                event_id, signup_id, 1, {"name": "still pending"}, SUBMITTED_AT, marked=True
+            )
         )
     _write_all(writer_client, tables.intake, open_items)
     if progress:

@@ -108,10 +108,11 @@ def intake_item(
     seats: int,
     attributes: Mapping[str, Any],
     submitted_at: str,
-    marked: bool = True,
+    marked: bool = False,
 ) -> dict[str, Any]:
-    """The typed intake item exactly as ``SignupStore.put_intake`` writes it (no TTL),
-    ``undecided`` marker included; ``marked=False``: as it is once the sweeper removed it."""
+    """The typed intake item exactly as ``SignupStore.put_intake`` writes it (no TTL, no
+    ``undecided`` marker); ``marked=True``: with the marker, as a re-emission, a request or
+    a producer that chose to mark it leaves it."""
     values = {
         Attr.EVENT_ID: event_id,
         Attr.SIGNUP_ID: signup_id,

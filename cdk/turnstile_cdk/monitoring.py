@@ -218,7 +218,8 @@ class MonitoringConstruct(Construct):
             ),
             threshold=0,
             meaning="A stream batch was given up on: its records have no decision yet.",
-            action="Fix the cause (processor logs), then run "
+            action="The sweeper's next run re-emits them and deletes the note. If it stays, "
+            "fix the cause (processor and sweeper logs), then run "
             "'turnstile --stack <stack> redrive'.",
         )
         self._alarm(

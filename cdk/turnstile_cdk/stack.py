@@ -127,6 +127,7 @@ class TurnstileStack(Stack):
             self,
             "Sweeper",
             props,
+            failure_queue=self.processor.failure_queue,
             reserved_concurrency=settings.sweeper_reserved_concurrency,
         )
         self.due_holds = DueHoldsConstruct(

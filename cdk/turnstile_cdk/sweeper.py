@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from aws_cdk import Duration
 from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from turnstile.base.contract import FUNCTION_HANDLERS, Function
+from turnstile.storage.failures import FAILURE_QUEUE_URL_ENV
 
 from .functions import FunctionConstruct, FunctionConstructProps
 from .permissions import SWEEPER_GRANTS
@@ -25,6 +27,11 @@ class SweeperConstruct(Construct):
     decides (docs/design.md): it bumps ``redrive`` on a stale intake record, a MODIFY the
     stream filter lets through, so the processor decides it like any other record.
 
+    It also reads the stream processor's on-failure queue: a note there (a batch the event
+    source gave up on) makes its next run read the whole intake table and re-emit what is
+    undecided, then delete the note (``sqs:ReceiveMessage`` and ``sqs:DeleteMessage`` on
+    that queue, nothing more).
+
     Parts: ``function``, ``schedule`` and its invoke-only ``schedule_role``.
     """
 
@@ -34,6 +41,7 @@ class SweeperConstruct(Construct):
         construct_id: str,
         props: FunctionConstructProps,
         *,
+        failure_queue: sqs.IQueue,
         reserved_concurrency: int | None = None,
         full_scan_every: Duration = FULL_SCAN_EVERY,
     ) -> None:
@@ -49,11 +57,13 @@ class SweeperConstruct(Construct):
             memory_size=256,
             reserved_concurrency=reserved_concurrency,
             environment={
-                "TURNSTILE_SWEEP_FULL_SCAN_EVERY_S": str(int(full_scan_every.to_seconds()))
+                "TURNSTILE_SWEEP_FULL_SCAN_EVERY_S": str(int(full_scan_every.to_seconds())),
+                FAILURE_QUEUE_URL_ENV: failure_queue.queue_url,
             },
         )
         self.function = self.handler.function
         self.handler.grant_tables(SWEEPER_GRANTS)
+        failure_queue.grant(self.function, "sqs:ReceiveMessage", "sqs:DeleteMessage")
 
         # The next run comes in 5 minutes: retrying a missed one only piles runs up.
         self.schedule, self.schedule_role = schedule_function(

@@ -47,9 +47,13 @@ def test_function_runtime_tracing_and_environment(template: Template, handler: s
     )
     if handler.endswith("api.handler"):  # one organizer creates 1,000 events at most
         api_only = {**api_only, "TURNSTILE_MAX_EVENTS_PER_ORGANIZER": "1000"}
-    # A sweep run reads the whole intake table (not just its index) once a day.
+    # A sweep run reads the whole intake table (not just its index) once a day, and at
+    # once for a note in the on-failure queue.
+    queue = template.find_outputs("FailureQueueUrl")["FailureQueueUrl"]["Value"]
     sweeper_only = (
-        {"TURNSTILE_SWEEP_FULL_SCAN_EVERY_S": "86400"} if "sweeper" in handler else {}
+        {"TURNSTILE_SWEEP_FULL_SCAN_EVERY_S": "86400", "TURNSTILE_FAILURE_QUEUE_URL": queue}
+        if "sweeper" in handler
+        else {}
     )
     assert properties["Environment"]["Variables"] == {
         "TURNSTILE_INTAKE_TABLE": {"Ref": "IntakeTable"},

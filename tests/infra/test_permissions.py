@@ -125,7 +125,6 @@ def _role_statements(template: Template, handler: str) -> set[tuple[str, str, st
 #: What a submission writes on intake (keys included).
 SUBMISSION = (
     "event_id", "signup_id", "seats", "submitted_at", "attributes", "owner", "expires_at",
-    "undecided",
 )  # fmt: skip
 
 #: Every attribute of a decision item: the processor's writes on main name these only.
@@ -234,6 +233,8 @@ def test_api_writes_intake_and_only_the_configuration_of_event_items(template: T
 
 
 def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Template):
+    queue_id = template.find_outputs("FailureQueueUrl")["FailureQueueUrl"]["Value"]["Ref"]
+    queue = f"${{{queue_id}.Arn}}"
     assert _role_statements(template, SWEEPER) == (
         # Every run scans the sparse undecided index; once a day intake itself.
         _on(INTAKE, "Scan")
@@ -270,6 +271,9 @@ def test_sweeper_keeps_its_lease_and_history_and_only_bumps_intake(template: Tem
         )
         # Setting a parked event's release off: a wake-up, no producer's record.
         | WAKES
+        # The on-failure queue's notes: read (each makes a run scan intake whole) and
+        # deleted once what they stand for is re-emitted; nothing else on the queue.
+        | {(f"sqs:{a}", queue, "{}") for a in ("ReceiveMessage", "DeleteMessage")}
     )
 
 

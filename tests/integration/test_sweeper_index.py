@@ -165,9 +165,14 @@ def test_a_decision_only_in_the_journal_keeps_the_marker(store, client):
     assert marked == {}
 
 
-def test_put_intake_writes_the_marker_and_does_not_return_it(store):
+def test_put_intake_writes_no_marker_and_returns_none_of_a_later_one(store, ledger):
+    # A first put costs no index entry (nor its later removal): three write units a signup.
     record, created = store.put_intake("gig", "u1", 1, None, NOW)
     assert created and Attr.UNDECIDED not in record
+    assert Attr.UNDECIDED not in store.get_intake("gig", "u1")
+    assert list(ledger.undecided_marked()) == []
+    # Re-emitted, it is marked; the same body again still answers without the marker.
+    assert store.re_emit("gig", "u1")
     assert store.get_intake("gig", "u1")[Attr.UNDECIDED] == undecided_shard("gig", "u1")
     again, created = store.put_intake("gig", "u1", 1, None, NOW)
     assert not created and Attr.UNDECIDED not in again

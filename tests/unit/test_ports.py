@@ -20,7 +20,14 @@ import pytest
 from tests.fakes import FakeStore
 from turnstile.jobs import processor, sweeper
 from turnstile.storage.ledger import Ledger
-from turnstile.storage.ports import AuditStore, ProcessorStore, SweeperLedger, SweeperStore
+from turnstile.storage.failures import FailureQueue
+from turnstile.storage.ports import (
+    AuditStore,
+    FailureNotes,
+    ProcessorStore,
+    SweeperLedger,
+    SweeperStore,
+)
 from turnstile.storage.store import SignupStore
 from turnstile_tools import audit
 
@@ -59,6 +66,7 @@ PORTS = [
     (ProcessorStore, processor, "store", [SignupStore, FakeStore]),
     (SweeperStore, sweeper, "store", [SignupStore]),
     (SweeperLedger, sweeper, "ledger", [Ledger]),
+    (FailureNotes, sweeper, "failures", [FailureQueue]),
     (AuditStore, audit, "store", [SignupStore]),
 ]
 CASES = [

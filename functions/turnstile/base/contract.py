@@ -377,7 +377,6 @@ INTAKE_SUBMIT_ATTRIBUTES = (
     Attr.ATTRIBUTES,
     Attr.OWNER,
     Attr.EXPIRES_AT,
-    Attr.UNDECIDED,
 )
 
 

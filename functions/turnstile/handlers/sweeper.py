@@ -11,6 +11,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from turnstile.jobs.sweeper import Sweeper, run_id_for
+from turnstile.storage.failures import FailureQueue
 from turnstile.storage.store import SignupStore
 
 logger = Logger(service="turnstile")
@@ -43,6 +44,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         owner=getattr(context, "aws_request_id", None),
         min_age_s=float(os.environ.get("TURNSTILE_SWEEP_MIN_AGE_S", "300")),
         full_scan_every_s=float(os.environ.get("TURNSTILE_SWEEP_FULL_SCAN_EVERY_S", "86400")),
+        failures=FailureQueue.from_environment(),
     )
     if isinstance(event, dict) and event.get("replay_failed"):
         results = sweeper.replay_failed()

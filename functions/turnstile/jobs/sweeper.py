@@ -35,7 +35,7 @@ from turnstile.base.personal_data import outlives
 from turnstile.storage.dynamo import Tables
 from turnstile.storage.events import EventRecord
 from turnstile.storage.ledger import Ledger
-from turnstile.storage.ports import SweeperLedger, SweeperStore
+from turnstile.storage.ports import FailureNotes, SweeperLedger, SweeperStore
 
 __all__ = [
     "FULL_SCAN_EVERY_S",
@@ -52,10 +52,14 @@ log = logging.getLogger(__name__)
 SLOT_S = 300
 
 #: How often a run reads the whole intake table instead of the index of marked records: the
-#: backstop for records whose producer left the ``undecided`` marker out (docs/design.md §7).
+#: backstop for unmarked records (a first put carries no marker) lost without a note in the
+#: on-failure queue (docs/design.md §7).
 FULL_SCAN_EVERY_S = 86_400.0
 #: Decided records whose marker a run removes between two looks at its time budget.
 UNMARK_CHUNK = 1000
+#: Notes of the on-failure queue one run reads at most (one scan answers them all; the
+#: rest wait for the next run).
+MAX_FAILURE_NOTES = 1000
 
 
 def run_id_for(when: datetime | None = None, slot_s: int = SLOT_S) -> str:
@@ -94,6 +98,10 @@ class SweepResult:
     unmarked: int = 0
     #: Of ``undecided``, the decided records carrying a request not answered yet.
     unanswered: int = 0
+    #: Notes of the on-failure queue this run read (each a batch the event source gave up
+    #: on: they make the run a full scan that ignores ages), and those it deleted.
+    failure_notes: int = 0
+    failure_notes_deleted: int = 0
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,13 +160,15 @@ def find_undecided(
     from_index: bool = False,
     ledger: SweeperLedger | None = None,
     decided_marked: dict[tuple[str, str], Decimal] | None = None,
+    re_emit_age_s: float | None = None,
 ) -> Iterator[Undecided]:
     """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
 
     A record whose ``submitted_at`` is missing, no time, or in the future counts as old: a
     producer's clock must not hide a record, and re-emitting one that is merely pending
     costs one extra delivery and never changes a decision. Only the sweeper's own
-    re-emission time (a re-emission under ``min_age_s`` ago) makes a record wait.
+    re-emission time (a re-emission under ``re_emit_age_s`` ago, by default ``min_age_s``)
+    makes a record wait.
 
     It reads the whole intake table (consistently), or with ``from_index`` only the sparse
     index of records marked ``undecided`` (``ledger.undecided_marked``; by default the
@@ -176,6 +186,7 @@ def find_undecided(
     """
     now = time.time() if now is None else now
     now_at = datetime.fromtimestamp(now, UTC)
+    re_emit_age_s = min_age_s if re_emit_age_s is None else re_emit_age_s
     if from_index:
         ledger = ledger if ledger is not None else _ledger_beside(store)
         source = ledger.undecided_marked()
@@ -187,7 +198,7 @@ def find_undecided(
         since_re_emit = _seconds_since(item.get(Attr.RE_EMITTED_AT), now)
         if age is not None and age < min_age_s:
             continue  # known to be young
-        if since_re_emit is not None and since_re_emit < min_age_s:
+        if since_re_emit is not None and since_re_emit < re_emit_age_s:
             continue  # re-emitted recently: give the stream time to deliver it
         by_event.setdefault(item[Attr.EVENT_ID], []).append((item, age))
     for eid, found in by_event.items():
@@ -227,10 +238,18 @@ def find_undecided(
 class Sweeper:
     """One sweep: lease, history entry, find, fenced re-emission, history outcome.
 
-    A run finds undecided records through the sparse index of marked records, except when
-    a full scan is due (none recorded on the lease item, or the last one finished over
+    A run finds undecided records through the sparse index of marked records (re-emitted
+    records, requests, and records a producer chose to mark), except when a full scan is
+    due (none recorded on the lease item, or the last one finished over
     ``full_scan_every_s`` ago): then it reads the whole intake table, and records the scan
     only if it re-emitted everything it found. ``0`` scans every run; ``math.inf`` never.
+
+    A first put carries no marker: its record is found by the full scan, or sooner when
+    the event source gives up on its batch and notes it in the on-failure queue
+    (``failures``): a run that reads a note scans the whole table at once, re-emits every
+    undecided record whatever its age (the event source has moved past the noted batch, so
+    nothing of it is still on its way), and deletes the notes once nothing was left for a
+    later run. A note stays hidden from other readers while the run lasts.
     """
 
     def __init__(
@@ -244,8 +263,11 @@ class Sweeper:
         clock: Callable[[], float] = time.time,
         full_scan_every_s: float | None = None,
         ledger: SweeperLedger | None = None,
+        failures: FailureNotes | None = None,
     ) -> None:
         self.store = store
+        #: The on-failure queue's notes (``turnstile.storage.failures``); None: not read.
+        self.failures = failures
         #: The lease, run history, fenced re-emissions and the index: by default on the
         #: store's connection (``Ledger.beside``).
         self.ledger = ledger if ledger is not None else _ledger_beside(store)
@@ -308,7 +330,14 @@ class Sweeper:
         junk: set[tuple[str, str]] = set()  # records whose re-emissions' counter is no number
         left = 0  # undecided records counted but left for the next run
         decided_marked: dict[tuple[str, str], Decimal] = {}
-        result.full_scan = self.full_scan_due(started)
+        # Hidden for as long as this run may take: no other reader acts on them meanwhile.
+        notes = (
+            self.failures.receive(MAX_FAILURE_NOTES, int(self.max_run_s + self.lease_s))
+            if self.failures is not None
+            else []
+        )
+        result.failure_notes = len(notes)
+        result.full_scan = bool(notes) or self.full_scan_due(started)
 
         def flush() -> None:
             nonlocal renewed
@@ -330,11 +359,13 @@ class Sweeper:
         parked = self._trigger_releases(result)
         found = find_undecided(
             self.store,
-            self.min_age_s,
+            # A noted batch's records may be young by their own clocks: none is pending.
+            0.0 if notes else self.min_age_s,
             self.clock(),
             from_index=not result.full_scan,
             ledger=self.ledger,
             decided_marked=decided_marked,
+            re_emit_age_s=self.min_age_s,
         )
         def re_emit(key: tuple[str, str], counter_ok: bool, unanswered: bool) -> None:
             nonlocal left
@@ -374,6 +405,11 @@ class Sweeper:
             # Every unmarked record it found is re-emitted, and so marked: the index sees
             # it from now on. Records written since ``started`` are the next scan's.
             self.ledger.note_full_scan(self.owner, result.lease_token, started)
+            if notes:
+                # Each note was sent after its batch's records were written, and read before
+                # the scan began: the scan re-emitted every one of them still undecided.
+                assert self.failures is not None
+                result.failure_notes_deleted = self.failures.delete(notes)
 
     def _trigger_releases(self, result: SweepResult) -> set[tuple[str, str]]:
         """Set off the release of every parked event; the keys of all parked records.

@@ -7,6 +7,8 @@
   real store. Every read is strongly consistent: the processor decides from what it reads.
 * ``SweeperStore`` and ``SweeperLedger``: what the sweeper reads of the signups
   (``SignupStore``), and its own items and writes (``turnstile.storage.ledger.Ledger``).
+* ``FailureNotes``: the on-failure queue as the sweeper reads it
+  (``turnstile.storage.failures.FailureQueue``).
 * ``AuditStore``: what ``turnstile audit`` reads (``SignupStore``).
 
 Each protocol names exactly the methods its user calls, with the implementation's
@@ -21,11 +23,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from turnstile.engine.lifecycle import Event
 from turnstile.storage.events import EventRecord
+from turnstile.storage.failures import FailureNote
 from turnstile.storage.intake import IntakeRecord
 from turnstile.storage.items import Decision, Outcome
 from turnstile.storage.journal import Journal
 
-__all__ = ["AuditStore", "ProcessorStore", "SweeperLedger", "SweeperStore"]
+__all__ = ["AuditStore", "FailureNotes", "ProcessorStore", "SweeperLedger", "SweeperStore"]
 
 
 @runtime_checkable
@@ -246,6 +249,21 @@ class SweeperLedger(Protocol):
         """Remove the marker from these decided records whose requests are all answered
         (``answered``: each one's decision's ``request_count``); how many carried it. The
         others (a request unanswered, or gone) are appended to ``unanswered``."""
+        ...
+
+
+@runtime_checkable
+class FailureNotes(Protocol):
+    """The on-failure queue as the sweeper reads it (``turnstile.storage.failures``): notes
+    of batches the event source gave up on, each deleted once what it stands for is
+    re-emitted."""
+
+    def receive(self, limit: int, hide_s: int) -> list[FailureNote]:
+        """Up to ``limit`` notes, hidden from other readers for ``hide_s`` seconds."""
+        ...
+
+    def delete(self, notes: Sequence[FailureNote]) -> int:
+        """Delete these notes; how many were deleted."""
         ...
 
 

@@ -99,13 +99,14 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         expires_at: int | None = None,
         owner: str | None = None,
     ) -> tuple[dict[str, Any], bool]:
-        """Write a provisional signup once (``attribute_not_exists``), marked ``undecided``
-        so the sweeper finds it through its index until it is decided, deleted by TTL at
+        """Write a provisional signup once (``attribute_not_exists``), deleted by TTL at
         ``expires_at`` (epoch seconds; None: kept), and ``owner``'s (who submitted it).
 
+        It carries no ``undecided`` marker: the marker's index entry and its removal would
+        cost three write units a signup, and a record the stream never got decided is found
+        without it (the on-failure queue's note, the daily full scan: docs/design.md §7).
         The same body again from the same owner returns the stored record and False; a
         different body, or another owner, for the same key raises ``SignupConflictError``.
-        The marker is not part of what it returns.
         """
         values = {
             Attr.EVENT_ID: event_id,
@@ -116,12 +117,11 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             Attr.EXPIRES_AT: expires_at,
             Attr.OWNER: owner,
         }
-        marker = {Attr.UNDECIDED: undecided_shard(event_id, signup_id)}
         try:
             self.dynamo.call(
                 "put_item",
                 TableName=self.intake_table,
-                Item=to_item({**values, **marker}),
+                Item=to_item(values),
                 ConditionExpression="attribute_not_exists(#sk)",
                 ExpressionAttributeNames={"#sk": Attr.SIGNUP_ID},
             )
@@ -129,7 +129,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         except ConditionFailed:
             pass
         existing = self.get_intake(event_id, signup_id) or {}
-        existing.pop(Attr.UNDECIDED, None)
+        existing.pop(Attr.UNDECIDED, None)  # a re-emission's or a request's, not the body's
         if existing.get(Attr.OWNER) != owner:
             raise SignupConflictError(
                 f"signup {signup_id!r} of event {event_id!r} was submitted by another caller"

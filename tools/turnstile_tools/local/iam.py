@@ -276,7 +276,16 @@ def _streams(action: str, params: Mapping[str, Any]) -> list[Request]:
     return [Request(f"dynamodb:{action}", str(arn) if arn else "*")]
 
 
+#: SQS authorizes a batch action as its single one (there is no ``sqs:DeleteMessageBatch``).
+_SQS_BATCH_ACTIONS = {
+    "SendMessageBatch": "SendMessage",
+    "DeleteMessageBatch": "DeleteMessage",
+    "ChangeMessageVisibilityBatch": "ChangeMessageVisibility",
+}
+
+
 def _sqs(tables: _Tables, action: str, params: Mapping[str, Any]) -> list[Request]:
+    action = _SQS_BATCH_ACTIONS.get(action, action)
     url = params.get("QueueUrl")
     if url:
         path = urllib.parse.urlparse(str(url)).path.strip("/").split("/")

@@ -557,6 +557,7 @@ class LocalStack:
         """The local stand-in for the CDK stack's schedule: a sweep every interval, when
         there is anything to sweep (``sweep_has_work``): an idle stack writes nothing."""
         from turnstile.jobs.sweeper import Sweeper
+        from turnstile.storage.failures import FAILURE_QUEUE_URL_ENV, FailureQueue
         from turnstile.storage.store import SignupStore
 
         interval = float(os.environ.get("TURNSTILE_SWEEP_INTERVAL_S", "60"))
@@ -567,6 +568,9 @@ class LocalStack:
             owner="turnstile-local",
             min_age_s=min_age,
             full_scan_every_s=full_every,
+            failures=FailureQueue(
+                role_session(Function.SWEEPER).client("sqs"), os.environ[FAILURE_QUEUE_URL_ENV]
+            ),
         )
         looked = _SweepLook()
         while not self._stop.wait(interval):
@@ -622,7 +626,8 @@ def sweep_has_work(sweeper: Any, now: float, looked: _SweepLook | None = None) -
     A sweep takes the lease (a write that bumps its fencing token), starts a run in the
     history and appends its outcome, whatever it finds: every period, on a stack with
     nothing to do, and each of those writes grew the write log. A sweep is worth its
-    writes when: an event is parked (its release to set off); an intake record the sweep
+    writes when: an event is parked (its release to set off); the on-failure queue holds a
+    note (a look that leaves it visible); an intake record the sweep
     would re-emit exists (``find_undecided``, old enough, no decision; from the index of
     marked records, or from the whole table when a full scan is due); or a decided record
     is still marked (the sweep removes the mark). A due full scan that found nothing is
@@ -633,6 +638,8 @@ def sweep_has_work(sweeper: Any, now: float, looked: _SweepLook | None = None) -
 
     looked = looked if looked is not None else _SweepLook()
     if sweeper.store.parking_markers():
+        return True
+    if sweeper.failures is not None and sweeper.failures.receive(1, 0):
         return True
     full = sweeper.full_scan_due(now) and (
         looked.full_read_at is None or now - looked.full_read_at >= sweeper.full_scan_every_s

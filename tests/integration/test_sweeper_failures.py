@@ -1,0 +1,218 @@
+"""The sweeper and the on-failure queue: a first put carries no ``undecided`` marker, so a
+record whose batch the event source gave up on is found through the queue's note of it.
+
+A note makes the next run read the whole intake table and re-emit every undecided record
+whatever its age (the note says the event source has moved past those records); the run
+deletes the notes once it re-emitted everything it found, and keeps them otherwise. The
+deployed handler reads the queue its environment names, under its role (ReceiveMessage and
+DeleteMessage on that queue: a test takes each grant away).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.helpers import decisions
+from tests.roles import CheckedClient, roles_without
+from turnstile.base.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, STREAM_SOURCE, Attr, Function
+from turnstile.handlers import stream as stream_handler
+from turnstile.handlers import sweeper as sweeper_handler
+from turnstile.jobs.processor import StreamProcessor
+from turnstile.jobs.sweeper import Sweeper
+from turnstile.storage.failures import FAILURE_QUEUE_URL_ENV, FailureQueue
+from turnstile.storage.ledger import Ledger
+from turnstile.storage.store import SignupStore
+from turnstile_tools.audit import audit
+from turnstile_tools.local.context import LocalLambdaContext
+from turnstile_tools.local.poller import CheckpointStore, StreamPoller
+
+T0 = 1_800_000_000.0
+#: Submitted the instant the sweep runs: young by its own clock.
+NOW = datetime.fromtimestamp(T0, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+QUEUE_ARN = "${StreamProcessorFailureQueue6F2DFDBC.Arn}"
+
+
+@pytest.fixture
+def world(aws, tmp_path, stream):
+    client = aws.client("dynamodb")
+    sqs = aws.client("sqs")
+    queue_url = sqs.create_queue(QueueName=FAILURE_QUEUE_NAME)["QueueUrl"]
+    store = SignupStore(client, sleep=lambda _: None)
+    stream_handler._processor = StreamProcessor(store)
+    yield client, sqs, queue_url, store
+    stream_handler._processor = None
+
+
+def submitted_and_failed(aws, client, sqs, queue_url, store, tmp_path, stream, n=3) -> None:
+    """``n`` signups submitted as the API submits them (no marker), whose batch the event
+    source gave up on: a note in the on-failure queue, no decision."""
+    store.create_event("gig", 2, NOW)
+    for i in range(n):
+        store.put_intake("gig", f"u{i}", 1, None, NOW)
+    stream.read_new()  # the test's own reader (the "Lambda" below) sits past them
+    arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
+
+    def broken(event, context):
+        raise RuntimeError("the processor is down")
+
+    poller = StreamPoller(
+        broken,
+        aws.client("dynamodbstreams"),
+        arn,
+        CheckpointStore(tmp_path / "cp.json"),
+        sqs_client=sqs,
+        failure_queue_url=queue_url,
+        settings=replace(STREAM_SOURCE, retry_attempts=0, bisect_on_error=False),
+        sleep=lambda _: None,
+    )
+    for _ in range(3):
+        poller.poll_once()
+    poller.flush()
+    assert poller.stats.sent_to_failure_destination == n
+    assert decisions(client) == {}
+
+
+def deliver(stream) -> None:
+    records = stream.read_new()
+    if records:
+        stream_handler.handler({"Records": records}, LocalLambdaContext())
+
+
+def queue_counts(sqs, queue_url) -> tuple[int, int]:
+    """(visible, hidden) messages of the queue."""
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return (
+        int(attributes["ApproximateNumberOfMessages"]),
+        int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+    )
+
+
+def sweeper(store, sqs=None, queue_url=None, now=T0, **kwargs) -> Sweeper:
+    failures = FailureQueue(sqs, queue_url) if sqs is not None else None
+    return Sweeper(
+        store,
+        min_age_s=300,
+        full_scan_every_s=math.inf,  # only a note can make a run read the whole table
+        clock=lambda: now,
+        failures=failures,
+        **kwargs,
+    )
+
+
+def test_a_note_makes_the_next_run_re_emit_every_undecided_record_at_once(
+    aws, world, tmp_path, stream
+):
+    client, sqs, queue_url, store = world
+    # GIVEN three signups submitted without the marker, their batch given up on
+    submitted_and_failed(aws, client, sqs, queue_url, store, tmp_path, stream)
+    # ... a run that does not read the queue finds nothing (no marker, no full scan due)
+    blind = sweeper(store).sweep("run-blind")
+    assert (blind.status, blind.full_scan, blind.re_emitted) == ("succeeded", False, 0)
+    # WHEN a run reads the queue
+    result = sweeper(store, sqs, queue_url).sweep("run-1")
+    # THEN it read the whole table and re-emitted all three (young as they are), deleted
+    # the note, and the records are marked: the index follows them from now on
+    assert (result.status, result.full_scan, result.failure_notes) == ("succeeded", True, 1)
+    assert (result.re_emitted, result.failure_notes_deleted) == (3, 1)
+    assert queue_counts(sqs, queue_url) == (0, 0)
+    marked = {e["signup_id"] for e in Ledger.beside(store).undecided_marked()}
+    assert marked == {"u0", "u1", "u2"}
+    # ... and the stream delivers them to the processor, which decides them
+    deliver(stream)
+    assert {k[1] for k in decisions(client)} == {"u0", "u1", "u2"}
+    assert audit(store).ok
+    # ... a later run (past the re-emissions' minimum age) reads no note: the index only,
+    # and it clears the markers
+    later = sweeper(store, sqs, queue_url, now=T0 + 301).sweep("run-2")
+    assert (later.full_scan, later.failure_notes, later.unmarked) == (False, 0, 3)
+
+
+def test_a_run_that_leaves_records_for_later_keeps_the_note(aws, world, tmp_path, stream):
+    client, sqs, queue_url, store = world
+    submitted_and_failed(aws, client, sqs, queue_url, store, tmp_path, stream)
+    # WHEN a run may re-emit only one record
+    result = sweeper(store, sqs, queue_url, max_re_emits=1).sweep("run-1")
+    # THEN it re-emitted one, left two, and kept the note (hidden while the run lasted; it
+    # comes back for the next run), and recorded no full scan
+    assert (result.status, result.re_emitted, result.undecided) == ("succeeded", 1, 3)
+    assert (result.failure_notes, result.failure_notes_deleted) == (1, 0)
+    assert queue_counts(sqs, queue_url) == (0, 1)
+    re_emitted = [s for s in ("u0", "u1", "u2") if Attr.RE_EMITS in store.get_intake("gig", s)]
+    assert len(re_emitted) == 1
+
+
+def test_a_run_without_notes_keeps_its_minimum_age(aws, world, tmp_path, stream):
+    _, sqs, queue_url, store = world
+    # GIVEN young unmarked records and a full scan due, but no note
+    store.create_event("gig", 2, NOW)
+    store.put_intake("gig", "u0", 1, None, NOW)
+    runner = sweeper(store, sqs, queue_url)
+    runner.full_scan_every_s = 0.0
+    # WHEN the run reads the whole table
+    result = runner.sweep("run-1")
+    # THEN the record is too young to re-emit: only a note makes ages not count
+    assert (result.full_scan, result.failure_notes, result.re_emitted) == (True, 0, 0)
+
+
+def send_note(sqs, queue_url) -> None:
+    info = {"shardId": "shardId-1", "startSequenceNumber": "1", "endSequenceNumber": "2"}
+    sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps({"DDBStreamBatchInfo": info}))
+
+
+def test_the_deployed_handler_reads_the_queue_its_environment_names(world, monkeypatch):
+    _, sqs, queue_url, store = world
+    # GIVEN an unmarked record and a note in the queue the environment names
+    store.create_event("gig", 2, NOW)
+    store.put_intake("gig", "u0", 1, None, NOW)
+    send_note(sqs, queue_url)
+    monkeypatch.setenv(FAILURE_QUEUE_URL_ENV, queue_url)
+    # WHEN the scheduled handler runs (under the sweeper's deployed role: the ``aws``
+    # fixture fails the test on any request the role is refused)
+    out = sweeper_handler.handler({"scheduled_time": "2026-01-01T00:05:00Z"}, LocalLambdaContext())
+    # THEN it re-emitted the record and deleted the note
+    (run,) = out["runs"]
+    assert (run["status"], run["failure_notes"], run["re_emitted"]) == ("succeeded", 1, 1)
+    assert run["failure_notes_deleted"] == 1
+    assert queue_counts(sqs, queue_url) == (0, 0)
+
+
+@pytest.mark.parametrize("action", ["sqs:ReceiveMessage", "sqs:DeleteMessage"])
+def test_the_queue_is_read_and_emptied_only_with_the_sweeper_s_grants(world, action):
+    _, sqs, queue_url, store = world
+    # GIVEN an unmarked record, a note, and the sweeper's role without one of its grants
+    store.create_event("gig", 2, NOW)
+    store.put_intake("gig", "u0", 1, None, NOW)
+    send_note(sqs, queue_url)
+    roles = roles_without(Function.SWEEPER, action, QUEUE_ARN)
+    failures = FailureQueue(CheckedClient(sqs, Function.SWEEPER, roles=roles), queue_url)
+    # WHEN a run goes
+    runner = sweeper(store)
+    runner.failures = failures
+    result = runner.sweep("run-1")
+    # THEN the run failed on IAM's refusal, and the note is still there
+    assert result.status == "failed" and "AccessDenied" in result.errors[0]
+    assert [r.action for r in failures.sqs.denied] == [action]
+    visible, hidden = queue_counts(sqs, queue_url)
+    assert visible + hidden == 1
+    # ... and a note that could not be received re-emitted nothing
+    re_emitted = Attr.RE_EMITS in store.get_intake("gig", "u0")
+    assert re_emitted == (action == "sqs:DeleteMessage")
+
+
+def test_a_look_at_the_queue_leaves_the_note_visible(world):
+    _, sqs, queue_url, _ = world
+    send_note(sqs, queue_url)
+    queue = FailureQueue(sqs, queue_url)
+    assert len(queue.receive(1, 0)) == 1
+    assert queue_counts(sqs, queue_url) == (1, 0)
+    notes = queue.receive(100, 60)
+    assert len(notes) == 1 and queue_counts(sqs, queue_url) == (0, 1)
+    assert queue.delete(notes) == 1 and queue_counts(sqs, queue_url) == (0, 0)
