@@ -29,6 +29,7 @@ from turnstile.base.contract import (
     Attr,
     ControlKey,
     EventState,
+    ParkAttr,
     Reason,
     Status,
 )
@@ -150,6 +151,22 @@ def test_a_commit_stores_counters_version_floor_and_journal(backend):
     assert bytes(event_item[Attr.JOURNAL]["B"]) == journal.encode()
     # nothing is materialized by a commit
     assert backend.items(MAIN_TABLE.name) == {}
+
+
+def test_a_commit_keeps_the_high_water_mark_it_is_given_as_text_and_leaves_it_without(backend):
+    backend.store.create_event("gig", 5, NOW)
+    before = backend.snapshot("gig")
+    assert backend.store.get_event("gig").high_water is None
+    forty = 10**39 + 7  # sequence numbers have up to 40 digits: no N could hold them all
+    backend.store.commit(before, outcome_of(before, req("a", forty)), NOW, {}, high_water=forty)
+    event_item = backend.items(CONTROL_TABLE.name)[ControlKey.event("gig")]
+    assert event_item[Attr.HIGH_WATER] == {"S": str(forty)}
+    assert backend.store.get_event("gig").high_water == forty
+    # a commit without one leaves it as it was
+    after = backend.snapshot("gig")
+    backend.store.commit(after, outcome_of(after, req("b", 5)), LATER, {})
+    assert backend.store.get_event("gig").high_water == forty
+    assert backend.snapshot("gig").version == 2
 
 
 def test_a_commit_on_a_stale_version_conflicts_and_changes_nothing(backend):
@@ -290,6 +307,28 @@ def test_creating_an_event_twice_is_refused(backend):
 
 
 # -- materialize and the decisions it writes ------------------------------------------------
+
+
+def test_a_first_decision_that_finds_an_item_never_replaces_it(backend):
+    """What a signup decided twice would come to (the processor reads every signup that can
+    be decided already, so only a REMOVE lost before the processor saw it, docs/design.md
+    section 4, could lead here): the first decision stands, to the byte; the second
+    commit's counters count a decision that is no item (seats held by nobody)."""
+    backend.store.create_event("gig", 0, NOW)
+    before = backend.snapshot("gig")
+    first = backend.store.commit(before, outcome_of(before, req("a", 100)), NOW, {})
+    backend.store.materialize("gig", first)
+    items = backend.items(MAIN_TABLE.name)
+    assert items[("gig", "a")][Attr.REASON] == {"S": Reason.CAPACITY_FULL}
+    # WHEN a commit that did not know a decides it again (the capacity raised meanwhile)
+    backend.set_by_hand("gig", {Attr.CAPACITY: 1})
+    again = backend.snapshot("gig")
+    second = backend.store.commit(again, outcome_of(again, req("a", 200)), LATER, {})
+    assert [d.status for d in second.decisions] == [Status.ACCEPTED]
+    backend.store.materialize("gig", second)
+    # THEN the item is the first decision's; the event counts the second
+    assert backend.items(MAIN_TABLE.name) == items
+    assert backend.snapshot("gig").taken == 1
 
 
 def test_materialized_items_read_back_as_written_and_again_change_nothing(backend):
@@ -446,19 +485,52 @@ def test_a_marker_is_cleared_only_at_its_version_and_keeps_it(backend):
 
 
 def test_the_event_and_its_marker_are_read_together(backend):
-    assert backend.store.get_event_and_parking("gig") == (None, None)
+    assert backend.store.get_event_and_parking("gig") == (None, None, False)
     backend.store.create_event("gig", 5, NOW)
-    assert backend.store.get_event_and_parking("gig") == (backend.store.get_event("gig"), None)
+    assert backend.store.get_event_and_parking("gig") == (
+        backend.store.get_event("gig"),
+        None,
+        False,
+    )
     version = backend.store.park("gig", [req("a", 100)], NOW, None)
-    event, marker = backend.store.get_event_and_parking("gig")
-    assert event == backend.store.get_event("gig")
+    event, marker, may_repeat = backend.store.get_event_and_parking("gig")
+    assert event == backend.store.get_event("gig") and may_repeat is False
     assert marker == backend.store.get_parking("gig") and marker["version"] == version
     backend.store.clear_parking("gig", version)
-    assert backend.store.get_event_and_parking("gig") == (event, None)
+    assert backend.store.get_event_and_parking("gig") == (event, None, False)
     # a marker without an event item
     backend.store.park("solo", [IntakeRecord("solo", "a", "1")], NOW, None)
     solo = backend.store.get_event_and_parking("solo")
-    assert solo[0] is None and solo[1]["version"] == 1
+    assert solo[0] is None and solo[1]["version"] == 1 and solo[2] is False
+
+
+def test_may_repeat_is_noted_on_the_marker_item_and_changes_nothing_else(backend):
+    # GIVEN no marker and no event item: noting makes the marker item, parked or not
+    backend.store.note_may_repeat("early")
+    assert backend.store.get_event_and_parking("early") == (None, None, True)
+    assert backend.items(CONTROL_TABLE.name)[ControlKey.parking("early")] == {
+        "pk": {"S": "PARK#early"},
+        "sk": {"S": "PARKED"},
+        "event_id": {"S": "early"},
+        ParkAttr.MAY_REPEAT: {"BOOL": True},
+    }
+    # a parked event stays parked, at its version; noting twice writes the same item
+    backend.store.create_event("gig", 5, NOW)
+    version = backend.store.park("gig", [req("a", 100)], NOW, "StoreUnavailableError")
+    parked = backend.store.get_parking("gig")
+    backend.store.note_may_repeat("gig")
+    state = backend.state()
+    backend.store.note_may_repeat("gig")
+    assert backend.state() == state
+    event, marker, may_repeat = backend.store.get_event_and_parking("gig")
+    assert may_repeat is True and event == backend.store.get_event("gig")
+    assert marker == {**parked, ParkAttr.MAY_REPEAT: True}
+    # and a release clears the parking, never the note; parking again keeps it too
+    assert backend.store.clear_parking("gig", version) is True
+    assert backend.store.get_event_and_parking("gig")[1:] == (None, True)
+    backend.store.park("gig", [req("b", 200)], LATER, None)
+    assert backend.store.get_event_and_parking("gig")[2] is True
+    assert backend.store.get_parking("gig")["version"] == version + 1
 
 
 # -- the two stores side by side -------------------------------------------------------------

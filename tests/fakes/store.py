@@ -340,6 +340,7 @@ class FakeStore:
         decided_at: str,
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
+        high_water: int | None = None,
     ) -> Journal:
         fault = self._enter("commit", expected.event_id)
         assert outcome.state is not None
@@ -390,6 +391,8 @@ class FakeStore:
                 Attr.CAPACITY_FLOOR: {"N": str(outcome.state.taken)},
             }
         )
+        if high_water is not None:
+            item[Attr.HIGH_WATER] = {"S": str(high_water)}
         if outcome.lifecycle is not None:
             counts = lifecycle.get(Attr.STATUS_COUNTS) or {}
             item[Attr.STATUS_COUNTS] = {"M": {k: {"N": str(v)} for k, v in counts.items()}}
@@ -462,11 +465,23 @@ class FakeStore:
 
     def get_event_and_parking(
         self, event_id: str
-    ) -> tuple[EventRecord | None, dict[str, Any] | None]:
+    ) -> tuple[EventRecord | None, dict[str, Any] | None, bool]:
         fault = self._enter("get_event_and_parking", event_id)
-        both = self._read_event(event_id), self._read_parking(event_id)
+        marker = self.control.get(ControlKey.parking(event_id))
+        may_repeat = marker is not None and ParkAttr.MAY_REPEAT in marker
+        read = self._read_event(event_id), self._read_parking(event_id), may_repeat
         self._exit(fault)
-        return both
+        return read
+
+    def note_may_repeat(self, event_id: str) -> None:
+        fault = self._enter("note_may_repeat", event_id)
+        key = ControlKey.parking(event_id)
+        marker = self.control.setdefault(
+            key, {ControlKey.PK: {"S": key[0]}, ControlKey.SK: {"S": key[1]}}
+        )
+        marker[Attr.EVENT_ID] = {"S": event_id}
+        marker[ParkAttr.MAY_REPEAT] = {"BOOL": True}
+        self._exit(fault)
 
     def last_woken(self, event_id: str) -> str | None:
         item = self.control.get(ControlKey.wake(event_id))

@@ -336,9 +336,9 @@ class CountingCommits(SignupStore):
         super().__init__(*args, **kwargs)
         self.tries: list[tuple[int, int | None]] = []
 
-    def commit(self, expected, outcome, decided_at, requests, expires_at=None):  # type: ignore[override]
+    def commit(self, expected, outcome, decided_at, requests, expires_at=None, **kwargs):  # type: ignore[override]
         try:
-            journal = super().commit(expected, outcome, decided_at, requests, expires_at)
+            journal = super().commit(expected, outcome, decided_at, requests, expires_at, **kwargs)
         except JournalTooLargeError as too_big:
             self.tries.append((len(outcome.decisions), too_big.fits))
             raise

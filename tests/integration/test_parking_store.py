@@ -137,10 +137,10 @@ def test_parking_markers_finds_every_parked_event_page_by_page_and_nothing_else(
 def test_the_event_and_its_marker_are_read_together_through_unprocessed_keys(store, busy):
     # GIVEN an event without a marker, then parked, then released
     store.create_event("gig", 5, NOW)
-    assert busy.get_event_and_parking("gig") == (store.get_event("gig"), None)
+    assert busy.get_event_and_parking("gig") == (store.get_event("gig"), None, False)
     version = store.park("gig", [request("a", "100")], NOW, "StoreUnavailableError")
     # WHEN both are read while DynamoDB first leaves every key unprocessed
-    event, marker = busy.get_event_and_parking("gig")
+    event, marker, may_repeat = busy.get_event_and_parking("gig")
     # THEN both come back, each for what it is
     assert event == store.get_event("gig") and event.event.capacity == 5
     assert marker == store.get_parking("gig")
@@ -149,11 +149,11 @@ def test_the_event_and_its_marker_are_read_together_through_unprocessed_keys(sto
         "StoreUnavailableError",
         NOW,
     )
-    assert busy.retries == 2
+    assert busy.retries == 2 and may_repeat is False
     # and a released marker is no marker; an event that does not exist is None
     assert store.clear_parking("gig", version)
-    assert busy.get_event_and_parking("gig") == (event, None)
-    assert busy.get_event_and_parking("nobody") == (None, None)
+    assert busy.get_event_and_parking("gig") == (event, None, False)
+    assert busy.get_event_and_parking("nobody") == (None, None, False)
 
 
 def test_unparking_deletes_exactly_those_records_in_batches_of_25_through_unprocessed_items(
@@ -243,7 +243,7 @@ def test_unprocessed_answers_are_retried_up_to_the_stores_attempts(store, client
     patient = SignupStore(refusing, sleep=lambda _: None, max_attempts=attempts)
     # WHEN the event and its marker are read, and a record unparked
     refusing.times = attempts - 1
-    event, marker = patient.get_event_and_parking("gig")
+    event, marker, _ = patient.get_event_and_parking("gig")
     refusing.times = attempts - 1
     patient.unpark("gig", ["100"])
     # THEN each went through on its last attempt

@@ -108,11 +108,11 @@ class ConflictingStore(SignupStore):
         super().__init__(*args, **kwargs)
         self.conflicts_left = conflicts
 
-    def commit(self, expected, outcome, decided_at, requests, expires_at=None):
+    def commit(self, expected, outcome, decided_at, requests, expires_at=None, **kwargs):
         if self.conflicts_left:
             self.conflicts_left -= 1
             raise CommitConflictError("another processor committed first")
-        return super().commit(expected, outcome, decided_at, requests, expires_at)
+        return super().commit(expected, outcome, decided_at, requests, expires_at, **kwargs)
 
 
 def test_conflicts_are_counted_and_the_loser_decides_again(aws):
@@ -205,11 +205,11 @@ class SplittingStore(SignupStore):
 
     split = False
 
-    def commit(self, expected, outcome, decided_at, requests, expires_at=None):
+    def commit(self, expected, outcome, decided_at, requests, expires_at=None, **kwargs):
         if not self.split and len(outcome.decisions) > 1:
             self.split = True
             raise JournalTooLargeError("too large", fits=1)
-        return super().commit(expected, outcome, decided_at, requests, expires_at)
+        return super().commit(expected, outcome, decided_at, requests, expires_at, **kwargs)
 
 
 @pytest.mark.parametrize("split", [False, True])

@@ -233,7 +233,9 @@ def test_modify_of_a_decided_signup_changes_nothing(client, store, stream):
     assert state_items(client) == before
 
 
-def test_remove_records_from_ttl_are_ignored(client, store, stream):
+def test_remove_records_from_ttl_decide_nothing_and_note_once_that_records_may_repeat(
+    client, store, stream
+):
     store.create_event("gig", 1, NOW)
     submit(client, "gig", "a")
     invoke(stream.read_new())
@@ -242,7 +244,20 @@ def test_remove_records_from_ttl_are_ignored(client, store, stream):
     records[0]["userIdentity"] = {"type": "Service", "principalId": "dynamodb.amazonaws.com"}
     before = state_items(client)
     assert invoke(records) == {"batchItemFailures": []}
-    assert state_items(client) == before
+    # nothing but the event's marker item, which now says its INSERTs may repeat a signup
+    after = state_items(client)
+    marker = after.pop((CONTROL_TABLE.name, "PARK#gig", "PARKED"))
+    assert after == before
+    assert marker == {
+        "pk": {"S": "PARK#gig"},
+        "sk": {"S": "PARKED"},
+        "event_id": {"S": "gig"},
+        "may_repeat": {"BOOL": True},
+    }
+    # and a cold processor given the removal again writes nothing
+    use_processor(StreamProcessor(store))
+    assert invoke(records) == {"batchItemFailures": []}
+    assert state_items(client) == {**before, (CONTROL_TABLE.name, "PARK#gig", "PARKED"): marker}
 
 
 def test_a_crash_between_commit_and_items_is_recovered_from_the_journal(client, store, stream):
@@ -279,11 +294,11 @@ def test_unknown_event_rejection_loses_to_an_event_created_meanwhile(client, sto
 
     class CreatedMeanwhile(SignupStore):
         def get_event_and_parking(self, event_id):  # type: ignore[override]
-            record, marker = original_read(self, event_id)
+            record, marker, may_repeat = original_read(self, event_id)
             if record is None and not hasattr(self, "_created"):
                 self._created = True
                 store.create_event(event_id, 1, NOW)  # lands between read and write
-            return record, marker
+            return record, marker, may_repeat
 
     use_processor(StreamProcessor(CreatedMeanwhile(client)))
     assert invoke(records) == {"batchItemFailures": []}

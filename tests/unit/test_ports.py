@@ -19,8 +19,8 @@ import pytest
 
 from tests.fakes import FakeStore
 from turnstile.jobs import processor, sweeper
-from turnstile.storage.ledger import Ledger
 from turnstile.storage.failures import FailureQueue
+from turnstile.storage.ledger import Ledger
 from turnstile.storage.ports import (
     AuditStore,
     FailureNotes,
@@ -86,8 +86,8 @@ def test_each_protocol_is_exactly_the_methods_its_user_calls(protocol, module, h
     assert sorted(calls_on(module, holder)) == members(protocol)
 
 
-def test_the_processor_store_is_its_fourteen_methods():
-    assert len(members(ProcessorStore)) == 14
+def test_the_processor_store_is_its_fifteen_methods():
+    assert len(members(ProcessorStore)) == 15
 
 
 @pytest.mark.parametrize(("protocol", "implementation", "name"), CASES)

@@ -624,3 +624,252 @@ def test_an_id_no_event_can_have_is_rejected_invalid_without_reading_a_marker(fa
     fake.fail_next("reject_without_event", error=StoreUnavailableError)
     failed = processor(fake).process([insert("-bad", "b", 2)])
     assert failed.failures == ["2"] and fake.count("park") == 0
+
+
+# -- "already decided?" is read only for signups that can be -----------------------------
+#
+# A fresh INSERT above the event's high-water mark was never committed: its decision is
+# not read. A redelivery (at or below the mark), a MODIFY, a parked record, and every record
+# of an event whose intake records may be put again (``ParkAttr.MAY_REPEAT``, noted by a
+# REMOVE or by a rejection without an event item) are read (docs/design.md, section 4).
+
+
+def remove(event_id: str, signup_id: str, seq: int) -> StreamRecord:
+    """A REMOVE of an intake item (TTL's or anyone's): keys only, no image."""
+    return StreamRecord(str(seq), "REMOVE", {"event_id": event_id, "signup_id": signup_id})
+
+
+def modify(event_id: str, signup_id: str, seq: int, **image: Any) -> StreamRecord:
+    record = insert(event_id, signup_id, seq, **image)
+    return replace(record, event_name="MODIFY")
+
+
+def counters(fake: FakeStore, event_id: str) -> tuple[Any, ...]:
+    """What a decision made twice would move: the event's counters, version and counts."""
+    record = fake.get_event(event_id)
+    assert record is not None
+    e = record.event
+    return e.taken, e.accepted, e.version, record.status_counts, e.holds, e.waiting
+
+
+def test_fresh_inserts_are_decided_without_reading_a_decision(fake):
+    # GIVEN a new event and two batches of fresh INSERTs, the second in chunks
+    fake.create_event("gig", 3, NOW)
+    first = [insert("gig", f"s{i}", i) for i in range(1, 6)]
+    later = [insert("gig", f"t{i}", i) for i in range(10, 15)]
+    # WHEN a processor decides the first, and a cold one the second, two records a chunk
+    assert len(decided(processor(fake).process(first))) == 5
+    assert fake.get_event("gig").high_water == 5
+    assert len(decided(processor(fake, chunk_size=2).process(later))) == 5
+    # THEN no decision item was read, and the mark is the last record's number
+    assert fake.count("get_decisions") == 0
+    assert fake.get_event("gig").high_water == 14
+
+
+@pytest.mark.parametrize("between", [None, "above", "below"])
+@pytest.mark.parametrize("written_out", [True, False])
+def test_a_redelivered_batch_is_read_and_decides_nothing_twice(fake, written_out, between):
+    # GIVEN a batch committed, its journal written out or not (the process died after the
+    # commit and the batch went back to the event source: nothing could park it either)
+    fake.create_event("gig", 2, NOW)
+    batch = [insert("gig", "a", 100), insert("gig", "b", 101), insert("gig", "c", 102)]
+    if not written_out:
+        fake.fail_next("materialize", error=StoreUnavailableError)
+        fake.fail_next("park", error=StoreUnavailableError)
+    first = processor(fake).process(batch)
+    assert first.failures == ([] if written_out else ["100"])
+    # and, maybe, another commit of the event in between: later records, or records of
+    # lower numbers (another shard's), its journal left unwritten as well
+    if between is not None:
+        numbers = (200, 201) if between == "above" else (50, 51)
+        if not written_out:
+            fake.fail_next("materialize", error=StoreUnavailableError, skip=1)
+            fake.fail_next("park", error=StoreUnavailableError)
+        processor(fake).process([insert("gig", "d", numbers[0]), insert("gig", "e", numbers[1])])
+    assert fake.get_event("gig").high_water == (201 if between == "above" else 102)
+    before = counters(fake, "gig")
+    # WHEN the batch is delivered again, to a cold processor and to a warm one
+    fake.calls.clear()
+    warm = processor(fake)
+    for p in (warm, warm):
+        again = p.process(batch)
+        # THEN it is read, and nothing is decided again: counters, version and items stay
+        assert (again.decided, again.failures, again.conflicts) == ([], [], 0)
+    assert fake.count("get_decisions") == 2 and fake.count("commit") == 0
+    assert counters(fake, "gig") == before
+    items = stored(fake, "gig")
+    assert [items[s].get("position") for s in "ab"] == [1, 2]
+    assert items["c"]["reason"] == Reason.CAPACITY_FULL
+
+
+@pytest.mark.parametrize("cold", [False, True])
+@pytest.mark.parametrize("same_batch", [True, False])
+def test_an_intake_record_deleted_and_put_again_keeps_its_first_decision(fake, same_batch, cold):
+    # GIVEN a and b accepted
+    fake.create_event("gig", 3, NOW)
+    p = processor(fake)
+    p.process([insert("gig", "a", 1), insert("gig", "b", 2)])
+    before, items = counters(fake, "gig"), stored(fake, "gig")
+    # WHEN a's intake item is deleted (TTL, or a producer) and put again: a new INSERT,
+    # with a higher number; b's is deleted only, and a fresh c arrives
+    deletions = [remove("gig", "a", 3), remove("gig", "b", 4)]
+    puts = [insert("gig", "a", 5, seats=2)]
+    batches = [deletions + puts] if same_batch else [deletions, puts]
+    for batch in batches:
+        result = (processor(fake) if cold else p).process(batch)
+        # THEN nothing is decided: a keeps its first decision, the counters do not move
+        assert (result.decided, result.failures, result.ignored) == (
+            [],
+            [],
+            sum(r.event_name == "REMOVE" for r in batch),
+        )
+    assert counters(fake, "gig") == before and stored(fake, "gig") == items
+    # and the note is written once; records of the event are read from then on
+    assert fake.count("note_may_repeat") == 1
+    fake.calls.clear()
+    assert [d.signup_id for d in decided(processor(fake).process([insert("gig", "c", 9)]))] == ["c"]
+    assert fake.count("get_decisions") == 1 and fake.count("note_may_repeat") == 0
+
+
+@pytest.mark.parametrize(
+    "how", ["redelivered", "put-again-deleted-before", "put-again-deleted-after", "older-version"]
+)
+def test_a_signup_rejected_before_its_event_existed_stays_rejected_once_it_does(fake, how):
+    # GIVEN a signup rejected unknown_event, its event created afterwards
+    record = insert("early", "a", 1)
+    if how == "older-version":  # rejected by a version that noted nothing: only its item
+        fake._put_decisions([fake._items.decision_item("early", unknown(record), NOW, None)])
+    else:
+        assert [d.reason for d in decided(processor(fake).process([record]))] == [
+            Reason.UNKNOWN_EVENT
+        ]
+    if how in ("put-again-deleted-before", "older-version"):
+        processor(fake).process([remove("early", "a", 2)])  # no event item to note it on
+    fake.create_event("early", 5, NOW)
+    # WHEN its record is delivered again, or put again as a new INSERT
+    if how == "put-again-deleted-after":
+        processor(fake).process([remove("early", "a", 2)])
+    again = [record] if how == "redelivered" else [insert("early", "a", 3)]
+    result = processor(fake).process(again)
+    # THEN it keeps its rejection, and the event counts nothing
+    assert (result.decided, result.failures) == ([], [])
+    assert stored(fake, "early")["a"]["reason"] == Reason.UNKNOWN_EVENT
+    assert counters(fake, "early")[:3] == (0, 0, 0)
+
+
+def test_an_unknown_event_is_noted_once_before_its_first_rejection(fake):
+    # the note comes first: a rejection that lands is always under it
+    fake.fail_next("note_may_repeat", error=StoreUnavailableError)
+    fake.fail_next("park", error=StoreUnavailableError)
+    assert processor(fake).process([insert("early", "a", 1)]).failures == ["1"]
+    assert stored(fake, "early") == {}
+    warm = processor(fake)
+    for batch in ([insert("early", "a", 1)], [insert("early", "b", 2)]):
+        assert [d.reason for d in decided(warm.process(batch))] == [Reason.UNKNOWN_EVENT]
+    processor(fake).process([insert("early", "c", 3)])  # a cold one reads it with the marker
+    assert fake.count("note_may_repeat") == 2  # the one that failed, and one
+    assert fake.get_event_and_parking("early") == (None, None, True)
+
+
+def unknown(record: StreamRecord) -> Decision:
+    return Decision(
+        signup_id=record.keys["signup_id"],
+        sequence_number=record.sequence_number,
+        status=Status.REJECTED,
+        seats=1,
+        reason=Reason.UNKNOWN_EVENT,
+    )
+
+
+def test_a_removal_costs_no_write_once_noted(fake):
+    fake.create_event("gig", 5, NOW)
+    warm = processor(fake)
+    warm.process([insert("gig", "a", 1)])
+    # the first removal notes it (one write on the event's marker item, none on the event)
+    warm.process([remove("gig", "a", 2)])
+    assert fake.count("note_may_repeat") == 1 and fake.count("commit") == 1
+    # a warm processor knows it: no read, no write
+    fake.calls.clear()
+    warm.process([remove("gig", "b", 3)])
+    assert fake.calls == []
+    # a cold one reads the marker item (with the event item), and writes nothing
+    processor(fake).process([remove("gig", "c", 4)])
+    assert fake.calls == [("get_event_and_parking", "gig")]
+    # nor does a group of the event that also carries records
+    fake.calls.clear()
+    result = processor(fake).process([remove("gig", "d", 5), insert("gig", "e", 6)])
+    assert [d.signup_id for d in decided(result)] == ["e"]
+    assert fake.count("note_may_repeat") == 0 and fake.count("get_event_and_parking") == 1
+    # an id no event can have is noted nowhere
+    fake.calls.clear()
+    assert processor(fake).process([remove("-bad", "x", 7)]).ignored == 1
+    assert fake.calls == []
+
+
+def test_a_removal_that_cannot_be_noted_goes_back_and_its_group_is_read(fake):
+    # GIVEN a accepted
+    fake.create_event("gig", 2, NOW)
+    processor(fake).process([insert("gig", "a", 1)])
+    before = counters(fake, "gig")
+    # WHEN a's deletion cannot be noted, in a batch that puts a again and brings b
+    fake.fail_next("note_may_repeat", error=StoreUnavailableError)
+    batch = [remove("gig", "a", 2), insert("gig", "a", 3), insert("gig", "b", 4)]
+    result = processor(fake).process(batch)
+    # THEN the deletion goes back to the event source; the rest is decided, a not again
+    assert result.failures == ["2"]
+    assert [(d.signup_id, d.position) for d in decided(result)] == [("b", 2)]
+    assert counters(fake, "gig")[:2] == (before[0] + 1, before[1] + 1)
+    # and the event source's retry notes it, and decides nothing again
+    retry = processor(fake).process(batch)
+    assert (retry.decided, retry.failures) == ([], [])
+    assert fake.get_event_and_parking("gig")[2] is True
+
+
+def test_a_modify_of_a_decided_signup_is_read_and_changes_nothing(fake):
+    fake.create_event("gig", 2, NOW)
+    processor(fake).process([insert("gig", "a", 1)])
+    before, items = counters(fake, "gig"), stored(fake, "gig")
+    fake.calls.clear()
+    # a re-emission (the sweeper's, a redrive), far above the mark
+    result = processor(fake).process([modify("gig", "a", 50, redrive=Decimal(1))])
+    assert (result.decided, result.failures) == ([], [])
+    assert fake.count("get_decisions") == 1
+    assert counters(fake, "gig") == before and stored(fake, "gig") == items
+
+
+def test_an_event_committed_before_it_kept_a_mark_reads_every_signup_and_never_begins_one(fake):
+    from turnstile.base.contract import Attr, ControlKey
+
+    # GIVEN a committed at 1000 by a version that kept no mark
+    fake.create_event("gig", 3, NOW)
+    processor(fake).process([insert("gig", "a", 1000)])
+    del fake.control[ControlKey.event("gig")][Attr.HIGH_WATER]
+    # WHEN a record of a lower number (another shard's) is committed, then a redelivered
+    result = processor(fake).process([insert("gig", "b", 5)])
+    assert [d.signup_id for d in decided(result)] == ["b"]
+    before = counters(fake, "gig")
+    again = processor(fake).process([insert("gig", "a", 1000)])
+    # THEN a is not decided again: the event keeps no mark, and reads every signup
+    assert (again.decided, counters(fake, "gig")) == ([], before)
+    assert fake.get_event("gig").high_water is None
+    assert fake.count("get_decisions") == 2
+
+
+def test_a_wake_up_never_moves_the_mark(fake):
+    from turnstile.base.contract import Attr, ControlKey
+
+    fake.create_event("gig", 1, NOW)
+    fake.control[ControlKey.event("gig")][Attr.HOLD_SECONDS] = {"N": "30"}
+    now = [NOW]
+    p = StreamProcessor(fake, clock=lambda: now[0])
+    p.process([insert("gig", "a", 7)])
+    assert stored(fake, "gig")["a"]["status"] == Status.HELD
+    # WHEN the event is woken after the hold lapsed (a record of the control table's
+    # stream, whose numbers are its own)
+    now[0] = "2026-01-01T00:01:00.000000Z"
+    wake = StreamRecord("99999999", "MODIFY", {"pk": "WAKE#gig", "sk": "WAKE"})
+    p.process([wake])
+    # THEN the hold lapsed in a commit that kept the mark at the intake records'
+    assert stored(fake, "gig")["a"]["status"] == Status.EXPIRED
+    assert fake.get_event("gig").event.version == 2
+    assert fake.get_event("gig").high_water == 7

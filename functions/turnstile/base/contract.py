@@ -244,6 +244,13 @@ class Attr:
     #: The seats taken as of the last commit, written by the processor with every commit and
     #: read by a capacity change's condition; nothing decides on it (see EVENT_CONFIG_ATTRIBUTES).
     CAPACITY_FLOOR = "capacity_floor"
+    #: The greatest stream sequence number of any intake record the event's commits have
+    #: decided from (a string: sequence numbers have up to 40 digits, compared as numbers),
+    #: set by every commit since the event's first (absent: no commit yet, or an event
+    #: committed before it was kept, whose records are all read). An intake INSERT above it
+    #: was never committed, so its signup needs no "already decided?" read (docs/design.md
+    #: section 4).
+    HIGH_WATER = "high_water"
     # decision item
     STATUS = "status"
     REASON = "reason"
@@ -440,6 +447,11 @@ class ParkAttr:
     PROBLEM = "problem"
     #: On a parked record: when TTL deletes its intake record (its decision outlives it).
     INTAKE_EXPIRES_AT = "intake_expires_at"
+    #: On the parking marker, parked or not, never removed: an INSERT of the event may be of
+    #: a signup decided already whatever its sequence number (an intake record of the event
+    #: was deleted and may be put again; a signup was rejected before the event item
+    #: existed), so the processor reads the decision of every one (docs/design.md section 4).
+    MAY_REPEAT = "may_repeat"
 
 
 class RequestKind:
@@ -744,12 +756,14 @@ class EventSourceSettings:
     max_record_age_s: int = 6 * 3600
     bisect_on_error: bool = True
     report_batch_item_failures: bool = True
-    #: New intake records, and re-emitted ones (every re-emission sets ``undecided``). TTL
-    #: deletions (REMOVE) and the sweeper's removal of the marker from a decided record (a
-    #: MODIFY without it) never reach the function.
+    #: New intake records, re-emitted ones (every re-emission sets ``undecided``), and
+    #: deletions (REMOVE: TTL's, whose userIdentity is the DynamoDB service, and anyone
+    #: else's), which decide nothing and only note that the event's records may be put
+    #: again (``ParkAttr.MAY_REPEAT``). The sweeper's removal of the marker from a decided
+    #: record (a MODIFY without it) never reaches the function. Two filters of AWS's five.
     filter_patterns: tuple[dict[str, Any], ...] = field(
         default_factory=lambda: (
-            {"eventName": ["INSERT"]},
+            {"eventName": ["INSERT", "REMOVE"]},
             {
                 "eventName": ["MODIFY"],
                 "dynamodb": {"NewImage": {Attr.UNDECIDED: {"S": [{"exists": True}]}}},

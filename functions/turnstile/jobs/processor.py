@@ -46,6 +46,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 NEW_RECORD_EVENTS = frozenset({"INSERT", "MODIFY"})
+#: A deletion of an intake item (TTL's, or anyone's): it decides nothing, and only notes that
+#: the event's records may be put again (``ParkAttr.MAY_REPEAT``).
+REMOVED = "REMOVE"
 #: A parked event whose release failed is tried again this much later (the due-holds index).
 RELEASE_RETRY_MS = 5_000
 
@@ -135,6 +138,10 @@ class StreamProcessor:
         self.max_release = max_release
         # The event item read together with the parking marker, for the group's first chunk.
         self._prefetched: dict[str, EventRecord | None] = {}
+        # Events whose marker item is known to say their INSERTs may repeat a signup decided
+        # already (``ParkAttr.MAY_REPEAT``, never removed): every decision is read, and a
+        # removal needs no write. Losing this (a cold start) costs one read of the marker.
+        self._may_repeat: OrderedDict[str, None] = OrderedDict()
 
     def process(self, records: Iterable[StreamRecord]) -> BatchResult:
         """Decide every new intake record; report the first record of each failed group.
@@ -146,21 +153,33 @@ class StreamProcessor:
         """
         result = BatchResult()
         groups: dict[str, list[IntakeRecord]] = {}
+        # Per event, the first deletion of one of its intake items (it decides nothing).
+        removals: dict[str, str] = {}
         wakes: dict[str, str] = {}
         for record in records:
             if record.event_name not in NEW_RECORD_EVENTS:
-                result.ignored += 1  # REMOVE (TTL clean-up) never decides anything
+                result.ignored += 1  # a REMOVE (TTL's clean-up, or a delete) decides nothing
+                if record.event_name == REMOVED and record.woken_event is None:
+                    event_id = record.event_id
+                    if ID_PATTERN.fullmatch(event_id):  # no event can have another id
+                        groups.setdefault(event_id, [])
+                        removals.setdefault(event_id, record.sequence_number)
                 continue
             woken = record.woken_event
             if woken is not None:
                 wakes[woken] = record.sequence_number  # one step per event is enough
                 continue
-            intake = parse_intake(record.new_image, record.sequence_number, record.keys)
+            intake = parse_intake(
+                record.new_image,
+                record.sequence_number,
+                record.keys,
+                inserted=record.event_name == "INSERT",
+            )
             if record.new_image is None:
                 intake = _with_problem(intake, "record has no new image")
             groups.setdefault(intake.event_id, []).append(intake)
         for event_id, group in groups.items():
-            self._process_group(event_id, group, result)
+            self._process_group(event_id, group, result, removals.get(event_id))
         for event_id, sequence_number in wakes.items():
             self._wake(event_id, sequence_number, result)
         return result
@@ -176,7 +195,9 @@ class StreamProcessor:
             result.ignored += 1
             return
         try:
-            event, parking = self.store.get_event_and_parking(event_id)
+            event, parking, may_repeat = self.store.get_event_and_parking(event_id)
+            if may_repeat:
+                self._remember_repeat(event_id)
             if parking is not None:
                 if not self.release(event_id, result):
                     return  # still parked: its release is due again (release_due)
@@ -199,15 +220,23 @@ class StreamProcessor:
             self._prefetched.pop(event_id, None)
 
     def _process_group(
-        self, event_id: str, records: Sequence[IntakeRecord], result: BatchResult
+        self,
+        event_id: str,
+        records: Sequence[IntakeRecord],
+        result: BatchResult,
+        removal: str | None = None,
     ) -> None:
-        if self._parked_group(event_id, records, result):
+        """Decide one event's records (none: only deletions of its intake items, whose
+        first is ``removal``) in order, or park them."""
+        if self._parked_group(event_id, records, result, removal):
             return
+        # A record after a deletion may put its intake item again: every decision is read.
+        read_all = removal is not None
         start = 0
         while start < len(records):
             chunk = records[start : start + self.chunk_size]
             try:
-                decided, consumed = self._decide_chunk(event_id, chunk, result)
+                decided, consumed = self._decide_chunk(event_id, chunk, result, read_all)
             except Exception as exc:
                 log.exception("event group failed", extra={"event_id": event_id})
                 if not self._park(event_id, records[start:], exc, result):
@@ -217,11 +246,15 @@ class StreamProcessor:
             start += consumed
 
     def _decide_chunk(
-        self, event_id: str, chunk: Sequence[IntakeRecord], result: BatchResult
+        self,
+        event_id: str,
+        chunk: Sequence[IntakeRecord],
+        result: BatchResult,
+        read_all: bool = False,
     ) -> tuple[list[DecidedSignup], int]:
         for _ in range(self.max_conflicts):
             try:
-                decided, consumed, moves = self._try_chunk(event_id, chunk)
+                decided, consumed, moves = self._try_chunk(event_id, chunk, read_all)
             except CommitConflictError:
                 result.conflicts += 1
                 continue
@@ -230,12 +263,14 @@ class StreamProcessor:
         raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
 
     def _try_chunk(
-        self, event_id: str, chunk: Sequence[IntakeRecord]
+        self, event_id: str, chunk: Sequence[IntakeRecord], read_all: bool = False
     ) -> tuple[list[DecidedSignup], int, list[tuple[str, Transition]]]:
         """Decide and commit ``chunk``, or the longest prefix of it whose journal fits.
 
         Returns what was decided and how many records of ``chunk`` that covers; the
         caller hands the rest to the next round, which decides them from the new state.
+        ``read_all``: read the decision of every signup the chunk names, whatever the
+        event's high-water mark says (the group deleted an intake item).
         """
         by_id: dict[str, IntakeRecord] = {}
         for record in chunk:
@@ -254,6 +289,11 @@ class StreamProcessor:
         if record is None:
             existing = self.store.get_decisions(event_id, by_id)
             decisions = decisions_without_event(chunk, existing, ms_of(now))
+            if decisions and valid and event_id not in self._may_repeat:
+                # A signup decided with no event item is under no high-water mark: noted
+                # first, so that the event, if it is created, reads every INSERT of its own.
+                self.store.note_may_repeat(event_id)
+                self._remember_repeat(event_id)
             if decisions:
                 self.store.reject_without_event(
                     event_id,
@@ -288,11 +328,17 @@ class StreamProcessor:
             # Deciding without the holds and the waitlist could oversell: the event is
             # parked until its lineup reads again.
             raise ValueError(f"event {event_id!r}: {record.lineup_error}")
-        # Every signup the chunk names, as its item says now (the last journal is written).
-        decided = {
-            sid: signup_state(item)
-            for sid, item in self.store.get_decisions(event_id, by_id).items()
-        }
+        # Every signup the chunk names that can be decided already, as its item says now
+        # (the last journal is written): a fresh INSERT above the high-water mark cannot.
+        reads = _to_read(record, chunk, read_all or event_id in self._may_repeat)
+        decided = (
+            {
+                sid: signup_state(item)
+                for sid, item in self.store.get_decisions(event_id, reads).items()
+            }
+            if reads
+            else {}
+        )
         self._keep_while_intake_lives(event_id, chunk, decided)
         outcome, moves = self._step(record, chunk, decided, now)
         if outcome is None:
@@ -300,7 +346,12 @@ class StreamProcessor:
         while True:
             try:
                 journal = self.store.commit(
-                    record.event, outcome, now, by_id, expires_at=expires_at
+                    record.event,
+                    outcome,
+                    now,
+                    by_id,
+                    expires_at=expires_at,
+                    high_water=_high_water(record, chunk),
                 )
                 break
             except JournalTooLargeError as too_big:
@@ -367,6 +418,38 @@ class StreamProcessor:
         while len(self._materialized) > self._cache_size:
             self._materialized.popitem(last=False)
 
+    def _remember_repeat(self, event_id: str) -> None:
+        self._may_repeat[event_id] = None
+        self._may_repeat.move_to_end(event_id)
+        while len(self._may_repeat) > self._cache_size:
+            self._may_repeat.popitem(last=False)
+
+    def _note_removal(
+        self,
+        event_id: str,
+        sequence_number: str,
+        result: BatchResult,
+        may_repeat: bool | None = None,
+    ) -> None:
+        """An intake item of the event was deleted (``sequence_number``: the REMOVE's): it
+        may be put again, a new INSERT of a signup decided already, so the event's marker
+        item notes that its INSERTs may repeat (once: no write once it says so;
+        ``may_repeat`` is what the group's read of it said, None: not read). Deciding goes
+        on either way (the group reads every decision); if the note cannot be written, the
+        REMOVE goes back to the event source (retried from there), so no later batch decides
+        a put again unread."""
+        if event_id in self._may_repeat:
+            return
+        try:
+            if may_repeat is None:
+                _, _, may_repeat = self.store.get_event_and_parking(event_id)
+            if not may_repeat:
+                self.store.note_may_repeat(event_id)
+            self._remember_repeat(event_id)
+        except Exception:
+            log.exception("could not note a removal", extra={"event_id": event_id})
+            result.failures.append(sequence_number)
+
     @staticmethod
     def _decided(
         event_id: str,
@@ -392,23 +475,39 @@ class StreamProcessor:
         return self.store.get_event(event_id)
 
     def _parked_group(
-        self, event_id: str, records: Sequence[IntakeRecord], result: BatchResult
+        self,
+        event_id: str,
+        records: Sequence[IntakeRecord],
+        result: BatchResult,
+        removal: str | None = None,
     ) -> bool:
         """Whether the group was dealt with as a parked event's: parked behind the records
-        parked before it, then a release tried (or, if it could not be parked, failed).
+        parked before it, then a release tried (or, if it could not be parked, failed); or
+        as deletions alone (``records`` empty), noted.
 
         Otherwise the event item read alongside the parking marker serves the first chunk.
+        A deletion (``removal``) is noted first, whatever becomes of the records.
         """
         self._prefetched.clear()
         if not ID_PATTERN.fullmatch(event_id):
             return False  # no event has this id: each record is rejected invalid_request
+        if not records:
+            if removal is not None:
+                self._note_removal(event_id, removal, result)
+            return True
         try:
-            event, parking = self.store.get_event_and_parking(event_id)
+            event, parking, may_repeat = self.store.get_event_and_parking(event_id)
         except Exception as exc:
             log.exception("event group failed", extra={"event_id": event_id})
+            if removal is not None:
+                self._note_removal(event_id, removal, result)
             if not self._park(event_id, records, exc, result):
                 result.failures.append(records[0].sequence_number)
             return True
+        if may_repeat:
+            self._remember_repeat(event_id)
+        if removal is not None:
+            self._note_removal(event_id, removal, result, may_repeat)
         self._prefetched[event_id] = event
         if parking is None:
             return False
@@ -484,6 +583,48 @@ class StreamProcessor:
             return False
         finally:
             self._prefetched.pop(event_id, None)
+
+
+def _sequence(record: IntakeRecord) -> int | None:
+    """A record's stream sequence number as a number (None: it is none: a test's, a
+    broken record's; such a record is always read and never raises the mark)."""
+    number = record.sequence_number
+    return int(number) if number.isdigit() and number.isascii() else None
+
+
+def _to_read(record: EventRecord, chunk: Sequence[IntakeRecord], read_all: bool) -> list[str]:
+    """The signups of ``chunk`` whose decision items must be read: all of them if
+    ``read_all`` or if the event was committed before it kept a high-water mark; else
+    those of every record that is not a fresh INSERT (a MODIFY, a parked record) and of
+    every INSERT at or below the mark, which may have been committed (a redelivery). An
+    INSERT above it was never committed: the mark is the greatest sequence number of any
+    intake record a commit of the event decided from, on any shard."""
+    mark = record.high_water
+    if mark is None and record.event.version > 0:
+        read_all = True
+    reads: dict[str, None] = {}
+    for r in chunk:
+        if r.tick or r.signup_id in reads:
+            continue
+        if read_all or not r.inserted:
+            reads[r.signup_id] = None
+            continue
+        number = _sequence(r)
+        if number is None or (mark is not None and number <= mark):
+            reads[r.signup_id] = None
+    return list(reads)
+
+
+def _high_water(record: EventRecord, chunk: Sequence[IntakeRecord]) -> int | None:
+    """The event's high-water mark once ``chunk`` is committed: the greater of the one it
+    has (none before its first commit) and the sequence numbers of the chunk's intake
+    records. Wake-ups are left out (their numbers are the control table's stream's), and so
+    is an event committed before it kept a mark: a mark begun later would leave out its
+    earlier commits, so it never gets one (None: the commit writes none)."""
+    if record.high_water is None and record.event.version > 0:
+        return None
+    numbers = [n for r in chunk if not r.tick and (n := _sequence(r)) is not None]
+    return max([record.high_water or 0, *numbers])
 
 
 def _prefix(chunk: Sequence[IntakeRecord], outcome: Outcome, fits: int) -> int:

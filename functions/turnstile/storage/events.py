@@ -85,6 +85,10 @@ class EventRecord:
     #: then holds no holds and nobody waiting: enough to show, close or re-size the event,
     #: never to decide from (the processor refuses, and the event is parked).
     lineup_error: str | None = None
+    #: The greatest stream sequence number of an intake record the event's commits decided
+    #: from (``Attr.HIGH_WATER``), None when the item keeps none: no commit yet (``version``
+    #: 0), or one committed before the mark was kept (then it knows nothing).
+    high_water: int | None = None
 
     @cached_property
     def journal(self) -> Journal | None:
@@ -141,7 +145,13 @@ class EventRecord:
                 else None
             ),
             lineup_error=lineup_error,
+            high_water=_sequence_number(item.get(Attr.HIGH_WATER)),
         )
+
+
+def _sequence_number(value: Any) -> int | None:
+    """A stream sequence number kept as text (up to 40 digits), as a number; else None."""
+    return int(value) if isinstance(value, str) and value.isdigit() and value.isascii() else None
 
 
 def _whole(value: Any) -> int | None:

@@ -70,6 +70,12 @@ class IntakeRecord:
     #: Who submitted it (``Attr.OWNER``), copied to the decision; None when the record
     #: names nobody (or names no one a decision can keep: not text, or too long).
     owner: str | None = None
+    #: The stream delivered it as an INSERT: the first put of its intake item, so its
+    #: signup can be decided already only if this very record was committed before (a
+    #: redelivery: its sequence number is not above the event's high-water mark) or the
+    #: event's records may repeat (``ParkAttr.MAY_REPEAT``). False for anything else (a
+    #: MODIFY, a parked record, a wake-up): its decision is always read.
+    inserted: bool = False
 
 
 def _submitted_at(raw: Any) -> tuple[str | None, str | None]:
@@ -85,13 +91,18 @@ def _submitted_at(raw: Any) -> tuple[str | None, str | None]:
 
 
 def parse_intake(
-    image: Mapping[str, Any] | None, sequence_number: str, keys: Mapping[str, Any] | None = None
+    image: Mapping[str, Any] | None,
+    sequence_number: str,
+    keys: Mapping[str, Any] | None = None,
+    *,
+    inserted: bool = False,
 ) -> IntakeRecord:
     """Rule: any intake image yields a record; whatever breaks the contract sets ``problem``.
 
     ``image`` is the record's NEW_IMAGE as plain Python values (numbers as Decimal);
-    ``keys`` stands in for a missing image. Never raises. An id off the pattern is still
-    the record's id (its rejection is written under the record's own key).
+    ``keys`` stands in for a missing image; ``inserted``: the stream delivered it as an
+    INSERT (``IntakeRecord.inserted``). Never raises. An id off the pattern is still the
+    record's id (its rejection is written under the record's own key).
     """
     image = image or {}
     keys = keys or {}
@@ -122,6 +133,7 @@ def parse_intake(
         requests=_request_log(image.get("requests")),
         expires_at=intake_expiry(image.get("expires_at")),
         owner=_owner(image.get("owner")),
+        inserted=inserted,
     )
 
 

@@ -6,6 +6,11 @@ number, and marks the event (``ControlKey.parking``), so the shard moves on; the
 are released in that order once deciding works again. The parking marker is never
 deleted, only cleared: its ``version`` grows for ever, so a release that read version N
 can never clear a parking that began after it (no ABA).
+
+The marker item, read with the event item before every group, also keeps, parked or not,
+``ParkAttr.MAY_REPEAT``: the event's INSERT records may repeat a signup decided already
+(an intake record of it was deleted, or a signup was rejected before its event item
+existed), so every one has its decision read (``note_may_repeat``; docs/design.md §4).
 """
 
 from __future__ import annotations
@@ -45,18 +50,37 @@ class ParkedEvents:
 
     def get_event_and_parking(
         self, event_id: str
-    ) -> tuple[EventRecord | None, dict[str, Any] | None]:
-        """The event item and the event's parking marker (None unless parked), in one
-        consistent ``BatchGetItem``: the decision path's only read before deciding a group."""
+    ) -> tuple[EventRecord | None, dict[str, Any] | None, bool]:
+        """The event item, the event's parking marker (None unless parked), and whether the
+        marker item says the event's INSERTs may repeat a signup decided already
+        (``ParkAttr.MAY_REPEAT``), in one consistent ``BatchGetItem``: the decision path's
+        only read before deciding a group."""
         keys = [event_key(event_id), control_key(ControlKey.parking(event_id))]
         event: EventRecord | None = None
         marker: dict[str, Any] | None = None
+        may_repeat = False
         for raw in self.dynamo.batch_get(self.control_table, keys):
             if raw[ControlKey.SK]["S"] == ControlKey.EVENT_SK:
                 event = EventRecord.from_item(raw)
             else:
+                may_repeat = ParkAttr.MAY_REPEAT in raw
                 marker = _if_parked(from_item(raw))
-        return event, marker
+        return event, marker, may_repeat
+
+    def note_may_repeat(self, event_id: str) -> None:
+        """Note on the event's marker item (made if there is none: the event item need not
+        exist) that its INSERT records may repeat a signup decided already: an intake record
+        of it was deleted (it may be put again, a new INSERT), or a signup of it was decided
+        without an event item. Never removed; noting it again writes the same item. It
+        touches neither the event item nor a parking (``parked_since`` stays as it was)."""
+        self.dynamo.call(
+            "update_item",
+            TableName=self.control_table,
+            Key=control_key(ControlKey.parking(event_id)),
+            UpdateExpression="SET #event = :event, #repeat = :yes",
+            ExpressionAttributeNames={"#event": Attr.EVENT_ID, "#repeat": ParkAttr.MAY_REPEAT},
+            ExpressionAttributeValues={":event": {"S": event_id}, ":yes": {"BOOL": True}},
+        )
 
     def get_parking(self, event_id: str) -> dict[str, Any] | None:
         """The event's parking marker, read consistently, if the event is parked."""

@@ -54,9 +54,12 @@ class ProcessorStore(Protocol):
         decided_at: str,
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
+        high_water: int | None = None,
     ) -> Journal:
         """Store ``outcome``'s counters and a journal of its decisions (version
-        ``expected.version + 1``) on the event item, in one write, or raise.
+        ``expected.version + 1``) on the event item, in one write, or raise. With
+        ``high_water``, the same write sets the event's high-water mark to it (a string of
+        its digits, ``Attr.HIGH_WATER``); without, it leaves the mark as it is.
 
         The write is conditioned on the event item existing and still having the
         ``version``, ``capacity`` and ``state`` of ``expected`` (an absent version reads 0,
@@ -102,8 +105,16 @@ class ProcessorStore(Protocol):
 
     def get_event_and_parking(
         self, event_id: str
-    ) -> tuple[EventRecord | None, dict[str, Any] | None]:
-        """``(get_event(event_id), get_parking(event_id))`` in one consistent read."""
+    ) -> tuple[EventRecord | None, dict[str, Any] | None, bool]:
+        """``(get_event(event_id), get_parking(event_id), may_repeat)`` in one consistent
+        read; ``may_repeat``: the event's marker item (parked or not) carries
+        ``ParkAttr.MAY_REPEAT``."""
+        ...
+
+    def note_may_repeat(self, event_id: str) -> None:
+        """Set ``ParkAttr.MAY_REPEAT`` on the event's marker item (made if absent, with its
+        ``event_id``; whether or not an event item exists), leaving the rest of it as it was:
+        a parking stays, a cleared marker stays cleared. Writing it again changes nothing."""
         ...
 
     def get_parking(self, event_id: str) -> dict[str, Any] | None:

@@ -29,7 +29,9 @@ The commit design (why each decision costs one write unit, and why that is safe)
   decides the rest in its next round. The event item stays well under 400 KB.
 * Before a processor commits journal N+1 it makes sure journal N is materialized (it
   wrote it itself, or it writes it again). So every decision is either an item or in the
-  current journal, and "already decided" is known exactly before each commit.
+  current journal, and "already decided" is known exactly before each commit. Every
+  commit also keeps the event's high-water mark (``Attr.HIGH_WATER``), so that the
+  processor reads that only for signups that can be decided already (docs/design.md §4).
 * A signup of an event that does not exist has no event item to lock; its rejection is
   a transaction guarded by a ConditionCheck that the event item still does not exist.
 """
@@ -226,11 +228,15 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         decided_at: str,
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
+        high_water: int | None = None,
     ) -> Journal:
         """Commit a group's decisions and the event's counters in one conditional write.
 
         The journal fixes each decision item to the byte, with the fields it copies from
         ``requests`` (by signup id) and ``expires_at`` (when TTL deletes them; None: kept).
+        ``high_water`` (None: left as it is) becomes the event's ``Attr.HIGH_WATER``, in the
+        same write: the greatest sequence number of the intake records its commits decided
+        from, which the caller computes (the version condition pins the one it read).
         The write is conditioned on every input of the decision: the ``version`` (the
         counters and the journal, the processor's), and the ``capacity`` and ``state`` it
         was decided against (the organizer's, changed without touching ``version``).
@@ -305,6 +311,10 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             "#floor = :taken",
         ]
         removes: list[str] = []
+        if high_water is not None:
+            names["#high"] = Attr.HIGH_WATER
+            values[":high"] = {"S": str(high_water)}
+            sets.append("#high = :high")
         if outcome.lifecycle is not None:
             _lifecycle_expression(lifecycle, names, values, sets, removes)
         expression = "SET " + ", ".join(sets)
