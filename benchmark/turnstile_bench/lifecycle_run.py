@@ -202,9 +202,11 @@ def _processor_class() -> Any:
             #: (event_id, transition, commit time) of every committed move and refusal.
             self.moves: list[tuple[str, Any, float]] = []
 
-        def _decide_chunk(self, event_id: str, chunk: Any, result: BatchResult) -> Any:
+        def _decide_chunk(
+            self, event_id: str, chunk: Any, result: BatchResult, *args: Any, **kwargs: Any
+        ) -> Any:
             before = len(result.transitions)
-            out = super()._decide_chunk(event_id, chunk, result)
+            out = super()._decide_chunk(event_id, chunk, result, *args, **kwargs)
             at = self.store.last_commit_at
             self.moves.extend((e, t, at) for e, t in result.transitions[before:])
             return out
