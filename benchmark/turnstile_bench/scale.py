@@ -48,8 +48,8 @@ __all__ = ["DirectRun", "events_summary", "lambda_record", "run_direct", "scale_
 METHOD = (
     "stream processor driven directly through the real stream handler with synthetic "
     "Lambda-shaped INSERT records in batches of 100, against the embedded endpoint, "
-    "metered; intake writes not made, their units (the undecided index entry's included) "
-    "computed from the intake items"
+    "metered; intake writes not made, their units computed from the intake items (no "
+    "undecided index entry: a first put carries no marker)"
 )
 
 

@@ -146,8 +146,9 @@ PROCESSOR_GRANTS = (
     TableGrant(
         INTAKE,
         ("dynamodb:BatchGetItem",),
-        why="rebuilds the decision items of a format-1 journal from their intake records "
-        "(store.get_intakes); it never writes intake",
+        why="writes out a journal it did not commit itself (a crash, a cold start): its "
+        "decisions' copied fields come from their intake records, checked against the "
+        "journal's digests (store.get_intakes); it never writes intake",
     ),
     TableGrant(
         MAIN,

@@ -49,7 +49,7 @@ from turnstile.storage import dynamo, events, parking
 from turnstile.storage import store as real
 from turnstile.storage.dynamo import from_item, to_item
 from turnstile.storage.events import EventRecord
-from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome
 from turnstile.storage.journal import Journal
 from turnstile.storage.parking import MAX_PARKING_ERROR_CHARS
@@ -420,6 +420,16 @@ class FakeStore:
         fault = self._enter("materialize", event_id)
         if journal.copies is not None:
             items = self._items.journal_items(event_id, journal)
+        elif journal.digests is not None:
+            # format 4 read back: copied fields from ``requests``, else from intake (read as
+            # the processor reads an image), where their digest is the journal's
+            found: dict[str, Any] = dict(requests or {})
+            for d in journal.decisions:
+                intake = self.tables[self.intake_table].get((event_id, d.signup_id))
+                if d.signup_id not in found and intake is not None:
+                    keys = {"event_id": event_id, "signup_id": d.signup_id}
+                    found[d.signup_id] = parse_intake(from_item(intake), "", keys)
+            items = journal.items_from(event_id, found)
         else:  # format 1: copied fields from ``requests``, else from intake
             sources: dict[str, Any] = dict(requests or {})
             for d in journal.decisions:

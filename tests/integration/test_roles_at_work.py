@@ -875,6 +875,7 @@ def test_the_processor_role_makes_each_lifecycle_move(scene, name):
     # GIVEN the event's records up to the move, each written under its function's role
     move.stage(scene)
     assert scene.statuses() == move.before
+    last_journal = scene.plain.get_event("gig").journal
     client = CheckedClient(scene.raw, PROCESSOR)
     store = SignupStore(client, sleep=lambda _: None)
     # WHEN the processor, under its role, reads the move's records (a woken move's: its
@@ -895,7 +896,8 @@ def test_the_processor_role_makes_each_lifecycle_move(scene, name):
         assert scene.plain.get_decision("gig", signup_id)[Attr.REASON] == reason
     # ... written with the one grant on main the move needs: first decisions are put, later
     # moves (refusals too) update each signup they touch. (A cold processor puts the last
-    # journal's first decisions again, conditionally: a no-op, PutItem in every case.)
+    # journal's first decisions again, conditionally: a no-op, PutItem in every case; their
+    # copied fields it reads from intake, as the journal keeps only their digests.)
     moved = {s for s in move.after if move.after[s] != move.before[s]}
     moved |= {move.refused[0]} if move.refused else set()
     writes = [r.action for r in client.allowed if table_of(r) == MAIN_TABLE]
@@ -905,6 +907,12 @@ def test_the_processor_role_makes_each_lifecycle_move(scene, name):
     assert used == {
         (CONTROL, "dynamodb:BatchGetItem"),  # the event item and its parking marker
         (CONTROL, UPDATE),  # the commit on the event item
+        # the last journal's records, for the copied fields of its first decisions
+        *(
+            [(INTAKE_TABLE, "dynamodb:BatchGetItem")]
+            if last_journal and last_journal.decisions
+            else []
+        ),
         # the decision items of signups that may be decided already: none for fresh
         # INSERTs above the event's high-water mark (first decisions)
         *([(MAIN_TABLE, "dynamodb:BatchGetItem")] if move.grant == UPDATE else []),

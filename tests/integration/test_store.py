@@ -85,7 +85,8 @@ def test_a_commit_stores_counters_version_and_journal(gig):
     record = store.get_event("gig")
     assert record is not None
     assert record.event == Event("gig", 3, taken=3, accepted=2, version=1)
-    assert record.journal == journal
+    # stored as it encodes: copied fields as their digests
+    assert record.journal == Journal.decode(journal.encode())
     assert (journal.version, journal.decided_at, journal.decisions) == (1, NOW, outcome.decisions)
 
 
@@ -164,7 +165,8 @@ def test_journal_round_trips_and_is_compact():
     decisions += (Decision("bad", "7", "REJECTED", 0, "invalid_request", detail="seats"),)
     journal = Journal.build("e1", 3, NOW, decisions, {})
     blob = journal.encode()
-    assert Journal.decode(blob) == journal
+    decoded = Journal.decode(blob)
+    assert decoded.decisions == journal.decisions and decoded.digests == (None,) * 101
     # 100 decisions fit in a few KB: the commit stays a few write units per batch.
     assert len(blob) < 2500
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import random
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from turnstile.base.contract import Reason, Status
 from turnstile.storage.intake import IntakeRecord
 from turnstile.storage.items import MAX_DECISION_ITEM_BYTES, Decision, bounded_decision
-from turnstile.storage.journal import Journal
+from turnstile.storage.journal import Journal, copies_digest
 from turnstile.storage.store import MAX_JOURNAL_BYTES, SignupStore
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -65,12 +66,40 @@ V2_COPIES = (
 )
 
 
+#: A journal exactly as the format-3 encoder wrote it (the lifecycle's extras and changes,
+#: rows with their copied fields): version 9, the decisions and copies above, the first
+#: with a hold's expiry, and one change. Frozen: event items written before format 4 hold these.
+V3_JOURNAL = base64.b64decode(
+    "QlpoOTFBWSZTWSGFTiEAAQb/gFgAAgBQB3/yPkfcGr/n/2owAUzWzBop6oMgaD1NAaGhpkMmnqaNHqZNBoTRoKmxTNQB"
+    "iDCHlDJoGCBhSekhPU00eo0MnqNqNAZA2o0DEruAmSmGI87hkhjNTk79tvcb5B4oY3DEB4+9KLp5qZn+XiY08GLcE2EE"
+    "RHxIakBQGyyiwE8vhp5pCWUdxFoWdBq13W0Ccs0MZuyZzqkLQYNV+nRQwbK2TyoG4WTJdhGV4KgCMRSuvopVxZxWxi1U"
+    "QKMAr4yo9jhpomEcJwXVR6cJ4hvE1AoYsDJPqvZAeff7rVEXRCQLsLaQF2NQE7p4MmaIwbQgb3lpRJhIDFZpNKujzFQA"
+    "jQML4ja74OAvC/SurkOJmJUBwSaBWTBUN4reC4CyVAVQdPpIWcAbfwxcqjCTqcUE4q5xWhTRADSAeskXggpkTG7Ht2kX"
+    "8dd6hb4iogWVgNOBCZ2WORT/xdyRThQkCGFTiEA="
+)
+
+
 def request(signup_id: str = "u1", **fields) -> IntakeRecord:
     return IntakeRecord("gig", signup_id, "100", **fields)
 
 
 def accepted(signup_id: str = "u1") -> Decision:
     return Decision(signup_id, "100", Status.ACCEPTED, 1, position=1)
+
+
+def same(decoded: Journal, built: Journal) -> bool:
+    """A journal read back is the one built, its copied fields replaced by their digests."""
+    assert built.copies is not None
+    return (
+        decoded.version == built.version
+        and decoded.decided_at == built.decided_at
+        and decoded.decisions == built.decisions
+        and decoded.expires_at == built.expires_at
+        and decoded.extras == built.extras
+        and decoded.updates == built.updates
+        and decoded.copies is None
+        and decoded.digests == tuple(copies_digest(c) for c in built.copies)
+    )
 
 
 def test_a_format_1_journal_still_decodes_without_copied_fields():
@@ -88,12 +117,46 @@ def test_a_format_2_journal_as_stored_today_still_decodes_and_encodes_the_same()
     assert (journal.version, journal.decided_at, journal.expires_at) == (8, NOW, 1_790_000_000)
     assert journal.decisions == V1_DECISIONS
     assert journal.copies == V2_COPIES
-    # ... and this code writes it again as format 3, which reads back the same
-    assert Journal.FORMAT == 3
+    # ... and this code writes it again as format 4: the same decisions, and in place of
+    # the copied fields their digests (None where there is nothing to copy)
+    assert Journal.FORMAT == 4
     again = Journal.decode(journal.encode())
     assert (again.version, again.decided_at, again.expires_at) == (8, NOW, 1_790_000_000)
-    assert (again.decisions, again.copies, again.updates) == (V1_DECISIONS, V2_COPIES, ())
-    assert journal.items("gig") == again.items("gig")
+    assert (again.decisions, again.copies, again.updates) == (V1_DECISIONS, None, ())
+    assert again.digests == tuple(copies_digest(c) for c in V2_COPIES)
+    assert again.digests[2] is None and len(again.digests[0]) == 11
+
+
+def test_a_format_3_journal_as_stored_before_format_4_still_decodes():
+    # GIVEN the bytes of a journal of format 3 (copied fields, extras, a change)
+    journal = Journal.decode(V3_JOURNAL)
+    # THEN it decodes whole, its items carry the copied fields it fixed
+    assert (journal.version, journal.decided_at, journal.expires_at) == (9, NOW, 1_790_000_000)
+    assert journal.decisions == V1_DECISIONS and journal.copies == V2_COPIES
+    assert journal.extras[0] == {"hold_expires_at": {"S": "2026-01-01T00:00:04.000000Z"}}
+    assert journal.extras[1:] == (None, None)
+    assert [u.signup_id for u in journal.updates] == ["u9"]
+    items = journal.items("gig")
+    assert items[0]["attributes"] == V2_COPIES[0]["attributes"]
+    assert items[0]["hold_expires_at"] == {"S": "2026-01-01T00:00:04.000000Z"}
+    assert journal.digests is None
+
+
+def test_a_digest_does_not_depend_on_the_order_of_keys_or_set_members():
+    fields = V2_COPIES[0]
+    attrs = fields["attributes"]["M"]
+    shuffled = {
+        "attributes": {"M": {**dict(reversed(list(attrs.items()))), "tags": {"SS": ["a", "b"]}}},
+        "submitted_at": fields["submitted_at"],
+    }
+    assert copies_digest(shuffled) == copies_digest(fields)
+    # ... but any value that differs does, and an empty copy has none
+    changed = {**shuffled, "submitted_at": {"S": "2026-01-01T00:00:01Z"}}
+    assert copies_digest(changed) != copies_digest(fields)
+    listed = {"attributes": {"M": {"l": {"L": [{"S": "a"}, {"S": "b"}]}}}}
+    reordered = {"attributes": {"M": {"l": {"L": [{"S": "b"}, {"S": "a"}]}}}}
+    assert copies_digest(listed) != copies_digest(reordered)
+    assert copies_digest({}) is None
 
 
 def test_a_format_3_journal_carries_lifecycle_attributes_and_changes():
@@ -119,6 +182,9 @@ def test_a_format_3_journal_carries_lifecycle_attributes_and_changes():
     again = Journal.decode(journal.encode())
     assert again.decisions == (held, waiting)
     assert again.updates == (change,)
+    # read back, its items take the copied fields from the records at hand
+    with pytest.raises(ValueError, match="items_from"):
+        again.items("gig")
     # two changes round-trip too, and a journal without any stores no list of them
     other = ItemUpdate("u9", Status.WAITLISTED, to_item({"status": Status.REJECTED}), (), None)
     both = Journal.build("gig", 6, NOW, [], {}, updates=[change, other])
@@ -128,7 +194,8 @@ def test_a_format_3_journal_carries_lifecycle_attributes_and_changes():
 
     plain = Journal.build("gig", 7, NOW, [held], {"u1": request("u1")})
     assert "u" not in json.loads(bz2.decompress(plain.encode()))
-    items = again.items("gig")
+    items = again.items_from("gig", {"u1": request("u1")})
+    assert items == journal.items("gig")
     assert items[0]["hold_expires_at"] == {"S": "2026-01-01T00:00:04.000000Z"}
     assert items[0]["status"] == {"S": Status.HELD}
     assert items[1]["waitlist_position"] == {"N": "1"}
@@ -156,10 +223,13 @@ def test_copied_fields_are_fixed_in_typed_form_binary_sets_and_numbers_included(
     assert copies["attributes"]["M"]["price"] == {"N": "12.340"}
     assert copies["submitted_at"] == {"S": NOW}
     decoded = Journal.decode(journal.encode())
-    assert decoded == journal
-    # and so do the items: the same bytes from the journal as from the request
+    assert same(decoded, journal)
+    # and so do the items read back, from the request at hand: the same bytes as from the
+    # request, their digest the journal's
     store = SignupStore(client=object())
-    assert store.journal_items("gig", decoded) == [
+    at_hand = {"u1": request(attributes=attributes, submitted_at=NOW)}
+    assert store.journal_items("gig", decoded, at_hand) == journal.items("gig")
+    assert journal.items("gig") == [
         store.decision_item("gig", d, NOW, request(attributes=attributes, submitted_at=NOW))
         for d in decoded.decisions
     ]
@@ -193,12 +263,16 @@ def test_a_bounded_decision_keeps_its_own_detail():
 
 
 def test_the_longest_prefix_of_a_big_journal_fits_and_one_more_does_not():
-    # GIVEN 100 decisions of ~4 KB of incompressible binary each (~400 KB together)
+    # GIVEN 100 decisions of ~4 KB of incompressible detail each (~400 KB together; copied
+    # fields are no longer in a journal, only their digests)
     rng = random.Random(7)
     requests = {
         f"u{i}": request(f"u{i}", attributes={"blob": rng.randbytes(4000)}) for i in range(100)
     }
-    decisions = [accepted(f"u{i}") for i in range(100)]
+    decisions = [
+        replace(accepted(f"u{i}"), detail=base64.b64encode(rng.randbytes(3000)).decode())
+        for i in range(100)
+    ]
     journal = Journal.build("gig", 1, NOW, decisions, requests)
     assert len(journal.encode()) > MAX_JOURNAL_BYTES
     # WHEN we ask how many fit
@@ -355,10 +429,14 @@ def test_a_journal_row_of_exactly_its_bound_is_kept_and_one_byte_more_is_dropped
 def test_a_decision_whose_copies_were_dropped_round_trips_through_its_journal(fields, why):
     # Every way of dropping the copies leaves a row the journal can read back: {} as copies.
     journal = Journal.build("gig", 2, NOW, [accepted(), accepted("u2")], {"u1": request(**fields)})
+    assert journal.copies == ({}, {})
     decoded = Journal.decode(journal.encode())
-    assert decoded == journal
-    assert decoded.copies == ({}, {})
+    assert same(decoded, journal)
+    assert decoded.digests == (None, None)
     assert decoded.decisions[0].detail == f"attributes and submitted_at not stored: {why}"
+    # ... and read back, the item copies nothing, whatever the record at hand holds
+    items = decoded.items_from("gig", {"u1": request(**fields)})
+    assert items == journal.items("gig")
 
 
 @pytest.mark.parametrize(
@@ -370,11 +448,18 @@ def test_a_decision_whose_copies_were_dropped_round_trips_through_its_journal(fi
     ],
 )
 def test_binary_alone_or_a_binary_set_alone_comes_back_as_bytes(attributes):
+    from turnstile.storage.dynamo import from_item, to_item
+    from turnstile.storage.intake import parse_intake
+
     journal = Journal.build("gig", 1, NOW, [accepted()], {"u1": request(attributes=attributes)})
     decoded = Journal.decode(journal.encode())
-    assert decoded.copies == journal.copies
-    text = str(decoded.copies)
-    assert "b'" in text  # bytes, not their base64 text
+    # GIVEN the intake item as boto3 reads it back (binary as boto3's Binary)
+    stored = from_item(to_item({"event_id": "gig", "signup_id": "u1", "attributes": attributes}))
+    read = parse_intake(stored, "", {"event_id": "gig", "signup_id": "u1"})
+    # THEN its copied fields have the journal's digest, and the item holds bytes
+    items = decoded.items_from("gig", {"u1": read})
+    assert items == journal.items("gig")
+    assert "b'" in str(items[0]["attributes"])  # bytes, not their base64 text
 
 
 def test_text_with_lone_surrogates_round_trips():
@@ -384,16 +469,17 @@ def test_text_with_lone_surrogates_round_trips():
         "gig", 1, NOW, [accepted(odd)], {odd: request(odd, attributes={"k": odd})}
     )
     decoded = Journal.decode(journal.encode())
-    assert decoded == journal
+    assert same(decoded, journal)
     assert decoded.decisions[0].signup_id == odd
-    assert decoded.copies[0]["attributes"]["M"]["k"] == {"S": odd}
+    items = decoded.items_from("gig", {odd: request(odd, attributes={"k": odd})})
+    assert items[0]["attributes"]["M"]["k"] == {"S": odd}
 
 
 def test_a_journal_of_a_newer_format_is_refused_by_name():
     import bz2
 
-    blob = bz2.compress(b'{"f":4,"v":1,"t":"x","d":[]}')
-    with pytest.raises(ValueError, match=r"^journal format 4 is newer than this code$"):
+    blob = bz2.compress(b'{"f":5,"v":1,"t":"x","d":[]}')
+    with pytest.raises(ValueError, match=r"^journal format 5 is newer than this code$"):
         Journal.decode(blob)
 
 
@@ -449,6 +535,34 @@ def test_batches_are_the_longest_runs_within_count_and_bytes(sizes, count, limit
 def test_a_journal_keeps_its_expiry_through_encode_and_decode():
     journal = Journal.build("gig", 1, NOW, [accepted()], {}, expires_at=EXPIRES)
     decoded = Journal.decode(journal.encode())
-    assert decoded.expires_at == EXPIRES and decoded == journal
+    assert decoded.expires_at == EXPIRES and same(decoded, journal)
     kept = Journal.build("gig", 1, NOW, [accepted()], {})
     assert Journal.decode(kept.encode()).expires_at is None
+
+
+@pytest.mark.parametrize(
+    "rewritten",
+    [
+        {"attributes": {"name": "Mallory"}, "submitted_at": NOW, "owner": "alice"},
+        {"attributes": {"name": "Alice"}, "submitted_at": NOW, "owner": "mallory"},
+        {"attributes": {"name": "Alice"}, "submitted_at": "2026-01-01T00:00:01Z", "owner": "alice"},
+        {"attributes": {"name": "Alice"}, "submitted_at": NOW},
+    ],
+    ids=["attributes", "owner", "submitted_at", "owner-dropped"],
+)
+def test_a_record_rewritten_after_the_commit_is_told_and_nothing_is_copied_from_it(rewritten):
+    # GIVEN a commit of Alice's signup, and a journal read back (its items unwritten)
+    fields = {"attributes": {"name": "Alice"}, "submitted_at": NOW, "owner": "alice"}
+    journal = Journal.build("gig", 1, NOW, [accepted()], {"u1": request(**fields)})
+    decoded = Journal.decode(journal.encode())
+    # WHEN its record is the one committed, the item is the committed one
+    assert decoded.items_from("gig", {"u1": request(**fields)}) == journal.items("gig")
+    # WHEN it was rewritten (or is gone), the item copies none of its fields, and says so
+    for source in ({"u1": request(**rewritten)}, {}):
+        (item,) = decoded.items_from("gig", source)
+        assert not {"attributes", "submitted_at", "owner"} & set(item)
+        assert item["status"] == {"S": Status.ACCEPTED} and item["position"] == {"N": "1"}
+        assert item["detail"]["S"] == (
+            "attributes and submitted_at not stored: "
+            "the intake record changed after the decision was committed"
+        )

@@ -50,6 +50,7 @@ __all__ = [
     "base_item",
     "bounded_copies",
     "bounded_decision",
+    "copied_fields",
     "decision_item",
     "decisions_without_event",
     "history_of",
@@ -59,6 +60,7 @@ __all__ = [
     "signup_state",
     "touched_without_state",
     "update_call",
+    "without_copies",
 ]
 
 #: A decision item over this (DynamoDB's item size) is stored without its copied fields.
@@ -253,9 +255,23 @@ def _copied_values(request: IntakeRecord | Mapping[str, Any] | None) -> dict[str
     return {Attr.SUBMITTED_AT: submitted_at, Attr.ATTRIBUTES: attributes, Attr.OWNER: owner}
 
 
-def _without_copies(decision: Decision, why: str) -> Decision:
+def without_copies(decision: Decision, why: str) -> Decision:
+    """The decision, its ``detail`` saying why its item copies no field from intake."""
     note = f"attributes and submitted_at not stored: {why}"
     return replace(decision, detail=f"{decision.detail}; {note}" if decision.detail else note)
+
+
+def copied_fields(request: IntakeRecord | Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The fields a decision item copies from a record, typed (``attributes``,
+    ``submitted_at``, ``owner``, where present); None when DynamoDB could not store them.
+    The same record gives the same fields (``bounded_copies`` starts from them)."""
+    try:
+        copies = to_item(_copied_values(request))
+        for value in copies.values():
+            _check_storable(value)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    return copies
 
 
 def base_item(
@@ -302,7 +318,7 @@ def bounded_copies(
         for value in copies.values():
             _check_storable(value)
     except (TypeError, ValueError, ArithmeticError) as exc:
-        return _without_copies(decision, f"not storable in DynamoDB ({exc})"), {}, "{}"
+        return without_copies(decision, f"not storable in DynamoDB ({exc})"), {}, "{}"
     text = typed_json(copies)
     if not copies:
         return decision, copies, text
@@ -316,10 +332,10 @@ def bounded_copies(
     if base + json_bytes > MAX_DECISION_ITEM_BYTES:
         if base + typed_item_size(copies) > MAX_DECISION_ITEM_BYTES:
             why = f"item over {MAX_DECISION_ITEM_BYTES} bytes"
-            return _without_copies(decision, why), {}, "{}"
+            return without_copies(decision, why), {}, "{}"
         if json_bytes > MAX_JOURNAL_ROW_BYTES - 1024:
             why = f"journal row over {MAX_JOURNAL_ROW_BYTES} bytes"
-            return _without_copies(decision, why), {}, "{}"
+            return without_copies(decision, why), {}, "{}"
     return decision, copies, text
 
 

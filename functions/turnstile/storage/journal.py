@@ -5,9 +5,10 @@ exactly the decisions it made on the event item, in one conditional write; the d
 items are then *materialized* from the journal. So the journal must fix every byte of
 every decision item, whatever a producer wrote into intake:
 
-* It carries the fields a decision copies from intake (``attributes``, ``submitted_at``)
-  in DynamoDB's typed form, so materializing never reads intake: a producer who rewrites
-  or deletes an intake record later cannot change a decision, and binary stays binary.
+* It fixes the fields a decision copies from intake (``attributes``, ``submitted_at``,
+  ``owner``), in DynamoDB's typed form: a producer who rewrites or deletes an intake
+  record later cannot change a decision, and binary stays binary. Formats 2 and 3 carry
+  the fields; format 4 a digest of them (below).
 * Nothing a producer writes can make an item too big to write. A decision item over
   ``MAX_DECISION_ITEM_BYTES`` (by DynamoDB's item-size rules, ``turnstile.base.itemsize``) is
   stored without its copied fields (``detail`` says so), and so is one whose journal row
@@ -20,6 +21,15 @@ every decision item, whatever a producer wrote into intake:
   when it moved on within the commit), and a list of changes (``"u"``) to items decided
   by earlier commits, each applied only while the item's status is the one it was
   decided from.
+* Format 4 (written now) keeps a *digest* of each decision's copied fields in place of
+  the fields: they are most of a journal's bytes, and every KB of it is a write unit per
+  commit. The processor that commits has the records in hand and writes the items from
+  them (``Journal.copies``, in memory only). One that finds a journal left unwritten (a
+  crash between the commit and its items) takes the copied fields from the records at
+  hand or from intake, and copies them only if their digest is the journal's: a record
+  rewritten since the commit is told, and its item is written without them, with a note
+  in its ``detail``. Status, reason, seats, place, sequence number and the lifecycle's
+  attributes are in the row itself, fixed to the byte as before.
 
 The bound on a whole journal (``store.MAX_JOURNAL_BYTES``) is the commit's: the journal
 only says how many of its decisions fit (``Journal.longest_prefix``).
@@ -27,6 +37,7 @@ only says how many of its decisions fit (``Journal.longest_prefix``).
 
 from __future__ import annotations
 
+import base64
 import bz2
 import hashlib
 import json
@@ -44,10 +55,49 @@ from turnstile.storage.items import (
     ItemUpdate,
     base_item,
     bounded_copies,
+    copied_fields,
     retained,
+    without_copies,
 )
 
-__all__ = ["Journal", "journal_digest"]
+__all__ = ["COPIES_DIGEST_BYTES", "Journal", "copies_digest", "journal_digest"]
+
+#: A digest of a decision's copied fields in a format-4 row: 8 bytes of BLAKE2b (11
+#: characters). Telling a rewritten record takes a second preimage of it, not a collision.
+COPIES_DIGEST_BYTES = 8
+
+#: A typed set's members come in no fixed order: sorted before a digest.
+_SETS = frozenset({"SS", "NS", "BS"})
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: sorted(v) if k in _SETS and isinstance(v, list) else _canonical(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def copies_digest(copies: Mapping[str, Any]) -> str | None:
+    """The fingerprint of a decision's copied fields (typed, as ``copied_fields`` gives
+    them), whatever order DynamoDB lists a map's keys or a set's members in; None when
+    there are none."""
+    if not copies:
+        return None
+    text = json.dumps(
+        _canonical(dict(copies)),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=lambda b: base64.b64encode(bytes(b)).decode("ascii"),
+    )
+    raw = hashlib.blake2b(
+        text.encode("utf-8", "surrogatepass"), digest_size=COPIES_DIGEST_BYTES
+    ).digest()
+    return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
 @dataclass(frozen=True)
@@ -55,8 +105,10 @@ class Journal:
     """The decisions of the last commit on an event item, to be materialized as items.
 
     ``copies`` holds, per decision, the fields its item copies from intake, in DynamoDB's
-    typed form as fixed at commit time. It is None only for a journal of format 1 (written
-    before journals carried them), whose items take those fields from intake.
+    typed form as fixed at commit time: a journal built by this process, or one of format 2
+    or 3 read back. A journal of format 4 read back has ``digests`` instead (one per
+    decision, None where it copies nothing), and one of format 1 neither: their items take
+    those fields from the records at hand or from intake (``items_from``).
     """
 
     version: int
@@ -69,13 +121,16 @@ class Journal:
     #: commit like every other byte of the items (header key "e", absent when None).
     expires_at: int | None = None
 
-    #: Format 3: the lifecycle's rows (below). Format 2: rows carry the copied fields.
-    #: Format 1 (no "f"): rows without them.
-    FORMAT = 3
-    #: Format 3: a first decision's row may end with its item's other attributes, and
-    #: the journal may change items decided before (``updates``).
+    #: Format 4: rows carry a digest of the copied fields. Format 3: the lifecycle's rows
+    #: (below), with the copied fields. Format 2: rows carry the copied fields. Format 1
+    #: (no "f"): rows without them.
+    FORMAT = 4
+    #: Format 3 and 4: a first decision's row may end with its item's other attributes,
+    #: and the journal may change items decided before (``updates``).
     extras: tuple[Mapping[str, Any] | None, ...] | None = None
     updates: tuple[ItemUpdate, ...] = ()
+    #: Format 4 read back: per decision, the digest of its copied fields (None: none).
+    digests: tuple[str | None, ...] | None = None
 
     _STATUS = {
         Status.ACCEPTED: "A",
@@ -119,16 +174,39 @@ class Journal:
         )
 
     def items(self, event_id: str) -> list[dict[str, Any]]:
-        """The decision items of the first decisions (a journal of format 2 or 3). A
-        signup still in the event's lineup (HELD, WAITLISTED) has no ``expires_at``: TTL
-        must not delete an item the event still counts on (``retained``)."""
+        """The decision items of the first decisions (a journal that holds its copied
+        fields: built here, or of format 2 or 3). A signup still in the event's lineup
+        (HELD, WAITLISTED) has no ``expires_at``: TTL must not delete an item the event
+        still counts on (``retained``)."""
         if self.copies is None:
-            raise ValueError("a journal of format 1 takes its copied fields from intake")
+            raise ValueError("this journal takes its copied fields from intake: items_from")
         extras = self.extras or (None,) * len(self.decisions)
         return [
             {**base_item(event_id, d, self.decided_at, retained(d.status, self.expires_at), x), **c}
             for d, c, x in zip(self.decisions, self.copies, extras, strict=True)
         ]
+
+    def items_from(
+        self, event_id: str, sources: Mapping[str, IntakeRecord | Mapping[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The decision items of a format-4 journal read back, their copied fields taken
+        from ``sources`` (the records at hand, else intake items, by signup id) where they
+        are what the commit fixed (their digest is the row's); otherwise without them, and
+        the item's ``detail`` says so."""
+        if self.digests is None:
+            raise ValueError("only a journal of format 4 is checked by digests")
+        extras = self.extras or (None,) * len(self.decisions)
+        items = []
+        for d, digest, x in zip(self.decisions, self.digests, extras, strict=True):
+            copies: dict[str, Any] = {}
+            if digest is not None:
+                copies = copied_fields(sources.get(d.signup_id)) or {}
+                if copies_digest(copies) != digest:
+                    why = "the intake record changed after the decision was committed"
+                    d, copies = without_copies(d, why), {}
+            base = base_item(event_id, d, self.decided_at, retained(d.status, self.expires_at), x)
+            items.append({**base, **copies})
+        return items
 
     def retained_updates(self) -> tuple[ItemUpdate, ...]:
         """The changes, each with the item's retention as its new status asks: a move out
@@ -148,9 +226,12 @@ class Journal:
 
     @cached_property
     def _rows(self) -> tuple[str, ...]:
-        if self.copies is None:
+        if self.copies is not None:
+            digests = tuple(copies_digest(c) for c in self.copies)
+        elif self.digests is not None:
+            digests = self.digests
+        else:
             raise ValueError("a journal without copied fields is format 1: decode only")
-        texts = self.copies_json or tuple(typed_json(c) for c in self.copies)
         extras = self.extras or (None,) * len(self.decisions)
         return tuple(
             typed_json(
@@ -164,9 +245,9 @@ class Journal:
                     d.detail,
                 ]
             )[:-1]
-            + f",{text}"
+            + (f',"{digest}"' if digest is not None else ",null")
             + (f",{typed_json(x)}]" if x else "]")
-            for d, text, x in zip(self.decisions, texts, extras, strict=True)
+            for d, digest, x in zip(self.decisions, digests, extras, strict=True)
         )
 
     @cached_property
@@ -192,8 +273,8 @@ class Journal:
         head = typed_json(header)
         updates = f',"u":[{",".join(self._update_rows)}]' if self.updates else ""
         doc = f'{head[:-1]},"d":[{",".join(rows)}]{updates}}}'
-        # bzip2: copied fields (text, mostly) come out ~30% smaller than with zlib, and
-        # every KB of journal is a write unit per commit; the CPU is a few ms per commit.
+        # bzip2: rows (ids, sequence numbers, digests) come out smaller than with zlib, and
+        # every KB of journal is a write unit per commit.
         return bz2.compress(doc.encode("utf-8", "surrogatepass"), 9)
 
     def longest_prefix(self, limit: int) -> int:
@@ -218,10 +299,11 @@ class Journal:
         has_binary = b'"B":"' in raw or b'"BS":[' in raw
         doc = json.loads(raw, object_hook=typed_json_hook if has_binary else None)
         fmt = doc.get("f", 1)
-        if fmt not in (1, 2, cls.FORMAT):
+        if fmt not in (1, 2, 3, cls.FORMAT):
             raise ValueError(f"journal format {fmt!r} is newer than this code")
         decisions: list[Decision] = []
         copies: list[dict[str, Any]] = []
+        digests: list[str | None] = []
         extras: list[dict[str, Any] | None] = []
         for row in doc["d"]:
             sid, st, reason, seats, position, seq, detail = row[:7]
@@ -236,7 +318,9 @@ class Journal:
                     detail=detail,
                 )
             )
-            if fmt != 1:
+            if fmt == cls.FORMAT:
+                digests.append(row[7])
+            elif fmt != 1:
                 copies.append(row[7])
             extras.append(row[8] if len(row) > 8 else None)
         updates = tuple(
@@ -250,10 +334,11 @@ class Journal:
             version=int(doc["v"]),
             decided_at=doc["t"],
             decisions=tuple(decisions),
-            copies=tuple(copies) if fmt != 1 else None,
+            copies=tuple(copies) if fmt in (2, 3) else None,
             expires_at=int(expires_at) if expires_at is not None else None,
-            extras=tuple(extras) if fmt == 3 else None,
+            extras=tuple(extras) if fmt >= 3 else None,
             updates=updates,
+            digests=tuple(digests) if fmt == cls.FORMAT else None,
         )
 
 

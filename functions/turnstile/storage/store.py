@@ -60,7 +60,7 @@ from turnstile.storage.dynamo import (
     to_item,
 )
 from turnstile.storage.events import EventItems, is_or_absent_as
-from turnstile.storage.intake import IntakeRecord
+from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome, update_call
 from turnstile.storage.items import decision_item as _decision_item
 from turnstile.storage.journal import Journal
@@ -354,15 +354,31 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         journal: Journal,
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]] | None = None,
     ) -> list[dict[str, Any]]:
-        """The journal's decision items. A journal fixes them to the byte; only one of
-        format 1 takes the copied fields from ``requests``, or else from intake."""
+        """The journal's decision items. A journal built here, or of format 2 or 3, holds
+        their copied fields; one of format 4 read back takes them from ``requests``, or
+        else from intake, where their digest is what the commit fixed (``items_from``); one
+        of format 1 takes them from there unchecked."""
         if journal.copies is not None:
             return journal.items(event_id)
         requests = requests or {}
         missing = [d.signup_id for d in journal.decisions if d.signup_id not in requests]
         sources: dict[str, IntakeRecord | Mapping[str, Any]] = dict(requests)
         if missing:
-            sources.update(self.get_intakes(event_id, missing))
+            found = self.get_intakes(event_id, missing)
+            if journal.digests is not None:
+                # Read as the processor reads a stream image, so the same record gives
+                # the same copied fields (a field the contract drops is dropped alike).
+                keys = {Attr.EVENT_ID: event_id}
+                sources.update(
+                    {
+                        sid: parse_intake(item, "", {**keys, Attr.SIGNUP_ID: sid})
+                        for sid, item in found.items()
+                    }
+                )
+            else:
+                sources.update(found)
+        if journal.digests is not None:
+            return journal.items_from(event_id, sources)
         return [
             self.decision_item(event_id, d, journal.decided_at, sources.get(d.signup_id))
             for d in journal.decisions
