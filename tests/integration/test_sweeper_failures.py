@@ -216,3 +216,23 @@ def test_a_look_at_the_queue_leaves_the_note_visible(world):
     notes = queue.receive(100, 60)
     assert len(notes) == 1 and queue_counts(sqs, queue_url) == (0, 1)
     assert queue.delete(notes) == 1 and queue_counts(sqs, queue_url) == (0, 0)
+
+
+def test_a_producers_re_emission_time_hides_no_record_from_a_note(world):
+    _, sqs, queue_url, store = world
+    # GIVEN an unmarked first put whose producer wrote a re-emission time of just now (only
+    # the sweeper's re-emissions, which mark the record, may make it wait), and a note
+    store.create_event("gig", 2, NOW)
+    store.put_intake("gig", "victim", 1, None, NOW)
+    store.client.update_item(
+        TableName=INTAKE_TABLE.name,
+        Key={"event_id": {"S": "gig"}, "signup_id": {"S": "victim"}},
+        UpdateExpression="SET redriven_at = :t",
+        ExpressionAttributeValues={":t": {"N": str(int(T0))}},
+    )
+    send_note(sqs, queue_url)
+    # WHEN a run answers the note
+    result = sweeper(store, sqs, queue_url).sweep("run-1")
+    # THEN the record was re-emitted (and so marked) before the note was deleted
+    assert (result.re_emitted, result.failure_notes_deleted) == (1, 1)
+    assert Attr.UNDECIDED in store.get_intake("gig", "victim")

@@ -161,6 +161,7 @@ def find_undecided(
     ledger: SweeperLedger | None = None,
     decided_marked: dict[tuple[str, str], Decimal] | None = None,
     re_emit_age_s: float | None = None,
+    marked_re_emits_only: bool = False,
 ) -> Iterator[Undecided]:
     """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
 
@@ -168,7 +169,9 @@ def find_undecided(
     producer's clock must not hide a record, and re-emitting one that is merely pending
     costs one extra delivery and never changes a decision. Only the sweeper's own
     re-emission time (a re-emission under ``re_emit_age_s`` ago, by default ``min_age_s``)
-    makes a record wait.
+    makes a record wait; with ``marked_re_emits_only`` (a run answering a note), only on a
+    record that carries the marker every re-emission sets: a producer may write that time
+    on its own first put.
 
     It reads the whole intake table (consistently), or with ``from_index`` only the sparse
     index of records marked ``undecided`` (``ledger.undecided_marked``; by default the
@@ -198,7 +201,11 @@ def find_undecided(
         since_re_emit = _seconds_since(item.get(Attr.RE_EMITTED_AT), now)
         if age is not None and age < min_age_s:
             continue  # known to be young
-        if since_re_emit is not None and since_re_emit < re_emit_age_s:
+        # Every re-emission marks its record: answering a note, a re-emission time on an
+        # unmarked record is a producer's, and hides nothing (else the note would be
+        # deleted with the record neither re-emitted nor in the index).
+        trusted = not marked_re_emits_only or Attr.UNDECIDED in item
+        if trusted and since_re_emit is not None and since_re_emit < re_emit_age_s:
             continue  # re-emitted recently: give the stream time to deliver it
         by_event.setdefault(item[Attr.EVENT_ID], []).append((item, age))
     for eid, found in by_event.items():
@@ -366,6 +373,7 @@ class Sweeper:
             ledger=self.ledger,
             decided_marked=decided_marked,
             re_emit_age_s=self.min_age_s,
+            marked_re_emits_only=bool(notes),
         )
         def re_emit(key: tuple[str, str], counter_ok: bool, unanswered: bool) -> None:
             nonlocal left
