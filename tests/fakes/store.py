@@ -48,7 +48,7 @@ from turnstile.engine.lifecycle import Event
 from turnstile.storage import dynamo, events, parking
 from turnstile.storage import store as real
 from turnstile.storage.dynamo import from_item, to_item
-from turnstile.storage.events import EventRecord
+from turnstile.storage.events import EventRecord, high_water_text
 from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome
 from turnstile.storage.journal import Journal
@@ -392,7 +392,7 @@ class FakeStore:
             }
         )
         if high_water is not None:
-            item[Attr.HIGH_WATER] = {"S": str(high_water)}
+            item[Attr.HIGH_WATER] = {"S": high_water_text(high_water, journal.version)}
         if outcome.lifecycle is not None:
             counts = lifecycle.get(Attr.STATUS_COUNTS) or {}
             item[Attr.STATUS_COUNTS] = {"M": {k: {"N": str(v)} for k, v in counts.items()}}

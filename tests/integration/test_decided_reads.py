@@ -261,4 +261,41 @@ def test_requests_are_read_and_answered(client, store, stream, recorder):
     item = client.get_item(TableName=CONTROL_TABLE.name, Key=event_key("gig"), ConsistentRead=True)[
         "Item"
     ]
-    assert item["high_water"]["S"].isdigit()
+    number, version = item["high_water"]["S"].split("@")
+    assert number.isdigit() and version == item["version"]["N"]
+
+
+class BeforeTheMark(SignupStore):
+    """A processor of the version before the mark (a mixed deployment, a rollback): its
+    commits write no mark, and it notes no deletion."""
+
+    def commit(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("high_water", None)
+        return super().commit(*args, **kwargs)
+
+    def note_may_repeat(self, event_id: str) -> None:
+        return None
+
+
+def test_a_commit_that_did_not_raise_the_mark_voids_it_for_good(client, store, stream):
+    # GIVEN an event with a mark, then a commit by a processor that keeps none, and a
+    # deletion only it saw
+    store.create_event("gig", 3, NOW)
+    stream_handler._processor = StreamProcessor(store)
+    put_raw_intake(client, "gig", "a", seats={"N": "1"}, submitted_at={"S": NOW})
+    deliver(stream.read_new())
+    assert store.get_event("gig").high_water is not None
+    stream_handler._processor = StreamProcessor(BeforeTheMark(client, sleep=lambda _: None))
+    put_raw_intake(client, "gig", "b", seats={"N": "1"}, submitted_at={"S": NOW})
+    deliver(stream.read_new())
+    client.delete_item(TableName=store.intake_table, Key=signup_key("gig", "b"))
+    deliver(stream.read_new())
+    # WHEN this version decides again, and b is put again
+    stream_handler._processor = StreamProcessor(store)
+    assert store.get_event("gig").high_water is None  # behind the version: not trusted
+    put_raw_intake(client, "gig", "b", seats={"N": "1"}, submitted_at={"S": NOW})
+    deliver(stream.read_new())
+    # THEN b keeps its one decision: two seats taken, not three
+    event = store.get_event("gig").event
+    assert (event.taken, event.accepted) == (2, 2)
+    assert audit(store).ok

@@ -53,6 +53,7 @@ __all__ = [
     "MAX_CREATED_BY_CHARS",
     "EventItems",
     "EventRecord",
+    "high_water_text",
     "is_or_absent_as",
     "lineup_problem",
 ]
@@ -145,13 +146,31 @@ class EventRecord:
                 else None
             ),
             lineup_error=lineup_error,
-            high_water=_sequence_number(item.get(Attr.HIGH_WATER)),
+            high_water=_high_water(item.get(Attr.HIGH_WATER), item.get(Attr.VERSION)),
         )
 
 
-def _sequence_number(value: Any) -> int | None:
-    """A stream sequence number kept as text (up to 40 digits), as a number; else None."""
-    return int(value) if isinstance(value, str) and value.isdigit() and value.isascii() else None
+def high_water_text(mark: int, version: int) -> str:
+    """The high-water mark as a commit stores it: the sequence number and the version that
+    commit writes (``<number>@<version>``). A commit that did not raise it (a processor of a
+    version before the mark, in a mixed deployment or a rollback) leaves the version behind,
+    so the mark is never trusted past a commit it did not see."""
+    return f"{mark}@{version}"
+
+
+def _high_water(value: Any, version: Any) -> int | None:
+    """The event's high-water mark if the last commit wrote it (its version is the event's),
+    else None: every signup is then read, for good (``jobs.processor._to_read``)."""
+    if not isinstance(value, str):
+        return None
+    number, _, written_at = value.partition("@")
+    if not (number.isdigit() and number.isascii() and written_at.isdigit()):
+        return None
+    try:
+        current = int(version)
+    except (TypeError, ValueError, ArithmeticError):
+        return None
+    return int(number) if int(written_at) == current else None
 
 
 def _whole(value: Any) -> int | None:

@@ -59,7 +59,7 @@ from turnstile.storage.dynamo import (
     signup_key,
     to_item,
 )
-from turnstile.storage.events import EventItems, is_or_absent_as
+from turnstile.storage.events import EventItems, high_water_text, is_or_absent_as
 from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome, update_call
 from turnstile.storage.items import decision_item as _decision_item
@@ -313,7 +313,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         removes: list[str] = []
         if high_water is not None:
             names["#high"] = Attr.HIGH_WATER
-            values[":high"] = {"S": str(high_water)}
+            values[":high"] = {"S": high_water_text(high_water, journal.version)}
             sets.append("#high = :high")
         if outcome.lifecycle is not None:
             _lifecycle_expression(lifecycle, names, values, sets, removes)
