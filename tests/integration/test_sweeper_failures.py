@@ -236,3 +236,60 @@ def test_a_producers_re_emission_time_hides_no_record_from_a_note(world):
     # THEN the record was re-emitted (and so marked) before the note was deleted
     assert (result.re_emitted, result.failure_notes_deleted) == (1, 1)
     assert Attr.UNDECIDED in store.get_intake("gig", "victim")
+
+
+def test_runs_that_never_get_through_a_whole_scan_still_reach_every_event_in_turn(
+    aws, world, stream, monkeypatch
+):
+    import random
+
+    from turnstile.jobs import sweeper as sweeper_module
+
+    _, sqs, queue_url, store = world
+    # GIVEN four events with an unmarked record each that the stream never got decided, a
+    # note, and reads of an event's decisions so slow (70 s) that a run (180 s) gets
+    # through two events (a third is read, but the run is out of time to re-emit it)
+    for e in range(4):
+        store.create_event(f"e{e}", 5, NOW)
+        store.put_intake(f"e{e}", "u", 1, None, NOW)
+    stream.read_new()  # given up on: never delivered
+    send_note(sqs, queue_url)
+    clock = {"t": T0}
+
+    class Slow(SignupStore):
+        def get_decisions(self, event_id, signup_ids):  # type: ignore[override]
+            clock["t"] += 70
+            return super().get_decisions(event_id, signup_ids)
+
+    class ShownAgain(FailureQueue):
+        """A note kept comes back for the next run at once (its visibility timeout)."""
+
+        def receive(self, limit, hide_s):  # type: ignore[override]
+            return super().receive(limit, 0)
+
+    monkeypatch.setattr(sweeper_module.random, "shuffle", random.Random(5).shuffle)
+    slow = Slow(store.client, sleep=lambda _: None)
+    runs = []
+    for run in range(8):
+        result = Sweeper(
+            slow,
+            min_age_s=300,
+            full_scan_every_s=math.inf,
+            max_run_s=180,
+            clock=lambda: clock["t"],
+            failures=ShownAgain(sqs, queue_url),
+        ).sweep(f"run-{run}")
+        runs.append((result.re_emitted, result.failure_notes_deleted))
+        deliver(stream)
+        clock["t"] += 300
+    # THEN each run left what it had no time for, the next ones took the events in another
+    # order, and every record was re-emitted and decided; the note stays (and with it the
+    # queue's alarm) while no run gets through the whole table: `turnstile redrive` has no
+    # time budget
+    assert runs[0] == (2, 0)
+    assert all(deleted == 0 for _, deleted in runs)
+    assert sum(re_emitted for re_emitted, _ in runs) >= 4
+    for e in range(4):
+        assert Attr.RE_EMITS in store.get_intake(f"e{e}", "u"), (e, runs)
+    assert {k[0] for k in decisions(store.client)} == {"e0", "e1", "e2", "e3"}
+    assert audit(store).ok

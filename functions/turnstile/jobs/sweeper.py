@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import socket
 import time
 import uuid
@@ -162,6 +163,8 @@ def find_undecided(
     decided_marked: dict[tuple[str, str], Decimal] | None = None,
     re_emit_age_s: float | None = None,
     marked_re_emits_only: bool = False,
+    out_of_time: Callable[[], bool] | None = None,
+    left: list[int] | None = None,
 ) -> Iterator[Undecided]:
     """Intake records with no decision, submitted (or last re-emitted) over ``min_age_s`` ago.
 
@@ -186,6 +189,10 @@ def find_undecided(
     the record's (``submitted_at``, or the last re-emission): a request has no time of its
     own. Records found decided that still carry the marker are put in ``decided_marked``
     with the requests their decision answered.
+
+    Events are judged one after the other (in a random order when reading the whole
+    table); once ``out_of_time()`` says so, the rest are not read: how many records that
+    leaves is appended to ``left``.
     """
     now = time.time() if now is None else now
     now_at = datetime.fromtimestamp(now, UTC)
@@ -208,7 +215,18 @@ def find_undecided(
         if trusted and since_re_emit is not None and since_re_emit < re_emit_age_s:
             continue  # re-emitted recently: give the stream time to deliver it
         by_event.setdefault(item[Attr.EVENT_ID], []).append((item, age))
-    for eid, found in by_event.items():
+    events = list(by_event.items())
+    if not from_index:
+        # A run out of time leaves the events after it for the next run: in a new order
+        # each run, so runs that never get through a whole scan still reach every event.
+        random.shuffle(events)
+    for n, (eid, found) in enumerate(events):
+        if out_of_time is not None and out_of_time():
+            # Their decisions are not read: counted as left for a later run.
+            skipped = sum(len(f) for _, f in events[n:])
+            if left is not None:
+                left.append(skipped)
+            return
         items = store.get_decisions(eid, [i[Attr.SIGNUP_ID] for i, _ in found])
         decided = set(items)
         # An event id that is not an id has no event item (nor journal) to read: its key is
@@ -337,6 +355,7 @@ class Sweeper:
         junk: set[tuple[str, str]] = set()  # records whose re-emissions' counter is no number
         left = 0  # undecided records counted but left for the next run
         decided_marked: dict[tuple[str, str], Decimal] = {}
+        cut: list[int] = []  # records of events a run out of time did not read
         # Hidden for as long as this run may take: no other reader acts on them meanwhile.
         notes = (
             self.failures.receive(MAX_FAILURE_NOTES, int(self.max_run_s + self.lease_s))
@@ -374,7 +393,10 @@ class Sweeper:
             decided_marked=decided_marked,
             re_emit_age_s=self.min_age_s,
             marked_re_emits_only=bool(notes),
+            out_of_time=lambda: self.clock() - started > self.max_run_s,
+            left=cut,
         )
+
         def re_emit(key: tuple[str, str], counter_ok: bool, unanswered: bool) -> None:
             nonlocal left
             if key in parked:
@@ -394,6 +416,8 @@ class Sweeper:
         for undecided in found:
             key = (undecided.event_id, undecided.signup_id)
             re_emit(key, undecided.counter_ok, undecided.request_unanswered)
+        left += sum(cut)
+        result.undecided += sum(cut)  # not known to be: their decisions were not read
         if batch:
             flush()
         # Decided records lose their marker, those whose request is unanswered excepted:

@@ -63,7 +63,8 @@ from turnstile.storage.items import (
 __all__ = ["COPIES_DIGEST_BYTES", "Journal", "copies_digest", "journal_digest"]
 
 #: A digest of a decision's copied fields in a format-4 row: 8 bytes of BLAKE2b (11
-#: characters). Telling a rewritten record takes a second preimage of it, not a collision.
+#: characters). A rewrite is told unless it was made to collide, which only the producer
+#: that wrote both versions can do, and which gives it no field it could not write itself.
 COPIES_DIGEST_BYTES = 8
 
 #: A typed set's members come in no fixed order: sorted before a digest.
