@@ -259,7 +259,7 @@ def _invariant_lines(strategies: Mapping[str, Any]) -> list[str]:
 PART_LABELS = {
     "producers": "intake put (no undecided marker, no index entry)",
     "processor": "decision items + commits",
-    "sweeper": "one run: lease, history, index and queue looks",
+    "sweeper": "one run: lease, history, index look",
     "releaser": "due-holds index read; wake-ups",
 }
 

@@ -648,11 +648,11 @@ def run_turnstile(
             for thread in threads:
                 thread.join(timeout=30)
             stream_module._processor = previous
-    # The intake items as the producers wrote them (the sweeper removes their marker).
+    # The intake items as the producers wrote them (no marker: a first put carries none).
     intake_as_written = list(sizes.sizes(endpoint.intake_table).values())
     # What turnstile does after the decisions, metered like the rest: the sweeper's next
-    # run (past the minimum age), which removes the marker of every decided record, and
-    # the due-holds releaser's.
+    # run (past the minimum age), which finds nothing undecided and no marker to remove,
+    # and the due-holds releaser's.
     progress.phase("turnstile: sweeper and due-holds releaser", 1)
     swept = housekeeping.sweep(meters["sweeper"], Meter("sweeper, idle run"))
     released = housekeeping.release(meters["releaser"])
@@ -722,7 +722,8 @@ class Housekeeping:
     signs as its function's role, metered on the run's shared ``ItemSizes``. The sweeper's
     clock runs ``min_age_s`` (and a second) ahead of the real one, so the run after the
     decisions is the one that, deployed, would come at least that long after the last
-    submission: it finds every decided record still marked and removes the marker.
+    submission: it finds every record decided and, first puts carrying no marker, nothing
+    to unmark. (It reads no on-failure queue: the benchmark's batches are never given up.)
     """
 
     OWNER = "bench-sweeper"
