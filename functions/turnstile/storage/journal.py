@@ -69,6 +69,7 @@ COPIES_DIGEST_BYTES = 8
 
 #: A typed set's members come in no fixed order: sorted before a digest.
 _SETS = frozenset({"SS", "NS", "BS"})
+_SET_TAGS = tuple(f'"{tag}":' for tag in sorted(_SETS))
 
 
 def _canonical(value: Any) -> Any:
@@ -82,14 +83,17 @@ def _canonical(value: Any) -> Any:
     return value
 
 
-def copies_digest(copies: Mapping[str, Any]) -> str | None:
+def copies_digest(copies: Mapping[str, Any], text: str | None = None) -> str | None:
     """The fingerprint of a decision's copied fields (typed, as ``copied_fields`` gives
     them), whatever order DynamoDB lists a map's keys or a set's members in; None when
-    there are none."""
+    there are none. ``text``: the fields' typed JSON when the caller has it, which tells
+    when no set needs sorting (a key ``"SS"``, ``"NS"`` or ``"BS"`` can only be a type tag
+    or a map's key: either way the slow path is taken, and gives the same digest)."""
     if not copies:
         return None
+    plain = text is not None and not any(tag in text for tag in _SET_TAGS)
     text = json.dumps(
-        _canonical(dict(copies)),
+        dict(copies) if plain else _canonical(dict(copies)),
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -228,7 +232,8 @@ class Journal:
     @cached_property
     def _rows(self) -> tuple[str, ...]:
         if self.copies is not None:
-            digests = tuple(copies_digest(c) for c in self.copies)
+            texts = self.copies_json or (None,) * len(self.copies)
+            digests = tuple(copies_digest(c, t) for c, t in zip(self.copies, texts, strict=True))
         elif self.digests is not None:
             digests = self.digests
         else:
