@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -220,3 +221,46 @@ class CallRecorder:
     def sizes(self, operation: str, argument: str) -> list[int]:
         """How many entries ``argument`` held in each call of ``operation``."""
         return [len(kwargs[argument]) for op, kwargs in self.calls if op == operation]
+
+
+def fail_everything_into_the_queue(
+    aws_streams: Any, client: Any, sqs: Any, queue_url: str, tmp_path: Path
+) -> Any:
+    """Deliver the intake stream's new records to a processor that always fails, with no
+    retry: every batch goes to the on-failure queue (a note of it, as on AWS). Returns the
+    poller (its ``stats``)."""
+    from dataclasses import replace
+
+    from turnstile.base.contract import STREAM_SOURCE
+    from turnstile_tools.local.poller import CheckpointStore, StreamPoller
+
+    arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
+
+    def broken(event: Any, context: Any) -> Any:
+        raise RuntimeError("the processor is down")
+
+    poller = StreamPoller(
+        broken,
+        aws_streams,
+        arn,
+        CheckpointStore(tmp_path / "cp.json"),
+        sqs_client=sqs,
+        failure_queue_url=queue_url,
+        settings=replace(STREAM_SOURCE, retry_attempts=0, bisect_on_error=False),
+        sleep=lambda _: None,
+    )
+    for _ in range(3):
+        poller.poll_once()
+    poller.flush()
+    return poller
+
+
+def unordered(typed: Any) -> Any:
+    """Typed values with each set's members sorted (DynamoDB keeps no order in a set)."""
+    if isinstance(typed, dict):
+        return {
+            k: sorted(v) if k in ("SS", "NS", "BS") else unordered(v) for k, v in typed.items()
+        }
+    if isinstance(typed, list):
+        return [unordered(v) for v in typed]
+    return typed

@@ -222,9 +222,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     doc = run_bench(options, Progress(enabled=not args.quiet))
     print(render_table(doc))
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        _write_json(Path(args.json), doc)
     if args.plot:
         try:
             from turnstile_bench.plot import plot
@@ -247,6 +245,11 @@ def safe(doc: dict[str, Any]) -> bool:
     )
 
 
+def _write_json(path: Path, doc: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def _sweeper(args: argparse.Namespace, progress: Any) -> int:
     """``--sweeper``: the sweeper's units as intake grows, as a markdown table."""
     from turnstile_bench.endpoint import quiet_handler_environment
@@ -257,9 +260,7 @@ def _sweeper(args: argparse.Namespace, progress: Any) -> int:
     doc = run_sweeper_scale(counts, undecided=100, progress=progress)
     print(render_markdown(doc))
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        _write_json(Path(args.json), doc)
     return 0
 
 
@@ -270,9 +271,7 @@ def _cpu(args: argparse.Namespace) -> int:
     doc = cpu_report(batches=10 if args.quick else 50)
     print(render_cpu(doc))
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        _write_json(Path(args.json), doc)
     return 0
 
 
@@ -305,7 +304,5 @@ def _lifecycle(args: argparse.Namespace, progress: Any) -> int:
     doc = run_lifecycle(workload, progress)
     print(render_lifecycle(doc))
     if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1) + "\n")
+        _write_json(Path(args.json), doc)
     return 0 if all(doc["checks"].values()) else 1

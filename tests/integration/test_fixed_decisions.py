@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import decisions, put_raw_intake
+from tests.helpers import decisions, put_raw_intake, unordered
 from tests.oracle import decide
 from tests.unit.test_journal import V1_DECISIONS, V1_JOURNAL
 from turnstile.base.contract import Reason, Status
@@ -111,15 +111,6 @@ def test_a_crash_after_commit_recovers_the_decision_as_it_was_committed(client, 
     assert item["attributes"]["M"]["photo"] == {"B": b"\x00\xff\xfe binary \x80"}
     assert decisions(client)[("gig", "b")]["reason"] == {"S": Reason.CAPACITY_FULL}
     assert audit(store).ok
-
-
-def unordered(typed: Any) -> Any:
-    """Typed values with each set's members sorted (DynamoDB keeps no order in a set)."""
-    if isinstance(typed, dict):
-        return {k: sorted(v) if k in ("SS", "NS", "BS") else unordered(v) for k, v in typed.items()}
-    if isinstance(typed, list):
-        return [unordered(v) for v in typed]
-    return typed
 
 
 class LosesItsItems(SignupStore):

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
-from tests.helpers import decisions, put_raw_intake
-from turnstile.base.contract import INTAKE_TABLE, STREAM_SOURCE
+from tests.helpers import decisions, fail_everything_into_the_queue, put_raw_intake
 from turnstile.handlers import stream as stream_handler
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.storage.store import SignupStore
 from turnstile_tools.audit import audit
 from turnstile_tools.local.context import LocalLambdaContext
-from turnstile_tools.local.poller import CheckpointStore, StreamPoller
 from turnstile_tools.redrive import redrive_queue
 
 NOW = "2026-01-01T00:00:00.000000Z"
@@ -32,28 +29,6 @@ def world(aws, tmp_path, stream):
     stream_handler._processor = StreamProcessor(store)
     yield client, sqs, queue_url, store, aws.client("dynamodbstreams")
     stream_handler._processor = None
-
-
-def fail_everything_into_the_queue(aws_streams, client, sqs, queue_url, tmp_path):
-    arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
-
-    def broken(event, context):
-        raise RuntimeError("the processor is down")
-
-    poller = StreamPoller(
-        broken,
-        aws_streams,
-        arn,
-        CheckpointStore(tmp_path / "cp.json"),
-        sqs_client=sqs,
-        failure_queue_url=queue_url,
-        settings=replace(STREAM_SOURCE, retry_attempts=0, bisect_on_error=False),
-        sleep=lambda _: None,
-    )
-    for _ in range(3):
-        poller.poll_once()
-    poller.flush()
-    return poller
 
 
 def test_redrive_reads_the_stream_re_emits_and_deletes_once_decided(world, tmp_path, stream):

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
-from tests.helpers import decisions
+from tests.helpers import decisions, fail_everything_into_the_queue
 from tests.roles import CheckedClient, roles_without
-from turnstile.base.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, STREAM_SOURCE, Attr, Function
+from turnstile.base.contract import FAILURE_QUEUE_NAME, INTAKE_TABLE, Attr, Function
 from turnstile.handlers import stream as stream_handler
 from turnstile.handlers import sweeper as sweeper_handler
 from turnstile.jobs.processor import StreamProcessor
@@ -29,7 +28,6 @@ from turnstile.storage.ledger import Ledger
 from turnstile.storage.store import SignupStore
 from turnstile_tools.audit import audit
 from turnstile_tools.local.context import LocalLambdaContext
-from turnstile_tools.local.poller import CheckpointStore, StreamPoller
 
 T0 = 1_800_000_000.0
 #: Submitted the instant the sweep runs: young by its own clock.
@@ -55,24 +53,9 @@ def submitted_and_failed(aws, client, sqs, queue_url, store, tmp_path, stream, n
     for i in range(n):
         store.put_intake("gig", f"u{i}", 1, None, NOW)
     stream.read_new()  # the test's own reader (the "Lambda" below) sits past them
-    arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
-
-    def broken(event, context):
-        raise RuntimeError("the processor is down")
-
-    poller = StreamPoller(
-        broken,
-        aws.client("dynamodbstreams"),
-        arn,
-        CheckpointStore(tmp_path / "cp.json"),
-        sqs_client=sqs,
-        failure_queue_url=queue_url,
-        settings=replace(STREAM_SOURCE, retry_attempts=0, bisect_on_error=False),
-        sleep=lambda _: None,
+    poller = fail_everything_into_the_queue(
+        aws.client("dynamodbstreams"), client, sqs, queue_url, tmp_path
     )
-    for _ in range(3):
-        poller.poll_once()
-    poller.flush()
     assert poller.stats.sent_to_failure_destination == n
     assert decisions(client) == {}
 

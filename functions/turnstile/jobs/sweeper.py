@@ -161,8 +161,7 @@ def find_undecided(
     from_index: bool = False,
     ledger: SweeperLedger | None = None,
     decided_marked: dict[tuple[str, str], Decimal] | None = None,
-    re_emit_age_s: float | None = None,
-    marked_re_emits_only: bool = False,
+    answering_notes: bool = False,
     out_of_time: Callable[[], bool] | None = None,
     left: list[int] | None = None,
 ) -> Iterator[Undecided]:
@@ -171,10 +170,10 @@ def find_undecided(
     A record whose ``submitted_at`` is missing, no time, or in the future counts as old: a
     producer's clock must not hide a record, and re-emitting one that is merely pending
     costs one extra delivery and never changes a decision. Only the sweeper's own
-    re-emission time (a re-emission under ``re_emit_age_s`` ago, by default ``min_age_s``)
-    makes a record wait; with ``marked_re_emits_only`` (a run answering a note), only on a
-    record that carries the marker every re-emission sets: a producer may write that time
-    on its own first put.
+    re-emission time (a re-emission under ``min_age_s`` ago) makes a record wait.
+    ``answering_notes`` (a run answering the on-failure queue's notes): ages do not count,
+    and a re-emission time only on a record that carries the marker every re-emission
+    sets (a producer may write that time on its own first put).
 
     It reads the whole intake table (consistently), or with ``from_index`` only the sparse
     index of records marked ``undecided`` (``ledger.undecided_marked``; by default the
@@ -196,7 +195,6 @@ def find_undecided(
     """
     now = time.time() if now is None else now
     now_at = datetime.fromtimestamp(now, UTC)
-    re_emit_age_s = min_age_s if re_emit_age_s is None else re_emit_age_s
     if from_index:
         ledger = ledger if ledger is not None else _ledger_beside(store)
         source = ledger.undecided_marked()
@@ -206,13 +204,13 @@ def find_undecided(
     for item in source:
         age = age_s(item.get(Attr.SUBMITTED_AT), now_at)
         since_re_emit = _seconds_since(item.get(Attr.RE_EMITTED_AT), now)
-        if age is not None and age < min_age_s:
+        if not answering_notes and age is not None and age < min_age_s:
             continue  # known to be young
         # Every re-emission marks its record: answering a note, a re-emission time on an
         # unmarked record is a producer's, and hides nothing (else the note would be
         # deleted with the record neither re-emitted nor in the index).
-        trusted = not marked_re_emits_only or Attr.UNDECIDED in item
-        if trusted and since_re_emit is not None and since_re_emit < re_emit_age_s:
+        trusted = not answering_notes or Attr.UNDECIDED in item
+        if trusted and since_re_emit is not None and since_re_emit < min_age_s:
             continue  # re-emitted recently: give the stream time to deliver it
         by_event.setdefault(item[Attr.EVENT_ID], []).append((item, age))
     events = list(by_event.items())
@@ -385,14 +383,13 @@ class Sweeper:
         parked = self._trigger_releases(result)
         found = find_undecided(
             self.store,
-            # A noted batch's records may be young by their own clocks: none is pending.
-            0.0 if notes else self.min_age_s,
+            self.min_age_s,
             self.clock(),
             from_index=not result.full_scan,
             ledger=self.ledger,
             decided_marked=decided_marked,
-            re_emit_age_s=self.min_age_s,
-            marked_re_emits_only=bool(notes),
+            # A noted batch's records may be young by their own clocks: none is pending.
+            answering_notes=bool(notes),
             out_of_time=lambda: self.clock() - started > self.max_run_s,
             left=cut,
         )
