@@ -109,6 +109,27 @@ def _port_setting(server: str, given: int | None) -> int:
         ) from None
 
 
+def _throughput_scale(text: str) -> float:
+    """``--partition-throughput-scale``'s value (``turnstile_tools.local.throughput``)."""
+    from turnstile_tools.local.throughput import parse_scale
+
+    return parse_scale(text)
+
+
+def _throughput_scale_setting(given: float | None) -> float:
+    """The option's scale, else its environment variable's, else 1 (AWS's rates)."""
+    if given is not None:
+        return given
+    env_var = "TURNSTILE_PARTITION_THROUGHPUT_SCALE"  # throughput.SCALE_ENV
+    raw = os.environ.get(env_var, "").strip()
+    if not raw:
+        return 1.0
+    try:
+        return _throughput_scale(raw)
+    except ValueError as exc:
+        raise CliError(f"{env_var}: {exc} (or use --partition-throughput-scale)") from None
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     try:
         from turnstile_tools.local.console import Console, configure_logging
@@ -130,6 +151,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         reset=args.reset,
         on_decided=console.decided,
         cors_origins=tuple(args.cors_origin or ()),
+        throughput_scale=_throughput_scale_setting(args.partition_throughput_scale),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -885,6 +907,14 @@ def turnstile_cli(ctx: click.Context, stack: str | None, debug: bool) -> None:
     default_text="none",
     help="let browsers on ORIGIN (e.g. http://localhost:3000, or *) call the HTTP API; "
     "repeat for more",
+)
+@option(
+    "--partition-throughput-scale",
+    type=_Checked("SCALE", _throughput_scale),
+    default_text="$TURNSTILE_PARTITION_THROUGHPUT_SCALE, else 1",
+    help="the AWS endpoint throttles each partition key value at SCALE times DynamoDB's "
+    "1,000 write and 3,000 read units a second, as DynamoDB does (0.02: a fiftieth, which "
+    "the local stack can reach; 0: no limit)",
 )
 @option(
     "--log-format",

@@ -21,6 +21,7 @@ import socket
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from werkzeug.serving import (
 from turnstile.base.errors import TurnstileError
 from turnstile_tools.local import limits
 from turnstile_tools.local.roles import DENIALS_PATH
+from turnstile_tools.local.throughput import PartitionThroughput, region_of
 
 WAL_NAME = "aws.wal"
 
@@ -220,7 +222,10 @@ class SerializedApp:
     it) is appended to its write log and fsynced before its response is returned
     (``turnstile_tools.local.persist``), which compacts the log into a snapshot when due. Given
     ``RoleEnforcement``, a request signed by a function's local key that its deployed role
-    does not allow is answered ``AccessDeniedException`` and never reaches moto.
+    does not allow is answered ``AccessDeniedException`` and never reaches moto. Given
+    ``PartitionThroughput``, a DynamoDB request over a partition's throughput is answered
+    as AWS answers it (``turnstile_tools.local.throughput``): refused, or the admitted part
+    of a batch served (and logged) and the rest returned unprocessed.
     """
 
     def __init__(
@@ -228,11 +233,13 @@ class SerializedApp:
         app: Callable[..., Iterable[bytes]],
         wal: Any = None,
         enforcement: RoleEnforcement | None = None,
+        throughput: PartitionThroughput | None = None,
     ) -> None:
         self.app = app
         self.lock = threading.Lock()
         self.wal = wal
         self.enforcement = enforcement
+        self.throughput = throughput
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
         refused = unserved_refusal(environ, start_response)
@@ -249,10 +256,47 @@ class SerializedApp:
         if refused is not None:
             return refused
         with self.lock:
-            if self.wal is None:
-                # Drain the response inside the lock: moto may build it lazily.
-                return [b"".join(self.app(environ, start_response))]
-            return [self._logged(environ, start_response)]
+            target = environ.get("HTTP_X_AMZ_TARGET", "")
+            if (
+                self.throughput is not None
+                and self.throughput.enabled
+                and target.startswith(limits.TARGET_PREFIX)
+            ):
+                return self._throttled(target, environ, start_response)
+            return self._serve(environ, start_response)
+
+    def _serve(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if self.wal is None:
+            # Drain the response inside the lock: moto may build it lazily.
+            return [b"".join(self.app(environ, start_response))]
+        return [self._logged(environ, start_response)]
+
+    def _throttled(
+        self, target: str, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> list[bytes]:
+        """A DynamoDB request through the partition throughput limit (the lock held)."""
+        assert self.throughput is not None
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        served: list[Any] = []
+
+        def call(sent: bytes) -> tuple[int, dict[str, str], bytes]:
+            environ["wsgi.input"] = io.BytesIO(sent)
+            environ["CONTENT_LENGTH"] = str(len(sent))
+
+            def capture(status: str, headers: Any, exc_info: Any = None) -> Any:
+                served[:] = [status, headers]
+                return lambda data: None
+
+            payload = b"".join(self._serve(environ, capture))
+            return int(served[0].split()[0]), dict(served[1]), payload
+
+        status, headers, payload = self.throughput.serve(
+            target, body, region_of(environ.get("HTTP_AUTHORIZATION", "")), call
+        )
+        line = served[0] if served and int(served[0].split()[0]) == status else None
+        start_response(line or f"{status} {HTTPStatus(status).phrase}", list(headers.items()))
+        return [payload]
 
     def _logged(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> bytes:
         from turnstile_tools.local import persist
@@ -506,10 +550,12 @@ class EmbeddedAws(BackgroundServer):
         port: int = 4566,
         state_dir: Path | None = None,
         enforcement: RoleEnforcement | None = None,
+        throughput: PartitionThroughput | None = None,
     ) -> None:
         """``state_dir``: persist to its snapshot and write-ahead log, and restore them now
         (None: memory). ``enforcement``: how the functions' roles are enforced (default: as
-        deployed)."""
+        deployed). ``throughput``: the per-partition throughput limit (default: AWS's
+        rates, ``PartitionThroughput()``)."""
         patch_moto_transactions()
         wal = None
         if state_dir is not None:
@@ -517,8 +563,12 @@ class EmbeddedAws(BackgroundServer):
 
             wal = DurableState(state_dir, WAL_NAME)
         self.enforcement = enforcement or RoleEnforcement()
+        self.throughput = throughput if throughput is not None else PartitionThroughput()
         self.app = SerializedApp(
-            DomainDispatcherApplication(create_backend_app), wal, self.enforcement
+            DomainDispatcherApplication(create_backend_app),
+            wal,
+            self.enforcement,
+            self.throughput,
         )
         self.replayed = self.app.replay() if wal is not None else 0
         # The socket is bound here, not by werkzeug: werkzeug prints to stderr and exits

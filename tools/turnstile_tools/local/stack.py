@@ -38,6 +38,7 @@ from turnstile_tools.local.persist import SNAPSHOT_NAME
 from turnstile_tools.local.poller import CheckpointStore, StreamPoller
 from turnstile_tools.local.roles import DENIALS_PATH, role_client, role_session
 from turnstile_tools.local.server import WAL_NAME, EmbeddedAws, ListenError, StateDirLock
+from turnstile_tools.local.throughput import PartitionThroughput
 
 __all__ = [
     "DUE_HOLDS_INTERVAL_ENV",
@@ -411,9 +412,13 @@ class LocalStack:
         reset: bool = False,
         on_decided: Callable[[Any], None] | None = None,
         cors_origins: tuple[str, ...] = (),
+        throughput_scale: float = 1.0,
     ) -> None:
-        """``on_decided``: called with each decision the worker commits (``Worker``)."""
+        """``on_decided``: called with each decision the worker commits (``Worker``).
+        ``throughput_scale``: the endpoint's per-partition throughput limit, as a share of
+        AWS's rates (0: none; ``turnstile_tools.local.throughput``)."""
         self.host, self.port, self.api_port = host, port, api_port
+        self.throughput_scale = throughput_scale
         self.on_decided = on_decided
         self.cors_origins = cors_origins
         self.in_memory, self.reset = in_memory, reset
@@ -478,7 +483,10 @@ class LocalStack:
             for name in (SNAPSHOT_NAME, WAL_NAME, "checkpoints.json"):
                 (self.state_dir / name).unlink(missing_ok=True)
         self.aws = EmbeddedAws(
-            self.host, self.port, state_dir=None if self.in_memory else self.state_dir
+            self.host,
+            self.port,
+            state_dir=None if self.in_memory else self.state_dir,
+            throughput=PartitionThroughput(self.throughput_scale),
         )
         if self.aws.replayed:
             restored = self.aws.app.wal.restored
