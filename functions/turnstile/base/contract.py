@@ -176,6 +176,16 @@ class ControlKey:
         """An event's parking marker's key (the partition of its parked records)."""
         return f"{cls.PARK_PREFIX}{_event_id(event_id)}", cls.PARKED_SK
 
+    # A sharded event's shares (``turnstile.engine.escrow``): one item per shard, each in a
+    # partition of its own, so that the shards' commits never share one.
+    SHARE_PREFIX = "SHARE#"
+    SHARE_SK = "SHARE"
+
+    @classmethod
+    def share(cls, event_id: str, shard: int) -> tuple[str, str]:
+        """Shard ``shard``'s share of a sharded event (``#`` is in no id: unambiguous)."""
+        return f"{cls.SHARE_PREFIX}{_event_id(event_id)}#{int(shard):02d}", cls.SHARE_SK
+
     # An event's wake-up: written by whatever needs the event to take a step (a hold due,
     # an organizer's change, a parked event to release); its stream record is the step's
     # record (``WAKE_SOURCE``). Turnstile's own: no producer can write, delete or block it.
@@ -251,6 +261,13 @@ class Attr:
     #: was never committed, so its signup needs no "already decided?" read (docs/design.md
     #: section 4).
     HIGH_WATER = "high_water"
+    #: A sharded event's shards (absent: one, the event as it always was), and the seats
+    #: its pool has dealt to them (``turnstile.engine.escrow``).
+    SHARDS = "shards"
+    DEALT = "dealt"
+    # a sharded event's share item: seats dealt to the shard (its ``taken`` and ``version``
+    # are named as on an event item)
+    QUOTA = "quota"
     # decision item
     STATUS = "status"
     REASON = "reason"

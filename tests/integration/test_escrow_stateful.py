@@ -1,0 +1,245 @@
+"""The escrow of a sharded event (``turnstile.storage.escrow``) against a model, on moto.
+
+Shards draw seats, take other shards' slack, give seats and give them back, in any order;
+a second processor of a shard acts on what it read earlier (its writes must fail when
+anything moved since); a processor may crash right after a draw or a take, before it
+commits. After every step, both invariants of the escrow hold against what the tables say:
+
+* never oversold: each shard has given at most its quota, the quotas add up to what the pool
+  dealt, and that is at most the capacity;
+* never undersold: a signup was refused only when fewer seats than it asked for were left
+  anywhere (undealt, or dealt and not given);
+
+and every seat given is exactly what the model says each shard gave (nothing lost, nothing
+doubled).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import boto3
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from moto import mock_aws
+
+from tests.conftest import create_tables
+from turnstile.base.contract import Attr, ControlKey
+from turnstile.engine.escrow import Pool, Share
+from turnstile.storage.dynamo import ConditionFailed, Tables, TransactionCancelled, control_key
+from turnstile.storage.escrow import Escrow
+from turnstile_tools.local.server import patch_moto_transactions
+
+_EVENT_IDS = itertools.count()
+
+
+class EscrowMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        patch_moto_transactions()
+        self.exits = contextlib.ExitStack()
+        self.exits.enter_context(mock_aws())
+        session = boto3.Session(region_name="us-east-1")
+        create_tables(session)
+        self.client = session.client("dynamodb")
+        self.escrow = Escrow(Tables(self.client, sleep=lambda _: None))
+        #: Seats each shard gave, as the model counts them.
+        self.given: list[int] = []
+        #: What second processors read earlier: shard shares, and givers' shares.
+        self.stale: list[Share] = []
+        self.stale_pool: Pool | None = None
+        self.refusals = 0
+
+    def teardown(self) -> None:
+        self.exits.close()
+
+    @initialize(capacity=st.integers(1, 12), shards=st.integers(1, 5))
+    def create_event(self, capacity: int, shards: int) -> None:
+        self.event_id = f"ev{next(_EVENT_IDS)}"
+        self.capacity, self.shards = capacity, shards
+        self.given = [0] * shards
+        self.client.put_item(
+            TableName="turnstile-control",
+            Item={
+                **control_key(ControlKey.event(self.event_id)),
+                Attr.CAPACITY: {"N": str(capacity)},
+                Attr.SHARDS: {"N": str(shards)},
+            },
+        )
+
+    def _shard(self, data: st.DataObject) -> int:
+        return data.draw(st.integers(0, self.shards - 1), label="shard")
+
+    def _left_anywhere(self) -> int:
+        return self.capacity - sum(s.taken for s in self.escrow.shares(self.event_id, self.shards))
+
+    @rule(data=st.data(), seats=st.integers(1, 3))
+    def signup(self, data: st.DataObject, seats: int) -> None:
+        """A shard's processor decides a signup of ``seats``: gives them, or refuses."""
+        shard = self._shard(data)
+        share = self.escrow.secure(self.event_id, self.shards, shard, seats)
+        if share.free >= seats:
+            self.escrow.commit(self.event_id, share, share.taken + seats)
+            self.given[shard] += seats
+        else:
+            left = self._left_anywhere()
+            assert left < seats, f"refused {seats} seats while {left} were left: undersold"
+            self.refusals += 1
+
+    @rule(data=st.data(), seats=st.integers(1, 3))
+    def give_back(self, data: st.DataObject, seats: int) -> None:
+        """A cancel or a lapsed hold: the shard gives seats back."""
+        shard = self._shard(data)
+        seats = min(seats, self.given[shard])
+        if seats:
+            share = self.escrow.share(self.event_id, shard)
+            self.escrow.commit(self.event_id, share, share.taken - seats)
+            self.given[shard] -= seats
+
+    @rule(data=st.data(), seats=st.integers(1, 3))
+    def crash_after_securing(self, data: st.DataObject, seats: int) -> None:
+        """A processor draws or takes what it needs, then dies before it commits."""
+        self.escrow.secure(self.event_id, self.shards, self._shard(data), seats)
+
+    @rule(data=st.data())
+    def second_processor_reads(self, data: st.DataObject) -> None:
+        if len(self.stale) < 4:
+            self.stale.append(self.escrow.share(self.event_id, self._shard(data)))
+
+    @precondition(lambda self: self.stale)
+    @rule(data=st.data(), delta=st.sampled_from([-2, -1, 1, 2]))
+    def second_processor_commits(self, data: st.DataObject, delta: int) -> None:
+        """A processor commits from what it read earlier: only if nothing moved since."""
+        old = self.stale.pop(data.draw(st.integers(0, len(self.stale) - 1), label="which"))
+        now = self.escrow.share(self.event_id, old.shard)
+        taken = old.taken + delta
+        if not 0 <= taken <= old.quota:
+            return  # it would not have decided so from what it read
+        try:
+            self.escrow.commit(self.event_id, old, taken)
+        except ConditionFailed:
+            assert now.version != old.version or now.quota < taken, "refused for nothing"
+            return
+        assert now.version == old.version, "a commit from a stale read went through"
+        self.given[old.shard] = taken
+
+    @precondition(lambda self: self.stale and self.shards > 1)
+    @rule(data=st.data(), seats=st.integers(1, 3))
+    def second_processor_takes(self, data: st.DataObject, seats: int) -> None:
+        """A shard takes another's slack as it read it earlier: only if nothing moved."""
+        giver = self.stale.pop(data.draw(st.integers(0, len(self.stale) - 1), label="which"))
+        seats = min(seats, giver.free)
+        if not seats:
+            return
+        shard = (giver.shard + 1 + data.draw(st.integers(0, self.shards - 2))) % self.shards
+        now = self.escrow.share(self.event_id, giver.shard)
+        try:
+            self.escrow.take(self.event_id, giver, shard, seats)
+        except (ConditionFailed, TransactionCancelled):
+            assert (now.version, now.quota) != (giver.version, giver.quota), "refused for nothing"
+            return
+        assert (now.version, now.quota) == (giver.version, giver.quota), "took from a stale read"
+
+    @rule(data=st.data(), seats=st.integers(1, 4))
+    def processor_draws_from_an_old_read(self, data: st.DataObject, seats: int) -> None:
+        """A draw planned from the pool as read before others drew: only what is still
+        undealt."""
+        if self.stale_pool is None:
+            self.stale_pool = self.escrow.pool(self.event_id)
+            return
+        old, self.stale_pool = self.stale_pool, None
+        now = self.escrow.pool(self.event_id)
+        assert old is not None and now is not None
+        seats = min(seats, old.undealt)
+        if not seats:
+            return
+        try:
+            self.escrow.draw(self.event_id, old, self._shard(data), seats)
+        except (ConditionFailed, TransactionCancelled):
+            assert now.undealt < seats, "a draw was refused while the seats were there"
+            return
+        assert now.undealt >= seats, "drew seats that were dealt already"
+
+    @invariant()
+    def never_oversold_and_nothing_lost(self) -> None:
+        if not self.given:
+            return
+        pool = self.escrow.pool(self.event_id)
+        assert pool is not None
+        shares = self.escrow.shares(self.event_id, self.shards)
+        for share in shares:
+            assert 0 <= share.taken <= share.quota, share
+        assert sum(s.quota for s in shares) == pool.dealt <= self.capacity
+        assert [s.taken for s in shares] == self.given
+
+
+EscrowMachine.TestCase.settings = settings(
+    max_examples=30,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestEscrow = EscrowMachine.TestCase
+
+
+def _event(client, capacity: int, shards: int) -> Escrow:
+    client.put_item(
+        TableName="turnstile-control",
+        Item={
+            **control_key(ControlKey.event("gig")),
+            Attr.CAPACITY: {"N": str(capacity)},
+            Attr.SHARDS: {"N": str(shards)},
+        },
+    )
+    return Escrow(Tables(client, sleep=lambda _: None))
+
+
+def test_a_shard_takes_the_slack_of_others_once_the_pool_is_empty(client) -> None:
+    """Seats dealt to a shard whose signups never came are taken by one that needs them:
+    the event fills to the last seat."""
+    escrow = _event(client, capacity=8, shards=4)
+    for shard in range(4):  # every shard draws 2 seats and gives one
+        share = escrow.secure("gig", 4, shard, 2)
+        escrow.commit("gig", share, 1)
+    assert escrow.pool("gig").undealt == 0
+    for _ in range(4):  # shard 0 alone gets the rest, taken from the others' slack
+        share = escrow.secure("gig", 4, 0, 1)
+        assert share.free >= 1
+        escrow.commit("gig", share, share.taken + 1)
+    shares = escrow.shares("gig", 4)
+    assert [s.taken for s in shares] == [5, 1, 1, 1]
+    assert [s.quota for s in shares] == [5, 1, 1, 1]
+    assert escrow.secure("gig", 4, 2, 1).free == 0  # and nothing is left
+
+
+def test_a_commit_decided_before_a_take_cannot_give_the_seats_taken(client) -> None:
+    """Shard 1 read its share (2 seats free), shard 0 then took them: shard 1's commit of
+    what it decided from the old read is refused, and the seats are given once."""
+    escrow = _event(client, capacity=2, shards=2)
+    escrow.secure("gig", 2, 1, 2)
+    before = escrow.share("gig", 1)
+    assert before.free == 2
+    taken_by_0 = escrow.secure("gig", 2, 0, 2)
+    assert taken_by_0.free == 2
+    with pytest.raises(ConditionFailed):
+        escrow.commit("gig", before, 2)
+    assert escrow.commit("gig", taken_by_0, 2).taken == 2
+    assert [s.taken for s in escrow.shares("gig", 2)] == [2, 0]
+
+
+def test_a_draw_planned_before_others_drew_gets_only_what_is_left(client) -> None:
+    """A draw from the pool as read before another shard drew is refused when the seats it
+    counted on are gone: the pool never deals more than its capacity."""
+    escrow = _event(client, capacity=5, shards=2)
+    old = escrow.pool("gig")
+    escrow.draw("gig", old, 0, 3)
+    with pytest.raises((ConditionFailed, TransactionCancelled)):
+        escrow.draw("gig", old, 1, 3)
+    escrow.draw("gig", escrow.pool("gig"), 1, 2)
+    assert escrow.pool("gig").dealt == 5
+    with pytest.raises((ConditionFailed, TransactionCancelled)):
+        escrow.draw("gig", escrow.pool("gig"), 1, 1)
+    assert [s.quota for s in escrow.shares("gig", 2)] == [3, 2]
