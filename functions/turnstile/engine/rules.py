@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from turnstile.base.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES
-from turnstile.base.itemsize import value_size
+from turnstile.base.itemsize import number_size, text_size, value_size
 
 __all__ = [
     "MAX_ATTRIBUTES_DEPTH",
@@ -127,23 +127,103 @@ def _value_problem(value: Any, depth: int) -> str | None:
     return f"attributes hold a {type(value).__name__}, which DynamoDB cannot store exactly"
 
 
-def attributes_problem(value: Any) -> str | None:
-    """Rule: attributes are a map, nested at most ``MAX_ATTRIBUTES_DEPTH`` levels, with
-    non-empty names, valid text and numbers DynamoDB can hold, and at most
-    ``MAX_ATTRIBUTES_BYTES`` by DynamoDB's item-size rules (they are copied onto the
-    decision item, so an unbounded map could push it past DynamoDB's 400 KB)."""
-    if not isinstance(value, Mapping):
-        return "attributes must be a map (a JSON object)"
+class _Refused(Exception):
+    """The first problem of a value, found by ``_checked_size``'s walk."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+def _checked_size(value: Any, depth: int) -> int:
+    """``value_size(value)``, raising ``_Refused`` with the problem ``_value_problem`` finds
+    first: both walks in one, visiting values in their order.
+
+    The plain types of an image (text, maps, lists, numbers, booleans, null, bytes) are
+    answered by their exact type; any other value (a subclass, a tuple, a set, ``Binary``)
+    is walked by ``_value_problem`` then sized by ``value_size``, as before. The same
+    problem or size either way (``tests/unit/test_fast_paths_cpu.py`` holds it to the two
+    walks)."""
+    if depth > MAX_ATTRIBUTES_DEPTH:
+        raise _Refused(f"attributes are nested more than {MAX_ATTRIBUTES_DEPTH} levels deep")
+    kind = type(value)
+    if kind is str:
+        if value.isascii():
+            return len(value)
+        try:
+            return len(value.encode("utf-8"))
+        except UnicodeEncodeError:  # lone surrogates, from "\udXXX" escapes
+            raise _Refused("attributes must be valid Unicode text") from None
+    if kind is dict:
+        size = 3
+        inner = depth + 1
+        leaves = inner <= MAX_ATTRIBUTES_DEPTH  # an ASCII text in it is answered here
+        for key, item in value.items():
+            if type(key) is str and key and key.isascii():
+                if leaves and type(item) is str and item.isascii():
+                    size += len(key) + len(item) + 1
+                else:
+                    size += len(key) + _checked_size(item, inner) + 1
+                continue
+            if not isinstance(key, str) or not key:
+                raise _Refused("attribute names must be non-empty strings")
+            problem = _text_problem(key)
+            if problem:
+                raise _Refused(problem)
+            size += text_size(str(key)) + _checked_size(item, inner) + 1
+        return size
+    if kind is Decimal or kind is int:
+        problem = _number_problem(value)
+        if problem:
+            raise _Refused(problem)
+        return number_size(str(value))
+    if kind is list:
+        inner = depth + 1
+        return 3 + sum(_checked_size(item, inner) + 1 for item in value)
+    if kind is bool or value is None:
+        return 1
+    if kind is bytes:
+        return len(value)
+    problem = _value_problem(value, depth)
+    if problem:
+        raise _Refused(problem)
+    return value_size(value)
+
+
+def _two_walks(value: Mapping[str, Any]) -> str | None:
+    """``attributes_problem`` as two walks: the values, then their size."""
     problem = _value_problem(value, 1)
     if problem:
         return problem
-    size = value_size(value)
+    return _size_problem(value_size(value))
+
+
+def _size_problem(size: int) -> str | None:
     if size > MAX_ATTRIBUTES_BYTES:
         return (
             f"attributes are {size} bytes by DynamoDB's item-size rules, "
             f"over {MAX_ATTRIBUTES_BYTES}"
         )
     return None
+
+
+def attributes_problem(value: Any) -> str | None:
+    """Rule: attributes are a map, nested at most ``MAX_ATTRIBUTES_DEPTH`` levels, with
+    non-empty names, valid text and numbers DynamoDB can hold, and at most
+    ``MAX_ATTRIBUTES_BYTES`` by DynamoDB's item-size rules (they are copied onto the
+    decision item, so an unbounded map could push it past DynamoDB's 400 KB).
+
+    One walk (``_checked_size``); if anything in it raises, the two walks again, whose
+    answer (or error) is the rule's."""
+    if not isinstance(value, Mapping):
+        return "attributes must be a map (a JSON object)"
+    try:
+        size = _checked_size(value, 1)
+    except _Refused as refused:
+        return refused.problem
+    except Exception:  # whatever the two walks make of it (an error too) is the answer
+        return _two_walks(value)
+    return _size_problem(size)
 
 
 def signup_problems(

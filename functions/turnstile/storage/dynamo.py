@@ -169,9 +169,15 @@ def _base64_text(value: Any) -> str:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+#: What ``json.dumps`` would build on every call with these options: the encoder keeps
+#: only its options (each ``encode`` makes its own state), so one serves every call.
+_typed_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, default=_base64_text)
+
+
 def typed_json(value: Any) -> str:
-    """Compact JSON of typed values, binary as base64 text (``typed_json_hook`` reads it)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_base64_text)
+    """Compact JSON of typed values, binary as base64 text (``typed_json_hook`` reads it):
+    ``json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=...)``."""
+    return _typed_encoder.encode(value)
 
 
 def typed_json_hook(obj: dict[str, Any]) -> dict[str, Any]:
