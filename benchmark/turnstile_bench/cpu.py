@@ -13,8 +13,9 @@ Measured with ``time.thread_time`` (this thread only), so nothing else in the pr
 its heap, as in a Lambda container: each batch is parsed from its JSON just before its call
 (outside the clock; Lambda's runtime does that), and the in-memory store keeps its items
 pickled (DynamoDB keeps them in another process). Held as objects, the 50 batches and the
-items written made every full collection of the garbage collector walk a million objects
-that no Lambda invocation holds: about a fifth of the handler's CPU.
+items written (126,000 objects the garbage collector tracks) made each of its full
+collections walk 200,000 objects instead of the process's own 76,000: the same code
+measured about 15 % more CPU a decision.
 """
 
 from __future__ import annotations
