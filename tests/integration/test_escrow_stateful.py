@@ -74,15 +74,18 @@ class EscrowMachine(RuleBasedStateMachine):
         return data.draw(st.integers(0, self.shards - 1), label="shard")
 
     def _left_anywhere(self) -> int:
-        return self.capacity - sum(s.taken for s in self.escrow.shares(self.event_id, self.shards))
+        _, shares = self.escrow.snapshot(self.event_id, self.shards)
+        return self.capacity - sum(s.taken for s in shares)
 
     @rule(data=st.data(), seats=st.integers(1, 3))
     def signup(self, data: st.DataObject, seats: int) -> None:
-        """A shard's processor decides a signup of ``seats``: gives them, or refuses."""
+        """A shard's processor decides a signup of ``seats``: gives them (taking what it
+        must from other shards in the same write), or refuses."""
         shard = self._shard(data)
-        share = self.escrow.secure(self.event_id, self.shards, shard, seats)
-        if share.free >= seats:
-            self.escrow.commit(self.event_id, share, share.taken + seats)
+        secured = self.escrow.secure(self.event_id, self.shards, shard, seats)
+        if secured.free >= seats:
+            share = secured.share
+            self.escrow.commit(self.event_id, share, share.taken + seats, secured.takes)
             self.given[shard] += seats
         else:
             left = self._left_anywhere()
@@ -101,7 +104,8 @@ class EscrowMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), seats=st.integers(1, 3))
     def crash_after_securing(self, data: st.DataObject, seats: int) -> None:
-        """A processor draws or takes what it needs, then dies before it commits."""
+        """A processor draws what it needs and plans its takes, then dies before it
+        commits."""
         self.escrow.secure(self.event_id, self.shards, self._shard(data), seats)
 
     @rule(data=st.data())
@@ -129,19 +133,22 @@ class EscrowMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.stale and self.shards > 1)
     @rule(data=st.data(), seats=st.integers(1, 3))
     def second_processor_takes(self, data: st.DataObject, seats: int) -> None:
-        """A shard takes another's slack as it read it earlier: only if nothing moved."""
+        """A shard commits seats taken from another's slack as it read it earlier: only if
+        the giver did not move since."""
         giver = self.stale.pop(data.draw(st.integers(0, len(self.stale) - 1), label="which"))
         seats = min(seats, giver.free)
         if not seats:
             return
         shard = (giver.shard + 1 + data.draw(st.integers(0, self.shards - 2))) % self.shards
         now = self.escrow.share(self.event_id, giver.shard)
+        me = self.escrow.share(self.event_id, shard)
         try:
-            self.escrow.take(self.event_id, giver, shard, seats)
+            self.escrow.commit(self.event_id, me, me.taken + seats, [(giver, seats)])
         except (ConditionFailed, TransactionCancelled):
             assert (now.version, now.quota) != (giver.version, giver.quota), "refused for nothing"
             return
         assert (now.version, now.quota) == (giver.version, giver.quota), "took from a stale read"
+        self.given[shard] += seats
 
     @rule(data=st.data(), seats=st.integers(1, 4))
     def processor_draws_from_an_old_read(self, data: st.DataObject, seats: int) -> None:
@@ -167,9 +174,8 @@ class EscrowMachine(RuleBasedStateMachine):
     def never_oversold_and_nothing_lost(self) -> None:
         if not self.given:
             return
-        pool = self.escrow.pool(self.event_id)
+        pool, shares = self.escrow.snapshot(self.event_id, self.shards)
         assert pool is not None
-        shares = self.escrow.shares(self.event_id, self.shards)
         for share in shares:
             assert 0 <= share.taken <= share.quota, share
         assert sum(s.quota for s in shares) == pool.dealt <= self.capacity
@@ -197,37 +203,116 @@ def _event(client, capacity: int, shards: int) -> Escrow:
     return Escrow(Tables(client, sleep=lambda _: None))
 
 
+def _give(escrow: Escrow, shards: int, shard: int, seats: int) -> Share | None:
+    """A shard's processor gives ``seats``: the share after, or None when it refused."""
+    secured = escrow.secure("gig", shards, shard, seats)
+    if secured.free < seats:
+        return None
+    share = secured.share
+    return escrow.commit("gig", share, share.taken + seats, secured.takes)
+
+
 def test_a_shard_takes_the_slack_of_others_once_the_pool_is_empty(client) -> None:
     """Seats dealt to a shard whose signups never came are taken by one that needs them:
     the event fills to the last seat."""
     escrow = _event(client, capacity=8, shards=4)
     for shard in range(4):  # every shard draws 2 seats and gives one
-        share = escrow.secure("gig", 4, shard, 2)
-        escrow.commit("gig", share, 1)
+        secured = escrow.secure("gig", 4, shard, 2)
+        escrow.commit("gig", secured.share, 1)
     assert escrow.pool("gig").undealt == 0
     for _ in range(4):  # shard 0 alone gets the rest, taken from the others' slack
-        share = escrow.secure("gig", 4, 0, 1)
-        assert share.free >= 1
-        escrow.commit("gig", share, share.taken + 1)
-    shares = escrow.shares("gig", 4)
+        assert _give(escrow, 4, 0, 1) is not None
+    _, shares = escrow.snapshot("gig", 4)
     assert [s.taken for s in shares] == [5, 1, 1, 1]
     assert [s.quota for s in shares] == [5, 1, 1, 1]
-    assert escrow.secure("gig", 4, 2, 1).free == 0  # and nothing is left
+    assert _give(escrow, 4, 2, 1) is None  # and nothing is left
 
 
-def test_a_commit_decided_before_a_take_cannot_give_the_seats_taken(client) -> None:
-    """Shard 1 read its share (2 seats free), shard 0 then took them: shard 1's commit of
-    what it decided from the old read is refused, and the seats are given once."""
+def test_a_commit_decided_before_another_took_its_slack_cannot_give_it(client) -> None:
+    """Shard 1 read its share (2 seats free); shard 0 then took them and gave them: shard
+    1's commit of what it decided from the old read is refused, and the seats are given
+    once."""
     escrow = _event(client, capacity=2, shards=2)
     escrow.secure("gig", 2, 1, 2)
     before = escrow.share("gig", 1)
     assert before.free == 2
-    taken_by_0 = escrow.secure("gig", 2, 0, 2)
-    assert taken_by_0.free == 2
+    assert _give(escrow, 2, 0, 2) is not None
     with pytest.raises(ConditionFailed):
         escrow.commit("gig", before, 2)
-    assert escrow.commit("gig", taken_by_0, 2).taken == 2
-    assert [s.taken for s in escrow.shares("gig", 2)] == [2, 0]
+    _, shares = escrow.snapshot("gig", 2)
+    assert [(s.quota, s.taken) for s in shares] == [(2, 2), (0, 0)]
+
+
+def test_a_commit_from_a_read_before_another_commit_is_refused(client) -> None:
+    """Two processors of one shard read the same share; the second to commit is refused
+    (its version moved), even with seats to spare."""
+    escrow = _event(client, capacity=6, shards=1)
+    secured = escrow.secure("gig", 1, 0, 3)
+    both = escrow.share("gig", 0)
+    escrow.commit("gig", both, 1)
+    with pytest.raises(ConditionFailed):
+        escrow.commit("gig", both, 1)
+    assert escrow.share("gig", 0).taken == 1 and secured.share.quota >= 3
+
+
+def test_a_take_planned_before_another_take_from_the_same_giver_is_refused(client) -> None:
+    """Shards 0 and 2 both plan to take shard 1's two free seats: the second take is
+    refused, whatever the giver's version says (takes do not move it)."""
+    escrow = _event(client, capacity=3, shards=3)
+    escrow.secure("gig", 3, 1, 3)  # shard 1 draws every seat, gives one
+    escrow.commit("gig", escrow.share("gig", 1), 1)
+    giver = escrow.share("gig", 1)
+    assert giver.free == 2
+    escrow.commit("gig", escrow.share("gig", 0), 2, [(giver, 2)])
+    with pytest.raises((ConditionFailed, TransactionCancelled)):
+        escrow.commit("gig", escrow.share("gig", 2), 1, [(giver, 1)])
+    _, shares = escrow.snapshot("gig", 3)
+    assert [(s.quota, s.taken) for s in shares] == [(2, 2), (1, 1), (0, 0)]
+
+
+def test_seats_another_processor_of_the_shard_drew_meanwhile_are_not_refused(
+    client, monkeypatch
+) -> None:
+    """A processor reads its share (nothing free); another processor of the same shard
+    draws the last seats into it before the first looks at the pool: the first finds
+    them in its snapshot instead of refusing."""
+    escrow = _event(client, capacity=2, shards=2)
+    real_pool = Escrow.pool
+    calls = []
+
+    def pool_after_the_other_drew(self: Escrow, event_id: str):
+        if not calls:
+            calls.append(1)
+            other = Escrow(escrow.tables)
+            other.draw("gig", real_pool(other, "gig"), 0, 2)
+        return real_pool(self, event_id)
+
+    monkeypatch.setattr(Escrow, "pool", pool_after_the_other_drew)
+    secured = escrow.secure("gig", 2, 0, 2)
+    assert secured.free == 2 and calls == [1]
+
+
+def test_two_shards_short_of_seats_do_not_take_them_back_and_forth(client) -> None:
+    """Near the end, two shards that each need three of four seats both plan to take:
+    the seats taken are given in the same write, so one of them gives its three and the
+    other finds only what is left, instead of both taking forever."""
+    escrow = _event(client, capacity=4, shards=2)
+    a = escrow.secure("gig", 2, 0, 3)
+    b = escrow.secure("gig", 2, 1, 3)
+    assert a.free == 3 and b.free == 3 and b.takes  # b plans to take a's slack
+    escrow.commit("gig", a.share, 3)
+    with pytest.raises((ConditionFailed, TransactionCancelled)):
+        escrow.commit("gig", b.share, 3, b.takes)
+    assert escrow.secure("gig", 2, 1, 3).free == 1
+    _, shares = escrow.snapshot("gig", 2)
+    assert [s.taken for s in shares] == [3, 0] and sum(s.quota for s in shares) == 4
+
+
+def test_a_share_never_dealt_a_seat_commits_its_refusals(client) -> None:
+    escrow = _event(client, capacity=0, shards=2)
+    secured = escrow.secure("gig", 2, 1, 1)
+    assert secured.free == 0
+    assert escrow.commit("gig", secured.share, 0).version == 1
 
 
 def test_a_draw_planned_before_others_drew_gets_only_what_is_left(client) -> None:
@@ -240,6 +325,9 @@ def test_a_draw_planned_before_others_drew_gets_only_what_is_left(client) -> Non
         escrow.draw("gig", old, 1, 3)
     escrow.draw("gig", escrow.pool("gig"), 1, 2)
     assert escrow.pool("gig").dealt == 5
-    with pytest.raises((ConditionFailed, TransactionCancelled)):
+    with pytest.raises(ValueError, match="a draw of 1 seats from a pool with 0 left"):
         escrow.draw("gig", escrow.pool("gig"), 1, 1)
-    assert [s.quota for s in escrow.shares("gig", 2)] == [3, 2]
+    with pytest.raises(ValueError):
+        escrow.draw("gig", old, 1, 6)  # more than the capacity, even on a fresh read
+    _, shares = escrow.snapshot("gig", 2)
+    assert [s.quota for s in shares] == [3, 2]

@@ -255,7 +255,7 @@ class TransactionCancelled(ClientError):
     @property
     def reasons(self) -> list[str | None]:
         """The code of each action, in order (``None`` for one that was fine); empty when
-        the endpoint names none (moto does not)."""
+        the endpoint names none."""
         return [r.get("Code") for r in self.response.get("CancellationReasons") or []]
 
 

@@ -9,39 +9,45 @@ one place, whatever crashes, retries or races come between the moves:
   it stays within the capacity it was read with, the shard's ``quota`` raised by as much.
   Both or neither; a crash after it leaves the seats in the shard's quota, where the shard
   (or a shard that takes them) gives them later.
-* **take** (shard to shard): one transaction, the giving shard's ``quota`` lowered on
-  condition that its ``version`` and ``quota`` are what was read (nothing given and nothing
-  taken since: its slack is what was counted), the taking shard's raised by as much.
-* **commit** (seats given or given back by a shard): ``taken`` set and ``version`` moved,
-  on condition that the version is the one decided from and the ``quota`` still covers the
-  new ``taken`` (a take that landed first leaves it covered, or the commit decides again).
+* **commit** (seats given or given back by a shard, and seats it takes from others): one
+  write, or one transaction when it takes. The shard's ``taken`` is set and its
+  ``version`` moved on condition that the version is the one it decided from and its
+  quota, with what it takes, covers the new ``taken``; each giving shard's ``quota`` is
+  lowered on condition that its ``version`` and ``quota`` are what was read (nothing given
+  and nothing taken since: its slack is what was counted). Seats taken from another shard
+  are given in the same write, never held: two shards short of seats cannot take the same
+  seats back and forth without either giving any.
 
-``secure`` strings them together for a shard about to decide: it returns the shard's share
-once it holds the seats it needs, or every seat left anywhere. Each failed condition means
-another writer moved first, so every retry follows progress; a shard that keeps losing
-raises ``StoreUnavailableError`` (its batch is retried) rather than decide short.
+``secure`` plans for a shard about to decide: it draws from the pool while it has seats,
+then reads the pool and every share in one transactional read (a snapshot no move can be
+half way through) and plans what to take. It returns the shard's share and the takes,
+which the caller's ``commit`` makes; or, when the snapshot shows fewer seats than needed
+anywhere, what is left. A draw that fails its condition means another writer moved first:
+``secure`` reads again, and a shard that keeps losing raises ``StoreUnavailableError`` (its
+batch is retried) rather than decide short.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from turnstile.base.contract import Attr, ControlKey
 from turnstile.base.errors import StoreUnavailableError
 from turnstile.engine.escrow import Pool, Share, chunk_size, plan
 from turnstile.storage.dynamo import (
-    BATCH_GET_LIMIT,
+    TRANSACTION_LIMIT,
     ConditionFailed,
     Tables,
     TransactionCancelled,
-    chunks,
     control_key,
     from_item,
     number_text,
 )
 
-__all__ = ["SECURE_ATTEMPTS", "Escrow"]
+__all__ = ["SECURE_ATTEMPTS", "Escrow", "Secured"]
 
 #: How often ``secure`` starts again after another writer moved first.
 SECURE_ATTEMPTS = 16
@@ -49,6 +55,20 @@ SECURE_ATTEMPTS = 16
 
 def _n(value: int) -> dict[str, str]:
     return {"N": number_text(value)}
+
+
+@dataclass(frozen=True)
+class Secured:
+    """What ``secure`` found for a shard: its share as read, and the seats to take from
+    other shards' shares (as read) in its commit."""
+
+    share: Share
+    takes: tuple[tuple[Share, int], ...] = ()
+
+    @property
+    def free(self) -> int:
+        """The seats the shard may give in its commit."""
+        return self.share.free + sum(seats for _, seats in self.takes)
 
 
 class Escrow:
@@ -66,36 +86,39 @@ class Escrow:
     def pool(self, event_id: str) -> Pool | None:
         """The event's pool as it is now (None: no such event)."""
         item = self.tables.dynamo.get(self._table, control_key(ControlKey.event(event_id)))
-        if item is None:
-            return None
-        return Pool(capacity=int(item[Attr.CAPACITY]), dealt=int(item.get(Attr.DEALT, 0)))
+        return _pool(item) if item is not None else None
 
     def share(self, event_id: str, shard: int) -> Share:
         """Shard ``shard``'s share as it is now (nothing dealt yet: all zero)."""
         key = control_key(ControlKey.share(event_id, shard))
         return _share(shard, self.tables.dynamo.get(self._table, key))
 
-    def shares(self, event_id: str, shards: int) -> list[Share]:
-        """Every shard's share, read strongly consistent, in shard order."""
-        found: dict[int, dict[str, Any]] = {}
-        keys = [control_key(ControlKey.share(event_id, k)) for k in range(shards)]
-        for part in chunks(keys, BATCH_GET_LIMIT):
-            request: dict[str, Any] = {self._table: {"Keys": list(part), "ConsistentRead": True}}
-            while request:
-                response = self.tables.dynamo.call("batch_get_item", RequestItems=request)
-                for raw in response.get("Responses", {}).get(self._table, []):
-                    item = from_item(raw)
-                    found[int(str(item[ControlKey.PK]).rsplit("#", 1)[1])] = item
-                request = response.get("UnprocessedKeys") or {}
-        return [_share(k, found.get(k)) for k in range(shards)]
+    def snapshot(self, event_id: str, shards: int) -> tuple[Pool | None, list[Share]]:
+        """The pool and every share at one instant (one ``TransactGetItems``: no draw or
+        commit is seen half made), in shard order."""
+        if not 1 <= shards < TRANSACTION_LIMIT:
+            raise ValueError(f"an event has 1 to {TRANSACTION_LIMIT - 1} shards, not {shards}")
+        keys = [ControlKey.event(event_id)] + [ControlKey.share(event_id, k) for k in range(shards)]
+        response = self.tables.dynamo.call(
+            "transact_get_items",
+            TransactItems=[
+                {"Get": {"TableName": self._table, "Key": control_key(key)}} for key in keys
+            ],
+        )
+        found = [from_item(r["Item"]) if r.get("Item") else None for r in response["Responses"]]
+        pool = found[0]
+        return (
+            _pool(pool) if pool is not None else None,
+            [_share(k, found[k + 1]) for k in range(shards)],
+        )
 
     # -- the moves ----------------------------------------------------------------------
 
     def draw(self, event_id: str, pool: Pool, shard: int, seats: int) -> None:
         """Deal ``seats`` from the pool (as read: ``pool``) to ``shard``; ConditionFailed
         when the pool changed so that they are no longer there."""
-        if seats <= 0:
-            raise ValueError(f"a draw is of at least one seat, not {seats}")
+        if not 0 < seats <= pool.undealt:
+            raise ValueError(f"a draw of {seats} seats from a pool with {pool.undealt} left")
         pool_update = {
             "TableName": self._table,
             "Key": control_key(ControlKey.event(event_id)),
@@ -112,88 +135,86 @@ class Escrow:
         }
         self._transact([pool_update, self._raise_quota(event_id, shard, seats)])
 
-    def take(self, event_id: str, giver: Share, shard: int, seats: int) -> None:
-        """Move ``seats`` of ``giver``'s slack (as read) to ``shard``; ConditionFailed when
-        the giver's share changed since it was read."""
-        if not 0 < seats <= giver.free or giver.shard == shard:
-            raise ValueError(f"shard {giver.shard} cannot give {seats} seats to {shard}")
-        give = {
-            "TableName": self._table,
-            "Key": control_key(ControlKey.share(event_id, giver.shard)),
-            "UpdateExpression": "ADD #quota :less",
-            "ConditionExpression": "#version = :version AND #quota = :quota",
-            "ExpressionAttributeNames": {"#quota": Attr.QUOTA, "#version": Attr.VERSION},
-            "ExpressionAttributeValues": {
-                ":less": _n(-seats),
-                ":version": _n(giver.version),
-                ":quota": _n(giver.quota),
-            },
-        }
-        self._transact([give, self._raise_quota(event_id, shard, seats)])
-
-    def commit(self, event_id: str, share: Share, taken: int) -> Share:
+    def commit(
+        self,
+        event_id: str,
+        share: Share,
+        taken: int,
+        takes: Sequence[tuple[Share, int]] = (),
+    ) -> Share:
         """Set the seats ``share``'s shard has given to ``taken`` (seats given, or given
-        back), on condition that nothing else was committed since ``share`` was read and
-        its quota covers ``taken``; ConditionFailed otherwise. The share after."""
-        if taken < 0:
-            raise ValueError(f"a shard cannot have given {taken} seats")
+        back), taking ``takes`` (giving share as read, seats) from other shards in the same
+        write; on condition that nothing was committed to the shard since ``share`` was read,
+        that its quota with what it takes covers ``taken``, and that each giver is as read.
+        ConditionFailed (or TransactionCancelled) otherwise, nothing written. The share
+        after: ``taken`` and ``version`` as written, ``quota`` as read plus what it took
+        (another shard's take since may have lowered it)."""
+        took = sum(seats for _, seats in takes)
+        if taken < 0 or any(seats <= 0 or seats > g.free for g, seats in takes):
+            raise ValueError(f"shard {share.shard} cannot give {taken} seats taking {takes}")
+        if any(g.shard == share.shard for g, _ in takes):
+            raise ValueError(f"shard {share.shard} cannot take from itself")
         version = share.version
-        condition = "#quota >= :taken AND " + (
-            "(attribute_not_exists(#version) OR #version = :version)"
-            if version == 0
-            else "#version = :version"
-        )
-        response = self.tables.dynamo.call(
-            "update_item",
-            TableName=self._table,
-            Key=control_key(ControlKey.share(event_id, share.shard)),
-            UpdateExpression="SET #taken = :taken, #version = :next",
-            ConditionExpression=condition,
-            ExpressionAttributeNames={
+        # A share never dealt a seat has no item yet: its quota and version read as 0.
+        quota_covers = "#quota >= :needed"
+        if taken - took <= 0:
+            quota_covers = f"(attribute_not_exists(#quota) OR {quota_covers})"
+        same_version = "#version = :version"
+        if version == 0:
+            same_version = f"(attribute_not_exists(#version) OR {same_version})"
+        update = {
+            "TableName": self._table,
+            "Key": control_key(ControlKey.share(event_id, share.shard)),
+            "UpdateExpression": "SET #taken = :taken, #version = :next ADD #quota :took",
+            "ConditionExpression": f"{same_version} AND {quota_covers}",
+            "ExpressionAttributeNames": {
                 "#quota": Attr.QUOTA,
                 "#taken": Attr.TAKEN,
                 "#version": Attr.VERSION,
             },
-            ExpressionAttributeValues={
+            "ExpressionAttributeValues": {
                 ":taken": _n(taken),
                 ":version": _n(version),
                 ":next": _n(version + 1),
+                ":took": _n(took),
+                ":needed": _n(taken - took),
             },
-            ReturnValues="ALL_NEW",
-        )
-        return _share(share.shard, from_item(response["Attributes"]))
+        }
+        if not takes:
+            self.tables.dynamo.call("update_item", **update)
+        else:
+            self._transact([*(self._give(event_id, g, seats) for g, seats in takes), update])
+        return Share(share.shard, share.quota + took, taken, version + 1)
 
-    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Share:
-        """``shard``'s share once it holds ``need`` free seats, or as many as are left
-        anywhere: drawn from the pool first, then taken from the other shards' slack, each
-        move planned from what was just read (``turnstile.engine.escrow.plan``)."""
+    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
+        """What ``shard`` holds, and may take, toward ``need`` free seats: enough, or every
+        seat left anywhere. Draws from the pool while it has seats (each draw planned from
+        what was just read, ``turnstile.engine.escrow.plan``); once it has none, plans the
+        takes from one snapshot of the pool and every share, made by the caller's
+        ``commit``."""
+        if not 0 <= shard < shards:
+            raise ValueError(f"no shard {shard} in an event of {shards}")
         for _ in range(SECURE_ATTEMPTS):
             me = self.share(event_id, shard)
             if me.free >= need:
-                return me
+                return Secured(me)
             pool = self.pool(event_id)
             if pool is None:
-                return me
+                return Secured(me)
             chunk = chunk_size(pool.capacity, shards)
             first = plan(pool, me, need, chunk)
-            try:
-                if first.draw:
-                    self.draw(event_id, pool, shard, first.draw)
-                    me = self.share(event_id, shard)
-                    if me.free >= need:
-                        return me
-                others = [s for s in self.shares(event_id, shards) if s.shard != shard]
-                pool = self.pool(event_id) or pool
-                rest = plan(pool, me, need, chunk, others)
-                if rest.seats == 0:
-                    return me  # nothing left anywhere
-                if rest.draw:
-                    self.draw(event_id, pool, shard, rest.draw)
-                by_shard = {s.shard: s for s in others}
-                for giver, seats in rest.steals:
-                    self.take(event_id, by_shard[giver], shard, seats)
-            except (ConditionFailed, TransactionCancelled):
-                continue  # another writer moved first: read again
+            if first.draw:
+                with contextlib.suppress(ConditionFailed, TransactionCancelled):
+                    self.draw(event_id, pool, shard, first.draw)  # lost: another drew first
+                continue
+            snapped, shares = self.snapshot(event_id, shards)
+            if snapped is None:
+                return Secured(me)
+            me = shares[shard]
+            rest = plan(snapped, me, need, chunk, [s for s in shares if s.shard != shard])
+            if rest.draw:
+                continue  # seats came back to the pool meanwhile: draw them
+            return Secured(me, tuple((shares[k], seats) for k, seats in rest.steals))
         raise StoreUnavailableError(
             f"event {event_id!r} shard {shard}: seats kept moving under {SECURE_ATTEMPTS} tries"
         )
@@ -216,10 +237,28 @@ class Escrow:
             "ExpressionAttributeValues": {":seats": _n(seats), ":zero": _n(0)},
         }
 
+    def _give(self, event_id: str, giver: Share, seats: int) -> dict[str, Any]:
+        return {
+            "TableName": self._table,
+            "Key": control_key(ControlKey.share(event_id, giver.shard)),
+            "UpdateExpression": "ADD #quota :less",
+            "ConditionExpression": "#version = :version AND #quota = :quota",
+            "ExpressionAttributeNames": {"#quota": Attr.QUOTA, "#version": Attr.VERSION},
+            "ExpressionAttributeValues": {
+                ":less": _n(-seats),
+                ":version": _n(giver.version),
+                ":quota": _n(giver.quota),
+            },
+        }
+
     def _transact(self, updates: Sequence[dict[str, Any]]) -> None:
         self.tables.dynamo.call(
             "transact_write_items", TransactItems=[{"Update": u} for u in updates]
         )
+
+
+def _pool(item: dict[str, Any]) -> Pool:
+    return Pool(capacity=int(item.get(Attr.CAPACITY, 0)), dealt=int(item.get(Attr.DEALT, 0)))
 
 
 def _share(shard: int, item: dict[str, Any] | None) -> Share:
