@@ -317,14 +317,15 @@ def test_creating_an_event_twice_is_refused(backend):
 
 
 def test_a_first_decision_that_finds_an_item_never_replaces_it(backend):
-    """What a signup decided twice would come to (the processor reads every signup that can
+    """What a signup decided twice comes to (the processor reads every signup that can
     be decided already, so only a REMOVE lost before the processor saw it, docs/design.md
-    section 4, could lead here): the first decision stands, to the byte; the second
-    commit's counters count a decision that is no item (seats held by nobody)."""
+    section 4, leads here): the first decision stands, to the byte; the second commit's
+    counters count a decision that is no item, which materialize returns as void (the
+    processor takes it back out of the event)."""
     backend.store.create_event("gig", 0, NOW)
     before = backend.snapshot("gig")
     first = backend.store.commit(before, outcome_of(before, req("a", 100)), NOW, {})
-    backend.store.materialize("gig", first)
+    assert not backend.store.materialize("gig", first)
     items = backend.items(MAIN_TABLE.name)
     assert items[("gig", "a")][Attr.REASON] == {"S": Reason.CAPACITY_FULL}
     # WHEN a commit that did not know a decides it again (the capacity raised meanwhile)
@@ -332,10 +333,13 @@ def test_a_first_decision_that_finds_an_item_never_replaces_it(backend):
     again = backend.snapshot("gig")
     second = backend.store.commit(again, outcome_of(again, req("a", 200)), LATER, {})
     assert [d.status for d in second.decisions] == [Status.ACCEPTED]
-    backend.store.materialize("gig", second)
-    # THEN the item is the first decision's; the event counts the second
+    voids = backend.store.materialize("gig", second)
+    # THEN the item is the first decision's; the event counts the second, which is void
     assert backend.items(MAIN_TABLE.name) == items
     assert backend.snapshot("gig").taken == 1
+    assert list(voids) == list(second.decisions)
+    # and writing either journal out again finds nothing new: the first is its own item
+    assert not backend.store.materialize("gig", first)
 
 
 def test_materialized_items_read_back_as_written_and_again_change_nothing(backend):
@@ -367,8 +371,9 @@ def test_materialized_items_read_back_as_written_and_again_change_nothing(backen
     )
     assert {g[Attr.EXPIRES_AT] for g in got.values()} == {1_800_000_000}
     assert backend.store.get_decisions("other", ["a"]) == {}
-    # WHEN materialized again (another processor, a retry) THEN the same items
-    backend.store.materialize("gig", journal)
+    # WHEN materialized again (another processor, a retry) THEN the same items, and no
+    # decision is void (each item is the decision itself)
+    assert not backend.store.materialize("gig", journal)
     assert backend.items(MAIN_TABLE.name) == items
 
 

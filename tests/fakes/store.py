@@ -215,12 +215,15 @@ class FakeStore:
         item = self.control.get(ControlKey.parking(event_id))
         return parking._if_parked(from_item(item)) if item is not None else None
 
-    def _put_decisions(self, items: Iterable[Item]) -> None:
+    def _put_decisions(self, items: Iterable[Item]) -> list[Item | None]:
         """First decisions: written only where no item exists (as the real store's
-        conditional puts)."""
+        conditional puts). Per item, the one that was there instead (None: written)."""
+        olds: list[Item | None] = []
         for item in items:
             key = (item[Attr.EVENT_ID]["S"], item[Attr.SIGNUP_ID]["S"])
+            olds.append(copy.deepcopy(self.main[key]) if key in self.main else None)
             self.main.setdefault(key, copy.deepcopy(item))
+        return olds
 
     def _apply_updates(self, event_id: str, updates: Iterable[Any]) -> None:
         """Changes to items decided before, each only while the item's status is the one
@@ -416,7 +419,7 @@ class FakeStore:
         event_id: str,
         journal: Journal,
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]] | None = None,
-    ) -> None:
+    ) -> list[Decision]:
         fault = self._enter("materialize", event_id)
         if journal.copies is not None:
             items = self._items.journal_items(event_id, journal)
@@ -440,9 +443,14 @@ class FakeStore:
                 self._items.decision_item(event_id, d, journal.decided_at, sources.get(d.signup_id))
                 for d in journal.decisions
             ]
-        self._put_decisions(items)
+        olds = self._put_decisions(items)
         self._apply_updates(event_id, journal.retained_updates())
         self._exit(fault)
+        return [
+            d
+            for d, old in zip(journal.decisions, olds, strict=True)
+            if old is not None and old.get(Attr.SEQUENCE_NUMBER, {}).get("S") != d.sequence_number
+        ]
 
     def reject_without_event(
         self,

@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from tests.helpers import CallRecorder, decisions, put_raw_intake, state_items
-from turnstile.base.contract import CONTROL_TABLE, MAIN_TABLE, STREAM_SOURCE, RequestKind, Status
+from turnstile.base.contract import (
+    CONTROL_TABLE,
+    INTAKE_TABLE,
+    MAIN_TABLE,
+    STREAM_SOURCE,
+    RequestKind,
+    Status,
+)
 from turnstile.handlers import stream as stream_handler
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.storage.dynamo import event_key, signup_key
@@ -298,4 +305,132 @@ def test_a_commit_that_did_not_raise_the_mark_voids_it_for_good(client, store, s
     # THEN b keeps its one decision: two seats taken, not three
     event = store.get_event("gig").event
     assert (event.taken, event.accepted) == (2, 2)
+    assert audit(store).ok
+
+
+# -- a deletion that never reached the processor --------------------------------------
+#
+# The event source gave up on the batch of a REMOVE (its note goes to the on-failure
+# queue; here the record is simply never delivered): nothing noted that the key may come
+# again, so its put again is decided unread, above the mark, and its commit counts a
+# first decision that cannot be written (the item holds the first one). The processor
+# finds it writing the items out (the refused put's old item names another record) and
+# takes it back out of the event in one more commit, which keeps no mark.
+
+
+def lost_deletion(client, stream, signup_id: str) -> None:
+    client.delete_item(TableName=INTAKE_TABLE.name, Key=signup_key("gig", signup_id))
+    assert [r["eventName"] for r in stream.read_new()] == ["REMOVE"]  # never delivered
+
+
+@pytest.mark.parametrize(
+    ("capacity", "waitlist", "void_status"),
+    [(3, 0, Status.ACCEPTED), (2, 2, Status.WAITLISTED), (2, 0, Status.REJECTED)],
+)
+def test_a_put_again_whose_deletion_was_lost_is_taken_back_and_decided_once(
+    client, store, stream, recorder, capacity, waitlist, void_status
+):
+    # GIVEN a and b accepted
+    store.create_event("gig", capacity, NOW, waitlist=waitlist)
+    submit(client, "gig", "a", "b")
+    cold_start(recorder)
+    assert deliver(stream.read_new()) == {"batchItemFailures": []}
+    before, items = counters(store, "gig"), decisions(client)
+    # WHEN a's intake item is deleted, the deletion lost, and a put again
+    lost_deletion(client, stream, "a")
+    submit(client, "gig", "a")
+    main_reads(recorder)
+    assert deliver(stream.read_new()) == {"batchItemFailures": []}
+    # THEN it was decided unread (as void_status), found void, and taken back: the counts
+    # are as before, a keeps its first decision, and the event keeps no mark any more
+    assert main_reads(recorder) == [], "decided unread: the case under test"
+    taken, accepted, version, counts, holds, waiting = counters(store, "gig")
+    assert (taken, counts, holds, waiting) == (before[0], before[3], before[4], before[5])
+    assert accepted == before[1] + (1 if void_status == Status.ACCEPTED else 0)  # a gap
+    assert version == before[2] + 2
+    assert decisions(client) == items
+    assert store.get_event("gig").high_water is None
+    assert audit(store).ok
+    # and from now on every signup of the event is read
+    submit(client, "gig", "z")
+    assert deliver(stream.read_new()) == {"batchItemFailures": []}
+    assert main_reads(recorder) == [1]
+
+
+def test_seats_a_void_decision_held_go_down_the_waitlist_at_once(client, store, stream):
+    # GIVEN a accepted, of two seats and a waitlist
+    store.create_event("gig", 2, NOW, waitlist=2)
+    stream_handler._processor = StreamProcessor(store)
+    submit(client, "gig", "a")
+    deliver(stream.read_new())
+    # WHEN a's deletion is lost, and a is put again in one batch with c and d: a takes the
+    # last seat (void), c and d wait
+    lost_deletion(client, stream, "a")
+    submit(client, "gig", "a", "c", "d")
+    deliver(stream.read_new())
+    # THEN a's seat comes back and goes to c, first in line; d waits
+    got = decisions(client)
+    assert got[("gig", "a")]["position"]["N"] == "1"
+    assert got[("gig", "c")]["status"]["S"] == Status.ACCEPTED
+    assert got[("gig", "d")]["status"]["S"] == Status.WAITLISTED
+    event = store.get_event("gig").event
+    assert event.taken == 2 and [w.signup_id for w in event.waiting] == ["d"]
+    assert audit(store).ok
+
+
+def test_a_void_decision_left_unwritten_by_a_crash_is_taken_back_by_the_next_processor(
+    client, store, stream, recorder
+):
+    # GIVEN a accepted, its deletion lost, and the commit of its put again made by a
+    # processor that died before writing the items out
+    store.create_event("gig", 3, NOW)
+    submit(client, "gig", "a")
+    cold_start(recorder)
+    deliver(stream.read_new())
+    lost_deletion(client, stream, "a")
+    submit(client, "gig", "a", "b")
+    batch = stream.read_new()
+    cold_start(recorder, crash_after_commit(2))
+    with pytest.raises(SystemExit):
+        deliver(batch)
+    assert store.get_event("gig").event.taken == 3
+    # WHEN the batch is delivered again, to a cold processor
+    cold_start(recorder)
+    assert deliver(batch) == {"batchItemFailures": []}
+    # THEN it writes the last journal out, finds a void, takes it back, and decides again
+    event = store.get_event("gig").event
+    assert event.taken == 2 and event.version == 3
+    assert {s for _, s in decisions(client)} == {"a", "b"}
+    assert audit(store).ok
+
+
+def test_a_void_decision_found_by_two_processors_is_taken_back_once(client, store, stream):
+    # GIVEN a accepted, of three seats, and its deletion lost
+    store.create_event("gig", 3, NOW)
+    stream_handler._processor = StreamProcessor(store)
+    submit(client, "gig", "a")
+    deliver(stream.read_new())
+    lost_deletion(client, stream, "a")
+    submit(client, "gig", "a")
+    batch = stream.read_new()
+
+    class SecondProcessorFirst(SignupStore):
+        """Finds the void first, then lets a second processor, given the same batch (a
+        redelivery), write the journal out and take it back before this one does."""
+
+        def materialize(self, event_id, journal, requests=None):  # type: ignore[override]
+            voids = super().materialize(event_id, journal, requests)
+            if voids and stream_handler._processor is first:
+                stream_handler._processor = StreamProcessor(store)
+                assert deliver(batch) == {"batchItemFailures": []}
+                stream_handler._processor = first
+            return voids
+
+    first = StreamProcessor(SecondProcessorFirst(client, sleep=lambda _: None))
+    stream_handler._processor = first
+    # WHEN both go through
+    assert deliver(batch) == {"batchItemFailures": []}
+    # THEN the seat was taken back once: one seat taken, by a
+    event = store.get_event("gig").event
+    assert (event.taken, event.version) == (1, 3)
     assert audit(store).ok

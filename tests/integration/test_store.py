@@ -263,6 +263,7 @@ def test_a_decision_item_write_is_conditional_and_a_false_condition_is_no_error(
         "Item": item,
         "ConditionExpression": "attribute_not_exists(#sk)",
         "ExpressionAttributeNames": {"#sk": "signup_id"},
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
     stubber.add_client_error(
         "put_item",
@@ -274,7 +275,7 @@ def test_a_decision_item_write_is_conditional_and_a_false_condition_is_no_error(
         service_error_code="ConditionalCheckFailedException",
         expected_params=expected,
     )
-    store.materialize("e1", journal)
+    assert store.materialize("e1", journal) == []  # the refusal names no item: not void
     assert store.retries == 1
     stubber.assert_no_pending_responses()
 

@@ -30,6 +30,7 @@ from turnstile.storage.items import (
     refusals_without_event,
     signup_state,
     touched_without_state,
+    without_void,
 )
 from turnstile.storage.journal import Journal, journal_digest
 from turnstile.storage.ports import ProcessorStore
@@ -322,7 +323,10 @@ class StreamProcessor:
             # write them before anything new is decided.
             last = record.journal
             assert last is not None
-            self.store.materialize(event_id, last, by_id)
+            voids = self.store.materialize(event_id, last, by_id)
+            if voids:
+                self._take_back(event_id, last, voids, now, expires_at)
+                raise CommitConflictError(f"event {event_id!r}: void decisions taken back")
             self._remember(cache_key, journal_digest(blob))
         if record.lineup_error is not None:
             # Deciding without the holds and the waitlist could oversell: the event is
@@ -364,9 +368,62 @@ class StreamProcessor:
                 outcome, moves = self._step(record, chunk, dict(decided), now)
                 if outcome is None:
                     return [], len(chunk), []
-        self.store.materialize(event_id, journal, by_id)
-        self._remember(cache_key, journal_digest(journal.encoded))
-        return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
+        voids = self.store.materialize(event_id, journal, by_id)
+        if not voids:
+            self._remember(cache_key, journal_digest(journal.encoded))
+            return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
+        moves += self._take_back(event_id, journal, voids, now, expires_at)
+        void = {d.signup_id for d in voids}
+        decisions = [d for d in journal.decisions if d.signup_id not in void]
+        return self._decided(event_id, decisions, now, by_id), len(chunk), moves
+
+    def _take_back(
+        self,
+        event_id: str,
+        journal: Journal,
+        voids: Sequence[Decision],
+        now: str,
+        expires_at: int | None,
+    ) -> list[tuple[str, Transition]]:
+        """Take out of the event what ``journal``'s commit counted for ``voids``: first
+        decisions that never took effect, because their signups' items hold another first
+        decision (``SignupStore.materialize``). That happens only to an INSERT decided
+        unread above the event's high-water mark whose key was decided before and deleted,
+        when the deletion never reached the processor (its batch was given up on), so
+        nothing said the key may come again (docs/design.md, section 4).
+
+        One more commit, conditioned on the event being as ``journal`` left it: the void
+        decisions' seats come back and go down the waitlist at once, their places in the
+        lineup and their counts go (``without_void``). It writes no high-water mark, so
+        every later signup of the event is read (``_to_read``): this cannot happen to it
+        again. When the event has moved on, whoever moved it took them back: any processor
+        writes the last journal out, and so finds them, before it decides anything new."""
+        log.warning(
+            "first decisions that never took effect taken back out of the event",
+            extra={"event_id": event_id, "signups": [d.signup_id for d in voids]},
+        )
+        for _ in range(self.max_conflicts):
+            record = self.store.get_event(event_id)
+            if record is None or record.event.version != journal.version:
+                return []
+            event, counts = without_void(record.event, record.status_counts, voids)
+            tick = lifecycle.Command.tick(voids[-1].sequence_number)
+            step = lifecycle.step(event, {}, [tick], ms_of(now))
+            missing = touched_without_state(step, {})
+            decided = (
+                {s: signup_state(i) for s, i in self.store.get_decisions(event_id, missing).items()}
+                if missing
+                else {}
+            )
+            outcome = outcome_of(event, counts, step, decided, {}, {})
+            try:
+                taken_back = self.store.commit(record.event, outcome, now, {}, expires_at)
+            except CommitConflictError:
+                continue  # an organizer's change, or another processor: read again
+            self.store.materialize(event_id, taken_back, {})
+            self._remember((event_id, record.created_at), journal_digest(taken_back.encoded))
+            return [(event_id, t) for t in step.transitions]
+        raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
 
     def _keep_while_intake_lives(
         self, event_id: str, chunk: Sequence[IntakeRecord], decided: Mapping[str, Answered]

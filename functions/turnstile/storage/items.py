@@ -61,6 +61,7 @@ __all__ = [
     "touched_without_state",
     "update_call",
     "without_copies",
+    "without_void",
 ]
 
 #: A decision item over this (DynamoDB's item size) is stored without its copied fields.
@@ -533,6 +534,29 @@ def _requested(t: Transition, kinds: Mapping[str, str]) -> str:
     """What the refused record asked, as its producer wrote it ("" when it named nothing:
     a counter without a request)."""
     return kinds.get(t.sequence_number, "")
+
+
+def without_void(
+    event: Event, counts: Mapping[str, int] | None, voids: Iterable[Decision]
+) -> tuple[Event, dict[str, int] | None]:
+    """The event, and its signups per status, as the commit that made ``voids`` leaves
+    them, less what it counted for them: first decisions that never took effect (their
+    signups' items hold another first decision, ``SignupStore.materialize``). A void
+    decision's seats come back if it holds them (HELD, ACCEPTED), its place in the lineup
+    goes (HELD, WAITLISTED), and so does its count; the position it took stays taken (a gap
+    in the positions). Only exact on the event as that commit left it: the caller checks
+    that nothing was committed since."""
+    taken = event.taken
+    holds, waiting = event.holds, event.waiting
+    out = {k: int(v) for k, v in counts.items()} if counts is not None else None
+    for d in voids:
+        if d.status in (Status.HELD, Status.ACCEPTED):
+            taken -= d.seats
+        holds = tuple(h for h in holds if h.signup_id != d.signup_id)
+        waiting = tuple(w for w in waiting if w.signup_id != d.signup_id)
+        if out is not None and out.get(d.status, 0) > 0:
+            out[d.status] -= 1
+    return replace(event, taken=max(0, taken), holds=holds, waiting=waiting), out
 
 
 def _next_counts(

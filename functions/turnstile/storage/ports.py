@@ -79,10 +79,11 @@ class ProcessorStore(Protocol):
         event_id: str,
         journal: Journal,
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]] | None = None,
-    ) -> None:
+    ) -> list[Decision]:
         """Write the journal's decision items, each exactly as the journal fixes it.
         Idempotent: writing a journal again writes the same items. ``requests`` is read
-        only for a journal of format 1 (no copied fields)."""
+        only for a journal of format 1 (no copied fields). Returns the journal's first
+        decisions whose items hold another first decision (void: they never took effect)."""
         ...
 
     def reject_without_event(

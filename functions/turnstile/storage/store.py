@@ -389,9 +389,15 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         event_id: str,
         journal: Journal,
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]] | None = None,
-    ) -> None:
+    ) -> list[Decision]:
         """Write the journal's decision items and changes (idempotent: the journal fixes
         their content, and each write is conditioned, see the module's notes).
+
+        Returns the journal's *void* first decisions: those whose signup's item holds
+        another first decision (another sequence number), made before from an earlier
+        intake record of the same key. The commit counted them, and they never took
+        effect: the caller takes them back out of the event (``StreamProcessor``). A
+        write refused because the item is this very decision (a replay) is no such thing.
 
         ``requests`` is read only for a journal of format 1 (see ``journal_items``).
         """
@@ -402,16 +408,24 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
                 "Item": item,
                 "ConditionExpression": "attribute_not_exists(#sk)",
                 "ExpressionAttributeNames": {"#sk": Attr.SIGNUP_ID},
+                # free on a refusal (no read units): tells a replay from a void decision
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
             for item in self.journal_items(event_id, journal, requests)
         ]
+        firsts = len(writes)
         writes += [update_call(self.main_table, event_id, u) for u in journal.retained_updates()]
         if len(writes) <= 1:
-            for write in writes:
-                self._conditional(write)
-            return
-        with ThreadPoolExecutor(min(MATERIALIZE_THREADS, len(writes))) as pool:
-            list(pool.map(self._conditional, writes))
+            olds = [self._conditional(write) for write in writes]
+        else:
+            with ThreadPoolExecutor(min(MATERIALIZE_THREADS, len(writes))) as pool:
+                olds = list(pool.map(self._conditional, writes))
+        return [
+            decision
+            for decision, old in zip(journal.decisions, olds[:firsts], strict=True)
+            if old is not None
+            and old.get(Attr.SEQUENCE_NUMBER, {}).get("S") != decision.sequence_number
+        ]
 
     def keep_decision(self, event_id: str, signup_id: str, until: int | None) -> None:
         """Keep a decision until ``until`` (epoch seconds; None: for good), never shorter
@@ -437,13 +451,18 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
                 **kwargs,
             )
 
-    def _conditional(self, write: Mapping[str, Any]) -> None:
+    def _conditional(self, write: Mapping[str, Any]) -> dict[str, Any] | None:
         """One conditional write of a materialization; a false condition means the item
-        is already as this write, or a later one, left it."""
+        is already as this write, or a later one, left it: then the item as it is, when
+        the write asked for it (typed), else None."""
         kwargs = dict(write)
         operation = kwargs.pop("op")
-        with contextlib.suppress(ConditionFailed):
+        try:
             self.dynamo.call(operation, **kwargs)
+        except ConditionFailed as refused:
+            item = refused.response.get("Item")
+            return dict(item) if isinstance(item, Mapping) else None
+        return None
 
     def reject_without_event(
         self,
