@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 
 import boto3
 import pytest
@@ -187,6 +188,8 @@ EscrowMachine.TestCase.settings = settings(
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
+    # The same programs on every `make test`; TURNSTILE_EXPLORE=1 draws new ones.
+    derandomize=os.environ.get("TURNSTILE_EXPLORE", "") in ("", "0"),
 )
 TestEscrow = EscrowMachine.TestCase
 
