@@ -11,6 +11,7 @@ and the processor's reads of the main table are counted on its own client.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -434,3 +435,57 @@ def test_a_void_decision_found_by_two_processors_is_taken_back_once(client, stor
     event = store.get_event("gig").event
     assert (event.taken, event.version) == (1, 3)
     assert audit(store).ok
+
+
+@pytest.mark.parametrize("real", [Status.WAITLISTED, Status.HELD])
+def test_a_put_again_of_a_signup_in_the_lineup_is_read_and_keeps_its_place(
+    client, store, stream, recorder, real
+):
+    # GIVEN a in the lineup (waiting behind x, or holding its seat), its deletion lost
+    if real == Status.WAITLISTED:
+        store.create_event("gig", 1, NOW, waitlist=5)
+        submit(client, "gig", "x", "a")
+    else:
+        store.create_event("gig", 2, NOW, hold_seconds=600)
+        submit(client, "gig", "a")
+    cold_start(recorder)
+    deliver(stream.read_new())
+    before, items = counters(store, "gig"), decisions(client)
+    assert items[("gig", "a")]["status"]["S"] == real
+    lost_deletion(client, stream, "a")
+    # WHEN a is put again, above the mark
+    submit(client, "gig", "a")
+    main_reads(recorder)
+    assert deliver(stream.read_new()) == {"batchItemFailures": []}
+    # THEN it is read all the same (the lineup names it), and nothing moves: a keeps its
+    # place, to be promoted or to lapse in time
+    assert main_reads(recorder) == [1]
+    assert (counters(store, "gig"), decisions(client)) == (before, items)
+    assert audit(store).ok
+
+
+def test_taking_back_is_refused_while_the_lineup_cannot_be_read(client, store, stream):
+    """A take-back from an event whose lineup does not read (a newer format after a
+    rollback) would commit an empty lineup: the event is parked instead, as for any step."""
+    store.create_event("gig", 3, NOW, waitlist=5)
+    stream_handler._processor = StreamProcessor(store)
+    submit(client, "gig", "a", "b")
+    deliver(stream.read_new())
+    lost_deletion(client, stream, "a")
+    submit(client, "gig", "a", "c", "d", "e")  # a void, taking the third seat; c, d, e wait
+    batch = stream.read_new()
+    stream_handler._processor = StreamProcessor(crash_after_commit(2)(client, sleep=lambda _: None))
+    with pytest.raises(SystemExit):
+        deliver(batch)
+    assert [w.signup_id for w in store.get_event("gig").event.waiting] == ["c", "d", "e"]
+    client.update_item(
+        TableName=CONTROL_TABLE.name,
+        Key=event_key("gig"),
+        UpdateExpression="SET lineup = :l",
+        ExpressionAttributeValues={":l": {"B": zlib.compress(b'{"f": 99, "h": [], "w": []}')}},
+    )
+    stream_handler._processor = StreamProcessor(store)
+    deliver(batch)
+    record = store.get_event("gig")
+    assert record.event.version == 2 and record.lineup_error is not None
+    assert store.get_parking("gig") is not None

@@ -450,6 +450,17 @@ def test_a_hold_past_its_expiry_by_more_than_the_grace_is_a_violation():
     assert lifecycle_audit(table).violations == []
 
 
+@pytest.mark.parametrize("hold_s", [120, 600, 3 * 3600])
+def test_a_hold_running_for_longer_than_the_clock_skew_is_no_violation(hold_s: int):
+    """A hold's expiry lies ahead while it runs (10-minute holds, hours): not a timestamp
+    from a skewed clock, which age_s would not trust."""
+    table = lifecycle_table()
+    table["decisions"][0]["hold_expires_at"] = iso(-hold_s)
+    assert lifecycle_audit(table).violations == []
+    table["decisions"][0]["hold_expires_at"] = "soon"
+    assert lifecycle_audit(table).violations == ["h: held with no hold_expires_at"]
+
+
 def test_a_waiting_signup_that_fits_the_free_seats_is_a_violation_once_still():
     table = lifecycle_table(capacity=3)  # one seat free
     table["decisions"].append(waiting("w"))

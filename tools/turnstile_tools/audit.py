@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from turnstile.base.clock import age_s
+from turnstile.base.clock import age_s, parse_timestamp
 from turnstile.base.contract import (
     Attr,
     EventState,
@@ -323,10 +323,16 @@ def _check_lifecycle(
     for d in decided.values():
         if d.get(Attr.STATUS) != Status.HELD:
             continue
-        overdue = age_s(d.get(Attr.HOLD_EXPIRES_AT), now)
-        if overdue is None:
+        # A hold's expiry is in the future while it runs, by up to the event's hold
+        # (hours): not a clock skew, unlike a producer's submitted_at (age_s).
+        expires = parse_timestamp(d.get(Attr.HOLD_EXPIRES_AT))
+        if expires is None:
             v.append(f"{d[sid]}: held with no hold_expires_at")
-        elif overdue > grace_s:
+            continue
+        reference = parse_timestamp(now)
+        assert reference is not None  # a datetime always parses
+        overdue = (reference - expires).total_seconds()
+        if overdue > grace_s:
             v.append(
                 f"{d[sid]}: held {overdue:.0f} s past its expiry "
                 f"({d.get(Attr.HOLD_EXPIRES_AT)}; more than the {grace_s:.0f} s grace)"

@@ -406,6 +406,10 @@ class StreamProcessor:
             record = self.store.get_event(event_id)
             if record is None or record.event.version != journal.version:
                 return []
+            if record.lineup_error is not None:
+                # Taken back from an empty lineup, the holds and the waitlist would be lost:
+                # the event is parked, as for any step, until its lineup reads again.
+                raise ValueError(f"event {event_id!r}: {record.lineup_error}")
             event, counts = without_void(record.event, record.status_counts, voids)
             tick = lifecycle.Command.tick(voids[-1].sequence_number)
             step = lifecycle.step(event, {}, [tick], ms_of(now))
@@ -653,17 +657,21 @@ def _to_read(record: EventRecord, chunk: Sequence[IntakeRecord], read_all: bool)
     """The signups of ``chunk`` whose decision items must be read: all of them if
     ``read_all`` or if the event was committed before it kept a high-water mark; else
     those of every record that is not a fresh INSERT (a MODIFY, a parked record) and of
-    every INSERT at or below the mark, which may have been committed (a redelivery). An
-    INSERT above it was never committed: the mark is the greatest sequence number of any
-    intake record a commit of the event decided from, on any shard."""
+    every INSERT at or below the mark, which may have been committed (a redelivery), or of
+    a signup the event's lineup holds. An INSERT above it was never committed: the mark is
+    the greatest sequence number of any intake record a commit of the event decided from,
+    on any shard."""
     mark = record.high_water
     if mark is None and record.event.version > 0:
         read_all = True
+    # A signup in the lineup was decided, whatever its record's number: read (free to tell).
+    lined_up = {h.signup_id for h in record.event.holds}
+    lined_up.update(w.signup_id for w in record.event.waiting)
     reads: dict[str, None] = {}
     for r in chunk:
         if r.tick or r.signup_id in reads:
             continue
-        if read_all or not r.inserted:
+        if read_all or not r.inserted or r.signup_id in lined_up:
             reads[r.signup_id] = None
             continue
         number = _sequence(r)

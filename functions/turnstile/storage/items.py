@@ -542,18 +542,21 @@ def without_void(
     """The event, and its signups per status, as the commit that made ``voids`` leaves
     them, less what it counted for them: first decisions that never took effect (their
     signups' items hold another first decision, ``SignupStore.materialize``). A void
-    decision's seats come back if it holds them (HELD, ACCEPTED), its place in the lineup
-    goes (HELD, WAITLISTED), and so does its count; the position it took stays taken (a gap
-    in the positions). Only exact on the event as that commit left it: the caller checks
-    that nothing was committed since."""
+    decision's seats come back if it holds them (HELD, ACCEPTED), its own place in the
+    lineup goes (HELD: the hold of its position; WAITLISTED: the place of its record; never
+    the place of the signup's real decision, which may be in the lineup too), and so does
+    its count; the position it took stays taken (a gap in the positions). Only exact on the
+    event as that commit left it: the caller checks that nothing was committed since."""
     taken = event.taken
     holds, waiting = event.holds, event.waiting
     out = {k: int(v) for k, v in counts.items()} if counts is not None else None
     for d in voids:
         if d.status in (Status.HELD, Status.ACCEPTED):
             taken -= d.seats
-        holds = tuple(h for h in holds if h.signup_id != d.signup_id)
-        waiting = tuple(w for w in waiting if w.signup_id != d.signup_id)
+        holds = tuple(h for h in holds if (h.signup_id, h.position) != (d.signup_id, d.position))
+        waiting = tuple(
+            w for w in waiting if (w.signup_id, w.arrival) != (d.signup_id, d.sequence_number)
+        )
         if out is not None and out.get(d.status, 0) > 0:
             out[d.status] -= 1
     return replace(event, taken=max(0, taken), holds=holds, waiting=waiting), out
