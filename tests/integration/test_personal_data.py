@@ -13,9 +13,11 @@ import pytest
 
 from tests.api.helpers import v2_event
 from tests.helpers import decisions, put_raw_intake
+from turnstile.base.contract import INTAKE_TABLE
 from turnstile.base.personal_data import TTL_LAG_S, signup_ref
 from turnstile.handlers import stream as stream_handler
 from turnstile.jobs.processor import StreamProcessor
+from turnstile.storage.dynamo import signup_key
 from turnstile.storage.journal import Journal
 from turnstile.storage.store import SignupStore
 from turnstile.web.api import create_app
@@ -238,5 +240,13 @@ def test_logs_carry_no_signup_id_and_no_attributes(client, store, stream, logs_a
     assert "signup submitted" in logged and "batch processed" in logged
     assert "event parked" in logged and "event group failed" in logged
     assert signup_ref("gala", SIGNUP_ID) in logged
+    # ... and so do they when a put again after a deletion the processor never saw is taken
+    # back (docs/design.md, section 4)
+    client.delete_item(TableName=INTAKE_TABLE.name, Key=signup_key("gala", SIGNUP_ID))
+    stream.read_new()  # the deletion, lost
+    put_raw_intake(client, "gala", SIGNUP_ID, attributes={"M": {"n": {"S": "Lovelace"}}})
+    assert invoke(stream.read_new()) == {"batchItemFailures": []}
+    logged = "\n".join(logs_at_info.lines)
+    assert "taken back out of the event" in logged
     for secret in SECRETS:
         assert secret not in logged, f"{secret!r} in the logs"

@@ -15,7 +15,7 @@ from typing import Any
 from turnstile.base.clock import ms_of, utc_now
 from turnstile.base.contract import ID_PATTERN, Attr, ControlKey
 from turnstile.base.errors import CommitConflictError, JournalTooLargeError
-from turnstile.base.personal_data import TTL_LAG_S, decision_expires_at, outlives
+from turnstile.base.personal_data import TTL_LAG_S, decision_expires_at, outlives, signup_ref
 from turnstile.engine import lifecycle
 from turnstile.engine.lifecycle import Transition
 from turnstile.storage.dynamo import AccessDenied, error_text, refused_as_invalid
@@ -400,7 +400,10 @@ class StreamProcessor:
         writes the last journal out, and so finds them, before it decides anything new."""
         log.warning(
             "first decisions that never took effect taken back out of the event",
-            extra={"event_id": event_id, "signups": [d.signup_id for d in voids]},
+            extra={
+                "event_id": event_id,
+                "signup_refs": [signup_ref(event_id, d.signup_id) for d in voids],
+            },
         )
         for _ in range(self.max_conflicts):
             record = self.store.get_event(event_id)
