@@ -22,6 +22,7 @@ import os
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -334,3 +335,34 @@ def test_a_draw_planned_before_others_drew_gets_only_what_is_left(client) -> Non
         escrow.draw("gig", old, 1, 6)  # more than the capacity, even on a fresh read
     _, shares = escrow.snapshot("gig", 2)
     assert [s.quota for s in shares] == [3, 2]
+
+
+def test_a_move_retried_by_the_store_is_sent_again_with_the_same_token(client) -> None:
+    """A transaction applied whose answer is lost (a 5xx) is retried with the token it was
+    sent with, so DynamoDB applies it once (it answers a token's repeats as the first)."""
+    sent: list[str] = []
+
+    class LostAnswer:
+        def __getattr__(self, name):
+            real = getattr(client, name)
+            if name != "transact_write_items":
+                return real
+
+            def call(**kwargs):
+                sent.append(kwargs["ClientRequestToken"])
+                real(**kwargs)
+                if len(sent) == 1:
+                    raise ClientError(
+                        {"Error": {"Code": "InternalServerError", "Message": "lost"}},
+                        "TransactWriteItems",
+                    )
+
+            return call
+
+    _event(client, capacity=4, shards=2)
+    escrow = Escrow(Tables(LostAnswer(), sleep=lambda _: None))
+    with contextlib.suppress(ConditionFailed, TransactionCancelled):
+        escrow.draw("gig", escrow.pool("gig"), 0, 1)  # moto applies the repeat too
+    assert len(sent) == 2 and sent[0] == sent[1] and len(sent[0]) == 32
+    escrow.draw("gig", escrow.pool("gig"), 1, 1)
+    assert len(set(sent)) == 2  # a new move, a new token

@@ -30,6 +30,7 @@ batch is retried) rather than decide short.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -252,8 +253,13 @@ class Escrow:
         }
 
     def _transact(self, updates: Sequence[dict[str, Any]]) -> None:
+        """One move, as one transaction. Its token makes the store's retries of it (a
+        throttle, a 5xx after it was applied) one move: DynamoDB applies a token once in
+        ten minutes, and answers its repeats as the first (moto ignores it)."""
         self.tables.dynamo.call(
-            "transact_write_items", TransactItems=[{"Update": u} for u in updates]
+            "transact_write_items",
+            TransactItems=[{"Update": u} for u in updates],
+            ClientRequestToken=uuid.uuid4().hex,
         )
 
 
