@@ -101,14 +101,7 @@ class Drill:
         self.stack_process = running.process
         self.endpoint = running.endpoint
         self.env = running.env
-        self.client = boto3.client(
-            "dynamodb",
-            endpoint_url=self.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-            config=Config(retries={"mode": "standard", "max_attempts": 10}),
-        )
+        self.client = running.dynamodb(max_attempts=10)
 
     def kill_and_restart_stack(self) -> None:
         """SIGKILL the whole ``turnstile local`` and start it again on its state (new ports)."""

@@ -13,8 +13,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
 
 BIN = Path(sys.executable).parent
 
@@ -41,6 +44,18 @@ class RunningStack:
             capture_output=True,
             text=True,
             timeout=timeout,
+        )
+
+    def dynamodb(self, **retries: Any) -> Any:
+        """A boto3 DynamoDB client pointed at the stack, with botocore's standard retries
+        as ``retries`` sets them (``max_attempts``, or ``total_max_attempts``)."""
+        return boto3.client(
+            "dynamodb",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            config=Config(retries={"mode": "standard", **retries}),
         )
 
     def aws(self, *args: str) -> subprocess.CompletedProcess:

@@ -11,9 +11,7 @@ import threading
 import time
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from tests.e2e.conftest import BIN, RunningStack
 from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
@@ -27,14 +25,7 @@ CLI_SIGNUPS = 12  # from the AWS CLI
 
 
 def client(stack: RunningStack) -> Any:
-    return boto3.client(
-        "dynamodb",
-        endpoint_url=stack.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        config=Config(retries={"mode": "standard", "max_attempts": 5}),
-    )
+    return stack.dynamodb(max_attempts=5)
 
 
 def scan(c: Any, table: str) -> list[dict[str, Any]]:

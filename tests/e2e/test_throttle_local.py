@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import subprocess
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from tests.e2e.conftest import BIN, running_local_stack, user_environment
 from turnstile.base.contract import INTAKE_TABLE
@@ -24,14 +22,7 @@ def test_the_local_endpoint_throttles_a_hot_partition(tmp_path):
         "--partition-throughput-scale",
         "0.000001",
     ) as stack:
-        dynamodb = boto3.client(
-            "dynamodb",
-            endpoint_url=stack.endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-            config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
-        )
+        dynamodb = stack.dynamodb(total_max_attempts=1)
 
         def signup(event: str, signup_id: str) -> dict:
             return {"event_id": {"S": event}, "signup_id": {"S": signup_id}, "seats": {"N": "1"}}

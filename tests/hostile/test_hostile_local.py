@@ -10,9 +10,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3
 import pytest
-from botocore.config import Config
 
 from tests.e2e.conftest import RunningStack, running_local_stack
 from tests.hostile.helpers import key, scan_raw
@@ -30,14 +28,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningStack]:
 
 
 def dynamodb(stack: RunningStack) -> Any:
-    return boto3.client(
-        "dynamodb",
-        endpoint_url=stack.endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-        config=Config(retries={"mode": "standard", "max_attempts": 5}),
-    )
+    return stack.dynamodb(max_attempts=5)
 
 
 def hostile_items() -> list[dict[str, Any]]:
