@@ -35,6 +35,8 @@ from turnstile.base.contract import (
     ParkAttr,
     WakeAttr,
     WakeReason,
+    shard_key,
+    split_shard_key,
 )
 from turnstile.base.errors import (
     CapacityBelowTakenError,
@@ -44,10 +46,12 @@ from turnstile.base.errors import (
     JournalTooLargeError,
     StoreUnavailableError,
 )
+from turnstile.engine.escrow import Pool, Share, chunk_size, plan
 from turnstile.engine.lifecycle import Event
 from turnstile.storage import dynamo, events, parking
 from turnstile.storage import store as real
 from turnstile.storage.dynamo import from_item, to_item
+from turnstile.storage.escrow import Secured
 from turnstile.storage.events import EventRecord, high_water_text
 from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome
@@ -336,6 +340,44 @@ class FakeStore:
         self._exit(fault)
         return found
 
+    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
+        """The escrow's moves on the fake's items, as ``Escrow.secure`` makes them: draw
+        from the pool while it has seats, then plan takes from the other shards."""
+        fault = self._enter("secure", event_id)
+
+        def share(k: int) -> Share:
+            item = self._event_item(shard_key(event_id, k)) or {}
+            return Share(
+                k,
+                int(_number(item, Attr.CAPACITY) or 0),
+                int(_number(item, Attr.TAKEN) or 0),
+                int(_number(item, Attr.VERSION) or 0),
+            )
+
+        me = share(shard)
+        pool_item = self._event_item(event_id)
+        if me.free >= need or pool_item is None:
+            self._exit(fault)
+            return Secured(me)
+        pool = Pool(
+            int(_number(pool_item, Attr.CAPACITY) or 0), int(_number(pool_item, Attr.DEALT) or 0)
+        )
+        chunk = chunk_size(pool.capacity, shards)
+        others = [share(k) for k in range(shards) if k != shard]
+        planned = plan(pool, me, need, chunk, others)
+        if planned.draw:
+            dealt = str(pool.dealt + planned.draw)
+            pool_item[Attr.DEALT] = {"N": dealt}
+            pool_item[Attr.CAPACITY_FLOOR] = {"N": dealt}
+            mine = self._event_item(shard_key(event_id, shard))
+            assert mine is not None
+            mine[Attr.CAPACITY] = {"N": str(me.quota + planned.draw)}
+            self._exit(fault)
+            return Secured(share(shard))
+        takes = tuple((share(k), seats) for k, seats in planned.steals)
+        self._exit(fault)
+        return Secured(me, takes)
+
     def commit(
         self,
         expected: Event,
@@ -344,6 +386,7 @@ class FakeStore:
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
         high_water: int | None = None,
+        takes: Sequence[tuple[Share, int]] = (),
     ) -> Journal:
         fault = self._enter("commit", expected.event_id)
         assert outcome.state is not None
@@ -376,10 +419,23 @@ class FakeStore:
             and _is_or_absent_as(item, Attr.CAPACITY, expected.capacity, 0)
             and _is_or_absent_as(item, Attr.STATE, expected.state, EventState.OPEN)
         )
+        took = sum(seats for _, seats in takes)
         if item is not None and holds and outcome.state.taken > expected.taken:
             # only a commit that takes seats needs room for them
             capacity = _number(item, Attr.CAPACITY)
-            holds = capacity is not None and capacity >= outcome.state.taken
+            holds = capacity is not None and capacity + took >= outcome.state.taken
+        givers = []
+        split = split_shard_key(expected.event_id)
+        for giver, seats in takes:
+            assert split is not None, "only a shard takes seats"
+            given = self._event_item(shard_key(split[0], giver.shard))
+            holds = (
+                holds
+                and given is not None
+                and _is_or_absent_as(given, Attr.VERSION, giver.version, 0)
+                and _number(given, Attr.CAPACITY) == giver.quota
+            )
+            givers.append((given, seats))
         if item is None or not holds:
             raise CommitConflictError(
                 f"event {expected.event_id!r} moved past version {expected.version} "
@@ -394,6 +450,11 @@ class FakeStore:
                 Attr.CAPACITY_FLOOR: {"N": str(outcome.state.taken)},
             }
         )
+        for given, seats in givers:
+            assert given is not None
+            given[Attr.CAPACITY] = {"N": str((_number(given, Attr.CAPACITY) or 0) - seats)}
+        if took:
+            item[Attr.CAPACITY] = {"N": str((_number(item, Attr.CAPACITY) or 0) + took)}
         if high_water is not None:
             item[Attr.HIGH_WATER] = {"S": high_water_text(high_water, journal.version)}
         if outcome.lifecycle is not None:

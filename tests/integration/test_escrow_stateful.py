@@ -29,10 +29,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from moto import mock_aws
 
 from tests.conftest import create_tables
-from turnstile.base.contract import Attr, ControlKey
+from turnstile.base.contract import Attr, ControlKey, shard_key
 from turnstile.engine.escrow import Pool, Share
 from turnstile.storage.dynamo import ConditionFailed, Tables, TransactionCancelled, control_key
 from turnstile.storage.escrow import Escrow
+from turnstile.storage.store import SignupStore
 from turnstile_tools.local.server import patch_moto_transactions
 
 _EVENT_IDS = itertools.count()
@@ -63,14 +64,7 @@ class EscrowMachine(RuleBasedStateMachine):
         self.event_id = f"ev{next(_EVENT_IDS)}"
         self.capacity, self.shards = capacity, shards
         self.given = [0] * shards
-        self.client.put_item(
-            TableName="turnstile-control",
-            Item={
-                **control_key(ControlKey.event(self.event_id)),
-                Attr.CAPACITY: {"N": str(capacity)},
-                Attr.SHARDS: {"N": str(shards)},
-            },
-        )
+        _create(self.client, self.event_id, capacity, shards)
 
     def _shard(self, data: st.DataObject) -> int:
         return data.draw(st.integers(0, self.shards - 1), label="shard")
@@ -195,15 +189,27 @@ EscrowMachine.TestCase.settings = settings(
 TestEscrow = EscrowMachine.TestCase
 
 
+def _create(client, event_id: str, capacity: int, shards: int) -> None:
+    """The event as the store creates it: its item (the pool) and one item per shard.
+    One shard (which no event is created with: it would be an unsharded event) is put by
+    hand, as the store would lay it out."""
+    if shards > 1:
+        SignupStore(client).create_event(event_id, capacity, "2026-11-27T00:00:00Z", shards=shards)
+        return
+    for key, seats in ((event_id, capacity), (shard_key(event_id, 0), 0)):
+        client.put_item(
+            TableName="turnstile-control",
+            Item={
+                **control_key(ControlKey.event(key)),
+                Attr.EVENT_ID: {"S": key},
+                Attr.CAPACITY: {"N": str(seats)},
+                Attr.SHARDS: {"N": "1"},
+            },
+        )
+
+
 def _event(client, capacity: int, shards: int) -> Escrow:
-    client.put_item(
-        TableName="turnstile-control",
-        Item={
-            **control_key(ControlKey.event("gig")),
-            Attr.CAPACITY: {"N": str(capacity)},
-            Attr.SHARDS: {"N": str(shards)},
-        },
-    )
+    _create(client, "gig", capacity, shards)
     return Escrow(Tables(client, sleep=lambda _: None))
 
 

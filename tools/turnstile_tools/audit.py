@@ -28,7 +28,9 @@ from turnstile.base.contract import (
     Reason,
     Status,
     fits_partition_key,
-    is_id,
+    is_event_key,
+    shard_key,
+    split_shard_key,
 )
 from turnstile.base.errors import EventNotFoundError
 from turnstile.engine.lifecycle import ALLOWED_TRANSITIONS, SEATED
@@ -69,6 +71,9 @@ class EventAudit:
     notes: list[str] = field(default_factory=list)
     #: The event kept changing while it was read: nothing could be checked.
     inconclusive: bool = False
+    #: A shard's fewest seats refused ``capacity_full`` (None: none refused; ``audit_pool``
+    #: checks them against the seats left in the whole event).
+    refused_full_seats: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -246,6 +251,11 @@ def audit_event(
     if capacity is not None and event_item is not None:
         lowest = _whole(event_item.get(Attr.MIN_CAPACITY))
         capacity = min(capacity, lowest) if lowest is not None else capacity
+    if split_shard_key(event_id) is not None:
+        # A shard's capacity is its quota, which seats given back by another shard can
+        # raise after a refusal: a shard refuses when no seat is left in the whole event,
+        # which ``audit_pool`` checks across the shards.
+        capacity = None
     taken = 0
     last_position = 0
     for d in ordered:
@@ -256,6 +266,9 @@ def audit_event(
                 v.append(f"{d[sid]}: position {position} out of stream order")
             last_position = position
             taken += seats
+        elif d.get(Attr.REASON) == Reason.CAPACITY_FULL and capacity is None:
+            fewest = report.refused_full_seats
+            report.refused_full_seats = seats if fewest is None else min(fewest, seats)
         elif (
             not report.moved
             and d.get(Attr.REASON) == Reason.CAPACITY_FULL
@@ -422,12 +435,13 @@ def audit_stable(
 
     Returns the report and whether the event has any row at all.
 
-    An event id that is not an id (``contract.is_id``: a producer's, read from intake) has
-    no event item, parking marker or parked record, as nothing turnstile keeps is keyed by
-    one: their keys are never built (prefixed, such an id may be a key DynamoDB refuses).
-    Its intake records and decisions are audited all the same.
+    An event id that is neither an id nor a shard key (``contract.is_event_key``: a
+    producer's, read from intake) has no event item, parking marker or parked record, as
+    nothing turnstile keeps is keyed by one: their keys are never built (prefixed, such an
+    id may be a key DynamoDB refuses). Its intake records and decisions are audited all
+    the same.
     """
-    keeps_items = is_id(event_id)
+    keeps_items = is_event_key(event_id)
 
     def event_item() -> EventRecord | None:
         return store.get_event(event_id) if keeps_items else None
@@ -543,9 +557,58 @@ def audit(
     if event_id is not None and not fits_partition_key(event_id):
         raise EventNotFoundError(f"no such event {event_id[:60]!r}")
     reports = []
-    for eid in [event_id] if event_id is not None else _event_ids(store):
+    ids = [event_id] if event_id is not None else _event_ids(store)
+    pools: dict[str, int] = {}
+    if event_id is not None and split_shard_key(event_id) is None and is_event_key(event_id):
+        record = store.get_event(event_id)
+        if record is not None and record.shards > 1:  # a sharded event: its shards too
+            ids += [shard_key(event_id, k) for k in range(record.shards)]
+    for eid in ids:
         report, exists = audit_stable(store, eid, pending_grace_s, now, attempts)
         if not exists:
             raise EventNotFoundError(f"no such event {eid!r}")
         reports.append(report)
+        record = (
+            store.get_event(eid) if split_shard_key(eid) is None and is_event_key(eid) else None
+        )
+        if record is not None and record.shards > 1:
+            pools[eid] = record.shards
+    by_id = {r.event_id: r for r in reports}
+    for pool_id, shards in pools.items():
+        shard_reports = [by_id.get(shard_key(pool_id, k)) for k in range(shards)]
+        audit_pool(by_id[pool_id], store, shards, [r for r in shard_reports if r is not None])
     return AuditReport(events=reports)
+
+
+def audit_pool(
+    report: EventAudit, store: AuditStore, shards: int, shard_reports: list[EventAudit]
+) -> None:
+    """A sharded event's escrow, from one snapshot of its pool and every shard's item: no
+    seat is in two places (the shards' quotas add up to what the pool dealt, at most its
+    capacity; no shard gave more than its quota), none oversold; and none undersold: no
+    signup was refused ``capacity_full`` while its seats were still left in the event, as
+    far as the rows can tell (nothing moved and the capacity never changed)."""
+    pool, shares = store.shares(report.event_id, shards)
+    v = report.violations
+    if pool is None:  # pragma: no cover - the pool was just read
+        return
+    given = sum(s.taken for s in shares)
+    dealt = sum(s.quota for s in shares)
+    report.capacity, report.taken = pool.capacity, given
+    if given > pool.capacity:
+        v.append(f"oversold: its {shards} shards gave {given} seats, capacity {pool.capacity}")
+    if dealt != pool.dealt or pool.dealt > pool.capacity:
+        v.append(f"the shards hold {dealt} seats, the pool dealt {pool.dealt} of {pool.capacity}")
+    for share in shares:
+        if share.taken > share.quota:
+            v.append(f"shard {share.shard} gave {share.taken} seats of its {share.quota}")
+    refused = [r for r in shard_reports if r.refused_full_seats is not None]
+    still = not any(r.moved for r in shard_reports)
+    record = store.get_event(report.event_id)
+    if refused and still and record is not None and record.min_capacity is None:
+        fewest = min(r.refused_full_seats or 0 for r in refused)
+        if fewest <= pool.capacity - given:
+            v.append(
+                f"undersold: a signup of {fewest} seats refused capacity_full, "
+                f"{pool.capacity - given} seats never given"
+            )

@@ -43,8 +43,10 @@ __all__ = [
     "MAX_LINEUP_ENTRIES",
     "MAX_OWNER_CHARS",
     "MAX_PARTITION_KEY_BYTES",
+    "MAX_SHARDS",
     "MAX_SORT_KEY_BYTES",
     "ORGANIZER_ATTRIBUTES",
+    "SHARD_KEY_PATTERN",
     "STREAM_SOURCE",
     "UNDECIDED_INDEX",
     "UNDECIDED_SHARDS",
@@ -69,9 +71,14 @@ __all__ = [
     "control_table_name",
     "fits_partition_key",
     "intake_table_name",
+    "is_event_key",
     "is_id",
     "main_table_name",
     "recorded_identity",
+    "shard_key",
+    "shard_of",
+    "signup_key",
+    "split_shard_key",
     "undecided_shard",
 ]
 
@@ -127,11 +134,62 @@ def fits_partition_key(value: Any) -> bool:
     return 0 < size <= MAX_PARTITION_KEY_BYTES
 
 
+#: The most shards an event may have (``Attr.SHARDS``; docs/hot-events.md).
+MAX_SHARDS = 32
+
+#: A shard of a sharded event, as intake and the main table key its signups and as the
+#: processor decides it: ``<event id>#<shard, two digits>``, shard 00 to 31. ``#`` is in no
+#: id, so a shard key is never an event's id, nor an id's prefix.
+SHARD_KEY_PATTERN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._:@-]{0,127})#(0[0-9]|[12][0-9]|3[01])$")
+
+
+def shard_of(signup_id: str, shards: int) -> int:
+    """The one shard of a signup of an event of ``shards`` shards: the first 8 bytes of the
+    BLAKE2b digest of its UTF-8 id, as an unsigned big-endian number, modulo ``shards``.
+
+    Fixed forever (a producer writing intake directly computes it the same way; the data
+    contract states it, and ``turnstile_tools.client.shard_key_of`` computes it), and
+    spread evenly whatever the ids look like."""
+    if not 1 <= shards <= MAX_SHARDS:
+        raise ValueError(f"an event has 1 to {MAX_SHARDS} shards, not {shards}")
+    digest = hashlib.blake2b(signup_id.encode("utf-8", "surrogatepass"), digest_size=8)
+    return int.from_bytes(digest.digest(), "big") % shards
+
+
+def shard_key(event_id: str, shard: int) -> str:
+    """Shard ``shard``'s key of event ``event_id`` (``SHARD_KEY_PATTERN``)."""
+    if not 0 <= shard < MAX_SHARDS:
+        raise ValueError(f"no shard {shard}: an event has at most {MAX_SHARDS}")
+    return f"{_event_id(event_id)}#{shard:02d}"
+
+
+def signup_key(event_id: str, signup_id: str, shards: int) -> str:
+    """The event key a signup of event ``event_id`` is written and decided under: the
+    event's id when it has one shard, else its shard's key."""
+    if shards == 1:
+        return event_id
+    return shard_key(event_id, shard_of(signup_id, shards))
+
+
+def split_shard_key(key: Any) -> tuple[str, int] | None:
+    """A shard key's event id and shard number; None when ``key`` is no shard key."""
+    if not isinstance(key, str):
+        return None
+    found = SHARD_KEY_PATTERN.fullmatch(key)
+    return (found.group(1), int(found.group(2))) if found else None
+
+
+def is_event_key(value: Any) -> bool:
+    """Whether ``value`` may name an event item: an id, or a shard key (a sharded event's
+    shard is decided as an event of its own, ``docs/hot-events.md``)."""
+    return is_id(value) or split_shard_key(value) is not None
+
+
 def _event_id(event_id: str) -> str:
-    """``event_id``, refused unless it is an id: every key of turnstile's own items is
-    built from a valid id, never from one a producer wrote that could make a key DynamoDB
-    refuses (2,048 bytes with the prefix), or name another kind of item."""
-    if not ID_PATTERN.fullmatch(event_id):
+    """``event_id``, refused unless it is an id or a shard key: every key of turnstile's own
+    items is built from one, never from an id a producer wrote that could make a key
+    DynamoDB refuses (2,048 bytes with the prefix), or name another kind of item."""
+    if not ID_PATTERN.fullmatch(event_id) and not SHARD_KEY_PATTERN.fullmatch(event_id):
         raise ValueError(f"not an event id: {event_id[:60]!r}")
     return event_id
 
@@ -175,16 +233,6 @@ class ControlKey:
     def parking(cls, event_id: str) -> tuple[str, str]:
         """An event's parking marker's key (the partition of its parked records)."""
         return f"{cls.PARK_PREFIX}{_event_id(event_id)}", cls.PARKED_SK
-
-    # A sharded event's shares (``turnstile.engine.escrow``): one item per shard, each in a
-    # partition of its own, so that the shards' commits never share one.
-    SHARE_PREFIX = "SHARE#"
-    SHARE_SK = "SHARE"
-
-    @classmethod
-    def share(cls, event_id: str, shard: int) -> tuple[str, str]:
-        """Shard ``shard``'s share of a sharded event (``#`` is in no id: unambiguous)."""
-        return f"{cls.SHARE_PREFIX}{_event_id(event_id)}#{int(shard):02d}", cls.SHARE_SK
 
     # An event's wake-up: written by whatever needs the event to take a step (a hold due,
     # an organizer's change, a parked event to release); its stream record is the step's
@@ -261,13 +309,11 @@ class Attr:
     #: was never committed, so its signup needs no "already decided?" read (docs/design.md
     #: section 4).
     HIGH_WATER = "high_water"
-    #: A sharded event's shards (absent: one, the event as it always was), and the seats
-    #: its pool has dealt to them (``turnstile.engine.escrow``).
+    #: A sharded event's shards (absent: one, the event as it always was), on its item
+    #: (the pool) and on each shard's; and the seats the pool has dealt to its shards (the
+    #: processor's; a shard's ``capacity`` is the seats dealt to it, docs/hot-events.md).
     SHARDS = "shards"
     DEALT = "dealt"
-    # a sharded event's share item: seats dealt to the shard (its ``taken`` and ``version``
-    # are named as on an event item)
-    QUOTA = "quota"
     # decision item
     STATUS = "status"
     REASON = "reason"
@@ -343,6 +389,7 @@ EVENT_CONFIG_ATTRIBUTES = (
     Attr.WAITLIST,
     Attr.HOLD_SECONDS,
     Attr.MAX_SEATS,
+    Attr.SHARDS,
 )
 
 #: What a listing of events reads of each control-table item (``GET /events``, ``turnstile

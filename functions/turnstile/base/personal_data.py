@@ -160,8 +160,7 @@ def _read_log_key() -> bytes:
             return str(value["SecretString"]).encode()
         except Exception as exc:  # a log reference must never fail a request
             logging.getLogger(__name__).warning(
-                "log key secret unreadable (%s): signup references of this process are "
-                "its own",
+                "log key secret unreadable (%s): signup references of this process are its own",
                 type(exc).__name__,
             )
     return secrets.token_bytes(32)

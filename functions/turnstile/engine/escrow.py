@@ -21,9 +21,10 @@ quotas, nor in none, whatever crashes or races between the moves.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from turnstile.base.contract import MAX_SHARDS, shard_of
 
 __all__ = [
     "CHUNKS_PER_SHARD",
@@ -36,25 +37,10 @@ __all__ = [
     "shard_of",
 ]
 
-#: The most shards an event may have.
-MAX_SHARDS = 32
-
 #: A shard draws at least ``capacity / (shards * CHUNKS_PER_SHARD)`` seats at a time: few
 #: enough draws to keep the pool's partition cool, small enough chunks that little is dealt
 #: to a shard its signups never reach (which another shard then has to take back).
 CHUNKS_PER_SHARD = 4
-
-
-def shard_of(signup_id: str, shards: int) -> int:
-    """The one shard of a signup of an event of ``shards`` shards: the first 8 bytes of the
-    BLAKE2b digest of its UTF-8 id, as an unsigned big-endian number, modulo ``shards``.
-
-    Fixed forever (a producer writing intake directly computes it the same way; the data
-    contract states it), and spread evenly whatever the ids look like."""
-    if not 1 <= shards <= MAX_SHARDS:
-        raise ValueError(f"an event has 1 to {MAX_SHARDS} shards, not {shards}")
-    digest = hashlib.blake2b(signup_id.encode("utf-8", "surrogatepass"), digest_size=8)
-    return int.from_bytes(digest.digest(), "big") % shards
 
 
 def chunk_size(capacity: int, shards: int) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from turnstile.base.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES
+from turnstile.base.contract import ID_PATTERN, MAX_ATTRIBUTES_BYTES, is_event_key
 from turnstile.base.itemsize import number_size, text_size, value_size
 
 __all__ = [
@@ -47,6 +47,15 @@ def id_problem(value: Any, name: str) -> str | None:
     if not isinstance(value, str) or ID_PATTERN.fullmatch(value) is None:
         return f"{name} must match {ID_PATTERN.pattern}"
     return None
+
+
+def event_key_problem(value: Any) -> str | None:
+    """Rule: a signup's ``event_id`` is an event's id, or one of a sharded event's shard keys
+    (``<event id>#<shard, 00 to 31>``: ``SHARD_KEY_PATTERN``; whether it is the signup's own
+    shard is the processor's to check, from the event's shards)."""
+    if is_event_key(value):
+        return None
+    return f"event_id must match {ID_PATTERN.pattern} (or, for a sharded event, <event_id>#<00-31>)"
 
 
 def seat_count(raw: Any) -> tuple[int, str | None]:
@@ -238,7 +247,7 @@ def signup_problems(
     problems = [
         p
         for p in (
-            id_problem(event_id, "event_id"),
+            event_key_problem(event_id),
             id_problem(signup_id, "signup_id"),
             seats_problem(seats),
             None if attributes is None else attributes_problem(attributes),

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from turnstile.base.contract import (
     DUE_HOLDS_INDEX,
     DUE_HOLDS_SHARD,
-    ID_PATTERN,
     Attr,
     ControlKey,
     WakeReason,
+    is_event_key,
 )
 
 if TYPE_CHECKING:
@@ -67,9 +67,9 @@ def _due(entry: dict[str, Any]) -> tuple[str, str] | None:
     parked event's marker (a release to try), or a wake-up whose step failed (to write
     again). None when the entry is none of these, or its event
     id is not an id: the item is the processor's, but the id came from intake, and an id
-    outside ``ID_PATTERN`` never names an item."""
+    that is neither an id nor a shard key never names an item."""
     event_id = entry.get(Attr.EVENT_ID)
-    if not isinstance(event_id, str) or not ID_PATTERN.fullmatch(event_id):
+    if not is_event_key(event_id):
         return None
     key = (entry.get(ControlKey.PK), entry.get(ControlKey.SK))
     if key == ControlKey.event(event_id):

@@ -13,10 +13,19 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from turnstile.base.clock import ms_of, utc_now
-from turnstile.base.contract import ID_PATTERN, Attr, ControlKey
+from turnstile.base.contract import (
+    Attr,
+    ControlKey,
+    Reason,
+    Status,
+    is_event_key,
+    shard_of,
+    split_shard_key,
+)
 from turnstile.base.errors import CommitConflictError, JournalTooLargeError
 from turnstile.base.personal_data import TTL_LAG_S, decision_expires_at, outlives, signup_ref
 from turnstile.engine import lifecycle
+from turnstile.engine.escrow import Share
 from turnstile.engine.lifecycle import Transition
 from turnstile.storage.dynamo import AccessDenied, error_text, refused_as_invalid
 from turnstile.storage.events import EventRecord
@@ -162,7 +171,7 @@ class StreamProcessor:
                 result.ignored += 1  # a REMOVE (TTL's clean-up, or a delete) decides nothing
                 if record.event_name == REMOVED and record.woken_event is None:
                     event_id = record.event_id
-                    if ID_PATTERN.fullmatch(event_id):  # no event can have another id
+                    if is_event_key(event_id):  # no event can have another id
                         groups.setdefault(event_id, [])
                         removals.setdefault(event_id, record.sequence_number)
                 continue
@@ -192,7 +201,7 @@ class StreamProcessor:
         nothing left parked takes no step). A failure goes back to the event source (the
         wake-up is retried); nothing is parked, as a wake-up is no arrival."""
         self._prefetched.clear()
-        if not ID_PATTERN.fullmatch(event_id):
+        if not is_event_key(event_id):
             result.ignored += 1
             return
         try:
@@ -280,17 +289,29 @@ class StreamProcessor:
         # An id that is no id names no event (none can be created), and a key built from it
         # may be one DynamoDB refuses (an event id of up to 2,048 bytes from intake, plus a
         # prefix): the event item is never read, its records are rejected invalid.
-        valid = ID_PATTERN.fullmatch(event_id) is not None
+        valid = is_event_key(event_id)
         record = self._load_event(event_id) if valid else None
+        # A sharded event's records are decided under their shards' keys: each record is
+        # checked to be under its own (on its event's item, none is ever decided).
+        pool = False
+        if record is not None and record.shards > 1:
+            pool = split_shard_key(event_id) is None
+            chunk = _placed(event_id, record.shards, chunk)
+            by_id = {}
+            for r in chunk:
+                if not r.tick:
+                    by_id.setdefault(r.signup_id, r)
         now = self.clock()
         # Never before an intake record of the chunk could bring its signup back.
         expires_at = decision_expires_at(
             now, self.decision_retention_days, (r.expires_at for r in chunk if not r.tick)
         )
-        if record is None:
+        if record is None or pool:
+            # No event item (unknown_event), or a sharded event's own (each invalid_request,
+            # naming its shard's key): rejected, the event item never written.
             existing = self.store.get_decisions(event_id, by_id)
             decisions = decisions_without_event(chunk, existing, ms_of(now))
-            if decisions and valid and event_id not in self._may_repeat:
+            if decisions and valid and not pool and event_id not in self._may_repeat:
                 # A signup decided with no event item is under no high-water mark: noted
                 # first, so that the event, if it is created, reads every INSERT of its own.
                 self.store.note_may_repeat(event_id)
@@ -302,7 +323,7 @@ class StreamProcessor:
                     by_id,
                     now,
                     expires_at=expires_at,
-                    event_may_appear=valid,
+                    event_may_appear=valid and not pool,
                 )
             # Requests on signups rejected before (no event: nothing to lock, nothing to
             # move) are answered all the same, refused, so none stays unanswered.
@@ -347,6 +368,13 @@ class StreamProcessor:
         outcome, moves = self._step(record, chunk, decided, now)
         if outcome is None:
             return [], len(chunk), []
+        deciding, takes = record, ()
+        if record.shards > 1 and (short := _short(outcome)):
+            deciding, takes = self._secure(event_id, record, short)
+            if takes:
+                outcome, moves = self._step(deciding, chunk, decided, now)
+                if outcome is None:  # pragma: no cover - more seats never undo a step
+                    return [], len(chunk), []
         while True:
             try:
                 journal = self.store.commit(
@@ -356,6 +384,7 @@ class StreamProcessor:
                     by_id,
                     expires_at=expires_at,
                     high_water=_high_water(record, chunk),
+                    takes=takes,
                 )
                 break
             except JournalTooLargeError as too_big:
@@ -365,7 +394,7 @@ class StreamProcessor:
                 if len(chunk) == 1:
                     raise
                 chunk = chunk[: _prefix(chunk, outcome, too_big.fits)]
-                outcome, moves = self._step(record, chunk, dict(decided), now)
+                outcome, moves = self._step(deciding, chunk, dict(decided), now)
                 if outcome is None:
                     return [], len(chunk), []
         voids = self.store.materialize(event_id, journal, by_id)
@@ -376,6 +405,31 @@ class StreamProcessor:
         void = {d.signup_id for d in voids}
         decisions = [d for d in journal.decisions if d.signup_id not in void]
         return self._decided(event_id, decisions, now, by_id), len(chunk), moves
+
+    def _secure(
+        self, shard: str, record: EventRecord, short: int
+    ) -> tuple[EventRecord, tuple[tuple[Share, int], ...]]:
+        """A shard whose step refused ``short`` seats ``capacity_full`` secures them
+        before it commits (docs/hot-events.md): it draws from its event's pool, then
+        raises ``CommitConflictError``, so the chunk is decided again from its item with
+        the seats drawn; once the pool has none, it plans to take other shards' slack in
+        its commit, and returns the shard as decided from (its quota with what it takes)
+        and the takes. No takes: no seat is left anywhere, and the refusals stand."""
+        split = split_shard_key(shard)
+        assert split is not None
+        event_id, number = split
+        event = record.event
+        need = max(0, event.capacity - event.taken) + short
+        secured = self.store.secure(event_id, record.shards, number, need)
+        mine = secured.share
+        if (mine.version, mine.quota, mine.taken) != (event.version, event.capacity, event.taken):
+            # seats drawn, or the shard moved since it was read: decided again from it
+            raise CommitConflictError(f"shard {shard!r}: seats drawn, deciding again")
+        took = sum(seats for _, seats in secured.takes)
+        if not took:
+            return record, ()
+        wider = replace(record, event=replace(event, capacity=event.capacity + took))
+        return wider, secured.takes
 
     def _take_back(
         self,
@@ -553,7 +607,7 @@ class StreamProcessor:
         A deletion (``removal``) is noted first, whatever becomes of the records.
         """
         self._prefetched.clear()
-        if not ID_PATTERN.fullmatch(event_id):
+        if not is_event_key(event_id):
             return False  # no event has this id: each record is rejected invalid_request
         if not records:
             if removal is not None:
@@ -593,7 +647,7 @@ class StreamProcessor:
         event source then retries the group: the last resort), or if DynamoDB refused the
         records themselves (parking would block the event behind records that can never
         be decided: they take the event source's retries, bisect and on-failure queue)."""
-        if not ID_PATTERN.fullmatch(event_id) or refused_as_invalid(error):
+        if not is_event_key(event_id) or refused_as_invalid(error):
             return False
         error_class = error_text(error) if error is not None else None
         if isinstance(error, AccessDenied):
@@ -647,6 +701,37 @@ class StreamProcessor:
             return False
         finally:
             self._prefetched.pop(event_id, None)
+
+
+def _placed(event_id: str, shards: int, chunk: Sequence[IntakeRecord]) -> list[IntakeRecord]:
+    """``chunk`` of a sharded event, each record not under its shard's key with a problem
+    naming the key it belongs under (so it is rejected ``invalid_request``, never decided
+    by a shard that does not own it). ``event_id``: the key the records came under (the
+    event's own id, or one of its shards' keys)."""
+    split = split_shard_key(event_id)
+    event = split[0] if split is not None else event_id
+    placed = []
+    for r in chunk:
+        if not r.tick:
+            owner = shard_of(r.signup_id, shards)
+            if split is None or split[1] != owner:
+                r = _with_problem(
+                    r,
+                    f"event {event} has {shards} shards: signup {r.signup_id!r} belongs "
+                    f"under event_id {event}#{owner:02d}",
+                )
+        placed.append(r)
+    return placed
+
+
+def _short(outcome: Outcome) -> int:
+    """The seats ``outcome`` refused ``capacity_full``: what a shard secures before it
+    commits."""
+    return sum(
+        d.seats
+        for d in outcome.decisions
+        if d.status == Status.REJECTED and d.reason == Reason.CAPACITY_FULL
+    )
 
 
 def _sequence(record: IntakeRecord) -> int | None:

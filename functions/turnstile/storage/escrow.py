@@ -1,22 +1,27 @@
 """Escrow on DynamoDB: the moves of a sharded event's seats, each one conditional write.
 
-The pool is the event item (``Attr.CAPACITY``, ``Attr.DEALT``); each shard's share is an
-item of its own (``ControlKey.share``: ``Attr.QUOTA``, ``Attr.TAKEN``, ``Attr.VERSION``).
-What ``turnstile.engine.escrow`` plans, this module does, so that a seat is always in exactly
-one place, whatever crashes, retries or races come between the moves:
+The pool is the event's item (``Attr.CAPACITY``, ``Attr.DEALT``). Each shard is decided as
+an event of its own, under its shard key (``contract.shard_key``: ``<event>#<kk>``), and its
+event item is its share: its ``capacity`` is its *quota*, the seats dealt to it, beside the
+``taken`` and ``version`` every commit writes. What ``turnstile.engine.escrow`` plans, this
+module does, so that a seat is always in exactly one place, whatever crashes, retries or
+races come between the moves:
 
-* **draw** (pool to shard): one transaction, the pool's ``dealt`` raised on condition that
-  it stays within the capacity it was read with, the shard's ``quota`` raised by as much.
-  Both or neither; a crash after it leaves the seats in the shard's quota, where the shard
-  (or a shard that takes them) gives them later.
+* **draw** (pool to shard): one transaction, the pool's ``dealt`` (and its
+  ``capacity_floor``, which an organizer's capacity change is conditioned on) raised on
+  condition that it stays within the capacity it was read with, the shard's ``capacity``
+  raised by as much. Both or neither; a crash after it leaves the seats in the shard's
+  quota, where the shard (or a shard that takes them) gives them later.
 * **commit** (seats given or given back by a shard, and seats it takes from others): one
   write, or one transaction when it takes. The shard's ``taken`` is set and its
   ``version`` moved on condition that the version is the one it decided from and its
-  quota, with what it takes, covers the new ``taken``; each giving shard's ``quota`` is
-  lowered on condition that its ``version`` and ``quota`` are what was read (nothing given
+  quota, with what it takes, covers the new ``taken``; each giving shard's quota is
+  lowered on condition that its ``version`` and quota are what was read (nothing given
   and nothing taken since: its slack is what was counted). Seats taken from another shard
   are given in the same write, never held: two shards short of seats cannot take the same
-  seats back and forth without either giving any.
+  seats back and forth without either giving any. The stream processor's commit of a
+  shard is ``SignupStore.commit`` with ``takes`` (the givers' writes are ``gives``); the
+  lean ``commit`` here is the same write without the decisions, for the escrow's own tests.
 
 ``secure`` plans for a shard about to decide: it draws from the pool while it has seats,
 then reads the pool and every share in one transactional read (a snapshot no move can be
@@ -35,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnstile.base.contract import Attr, ControlKey
+from turnstile.base.contract import MAX_SHARDS, Attr, ControlKey, shard_key
 from turnstile.base.errors import StoreUnavailableError
 from turnstile.engine.escrow import Pool, Share, chunk_size, plan
 from turnstile.storage.dynamo import (
@@ -48,7 +53,7 @@ from turnstile.storage.dynamo import (
     number_text,
 )
 
-__all__ = ["SECURE_ATTEMPTS", "Escrow", "Secured"]
+__all__ = ["SECURE_ATTEMPTS", "Escrow", "Secured", "gives"]
 
 #: How often ``secure`` starts again after another writer moved first.
 SECURE_ATTEMPTS = 16
@@ -90,16 +95,18 @@ class Escrow:
         return _pool(item) if item is not None else None
 
     def share(self, event_id: str, shard: int) -> Share:
-        """Shard ``shard``'s share as it is now (nothing dealt yet: all zero)."""
-        key = control_key(ControlKey.share(event_id, shard))
+        """Shard ``shard``'s share as it is now (no item: all zero)."""
+        key = control_key(ControlKey.event(shard_key(event_id, shard)))
         return _share(shard, self.tables.dynamo.get(self._table, key))
 
     def snapshot(self, event_id: str, shards: int) -> tuple[Pool | None, list[Share]]:
         """The pool and every share at one instant (one ``TransactGetItems``: no draw or
         commit is seen half made), in shard order."""
-        if not 1 <= shards < TRANSACTION_LIMIT:
-            raise ValueError(f"an event has 1 to {TRANSACTION_LIMIT - 1} shards, not {shards}")
-        keys = [ControlKey.event(event_id)] + [ControlKey.share(event_id, k) for k in range(shards)]
+        if not 1 <= shards <= min(MAX_SHARDS, TRANSACTION_LIMIT - 1):
+            raise ValueError(f"an event has 1 to {MAX_SHARDS} shards, not {shards}")
+        keys = [ControlKey.event(event_id)] + [
+            ControlKey.event(shard_key(event_id, k)) for k in range(shards)
+        ]
         response = self.tables.dynamo.call(
             "transact_get_items",
             TransactItems=[
@@ -123,13 +130,22 @@ class Escrow:
         pool_update = {
             "TableName": self._table,
             "Key": control_key(ControlKey.event(event_id)),
-            "UpdateExpression": "ADD #dealt :seats",
+            # The floor mirrors ``dealt``: a capacity change may not go below it.
+            "UpdateExpression": (
+                "SET #dealt = if_not_exists(#dealt, :zero) + :seats, "
+                "#floor = if_not_exists(#dealt, :zero) + :seats"
+            ),
             "ConditionExpression": (
                 "#capacity = :capacity AND (attribute_not_exists(#dealt) OR #dealt <= :most)"
             ),
-            "ExpressionAttributeNames": {"#dealt": Attr.DEALT, "#capacity": Attr.CAPACITY},
+            "ExpressionAttributeNames": {
+                "#dealt": Attr.DEALT,
+                "#capacity": Attr.CAPACITY,
+                "#floor": Attr.CAPACITY_FLOOR,
+            },
             "ExpressionAttributeValues": {
                 ":seats": _n(seats),
+                ":zero": _n(0),
                 ":capacity": _n(pool.capacity),
                 ":most": _n(pool.capacity - seats),
             },
@@ -156,20 +172,16 @@ class Escrow:
         if any(g.shard == share.shard for g, _ in takes):
             raise ValueError(f"shard {share.shard} cannot take from itself")
         version = share.version
-        # A share never dealt a seat has no item yet: its quota and version read as 0.
-        quota_covers = "#quota >= :needed"
-        if taken - took <= 0:
-            quota_covers = f"(attribute_not_exists(#quota) OR {quota_covers})"
         same_version = "#version = :version"
-        if version == 0:
+        if version == 0:  # never committed: no version yet
             same_version = f"(attribute_not_exists(#version) OR {same_version})"
         update = {
             "TableName": self._table,
-            "Key": control_key(ControlKey.share(event_id, share.shard)),
+            "Key": control_key(ControlKey.event(shard_key(event_id, share.shard))),
             "UpdateExpression": "SET #taken = :taken, #version = :next ADD #quota :took",
-            "ConditionExpression": f"{same_version} AND {quota_covers}",
+            "ConditionExpression": f"{same_version} AND #quota >= :needed",
             "ExpressionAttributeNames": {
-                "#quota": Attr.QUOTA,
+                "#quota": Attr.CAPACITY,
                 "#taken": Attr.TAKEN,
                 "#version": Attr.VERSION,
             },
@@ -184,7 +196,7 @@ class Escrow:
         if not takes:
             self.tables.dynamo.call("update_item", **update)
         else:
-            self._transact([*(self._give(event_id, g, seats) for g, seats in takes), update])
+            self._transact([*gives(self._table, event_id, takes), update])
         return Share(share.shard, share.quota + took, taken, version + 1)
 
     def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
@@ -223,33 +235,14 @@ class Escrow:
     # -- plumbing -----------------------------------------------------------------------
 
     def _raise_quota(self, event_id: str, shard: int, seats: int) -> dict[str, Any]:
+        # Only a shard created with its event (``EventItems.create_event``) is dealt seats.
         return {
             "TableName": self._table,
-            "Key": control_key(ControlKey.share(event_id, shard)),
-            "UpdateExpression": (
-                "ADD #quota :seats SET #taken = if_not_exists(#taken, :zero), "
-                "#version = if_not_exists(#version, :zero)"
-            ),
-            "ExpressionAttributeNames": {
-                "#quota": Attr.QUOTA,
-                "#taken": Attr.TAKEN,
-                "#version": Attr.VERSION,
-            },
-            "ExpressionAttributeValues": {":seats": _n(seats), ":zero": _n(0)},
-        }
-
-    def _give(self, event_id: str, giver: Share, seats: int) -> dict[str, Any]:
-        return {
-            "TableName": self._table,
-            "Key": control_key(ControlKey.share(event_id, giver.shard)),
-            "UpdateExpression": "ADD #quota :less",
-            "ConditionExpression": "#version = :version AND #quota = :quota",
-            "ExpressionAttributeNames": {"#quota": Attr.QUOTA, "#version": Attr.VERSION},
-            "ExpressionAttributeValues": {
-                ":less": _n(-seats),
-                ":version": _n(giver.version),
-                ":quota": _n(giver.quota),
-            },
+            "Key": control_key(ControlKey.event(shard_key(event_id, shard))),
+            "UpdateExpression": "ADD #quota :seats",
+            "ConditionExpression": "attribute_exists(#pk)",
+            "ExpressionAttributeNames": {"#quota": Attr.CAPACITY, "#pk": ControlKey.PK},
+            "ExpressionAttributeValues": {":seats": _n(seats)},
         }
 
     def _transact(self, updates: Sequence[dict[str, Any]]) -> None:
@@ -263,6 +256,34 @@ class Escrow:
         )
 
 
+def gives(table: str, event_id: str, takes: Sequence[tuple[Share, int]]) -> list[dict[str, Any]]:
+    """The givers' writes of ``takes`` (giving share as read, seats), for the taker's commit
+    transaction: each lowers its quota on condition that its ``version`` and quota are
+    what was read, so the slack it gives is what was counted, and moves nothing else (its
+    version included: its own commit, decided from the quota before, then conflicts on
+    the quota it read)."""
+    updates = []
+    for giver, seats in takes:
+        version_is = "#version = :version"
+        if giver.version == 0:
+            version_is = f"(attribute_not_exists(#version) OR {version_is})"
+        updates.append(
+            {
+                "TableName": table,
+                "Key": control_key(ControlKey.event(shard_key(event_id, giver.shard))),
+                "UpdateExpression": "ADD #quota :less",
+                "ConditionExpression": f"{version_is} AND #quota = :quota",
+                "ExpressionAttributeNames": {"#quota": Attr.CAPACITY, "#version": Attr.VERSION},
+                "ExpressionAttributeValues": {
+                    ":less": _n(-seats),
+                    ":version": _n(giver.version),
+                    ":quota": _n(giver.quota),
+                },
+            }
+        )
+    return updates
+
+
 def _pool(item: dict[str, Any]) -> Pool:
     return Pool(capacity=int(item.get(Attr.CAPACITY, 0)), dealt=int(item.get(Attr.DEALT, 0)))
 
@@ -272,7 +293,7 @@ def _share(shard: int, item: dict[str, Any] | None) -> Share:
         return Share(shard=shard, quota=0, taken=0, version=0)
     return Share(
         shard=shard,
-        quota=int(item.get(Attr.QUOTA, 0)),
+        quota=int(item.get(Attr.CAPACITY, 0)),
         taken=int(item.get(Attr.TAKEN, 0)),
         version=int(item.get(Attr.VERSION, 0)),
     )

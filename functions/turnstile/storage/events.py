@@ -23,11 +23,13 @@ from turnstile.base.contract import (
     MAX_HOLD_SECONDS,
     MAX_IDENTITY_CHARS,
     MAX_LINEUP_ENTRIES,
+    MAX_SHARDS,
     Attr,
     ControlKey,
     EventState,
     WakeAttr,
     WakeReason,
+    shard_key,
 )
 from turnstile.base.errors import (
     CapacityBelowTakenError,
@@ -90,6 +92,11 @@ class EventRecord:
     #: from (``Attr.HIGH_WATER``), None when the item keeps none: no commit yet (``version``
     #: 0), or one committed before the mark was kept (then it knows nothing).
     high_water: int | None = None
+    #: The event's shards (``Attr.SHARDS``: 1, the default, on an event as it always was).
+    #: On a sharded event's own item (its pool) and on each of its shards' items alike.
+    shards: int = 1
+    #: The seats a sharded event's pool has dealt to its shards (``Attr.DEALT``).
+    dealt: int = 0
 
     @cached_property
     def journal(self) -> Journal | None:
@@ -147,7 +154,19 @@ class EventRecord:
             ),
             lineup_error=lineup_error,
             high_water=_high_water(item.get(Attr.HIGH_WATER), item.get(Attr.VERSION)),
+            shards=min(max(_whole(item.get(Attr.SHARDS)) or 1, 1), MAX_SHARDS),
+            dealt=max(_whole(item.get(Attr.DEALT)) or 0, 0),
         )
+
+
+def _shard_item(update: Mapping[str, Any], event_id: str, shard: int) -> dict[str, Any]:
+    """The creation of shard ``shard``'s item: the event's configuration under the shard's
+    key, with no seats (its quota is dealt from the pool)."""
+    key = shard_key(event_id, shard)
+    values = dict(update["ExpressionAttributeValues"])
+    values[":event"] = {"S": key}
+    values[":capacity"] = {"N": "0"}
+    return {**update, "Key": event_key(key), "ExpressionAttributeValues": values}
 
 
 def high_water_text(mark: int, version: int) -> str:
@@ -228,8 +247,14 @@ class EventItems:
         hold_seconds: int = 0,
         max_seats: int | None = None,
         quota: int | None = None,
+        shards: int = 1,
     ) -> EventRecord:
         """Create an OPEN event; raise ``EventExistsError`` if the id is taken.
+
+        With ``shards`` > 1 (a sharded event, docs/hot-events.md), its item is the pool of
+        its seats and each shard gets an item of its own under its shard key, with no seats
+        yet (``capacity`` 0, the shard's quota, dealt from the pool as its signups come), in
+        the same transaction: both or neither.
 
         With a ``quota`` (and a ``created_by``), the creator's count of events it created
         (its organizer item, ``ControlKey.organizer``) is raised in the same transaction,
@@ -265,6 +290,7 @@ class EventItems:
             Attr.WAITLIST: waitlist or None,
             Attr.HOLD_SECONDS: hold_seconds or None,
             Attr.MAX_SEATS: max_seats,
+            Attr.SHARDS: shards if shards > 1 else None,
         }
         for name, value in options.items():
             if value is not None:
@@ -279,11 +305,16 @@ class EventItems:
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
+        if not 1 <= shards <= MAX_SHARDS:
+            raise InvalidRequestError([f"shards must be from 1 to {MAX_SHARDS}, not {shards}"])
+        updates = [update] + (
+            [_shard_item(update, event_id, k) for k in range(shards)] if shards > 1 else []
+        )
         try:
-            if quota is None or not created_by:
+            if (quota is None or not created_by) and len(updates) == 1:
                 self.dynamo.call("update_item", **update)
             else:
-                self._create_counted(event_id, update, created_by, quota)
+                self._create_counted(event_id, updates, created_by, quota)
         except ConditionFailed as exc:
             raise EventExistsError(f"event {event_id!r} already exists") from exc
         event = Event(
@@ -293,12 +324,23 @@ class EventItems:
             hold_seconds=hold_seconds,
             max_seats=max_seats,
         )
-        return EventRecord(event=event, created_at=now, created_by=created_by or None)
+        return EventRecord(
+            event=event, created_at=now, created_by=created_by or None, shards=shards
+        )
 
     def _create_counted(
-        self, event_id: str, update: dict[str, Any], created_by: str, quota: int
+        self,
+        event_id: str,
+        updates: list[dict[str, Any]],
+        created_by: str | None,
+        quota: int | None,
     ) -> None:
-        """The event's creation and its creator's count, one transaction."""
+        """The event's creation (its item and its shards') and, with a ``quota``, its
+        creator's count: one transaction."""
+        actions = [{"Update": u} for u in updates]
+        if quota is None or not created_by:
+            self._create_all(event_id, actions)
+            return
         count = {
             "TableName": self.control_table,
             "Key": control_key(ControlKey.organizer(created_by)),
@@ -308,13 +350,11 @@ class EventItems:
             "ExpressionAttributeValues": {":one": {"N": "1"}, ":quota": {"N": str(quota)}},
         }
         try:
-            self.dynamo.call(
-                "transact_write_items", TransactItems=[{"Update": update}, {"Update": count}]
-            )
+            self.dynamo.call("transact_write_items", TransactItems=[*actions, {"Update": count}])
         except TransactionCancelled as exc:
             reasons = exc.reasons
             exists = (
-                reasons[0] == "ConditionalCheckFailed"
+                "ConditionalCheckFailed" in reasons[: len(actions)]
                 if reasons
                 else self.get_event(event_id) is not None
             )
@@ -324,6 +364,12 @@ class EventItems:
                 f"the caller has created its {quota} events, as many as one organizer may "
                 "(turnstile:maxEventsPerOrganizer)"
             ) from exc
+
+    def _create_all(self, event_id: str, actions: list[dict[str, Any]]) -> None:
+        try:
+            self.dynamo.call("transact_write_items", TransactItems=actions)
+        except TransactionCancelled as exc:
+            raise EventExistsError(f"event {event_id!r} already exists") from exc
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item, read strongly consistent by default, or None."""

@@ -21,7 +21,9 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
+from turnstile.engine.escrow import Pool, Share
 from turnstile.engine.lifecycle import Event
+from turnstile.storage.escrow import Secured
 from turnstile.storage.events import EventRecord
 from turnstile.storage.failures import FailureNote
 from turnstile.storage.intake import IntakeRecord
@@ -47,6 +49,13 @@ class ProcessorStore(Protocol):
         read strongly consistent; signups without one are simply absent."""
         ...
 
+    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
+        """What shard ``shard`` of the sharded event ``event_id`` (of ``shards``) holds,
+        and may take in its commit, toward ``need`` free seats: draws from the event's pool
+        while it has seats, then plans to take other shards' slack
+        (``storage.escrow.Escrow.secure``)."""
+        ...
+
     def commit(
         self,
         expected: Event,
@@ -55,6 +64,7 @@ class ProcessorStore(Protocol):
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
         high_water: int | None = None,
+        takes: Sequence[tuple[Share, int]] = (),
     ) -> Journal:
         """Store ``outcome``'s counters and a journal of its decisions (version
         ``expected.version + 1``) on the event item, in one write, or raise. With
@@ -283,6 +293,10 @@ class FailureNotes(Protocol):
 class AuditStore(Protocol):
     """What ``turnstile audit`` reads: every event's item, decisions, intake records and
     parking marker, all strongly consistent (``turnstile_tools.audit``)."""
+
+    def shares(self, event_id: str, shards: int) -> tuple[Pool | None, list[Share]]:
+        """A sharded event's pool and every shard's share at one instant."""
+        ...
 
     def get_event(self, event_id: str, consistent: bool = True) -> EventRecord | None:
         """The event item, or None."""

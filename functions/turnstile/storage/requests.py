@@ -190,9 +190,7 @@ def _record(
     tables.dynamo.call("transact_write_items", TransactItems=actions)
 
 
-def _pending(
-    tables: _Tables, event_id: str, signup_id: str, status: str
-) -> dict[str, Any] | None:
+def _pending(tables: _Tables, event_id: str, signup_id: str, status: str) -> dict[str, Any] | None:
     """The signup as the event's last commit leaves it, when its item (read as
     ``status``) does not say so yet: its status and hold's expiry; None when the item is
     up to date (or there is no such event)."""

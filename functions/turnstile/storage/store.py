@@ -39,13 +39,22 @@ The commit design (why each decision costs one write unit, and why that is safe)
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
 from typing import Any
 
-from turnstile.base.contract import DUE_HOLDS_SHARD, Attr, ControlKey, EventState, undecided_shard
+from turnstile.base.contract import (
+    DUE_HOLDS_SHARD,
+    Attr,
+    ControlKey,
+    EventState,
+    split_shard_key,
+    undecided_shard,
+)
 from turnstile.base.errors import CommitConflictError, JournalTooLargeError, SignupConflictError
+from turnstile.engine.escrow import Pool, Share
 from turnstile.engine.lifecycle import Event
 from turnstile.storage.dynamo import (
     TRANSACTION_BYTES,
@@ -59,6 +68,7 @@ from turnstile.storage.dynamo import (
     signup_key,
     to_item,
 )
+from turnstile.storage.escrow import Escrow, Secured, gives
 from turnstile.storage.events import EventItems, high_water_text, is_or_absent_as
 from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome, update_call
@@ -229,8 +239,15 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         requests: Mapping[str, IntakeRecord | Mapping[str, Any]],
         expires_at: int | None = None,
         high_water: int | None = None,
+        takes: Sequence[tuple[Share, int]] = (),
     ) -> Journal:
         """Commit a group's decisions and the event's counters in one conditional write.
+
+        ``takes`` (a shard of a sharded event only: giving shard as read, seats): seats
+        the shard takes from other shards' slack in this very commit, one transaction
+        (``storage.escrow``): its capacity (quota) is raised by them, each giver's lowered on
+        condition that it is as read. ``expected.capacity`` is the shard's as read, without
+        them; the outcome was decided with them.
 
         The journal fixes each decision item to the byte, with the fields it copies from
         ``requests`` (by signup id) and ``expires_at`` (when TTL deletes them; None: kept).
@@ -288,10 +305,11 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
                 is_or_absent_as("#state", ":state", expected.state, EventState.OPEN),
             )
         )
+        took = sum(seats for _, seats in takes)
         if outcome.state.taken > expected.taken:
             # Only a commit that takes seats depends on room for them: one that only
             # rejects must go through even when an operator left capacity below taken.
-            condition += " AND #capacity >= :taken"
+            condition += " AND #capacity >= :needed"
         values: dict[str, Any] = {
             ":taken": {"N": str(outcome.state.taken)},
             ":accepted": {"N": str(outcome.state.accepted)},
@@ -301,6 +319,8 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             ":state": {"S": expected.state},
             ":j": {"B": blob},
         }
+        if outcome.state.taken > expected.taken:
+            values[":needed"] = {"N": str(outcome.state.taken - took)}
         # capacity_floor: what a capacity change is conditioned on (it may not read taken,
         # see update_capacity).
         sets = [
@@ -320,22 +340,60 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         expression = "SET " + ", ".join(sets)
         if removes:
             expression += " REMOVE " + ", ".join(removes)
+        if took:
+            values[":took"] = {"N": str(took)}
+            expression += " ADD #capacity :took"
+        update = {
+            "TableName": self.control_table,
+            "Key": event_key(expected.event_id),
+            "UpdateExpression": expression,
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
         try:
-            self.dynamo.call(
-                "update_item",
-                TableName=self.control_table,
-                Key=event_key(expected.event_id),
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
+            if takes:
+                self._commit_taking(expected.event_id, update, takes)
+            else:
+                self.dynamo.call("update_item", **update)
         except ConditionFailed as exc:
             raise CommitConflictError(
                 f"event {expected.event_id!r} moved past version {expected.version} "
                 "(or its capacity or state changed)"
             ) from exc
         return journal
+
+    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
+        """What shard ``shard`` of sharded event ``event_id`` holds and may take toward
+        ``need`` free seats, drawing from the pool first (``Escrow.secure``)."""
+        return Escrow(self).secure(event_id, shards, shard, need)
+
+    def shares(self, event_id: str, shards: int) -> tuple[Pool | None, list[Share]]:
+        """A sharded event's pool and every shard's share at one instant (the audit's)."""
+        return Escrow(self).snapshot(event_id, shards)
+
+    def _commit_taking(
+        self, shard: str, update: dict[str, Any], takes: Sequence[tuple[Share, int]]
+    ) -> None:
+        """A shard's commit with the seats it takes, one transaction; ConditionFailed when
+        any of its writes' conditions failed (the shard or a giver moved on)."""
+        split = split_shard_key(shard)
+        if split is None:
+            raise ValueError(f"{shard!r} is no shard: it cannot take seats")
+        actions = [{"Update": u} for u in gives(self.control_table, split[0], takes)]
+        try:
+            self.dynamo.call(
+                "transact_write_items",
+                TransactItems=[*actions, {"Update": update}],
+                ClientRequestToken=uuid.uuid4().hex,
+            )
+        except TransactionCancelled as exc:
+            moved = {"ConditionalCheckFailed", "TransactionConflict"}
+            if not exc.reasons or moved.intersection(r for r in exc.reasons if r):
+                raise CommitConflictError(
+                    f"shard {shard!r} or a shard it takes seats from moved on"
+                ) from exc
+            raise
 
     def decision_item(
         self,
