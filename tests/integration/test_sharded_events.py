@@ -27,6 +27,7 @@ from turnstile.base.contract import (
     shard_of,
     signup_key,
 )
+from turnstile.base.errors import CapacityBelowTakenError
 from turnstile.handlers import stream as stream_handler
 from turnstile.jobs.processor import StreamProcessor, StreamRecord
 from turnstile.storage.dynamo import event_key, from_item
@@ -253,3 +254,45 @@ def _decide(
     assert not result.failures and not result.parked_events, result
     by_id = {d.decision.signup_id: d.decision.status for d in result.decided}
     return [by_id[sid] for sid in signup_ids]
+
+
+def test_a_close_closes_every_shard_at_once(client, store):
+    # GIVEN a sharded event with seats left in its pool and in a shard
+    store.create_event("gig", 20, NOW, shards=3)
+    processors = [StreamProcessor(store, clock=lambda: NOW) for _ in range(3)]
+    assert _decide(processors[0], shard_key("gig", 0), ids_in(0, 3, 1, "a"), 1) == [
+        Status.ACCEPTED
+    ]
+    # WHEN the organizer closes it
+    record, closed = store.close_event("gig")
+    assert closed and record is not None and record.event.state == "CLOSED"
+    # THEN no shard gives a seat any more, the one holding slack included
+    for k in range(3):
+        got = _decide(processors[k], shard_key("gig", k), ids_in(k, 3, 2, "late"), 10 * (k + 1))
+        assert got == [Status.REJECTED, Status.REJECTED]
+    reasons = statuses(client, "gig")
+    assert reasons[(Status.REJECTED, Reason.EVENT_CLOSED)] == 6
+    # and a second close says it was closed already
+    assert store.close_event("gig")[1] is False
+
+
+def test_a_sharded_events_capacity_goes_down_to_what_was_dealt_and_up_to_more_seats(
+    client, store
+):
+    store.create_event("gig", 16, NOW, shards=2)
+    zero = StreamProcessor(store, clock=lambda: NOW)
+    _decide(zero, shard_key("gig", 0), ids_in(0, 2, 1, "a"), 1)
+    dealt = escrow_state(store, "gig", 2)[1]
+    assert dealt == 2  # a chunk: 16 / (2 shards * 4)
+    with pytest.raises(CapacityBelowTakenError, match="2 seats dealt to its shards"):
+        store.update_capacity("gig", 1)
+    assert store.update_capacity("gig", 2).event.capacity == 2
+    # one seat was left in shard 0's quota: the next signup takes it, the one after is refused
+    got = _decide(zero, shard_key("gig", 0), ids_in(0, 2, 2, "b"), 10)
+    assert got == [Status.ACCEPTED, Status.REJECTED]
+    # raised again: the shards draw the new seats
+    store.update_capacity("gig", 5)
+    got = _decide(zero, shard_key("gig", 0), ids_in(0, 2, 4, "c"), 20)
+    assert got == [Status.ACCEPTED] * 3 + [Status.REJECTED]
+    assert escrow_state(store, "gig", 2)[3] == 5
+    assert audit(store).ok

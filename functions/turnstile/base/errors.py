@@ -74,9 +74,12 @@ class SignupNotFoundError(NotFoundError):
 class CapacityBelowTakenError(TurnstileError):
     """A capacity lower than the seats already taken: it can go down to ``taken``, no lower."""
 
-    def __init__(self, event_id: str, capacity: int, taken: int) -> None:
+    def __init__(self, event_id: str, capacity: int, taken: int, dealt: bool = False) -> None:
+        # ``dealt``: a sharded event, whose floor is the seats its pool dealt to its shards
+        # (given, or held by a shard to give next: docs/hot-events.md).
+        what = "dealt to its shards" if dealt else "already taken"
         super().__init__(
-            f"capacity {capacity} is below the {taken} seats already taken of event "
+            f"capacity {capacity} is below the {taken} seats {what} of event "
             f"{event_id!r}; it can go down to {taken}"
         )
         self.event_id = event_id

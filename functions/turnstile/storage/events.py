@@ -159,6 +159,10 @@ class EventRecord:
         )
 
 
+#: How often a sharded event's close is tried while its shards' commits are in flight.
+CLOSE_ATTEMPTS = 5
+
+
 def _shard_item(update: Mapping[str, Any], event_id: str, shard: int) -> dict[str, Any]:
     """The creation of shard ``shard``'s item: the event's configuration under the shard's
     key, with no seats (its quota is dealt from the pool)."""
@@ -425,30 +429,68 @@ class EventItems:
         the close conflicts and decides again, rejecting ``event_closed``. No signup is
         accepted once the close has been written (docs/design.md, §4).
         """
+        current = self.get_event(event_id)
+        shards = current.shards if current is not None else 1
         try:
-            self.dynamo.call(
-                "update_item",
-                TableName=self.control_table,
-                Key=event_key(event_id),
-                UpdateExpression="SET #state = :closed",
-                ConditionExpression=(
-                    "attribute_exists(#pk) AND "
-                    + is_or_absent_as("#state", ":open", EventState.OPEN, EventState.OPEN)
-                ),
-                ExpressionAttributeNames={"#state": Attr.STATE, "#pk": ControlKey.PK},
-                ExpressionAttributeValues={
-                    ":closed": {"S": EventState.CLOSED},
-                    ":open": {"S": EventState.OPEN},
-                },
-            )
+            self._close(event_id, shards)
         except ConditionFailed:
             record = self.get_event(event_id)
             if record is not None:
                 # Closed already: maybe by a call that failed before its wake-up.
-                self.wake(event_id, WakeReason.CLOSE)
+                self._wake_all(record.event.event_id, record.shards)
             return record, False
-        self.wake(event_id, WakeReason.CLOSE)
+        self._wake_all(event_id, shards)
         return self.get_event(event_id), True
+
+    def _close(self, event_id: str, shards: int) -> None:
+        """The close's write: of a sharded event, its item and every shard's in one
+        transaction (each shard decides on its own, from its own item), so that no shard
+        accepts a signup once the close is written; ConditionFailed if the event was not
+        OPEN."""
+        update = {
+            "TableName": self.control_table,
+            "Key": event_key(event_id),
+            "UpdateExpression": "SET #state = :closed",
+            "ConditionExpression": (
+                "attribute_exists(#pk) AND "
+                + is_or_absent_as("#state", ":open", EventState.OPEN, EventState.OPEN)
+            ),
+            "ExpressionAttributeNames": {"#state": Attr.STATE, "#pk": ControlKey.PK},
+            "ExpressionAttributeValues": {
+                ":closed": {"S": EventState.CLOSED},
+                ":open": {"S": EventState.OPEN},
+            },
+        }
+        if shards <= 1:
+            self.dynamo.call("update_item", **update)
+            return
+        each = {
+            **update,
+            "ConditionExpression": "attribute_exists(#pk)",
+            "ExpressionAttributeValues": {":closed": {"S": EventState.CLOSED}},
+        }
+        actions = [{"Update": update}] + [
+            {"Update": {**each, "Key": event_key(shard_key(event_id, k))}} for k in range(shards)
+        ]
+        for _ in range(CLOSE_ATTEMPTS):
+            try:
+                self.dynamo.call("transact_write_items", TransactItems=actions)
+                return
+            except TransactionCancelled as exc:
+                if exc.reasons[:1] == ["ConditionalCheckFailed"]:  # the event's own item
+                    raise ConditionFailed(
+                        {"Error": {"Code": "ConditionalCheckFailedException", "Message": ""}},
+                        "TransactWriteItems",
+                    ) from exc
+                # a shard's commit in flight (TransactionConflict): try again
+        raise StoreUnavailableError(f"event {event_id!r} kept changing under the close; try again")
+
+    def _wake_all(self, event_id: str, shards: int) -> None:
+        """The close acted on: the event woken, and each of its shards."""
+        self.wake(event_id, WakeReason.CLOSE)
+        if shards > 1:
+            for k in range(shards):
+                self.wake(shard_key(event_id, k), WakeReason.CLOSE)
 
     def wake(self, event_id: str, reason: str, now: str | None = None) -> None:
         """Make the event take a step soon: a write of its wake-up item, whose record on
@@ -517,6 +559,9 @@ class EventItems:
             event = current.event
             if capacity < event.taken:
                 raise CapacityBelowTakenError(event_id, capacity, event.taken)
+            if current.shards > 1 and capacity < current.dealt:
+                # A sharded event's floor: what its pool dealt (``capacity_floor`` mirrors it).
+                raise CapacityBelowTakenError(event_id, capacity, current.dealt, dealt=True)
             # The options never change once created, so the ones read here stand.
             problem = lineup_problem(capacity, event.waitlist, event.hold_seconds)
             if problem:
