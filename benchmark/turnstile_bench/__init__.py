@@ -90,6 +90,15 @@ def register(subparsers: Any) -> None:
         "units and requests per transition, promotions, and a recount of every history",
     )
     p.add_argument(
+        "--drop",
+        action="store_true",
+        help="one hot event, far more signups than seats, producers as fast as they can "
+        "under a simulated per-partition limit (1/100 of AWS's): the event in 1 shard "
+        "against 16 (decisions/s, throttled requests, p50/p99, write units per decision, "
+        "oversold, undersold, inversions); with --quick, a shorter and smaller drop; with "
+        "--plot, decisions per second over the drop",
+    )
+    p.add_argument(
         "--scale",
         action="store_true",
         help="only the scale check (one event growing: 1,000, 10,000 and 100,000 signups, "
@@ -187,6 +196,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _lifecycle(args, Progress(enabled=not args.quiet))
     if args.cpu:
         return _cpu(args)
+    if args.drop:
+        return _drop(args, Progress(enabled=not args.quiet))
 
     options = DEMO if args.demo else HOT if args.hot else QUICK if args.quick else FULL
     options = with_knobs(
@@ -273,6 +284,32 @@ def _cpu(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(Path(args.json), doc)
     return 0
+
+
+def _drop(args: argparse.Namespace, progress: Any) -> int:
+    """``--drop``: the drop's table (and JSON, figure); exit 1 if a run oversold or
+    undersold (the other goals are figures, reported as met or not)."""
+    from turnstile_bench.drop import DROP, QUICK_DROP, plot_drop, render_drop, run_drop
+
+    workload = replace(
+        QUICK_DROP if args.quick else DROP,
+        **{
+            k: v
+            for k, v in {"capacity": args.capacity, "producers": args.producers}.items()
+            if v is not None
+        },
+    )
+    doc = run_drop(workload, progress)
+    print(render_drop(doc))
+    if args.json:
+        _write_json(Path(args.json), doc)
+    if args.plot:
+        try:
+            plot_drop(doc, Path(args.plot))
+        except ImportError as exc:
+            print(f"turnstile: cannot draw {args.plot}: {exc}", file=sys.stderr)
+            return 2
+    return 0 if all(doc["checks"].values()) else 1
 
 
 def _lifecycle(args: argparse.Namespace, progress: Any) -> int:

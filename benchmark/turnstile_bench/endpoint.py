@@ -14,6 +14,7 @@ from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
 from turnstile_tools.local.roles import role_session
 from turnstile_tools.local.server import EmbeddedAws
 from turnstile_tools.local.stack import ensure_resources, local_aws_environment
+from turnstile_tools.local.throughput import PartitionThroughput
 
 __all__ = ["LocalEndpoint", "quiet_handler_environment"]
 
@@ -43,8 +44,11 @@ class LocalEndpoint:
     (endpoint, fake credentials, table names) is set while inside and restored after.
     """
 
-    def __init__(self, label: str) -> None:
+    def __init__(self, label: str, throughput_scale: float | None = None) -> None:
+        """``throughput_scale``: the per-partition throughput limit's scale (None: AWS's
+        rates, as ``turnstile local`` runs by default; 0: off)."""
         self.label = label
+        self.throughput_scale = throughput_scale
         self.intake_table = f"bench-{label}-intake"
         self.main_table = f"bench-{label}-main"
         self.control_table = f"bench-{label}-control"
@@ -61,7 +65,12 @@ class LocalEndpoint:
 
     def __enter__(self) -> LocalEndpoint:
         logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
-        self.server = EmbeddedAws("127.0.0.1", 0)
+        throughput = (
+            PartitionThroughput(self.throughput_scale)
+            if self.throughput_scale is not None
+            else None
+        )
+        self.server = EmbeddedAws("127.0.0.1", 0, throughput=throughput)
         self.server.start()
         self._set_environment(
             {

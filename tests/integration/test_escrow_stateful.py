@@ -120,7 +120,7 @@ class EscrowMachine(RuleBasedStateMachine):
             return  # it would not have decided so from what it read
         try:
             self.escrow.commit(self.event_id, old, taken)
-        except ConditionFailed:
+        except (ConditionFailed, TransactionCancelled):  # a give-back is a transaction
             assert now.version != old.version or now.quota < taken, "refused for nothing"
             return
         assert now.version == old.version, "a commit from a stale read went through"
@@ -372,3 +372,34 @@ def test_a_move_retried_by_the_store_is_sent_again_with_the_same_token(client) -
     assert len(sent) == 2 and sent[0] == sent[1] and len(sent[0]) == 32
     escrow.draw("gig", escrow.pool("gig"), 1, 1)
     assert len(set(sent)) == 2  # a new move, a new token
+
+
+def test_a_full_pool_is_taken_at_its_word_until_a_shard_gives_seats_back(client) -> None:
+    """Once a snapshot found no seat anywhere, a shard short of seats reads the pool alone;
+    a commit that gives seats back raises the pool's ``frees``, so the next one looks
+    again and takes them."""
+    escrow = _event(client, capacity=2, shards=2)
+    both = escrow.secure("gig", 2, 0, 2)
+    escrow.commit("gig", both.share, 2, both.takes)
+    assert escrow.secure("gig", 2, 1, 1).free == 0
+    pool = escrow.pool("gig")
+    assert pool is not None and pool.full
+    # WHEN shard 0 gives a seat back
+    escrow.commit("gig", escrow.share("gig", 0), 1)
+    # THEN the pool is no longer full, and shard 1 takes the seat
+    pool = escrow.pool("gig")
+    assert pool is not None and not pool.full
+    secured = escrow.secure("gig", 2, 1, 1)
+    assert secured.free == 1 and [s for _, s in secured.takes] == [1]
+
+
+def test_a_full_mark_from_a_snapshot_older_than_a_give_back_is_not_written(client) -> None:
+    escrow = _event(client, capacity=2, shards=2)
+    both = escrow.secure("gig", 2, 0, 2)
+    escrow.commit("gig", both.share, 2, both.takes)
+    pool, _ = escrow.snapshot("gig", 2)
+    assert pool is not None
+    escrow.commit("gig", escrow.share("gig", 0), 1)  # a seat given back after the snapshot
+    escrow._mark_full("gig", pool)
+    after = escrow.pool("gig")
+    assert after is not None and after.full_at is None and not after.full

@@ -314,6 +314,11 @@ class Attr:
     #: processor's; a shard's ``capacity`` is the seats dealt to it, docs/hot-events.md).
     SHARDS = "shards"
     DEALT = "dealt"
+    #: On a sharded event's pool, the processor's: how many shard commits gave seats back
+    #: (each raises it, in the commit's transaction), and its value when a snapshot last
+    #: found no seat left anywhere (``engine.escrow.Pool.full``).
+    FREES = "frees"
+    FULL_AT = "full_at"
     # decision item
     STATUS = "status"
     REASON = "reason"

@@ -54,10 +54,20 @@ class Pool:
 
     capacity: int
     dealt: int
+    #: How many commits gave seats back in any shard (seats a shard no longer holds).
+    frees: int = 0
+    #: ``frees`` when a snapshot last found no seat left anywhere (None: never): while it
+    #: still equals ``frees`` and nothing is undealt, the event is full without a snapshot.
+    full_at: int | None = None
 
     @property
     def undealt(self) -> int:
         return max(0, self.capacity - self.dealt)
+
+    @property
+    def full(self) -> bool:
+        """No seat left anywhere, as a snapshot found and nothing given back since."""
+        return self.undealt == 0 and self.full_at is not None and self.full_at == self.frees
 
 
 @dataclass(frozen=True)

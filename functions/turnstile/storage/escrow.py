@@ -53,7 +53,7 @@ from turnstile.storage.dynamo import (
     number_text,
 )
 
-__all__ = ["SECURE_ATTEMPTS", "Escrow", "Secured", "gives"]
+__all__ = ["SECURE_ATTEMPTS", "Escrow", "Secured", "freed", "gives"]
 
 #: How often ``secure`` starts again after another writer moved first.
 SECURE_ATTEMPTS = 16
@@ -193,10 +193,13 @@ class Escrow:
                 ":needed": _n(taken - took),
             },
         }
-        if not takes:
+        moves = [*gives(self._table, event_id, takes), update]
+        if taken < share.taken:  # seats given back: the pool hears of it (Pool.full)
+            moves.append(freed(self._table, event_id))
+        if len(moves) == 1:
             self.tables.dynamo.call("update_item", **update)
         else:
-            self._transact([*gives(self._table, event_id, takes), update])
+            self._transact(moves)
         return Share(share.shard, share.quota + took, taken, version + 1)
 
     def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
@@ -208,11 +211,13 @@ class Escrow:
         if not 0 <= shard < shards:
             raise ValueError(f"no shard {shard} in an event of {shards}")
         for _ in range(SECURE_ATTEMPTS):
-            me = self.share(event_id, shard)
-            if me.free >= need:
-                return Secured(me)
             pool = self.pool(event_id)
-            if pool is None:
+            me = self.share(event_id, shard)
+            if me.free >= need or pool is None:
+                return Secured(me)
+            if pool.full:
+                # A snapshot found no seat anywhere, and no shard gave one back since (each
+                # such commit raises ``frees``): no seat to draw or take.
                 return Secured(me)
             chunk = chunk_size(pool.capacity, shards)
             first = plan(pool, me, need, chunk)
@@ -227,10 +232,41 @@ class Escrow:
             rest = plan(snapped, me, need, chunk, [s for s in shares if s.shard != shard])
             if rest.draw:
                 continue  # seats came back to the pool meanwhile: draw them
+            if snapped.undealt == 0 and not any(s.free for s in shares):
+                self._mark_full(event_id, snapped)
             return Secured(me, tuple((shares[k], seats) for k, seats in rest.steals))
         raise StoreUnavailableError(
             f"event {event_id!r} shard {shard}: seats kept moving under {SECURE_ATTEMPTS} tries"
         )
+
+    def _mark_full(self, event_id: str, pool: Pool) -> None:
+        """Note on the pool that ``pool``'s snapshot found no seat left anywhere: only if no
+        shard gave seats back since (``frees`` as read) and nothing was added (its capacity
+        and ``dealt`` as read); else nothing (the next shard short of seats looks again)."""
+        frees_as_read = "#frees = :frees"
+        if pool.frees == 0:
+            frees_as_read = f"(attribute_not_exists(#frees) OR {frees_as_read})"
+        with contextlib.suppress(ConditionFailed):
+            self.tables.dynamo.call(
+                "update_item",
+                TableName=self._table,
+                Key=control_key(ControlKey.event(event_id)),
+                UpdateExpression="SET #full = :frees",
+                ConditionExpression=(
+                    f"{frees_as_read} AND #capacity = :capacity AND #dealt = :dealt"
+                ),
+                ExpressionAttributeNames={
+                    "#full": Attr.FULL_AT,
+                    "#frees": Attr.FREES,
+                    "#capacity": Attr.CAPACITY,
+                    "#dealt": Attr.DEALT,
+                },
+                ExpressionAttributeValues={
+                    ":frees": _n(pool.frees),
+                    ":capacity": _n(pool.capacity),
+                    ":dealt": _n(pool.dealt),
+                },
+            )
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -285,7 +321,26 @@ def gives(table: str, event_id: str, takes: Sequence[tuple[Share, int]]) -> list
 
 
 def _pool(item: dict[str, Any]) -> Pool:
-    return Pool(capacity=int(item.get(Attr.CAPACITY, 0)), dealt=int(item.get(Attr.DEALT, 0)))
+    full_at = item.get(Attr.FULL_AT)
+    return Pool(
+        capacity=int(item.get(Attr.CAPACITY, 0)),
+        dealt=int(item.get(Attr.DEALT, 0)),
+        frees=int(item.get(Attr.FREES, 0)),
+        full_at=int(full_at) if full_at is not None else None,
+    )
+
+
+def freed(table: str, event_id: str) -> dict[str, Any]:
+    """The pool's side of a shard commit that gives seats back (its ``taken`` goes down):
+    ``frees`` raised, so a full mark set before it no longer holds (``Pool.full``)."""
+    return {
+        "TableName": table,
+        "Key": control_key(ControlKey.event(event_id)),
+        "UpdateExpression": "ADD #frees :one",
+        "ConditionExpression": "attribute_exists(#pk)",
+        "ExpressionAttributeNames": {"#frees": Attr.FREES, "#pk": ControlKey.PK},
+        "ExpressionAttributeValues": {":one": _n(1)},
+    }
 
 
 def _share(shard: int, item: dict[str, Any] | None) -> Share:

@@ -29,6 +29,7 @@ from turnstile.base.contract import (
     EventState,
     WakeAttr,
     WakeReason,
+    is_id,
     shard_key,
 )
 from turnstile.base.errors import (
@@ -311,6 +312,9 @@ class EventItems:
         }
         if not 1 <= shards <= MAX_SHARDS:
             raise InvalidRequestError([f"shards must be from 1 to {MAX_SHARDS}, not {shards}"])
+        if shards > 1 and waitlist:
+            # A shard's waitlist would never see seats given back in another shard.
+            raise InvalidRequestError(["a sharded event has no waitlist (not built yet)"])
         updates = [update] + (
             [_shard_item(update, event_id, k) for k in range(shards)] if shards > 1 else []
         )
@@ -429,6 +433,8 @@ class EventItems:
         the close conflicts and decides again, rejecting ``event_closed``. No signup is
         accepted once the close has been written (docs/design.md, §4).
         """
+        if not is_id(event_id):
+            return None, False  # a shard is closed with its event, never on its own
         current = self.get_event(event_id)
         shards = current.shards if current is not None else 1
         try:
@@ -552,6 +558,9 @@ class EventItems:
         Raises ``EventNotFoundError``, ``CapacityBelowTakenError`` (with the seats taken),
         or ``StoreUnavailableError`` if the event kept changing for ``attempts`` tries.
         """
+        if not is_id(event_id):
+            # A shard's capacity is its quota, the escrow's alone (docs/hot-events.md).
+            raise EventNotFoundError(f"no such event {event_id[:60]!r}")
         for _ in range(attempts):
             current = self.get_event(event_id)
             if current is None:

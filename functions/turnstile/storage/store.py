@@ -68,7 +68,7 @@ from turnstile.storage.dynamo import (
     signup_key,
     to_item,
 )
-from turnstile.storage.escrow import Escrow, Secured, gives
+from turnstile.storage.escrow import Escrow, Secured, freed, gives
 from turnstile.storage.events import EventItems, high_water_text, is_or_absent_as
 from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome, update_call
@@ -351,9 +351,12 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
+        split = split_shard_key(expected.event_id)
+        # A shard giving seats back tells its pool, in the same transaction (Pool.full).
+        frees = split is not None and outcome.state.taken < expected.taken
         try:
-            if takes:
-                self._commit_taking(expected.event_id, update, takes)
+            if takes or frees:
+                self._commit_taking(expected.event_id, update, takes, frees)
             else:
                 self.dynamo.call("update_item", **update)
         except ConditionFailed as exc:
@@ -373,14 +376,21 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         return Escrow(self).snapshot(event_id, shards)
 
     def _commit_taking(
-        self, shard: str, update: dict[str, Any], takes: Sequence[tuple[Share, int]]
+        self,
+        shard: str,
+        update: dict[str, Any],
+        takes: Sequence[tuple[Share, int]],
+        frees: bool = False,
     ) -> None:
-        """A shard's commit with the seats it takes, one transaction; ConditionFailed when
-        any of its writes' conditions failed (the shard or a giver moved on)."""
+        """A shard's commit with the seats it takes (and, when it gives seats back, its
+        pool's ``frees`` raised), one transaction; CommitConflictError when any of its
+        writes' conditions failed (the shard or a giver moved on)."""
         split = split_shard_key(shard)
         if split is None:
             raise ValueError(f"{shard!r} is no shard: it cannot take seats")
         actions = [{"Update": u} for u in gives(self.control_table, split[0], takes)]
+        if frees:
+            actions.append({"Update": freed(self.control_table, split[0])})
         try:
             self.dynamo.call(
                 "transact_write_items",
