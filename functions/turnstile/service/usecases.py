@@ -16,19 +16,33 @@ the adapters' (the CLI's stdout is its JSON).
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
 from turnstile.base.clock import utc_now
-from turnstile.base.contract import MAX_HOLD_SECONDS, MAX_LINEUP_ENTRIES, Attr, RequestKind, Status
+from turnstile.base.contract import (
+    MAX_HOLD_SECONDS,
+    MAX_LINEUP_ENTRIES,
+    MAX_SHARDS,
+    Attr,
+    RequestKind,
+    Status,
+    shard_key,
+    signup_key,
+    split_shard_key,
+)
 from turnstile.base.errors import (
     EventExistsError,
     EventNotFoundError,
     ForbiddenError,
     InvalidRequestError,
+    RequestRefusedError,
+    SignupConflictError,
     SignupNotFoundError,
 )
 from turnstile.base.jsonable import plain
@@ -54,6 +68,7 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "LISTED_STATUSES",
     "MAX_PAGE_SIZE",
+    "SHARDED_WAITLIST_RULE",
     "STATUS_RULE",
     "Created",
     "EventOptions",
@@ -61,6 +76,7 @@ __all__ = [
     "await_decision",
     "close_event",
     "create_event",
+    "forget_known_shards",
     "integer_rule",
     "list_events",
     "list_signups",
@@ -108,6 +124,11 @@ def integer_rule(name: str, minimum: int, maximum: int) -> str:
 ATTRIBUTES_RULE = "attributes must be a map (a JSON object), or left out"
 #: What ``list_signups``' status must be, as its refusal says it.
 STATUS_RULE = f"status must be one of {', '.join(LISTED_STATUSES)}"
+#: Why a sharded event with a waitlist is refused (docs/hot-events.md).
+SHARDED_WAITLIST_RULE = (
+    "sharded events have no waitlist yet: with shards above 1, waitlist must be 0 (a "
+    "shard's waitlist would not see seats freed in another shard)"
+)
 
 
 def _integer_problem(value: Any, name: str, minimum: int, maximum: int) -> str | None:
@@ -129,26 +150,33 @@ def _capacity(value: Any) -> int:
 class EventOptions:
     """An event's options (docs/lifecycle.md, §1), validated: ``waitlist`` and
     ``hold_seconds`` 0 (none) by default, ``max_seats`` None (only the capacity bounds a
-    signup)."""
+    signup), ``shards`` 1 (an event as it always was; docs/hot-events.md)."""
 
     waitlist: int = 0
     hold_seconds: int = 0
     max_seats: int | None = None
+    shards: int = 1
 
 
 def event_options(
-    capacity: int, waitlist: Any = ABSENT, hold_seconds: Any = ABSENT, max_seats: Any = ABSENT
+    capacity: int,
+    waitlist: Any = ABSENT,
+    hold_seconds: Any = ABSENT,
+    max_seats: Any = ABSENT,
+    shards: Any = ABSENT,
 ) -> EventOptions:
     """The options of a new event of ``capacity`` seats; ``InvalidRequestError`` naming
     every problem. ``ABSENT`` is the default; None (JSON null) is refused, as for every
     optional field: leave it out. The lineup the processor keeps on the event item is
-    bounded (``MAX_LINEUP_ENTRIES``), so are the options that feed it."""
+    bounded (``MAX_LINEUP_ENTRIES``), so are the options that feed it. A sharded event
+    (``shards`` above 1) has no waitlist (``SHARDED_WAITLIST_RULE``)."""
     problems: list[str] = []
     values: dict[str, int | None] = {}
     for name, value, low, high in (
         ("waitlist", waitlist, 0, MAX_LINEUP_ENTRIES),
         ("hold_seconds", hold_seconds, 0, MAX_HOLD_SECONDS),
         ("max_seats", max_seats, 1, MAX_SEATS),
+        ("shards", shards, 1, MAX_SHARDS),
     ):
         if value is ABSENT:
             values[name] = None
@@ -163,7 +191,10 @@ def event_options(
         waitlist=values["waitlist"] or 0,
         hold_seconds=values["hold_seconds"] or 0,
         max_seats=values["max_seats"],
+        shards=values["shards"] or 1,
     )
+    if options.shards > 1 and options.waitlist > 0:
+        raise InvalidRequestError([SHARDED_WAITLIST_RULE])
     problem = lineup_problem(capacity, options.waitlist, options.hold_seconds)
     if problem:
         raise InvalidRequestError([problem])
@@ -171,7 +202,9 @@ def event_options(
 
 
 def _options_of(record: EventRecord) -> EventOptions:
-    return EventOptions(record.event.waitlist, record.event.hold_seconds, record.event.max_seats)
+    return EventOptions(
+        record.event.waitlist, record.event.hold_seconds, record.event.max_seats, record.shards
+    )
 
 
 # -- views ----------------------------------------------------------------------------
@@ -188,26 +221,39 @@ def _whole(value: Any) -> int | None:
     return None
 
 
-def event_view(record: EventRecord) -> views.Event:
-    """The ``Event`` view."""
+def event_view(record: EventRecord, shards: Sequence[EventRecord | None] = ()) -> views.Event:
+    """The ``Event`` view. A sharded event's (``record`` its own item, the pool of its
+    seats) takes its counters from its shards' items, ``shards`` (``_shard_records``): the
+    seats each holds and the positions and statuses each gave, summed; a shard item that
+    is missing counts none."""
     s = record.event
+    taken, accepted, counts = s.taken, s.accepted, dict(record.status_counts or {})
+    if record.shards > 1:
+        taken = sum(r.event.taken for r in shards if r is not None)
+        accepted = sum(r.event.accepted for r in shards if r is not None)
+        counts = {}
+        for r in shards:
+            for status, n in (r.status_counts or {} if r is not None else {}).items():
+                counts[status] = counts.get(status, 0) + n
     # No version: the processor's optimistic lock is not part of the public answer.
     return views.Event(
         event_id=s.event_id,
         capacity=s.capacity,
-        taken=s.taken,
-        remaining=s.remaining,
+        taken=taken,
+        remaining=s.capacity - taken,
         # The event item's ``accepted`` counter: every signup ever given a seat, held or
         # accepted, which numbers their positions. Not the ACCEPTED signups of now
         # (``status_counts``), nor seats (``taken``): the view names it for what it is.
-        positions_given=s.accepted,
+        positions_given=accepted,
         state=s.state,
         created_at=record.created_at,
         created_by=record.created_by,
         waitlist=s.waitlist,
         hold_seconds=s.hold_seconds,
         max_seats=s.max_seats,
-        status_counts=dict(record.status_counts or {}),
+        status_counts=counts,
+        # Only on a sharded event's answer: every other event's is as it always was.
+        **({"shards": record.shards} if record.shards > 1 else {}),
     )
 
 
@@ -265,6 +311,95 @@ def _map(value: Any) -> dict[str, Any] | None:
     return plain(dict(value)) if isinstance(value, Mapping) else None
 
 
+# -- sharded events -------------------------------------------------------------------
+#
+# A sharded event (docs/hot-events.md) keeps each signup under its shard's key
+# (``contract.signup_key``): intake, main and the shard's own event item. Callers name the
+# event by its own id only; the key is found here, from the event's ``shards``, which never
+# change once it is created. So an event's shards, once read, are kept for a while
+# (``SHARDS_KNOWN_FOR_S``): a signup's status, a confirm or a cancel then costs no read of
+# the event item, which a hot event's every caller would otherwise read.
+
+#: How long an event's shards, once read from its item (or created), are used unread.
+#: Bounded, though they never change: an event deleted and created again by hand (never
+#: by turnstile) is seen within this.
+SHARDS_KNOWN_FOR_S = 300.0
+_KNOWN_MAX = 4096
+_known: OrderedDict[tuple[str, str], tuple[int, float]] = OrderedDict()
+_known_lock = threading.Lock()
+
+
+def forget_known_shards() -> None:
+    """Forget every event's shards read so far (each is read again when next needed)."""
+    with _known_lock:
+        _known.clear()
+
+
+def _remember(store: SignupStore, record: EventRecord) -> None:
+    """Keep ``record``'s shards (read from its whole item: a listing's projection has none)."""
+    key = (str(getattr(store, "control_table", "")), record.event.event_id)
+    with _known_lock:
+        _known[key] = (record.shards, time.monotonic() + SHARDS_KNOWN_FOR_S)
+        _known.move_to_end(key)
+        while len(_known) > _KNOWN_MAX:
+            _known.popitem(last=False)
+
+
+def _known_shards(store: SignupStore, event_id: str) -> int | None:
+    key = (str(getattr(store, "control_table", "")), event_id)
+    with _known_lock:
+        found = _known.get(key)
+        if found is not None and found[1] <= time.monotonic():
+            del _known[key]
+            found = None
+    return found[0] if found is not None else None
+
+
+def _read_event(store: SignupStore, event_id: str) -> EventRecord | None:
+    """The event item (None: no such event); its shards kept."""
+    record = store.get_event(event_id)
+    if record is not None:
+        _remember(store, record)
+    return record
+
+
+def _event_shards(store: SignupStore, event_id: str) -> int | None:
+    """The event's shards: known, else read from its item; None when there is no event."""
+    known = _known_shards(store, event_id)
+    if known is not None:
+        return known
+    record = _read_event(store, event_id)
+    return record.shards if record is not None else None
+
+
+def _located(store: SignupStore, event_id: str, signup_id: str) -> str:
+    """The event key ``signup_id`` of ``event_id`` is kept under: its shard's of a sharded
+    event, else the event's own id (an event of one shard, or none: a producer may have
+    written intake for an event that does not exist, and its rejection is kept there)."""
+    return signup_key(event_id, signup_id, _event_shards(store, event_id) or 1)
+
+
+def _shard_records(store: SignupStore, record: EventRecord) -> list[EventRecord | None]:
+    """A sharded event's shards' items (one consistent point read each); none otherwise."""
+    if record.shards <= 1:
+        return []
+    return [store.get_event(shard_key(record.event.event_id, k)) for k in range(record.shards)]
+
+
+def _view(store: SignupStore, record: EventRecord) -> views.Event:
+    """The ``Event`` view of an event item read whole, its shards' counters summed."""
+    return event_view(record, _shard_records(store, record))
+
+
+def _plain_conflict(exc: SignupConflictError, key: str, event_id: str) -> SignupConflictError:
+    """``exc`` naming the event by its own id, not the shard ``key`` the store used."""
+    return SignupConflictError(str(exc).replace(repr(key), repr(event_id)))
+
+
+def _not_found(event_id: str, signup_id: str) -> SignupNotFoundError:
+    return SignupNotFoundError(f"no signup {signup_id!r} for event {event_id!r}")
+
+
 # -- events ---------------------------------------------------------------------------
 
 
@@ -288,16 +423,21 @@ def create_event(
     hold_seconds: Any = ABSENT,
     max_seats: Any = ABSENT,
     quota: int | None = None,
+    shards: Any = ABSENT,
 ) -> Created:
     """Create an OPEN event, idempotently: an event with this id, this capacity and these
     options is answered as it is now (``created`` False); with another capacity or other
     options, ``EventExistsError`` naming them. The capacity compared is the current one: a
     create retried after the capacity was changed is a conflict. ``created_by`` stays the
     first creator's. The options (``event_options``) default to none. ``quota``: the most
-    events ``created_by`` may create (``EventQuotaError`` past it); None: no cap."""
+    events ``created_by`` may create (``EventQuotaError`` past it); None: no cap.
+    ``shards`` (1 to ``MAX_SHARDS``, default 1): a sharded event's (docs/hot-events.md),
+    whose signups the store keeps and the processor decides shard by shard."""
     event_id = _id(event_id, "event_id")
     capacity = _capacity(capacity)
-    options = event_options(capacity, waitlist, hold_seconds, max_seats)
+    options = event_options(capacity, waitlist, hold_seconds, max_seats, shards)
+    # An event of one shard is created as it always was (the store's own default).
+    sharded = {"shards": options.shards} if options.shards > 1 else {}
     try:
         record = store.create_event(
             event_id,
@@ -308,10 +448,13 @@ def create_event(
             hold_seconds=options.hold_seconds,
             max_seats=options.max_seats,
             quota=quota,
+            **sharded,
         )
-        return Created(body=event_view(record), created=True)
+        _remember(store, record)
+        # Its shards' items were created with it, each with nothing taken yet.
+        return Created(body=event_view(record, [None] * record.shards), created=True)
     except EventExistsError:
-        existing = store.get_event(event_id)
+        existing = _read_event(store, event_id)
         if existing is None:  # deleted by hand in between: nothing to be idempotent with
             raise
         if existing.event.capacity != capacity:
@@ -326,31 +469,35 @@ def create_event(
                 f"{_described(existing.event.capacity, theirs)}, not "
                 f"{_differing(theirs, options)}"
             ) from None
-        return Created(body=event_view(existing), created=False)
+        return Created(body=_view(store, existing), created=False)
 
 
 def _described(capacity: int, options: EventOptions) -> str:
-    """``capacity 5, waitlist 0, hold_seconds 0`` (and ``max_seats M`` when it has one)."""
+    """``capacity 5, waitlist 0, hold_seconds 0`` (and ``max_seats M`` when it has one,
+    ``shards K`` when it has more than one)."""
     named = f"capacity {capacity}, waitlist {options.waitlist}"
     named += f", hold_seconds {options.hold_seconds}"
-    return named + (f", max_seats {options.max_seats}" if options.max_seats is not None else "")
+    named += f", max_seats {options.max_seats}" if options.max_seats is not None else ""
+    return named + (f", shards {options.shards}" if options.shards > 1 else "")
 
 
 def _differing(theirs: EventOptions, asked: EventOptions) -> str:
     """The options asked for that differ, each named: ``hold_seconds 30, max_seats none``."""
     return ", ".join(
         f"{name} {'none' if getattr(asked, name) is None else getattr(asked, name)}"
-        for name in ("waitlist", "hold_seconds", "max_seats")
+        for name in ("waitlist", "hold_seconds", "max_seats", "shards")
         if getattr(asked, name) != getattr(theirs, name)
     )
 
 
 def show_event(store: SignupStore, event_id: Any) -> views.Event:
+    """The event (its ``Event`` view); a sharded event's counters are its shards' summed
+    (one point read of each shard's item)."""
     event_id = _id(event_id, "event_id")
-    record = store.get_event(event_id)
+    record = _read_event(store, event_id)
     if record is None:
         raise EventNotFoundError(f"no such event {event_id!r}")
-    return event_view(record)
+    return _view(store, record)
 
 
 @dataclass(frozen=True)
@@ -373,7 +520,7 @@ OPERATOR = Caller(identity=None, admin=True)
 
 def _organized(store: SignupStore, event_id: str, caller: Caller) -> EventRecord:
     """The event, if ``caller`` runs it: ``EventNotFoundError``, else ``ForbiddenError``."""
-    record = store.get_event(event_id)
+    record = _read_event(store, event_id)
     if record is None:
         raise EventNotFoundError(f"no such event {event_id!r}")
     if not caller.organizes(record):
@@ -387,22 +534,24 @@ def update_capacity(
     """Up at any time, down to the seats taken (``CapacityBelowTakenError`` below); for
     an event with holds, never so high that its lineup could pass ``MAX_LINEUP_ENTRIES``
     (``InvalidRequestError``: the store checks it against the options it reads). Only by
-    the event's creator or an admin (``ForbiddenError``)."""
+    the event's creator or an admin (``ForbiddenError``). A sharded event's goes down to
+    the seats its pool dealt its shards, no lower (the store's ``update_capacity``)."""
     event_id = _id(event_id, "event_id")
     capacity = _capacity(capacity)
     _organized(store, event_id, caller)
-    return event_view(store.update_capacity(event_id, capacity))
+    return _view(store, store.update_capacity(event_id, capacity))
 
 
 def close_event(store: SignupStore, event_id: Any, caller: Caller = OPERATOR) -> views.EventClosed:
     """OPEN -> CLOSED, idempotent; the ``EventClosed`` view (``closed_now``). Only by the
-    event's creator or an admin (``ForbiddenError``)."""
+    event's creator or an admin (``ForbiddenError``). A sharded event's shards are closed
+    with it (the store's ``close_event``: one transaction)."""
     event_id = _id(event_id, "event_id")
     _organized(store, event_id, caller)
     record, closed_now = store.close_event(event_id)
     if record is None:
         raise EventNotFoundError(f"no such event {event_id!r}")
-    return views.EventClosed(**event_view(record), closed_now=closed_now)
+    return views.EventClosed(**_view(store, record), closed_now=closed_now)
 
 
 # -- signups --------------------------------------------------------------------------
@@ -448,18 +597,32 @@ def submit_signup(
     if problems:
         raise InvalidRequestError(problems)
     # Checked here because the processor would only reject it later as unknown_event;
-    # an event created meanwhile is fine either way.
-    if store.get_event(event_id) is None:
-        raise EventNotFoundError(f"no such event {event_id!r}")
-    record, created = store.put_intake(
-        event_id,
-        signup_id,
-        seats,
-        attributes,
-        submitted_at=now or utc_now(),
-        expires_at=intake_expires_at(retention_days),
-        owner=owner,
-    )
+    # an event created meanwhile is fine either way. A sharded event known already is not
+    # read again: it exists (event items are never deleted), and its item is the one every
+    # submission of a hot event would read.
+    shards = _known_shards(store, event_id)
+    if shards is None or shards == 1:
+        found = _read_event(store, event_id)
+        if found is None:
+            raise EventNotFoundError(f"no such event {event_id!r}")
+        shards = found.shards
+    # A sharded event's signup goes under its shard's key: the same signup always to the
+    # same shard, so a retry finds its first submission (idempotent, owner checked).
+    key = signup_key(event_id, signup_id, shards)
+    try:
+        record, created = store.put_intake(
+            key,
+            signup_id,
+            seats,
+            attributes,
+            submitted_at=now or utc_now(),
+            expires_at=intake_expires_at(retention_days),
+            owner=owner,
+        )
+    except SignupConflictError as exc:
+        if key == event_id:
+            raise
+        raise _plain_conflict(exc, key, event_id) from None
     submitted_at = record.get(Attr.SUBMITTED_AT)
     body = views.SignupAccepted(
         status=Status.PENDING,
@@ -493,19 +656,35 @@ def request_signup(
     if kind not in RequestKind.ALL:
         raise InvalidRequestError([f"request must be one of {', '.join(RequestKind.ALL)}"])
     now = now or utc_now()
+    key = _located(store, event_id, signup_id)
     try:
-        recorded = request_transition(
-            store, event_id, signup_id, kind, now, owner=_owned_by(caller)
-        )
+        try:
+            recorded = request_transition(store, key, signup_id, kind, now, owner=_owned_by(caller))
+        except SignupNotFoundError:
+            # Not the caller's: an organizer of the event may still ask (an admin was not
+            # held to the owner in the first place).
+            record = store.get_event(event_id) if not caller.admin else None
+            if record is None or not caller.organizes(record):
+                raise
+            recorded = request_transition(store, key, signup_id, kind, now)
     except SignupNotFoundError:
-        # Not the caller's: an organizer of the event may still ask (an admin was not
-        # held to the owner in the first place).
-        record = store.get_event(event_id) if not caller.admin else None
-        if record is None or not caller.organizes(record):
+        if key == event_id:
             raise
-        recorded = request_transition(store, event_id, signup_id, kind, now)
+        raise _not_found(event_id, signup_id) from None
+    except RequestRefusedError as exc:
+        if key == event_id:
+            raise
+        # The refusal names the event as the caller did, never its shard's key.
+        raise RequestRefusedError(
+            event_id,
+            exc.signup_id,
+            exc.request,
+            exc.status,
+            hold_expires_at=exc.hold_expires_at,
+            reason=exc.reason,
+        ) from None
     return views.RequestRecorded(
-        event_id=recorded.event_id, signup_id=recorded.signup_id, request=recorded.request
+        event_id=event_id, signup_id=recorded.signup_id, request=recorded.request
     )
 
 
@@ -521,17 +700,24 @@ def signup_status(
     if it is not ``caller``'s to read (its owner's, its event's organizers', admins')."""
     event_id = _id(event_id, "event_id")
     signup_id = _id(signup_id, "signup_id")
+    return _status_at(store, event_id, _located(store, event_id, signup_id), signup_id, caller)
+
+
+def _status_at(
+    store: SignupStore, event_id: str, key: str, signup_id: str, caller: Caller
+) -> views.Signup:
+    """``signup_status`` of a signup kept under the event key ``key`` (``_located``)."""
     # Decision first: a decision never goes away, so if it is absent now and the intake
     # record is present next, the signup was PENDING at some point in between.
-    decision = store.get_decision(event_id, signup_id)
-    intake = None if decision is not None else store.get_intake(event_id, signup_id)
+    decision = store.get_decision(key, signup_id)
+    intake = None if decision is not None else store.get_intake(key, signup_id)
     if decision is None and intake is None:
-        raise SignupNotFoundError(f"no signup {signup_id!r} for event {event_id!r}")
+        raise _not_found(event_id, signup_id)
     owner = (decision or intake or {}).get(Attr.OWNER)
     if not caller.admin and owner != caller.identity:
         record = store.get_event(event_id)
         if record is None or not caller.organizes(record):
-            raise SignupNotFoundError(f"no signup {signup_id!r} for event {event_id!r}")
+            raise _not_found(event_id, signup_id)
     return signup_view(event_id, signup_id, decision, intake)
 
 
@@ -554,7 +740,10 @@ def await_decision(
     polls only the decision item, a strongly consistent point read every ``first_delay_s``
     doubling to ``max_delay_s``."""
     deadline = clock() + max(0.0, wait_s)
-    status = signup_status(store, event_id, signup_id, caller)
+    event_id = _id(event_id, "event_id")
+    signup_id = _id(signup_id, "signup_id")
+    key = _located(store, event_id, signup_id)
+    status = _status_at(store, event_id, key, signup_id, caller)
     delay = first_delay_s
     while not Status.reached(status.status, statuses):
         remaining = deadline - clock()
@@ -562,7 +751,7 @@ def await_decision(
             break
         sleep(min(delay, remaining))
         delay = min(delay * 2, max_delay_s)
-        decision = store.get_decision(status.event_id, status.signup_id)
+        decision = store.get_decision(key, status.signup_id)
         if decision is not None:
             status = signup_view(status.event_id, status.signup_id, decision, None)
     return status
@@ -593,7 +782,10 @@ def list_events(
             raise InvalidRequestError([listing.TOKEN_REFUSED])
         after = (payload["a"][0], payload["a"][1])
     items, last, more = listing.event_items(store, size, after)
-    events = [event_view(EventRecord.from_values(item)) for item in items]
+    records = [EventRecord.from_values(item) for item in items]
+    # A sharded event's shards' items are its own, not events: never listed apart.
+    records = [r for r in records if split_shard_key(r.event.event_id) is None]
+    events = [_view(store, record) for record in records]
     token = listing.encode_token({"k": "events", "a": list(last)}) if more and last else None
     return views.EventList(events=events, next=token)
 
@@ -610,23 +802,69 @@ def list_signups(
     ...], "next"}`` in ``signup_id`` order, only those with ``status`` if given (PENDING:
     recorded, not decided yet). ``EventNotFoundError`` for an unknown event; only for the
     event's organizers and admins (``ForbiddenError``): the signups' attributes are
-    personal data."""
+    personal data.
+
+    A sharded event's signups come shard by shard (shard 0's first), each shard's in
+    ``signup_id`` order: its partitions are read one after another, and the token of the
+    next page names the shard it goes on in (``h``) and the last signup read there."""
     event_id = _id(event_id, "event_id")
     if status is not None and status not in LISTED_STATUSES:
         raise InvalidRequestError([STATUS_RULE])
     size = _page_size(limit)
     after: str | None = None
+    shard: int | None = None
     if next_token:
         payload = listing.decode_token(next_token, "signups")
         if payload.get("e") != event_id or payload.get("s") != status:
             raise InvalidRequestError([listing.TOKEN_REFUSED])
-        if not listing.valid_signup_cursor(payload.get("a")):
+        shard = payload.get("h")
+        # A sharded listing's token may start its shard at the beginning (no cursor).
+        at_start = shard is not None and payload.get("a") is None
+        if not at_start and not listing.valid_signup_cursor(payload.get("a")):
             raise InvalidRequestError([listing.TOKEN_REFUSED])
-        after = payload["a"]
-    _organized(store, event_id, caller)
+        after = payload.get("a")
+    record = _organized(store, event_id, caller)
+    if record.shards > 1 or shard is not None:
+        return _sharded_signups(store, record, status, size, after, shard)
     rows, last, more = listing.signup_rows(store, event_id, status, size, after)
     signups = [signup_view(event_id, sid, decision, intake) for sid, decision, intake in rows]
     token = None
     if more and last is not None:
         token = listing.encode_token({"k": "signups", "e": event_id, "s": status, "a": last})
     return views.SignupList(signups=signups, next=token)
+
+
+def _sharded_signups(
+    store: SignupStore,
+    record: EventRecord,
+    status: str | None,
+    size: int,
+    after: str | None,
+    shard: Any,
+) -> views.SignupList:
+    """``list_signups`` of a sharded event: its shards' partitions one after another, from
+    shard ``shard`` (None: the first page) after ``after``, until the page is full or a
+    shard may have more than the page read of it (then the token goes on there)."""
+    event_id = record.event.event_id
+    if shard is None:
+        shard, after = 0, None
+    elif isinstance(shard, bool) or not isinstance(shard, int):
+        raise InvalidRequestError([listing.TOKEN_REFUSED])
+    elif record.shards <= 1 or not 0 <= shard < record.shards:
+        # A token of another listing: an event of one shard, or of fewer shards.
+        raise InvalidRequestError([listing.TOKEN_REFUSED])
+    signups: list[views.Signup] = []
+    while shard < record.shards:
+        key = shard_key(event_id, shard)
+        rows, last, more = listing.signup_rows(store, key, status, size - len(signups), after)
+        signups += [signup_view(event_id, sid, decision, intake) for sid, decision, intake in rows]
+        if more and last is not None:
+            token = {"k": "signups", "e": event_id, "s": status, "a": last, "h": shard}
+            return views.SignupList(signups=signups, next=listing.encode_token(token))
+        shard, after = shard + 1, None
+        if len(signups) >= size and shard < record.shards:
+            break  # full: the next page starts at the next shard's beginning
+    else:
+        return views.SignupList(signups=signups, next=None)
+    token = {"k": "signups", "e": event_id, "s": status, "a": None, "h": shard}
+    return views.SignupList(signups=signups, next=listing.encode_token(token))

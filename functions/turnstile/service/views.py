@@ -15,11 +15,11 @@ API adds is kept (``extra="allow"``), so an older client still shows it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from turnstile.base.contract import ID_PATTERN, EventState, RequestKind, Status
+from turnstile.base.contract import ID_PATTERN, MAX_SHARDS, EventState, RequestKind, Status
 
 __all__ = [
     "ERROR_CODES",
@@ -68,22 +68,35 @@ NextToken = Annotated[
 
 
 class View(BaseModel, Mapping[str, Any]):
-    """A view: a pydantic model that also reads as the mapping of its JSON fields."""
+    """A view: a pydantic model that also reads as the mapping of its JSON fields.
+
+    A field named in ``_OMITTED_WHEN_NONE`` is no field of the answer while it is None:
+    neither in its JSON nor among its keys (an event's ``shards``, shown only for a
+    sharded event, so every other event's answer is what it always was)."""
 
     model_config = ConfigDict(extra="allow", frozen=True, defer_build=True)
+    _OMITTED_WHEN_NONE: ClassVar[frozenset[str]] = frozenset()
 
     def __getitem__(self, key: str) -> Any:
-        if key in type(self).model_fields or key in (self.__pydantic_extra__ or {}):
+        if key in self._fields() or key in (self.__pydantic_extra__ or {}):
             return getattr(self, key)
         raise KeyError(key)
 
+    def _fields(self) -> list[str]:
+        omitted = self._OMITTED_WHEN_NONE
+        return [
+            name
+            for name in type(self).model_fields
+            if name not in omitted or getattr(self, name) is not None
+        ]
+
     def __iter__(self) -> Iterator[str]:  # type: ignore[override]
         # The field names (a Mapping's keys), not pydantic's (name, value) pairs.
-        yield from type(self).model_fields
+        yield from self._fields()
         yield from self.__pydantic_extra__ or {}
 
     def __len__(self) -> int:
-        return len(type(self).model_fields) + len(self.__pydantic_extra__ or {})
+        return len(self._fields()) + len(self.__pydantic_extra__ or {})
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, BaseModel):
@@ -148,6 +161,20 @@ class Event(View):
             "counts them (empty until it has decided some with the lifecycle)."
         ),
     )
+    shards: int = Field(
+        None,  # type: ignore[assignment]  # an event of one shard: no such field
+        ge=2,
+        le=MAX_SHARDS,
+        description=(
+            "A sharded event only (absent otherwise): its shards. Its signups are decided "
+            "shard by shard; `taken`, `positions_given` and `status_counts` are its shards' "
+            "summed."
+        ),
+        json_schema_extra=lambda schema: schema.pop("default", None),
+        exclude_if=lambda value: value is None,
+    )
+
+    _OMITTED_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"shards"})
 
 
 class EventClosed(Event):

@@ -24,6 +24,7 @@ from turnstile.base.contract import (
     MAX_ATTRIBUTES_BYTES,
     MAX_HOLD_SECONDS,
     MAX_LINEUP_ENTRIES,
+    MAX_SHARDS,
 )
 from turnstile.engine.rules import (
     MAX_ATTRIBUTES_DEPTH,
@@ -146,7 +147,8 @@ class EventCreate(_Body):
             "description": (
                 f"A new event. With holds (hold_seconds above 0), capacity + waitlist is at "
                 f"most {MAX_LINEUP_ENTRIES} (400 otherwise): the event item keeps every hold "
-                "and every waiting signup."
+                "and every waiting signup. A sharded event (shards above 1) has no waitlist "
+                "(400 otherwise)."
             ),
             "examples": [{"event_id": "concert-2026", "capacity": 100}],
         },
@@ -175,6 +177,16 @@ class EventCreate(_Body):
         le=MAX_SEATS,
         description="The most seats one signup may ask for (default: no limit but the capacity).",
         json_schema_extra=_no_default,
+    )
+    shards: int = Field(
+        1,
+        ge=1,
+        le=MAX_SHARDS,
+        description=(
+            "Shards to spread a hot event's signups over (1: none, the default). Each "
+            "signup is kept and decided in one shard, fixed by its id; callers name the "
+            "event by its own id as ever. A sharded event has no waitlist (yet)."
+        ),
     )
 
 
@@ -242,6 +254,7 @@ RULES: Mapping[str, Callable[[Any], str]] = {
     "waitlist": _integer("waitlist", 0, MAX_LINEUP_ENTRIES),
     "hold_seconds": _integer("hold_seconds", 0, MAX_HOLD_SECONDS),
     "max_seats": _integer("max_seats", 1, MAX_SEATS),
+    "shards": _integer("shards", 1, MAX_SHARDS),
     "seats": _integer("seats", 1, MAX_SEATS),
     "attributes": _attributes,
     "limit": _integer("limit", 1, usecases.MAX_PAGE_SIZE),

@@ -225,6 +225,7 @@ def create_event(
         hold_seconds=inputs.given(body, "hold_seconds"),
         max_seats=inputs.given(body, "max_seats"),
         quota=None if caller.admin else events_quota(),
+        shards=inputs.given(body, "shards"),
     )
     event = result.body
     location = {"Location": _location(event.event_id)}
@@ -364,7 +365,8 @@ def submit_signup(
         "the same status) for the following page; `next` is null on the last one. A page may "
         "hold fewer than `limit` signups (even none) and still have a `next`. Reads the "
         "event's partition of the main table (ACCEPTED, REJECTED) or of both main and intake "
-        "(PENDING, no status)."
+        "(PENDING, no status). A sharded event's signups come shard by shard, each shard's "
+        "in signup_id order (its partitions are read one after another)."
     ),
     responses={200: _ok("A page of signups."), 404: _NO_EVENT, 403: _NOT_THEIRS, **_COMMON},
 )
