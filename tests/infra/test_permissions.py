@@ -136,7 +136,7 @@ DECISION_ATTRIBUTES = (
 
 EVENT_CONFIG = (
     "pk", "sk", "event_id", "capacity", "min_capacity", "state", "created_at", "created_by",
-    "capacity_floor", "waitlist", "hold_seconds", "max_seats",
+    "capacity_floor", "waitlist", "hold_seconds", "max_seats", "shards",
 )  # fmt: skip
 
 
