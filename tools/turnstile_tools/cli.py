@@ -267,6 +267,7 @@ def cmd_event_create(args: argparse.Namespace) -> int:
         waitlist=usecases.ABSENT if args.waitlist is None else args.waitlist,
         hold_seconds=usecases.ABSENT if args.hold_seconds is None else args.hold_seconds,
         max_seats=usecases.ABSENT if args.max_seats is None else args.max_seats,
+        shards=usecases.ABSENT if args.shards is None else args.shards,
     )
     _show(args, created.body)
     return 0
@@ -1004,6 +1005,14 @@ def _event(ctx: click.Context) -> None:
     metavar="M",
     default_text="none: only the capacity bounds it",
     help="the most seats one signup may ask for",
+)
+@option(
+    "--shards",
+    type=int,
+    metavar="K",
+    default_text="1: not sharded",
+    help="spread a hot event's signups over K shards (1 to 32; no waitlist then): each "
+    "signup is kept and decided in the shard its id falls in (docs/hot-events.md)",
 )
 @output_option()
 @click.pass_context

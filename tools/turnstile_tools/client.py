@@ -29,7 +29,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from pydantic import ValidationError
 
-from turnstile.base.contract import Status
+from turnstile.base.contract import Status, signup_key
 from turnstile.service import views
 
 __all__ = [
@@ -39,7 +39,9 @@ __all__ = [
     "NotTurnstileApiError",
     "TurnstileClient",
     "WaitTimeoutError",
+    "intake_key",
     "region_of_execute_api",
+    "shard_key_of",
 ]
 
 #: API Gateway's own hosts: {api-id}.execute-api.{region}.amazonaws.com (and VPC endpoints).
@@ -55,6 +57,25 @@ MAX_WAIT_S = 10.0
 _MIN_WAIT_S = 0.05
 
 V = TypeVar("V", bound=views.View)
+
+
+def intake_key(event_id: str, signup_id: str, shards: int) -> str:
+    """The ``event_id`` a producer writing straight into the intake table puts a signup
+    under (its key is ``(intake_key(...), signup_id)``; the HTTP API does this itself).
+
+    An event of one shard: ``event_id`` itself. A sharded event of ``shards`` shards (its
+    ``shards``, as ``GET /events/{id}`` shows it): its shard's key, ``"<event_id>#<kk>"``,
+    ``kk`` the shard's number in two digits (``00`` to ``31``), the shard being the first 8
+    bytes of the BLAKE2b digest (``digest_size=8``) of the signup id's UTF-8, read as an
+    unsigned big-endian number, modulo ``shards``. Fixed forever: a signup written under
+    any other key of a sharded event is rejected ``invalid_request`` (its ``detail``
+    names the right key). ``ValueError`` for ``shards`` outside 1 to 32.
+    """
+    return signup_key(event_id, signup_id, shards)
+
+
+#: ``intake_key``'s other name (``contract.shard_of`` refers to it).
+shard_key_of = intake_key
 
 
 class ApiError(Exception):
@@ -193,12 +214,20 @@ class TurnstileClient:
         waitlist: int | None = None,
         hold_seconds: int | None = None,
         max_seats: int | None = None,
+        shards: int | None = None,
     ) -> views.Event:
         """Create an OPEN event (201); ``ApiError`` 409 ``event_exists`` if it exists with
         another capacity or options. The options left None are not sent (their defaults:
-        no waitlist, no holds, no ``max_seats``)."""
+        no waitlist, no holds, no ``max_seats``, one shard). ``shards`` (1 to 32): a hot
+        event's signups spread over that many shards (no waitlist then); every call still
+        names the event by its own id."""
         body: dict[str, Any] = {"event_id": event_id, "capacity": capacity}
-        options = {"waitlist": waitlist, "hold_seconds": hold_seconds, "max_seats": max_seats}
+        options = {
+            "waitlist": waitlist,
+            "hold_seconds": hold_seconds,
+            "max_seats": max_seats,
+            "shards": shards,
+        }
         body.update({name: value for name, value in options.items() if value is not None})
         return self._call("POST", "/events", views.Event, body)
 
