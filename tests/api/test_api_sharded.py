@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.api.helpers import Invoke
+from tests.api.helpers import Invoke, v2_event
 from tests.conftest import StreamReader
 from turnstile.base.contract import (
     MAX_SHARDS,
@@ -25,6 +25,7 @@ from turnstile.base.contract import (
     shard_of,
     signup_key,
 )
+from turnstile.handlers import api as api_handler
 from turnstile.handlers import stream as stream_handler
 from turnstile.service import usecases
 from turnstile.storage.store import SignupStore
@@ -181,6 +182,21 @@ def test_signups_go_to_their_shards_and_are_read_back_by_the_event_id(
     assert (event["capacity"], event["taken"], event["remaining"]) == (5, 5, 0)
     assert event["positions_given"] == 5
     assert event["shards"] == 4
+
+
+def test_the_waiter_finds_a_signup_in_its_shard(invoke: Invoke, stream: StreamReader):
+    # GIVEN a decided signup of a sharded event, and a waiter that has not read the event
+    assert create(invoke, "wait", 2, shards=4).status == 201
+    submit(invoke, "wait", ["w1"])
+    decide(stream)
+    usecases.forget_known_shards()
+    # WHEN the waiting read is served by the waiter function's own app
+    event = v2_event("GET", "/events/wait/signups/w1/decision", query="wait=1", authorizer=ME)
+    response = api_handler.waiter(event, LocalLambdaContext.api())
+    # THEN it reads the decision in the signup's shard, named by the event's own id
+    body = json.loads(response["body"])
+    assert response["statusCode"] == 200, body
+    assert (body["event_id"], body["status"]) == ("wait", Status.ACCEPTED)
 
 
 def test_status_counts_are_summed_over_the_shards(

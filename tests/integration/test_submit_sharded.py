@@ -174,3 +174,21 @@ def test_the_client_sends_shards_on_create():
         ("POST", "/events", {"event_id": "flat", "capacity": 10}),
     ]
     assert shard_key("gig", 3) == "gig#03"
+
+
+def test_a_wait_polls_the_decision_in_the_signups_shard(capsys, store: SignupStore, stream):
+    # GIVEN a pending signup of a sharded event
+    assert run(capsys, "event", "create", "poll", "--capacity", "2", "--shards", "4")[0] == 0
+    assert run(capsys, "submit", "poll", "late")[0] == 0
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        # the processor decides during the first pause
+        now[0] += seconds
+        decide(stream)
+
+    # WHEN the use case waits for its decision
+    status = usecases.await_decision(store, "poll", "late", 5.0, sleep=sleep, clock=lambda: now[0])
+    # THEN its poll of the shard's decision item finds it
+    assert (status["event_id"], status["status"]) == ("poll", Status.ACCEPTED)
+    assert now[0] < 1.0
