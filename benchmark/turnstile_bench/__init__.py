@@ -93,7 +93,7 @@ def register(subparsers: Any) -> None:
         "--drop",
         action="store_true",
         help="one hot event, far more signups than seats, producers as fast as they can "
-        "under a simulated per-partition limit (1/100 of AWS's): the event in 1 shard "
+        "under a simulated per-partition limit (1/200 of AWS's): the event in 1 shard "
         "against 16 (decisions/s, throttled requests, p50/p99, write units per decision, "
         "oversold, undersold, inversions); with --quick, a shorter and smaller drop; with "
         "--plot, decisions per second over the drop",

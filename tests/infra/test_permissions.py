@@ -183,7 +183,7 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
 #: What a listing of events may read of each control-table item it scans.
 EVENT_LIST = (
     "pk", "sk", "event_id", "capacity", "min_capacity", "taken", "accepted", "state",
-    "created_at", "created_by", "waitlist", "hold_seconds", "max_seats", "status_counts",
+    "created_at", "created_by", "waitlist", "hold_seconds", "max_seats", "status_counts", "shards",
 )  # fmt: skip
 
 

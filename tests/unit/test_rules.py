@@ -380,7 +380,8 @@ def test_every_problem_is_reported_and_the_rest_is_copied():
     pattern = ID_PATTERN.pattern
     request = parse_intake(image, "1")
     assert request.problem == (
-        f"event_id must match {pattern}; signup_id must match {pattern}; "
+        f"event_id must match {pattern} (or, for a sharded event, <event_id>#<00-31>); "
+        f"signup_id must match {pattern}; "
         "seats must be at least 1; attributes must be a map (a JSON object)"
     )
     assert (request.event_id, request.signup_id, request.seats, request.attributes) == (

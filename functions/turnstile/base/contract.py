@@ -416,6 +416,7 @@ EVENT_LIST_ATTRIBUTES = (
     Attr.HOLD_SECONDS,
     Attr.MAX_SEATS,
     Attr.STATUS_COUNTS,
+    Attr.SHARDS,
 )
 
 #: Every attribute a decision item may have (keys included): the stream processor's IAM

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gc
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -41,10 +42,16 @@ def _traced(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _processor: StreamProcessor | None = None
+#: A processor of this thread's own (``in_container``): the local stack's and the
+#: benchmark's concurrent invocations, each in a container of its own, as on Lambda.
+_container = threading.local()
 
 
 def get_processor() -> StreamProcessor:
     """One processor per container: its store client and journal cache outlive a batch."""
+    own = getattr(_container, "processor", None)
+    if own is not None:
+        return own
     global _processor
     if _processor is None:
         _processor = StreamProcessor(
@@ -175,6 +182,19 @@ def _freeze_container() -> None:
     if not _frozen:
         _frozen = True
         gc.freeze()
+
+
+def in_container(
+    processor: StreamProcessor, event: dict[str, Any], context: LambdaContext
+) -> dict[str, Any]:
+    """``handler`` with ``processor`` as its container's (this thread's, for this call): how
+    one process runs concurrent invocations, each with a processor of its own, as Lambda
+    runs them in containers of their own (never two calls on one processor at once)."""
+    _container.processor = processor
+    try:
+        return handler(event, context)
+    finally:
+        _container.processor = None
 
 
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:

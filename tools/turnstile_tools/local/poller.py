@@ -209,10 +209,13 @@ def _record_bytes(record: Mapping[str, Any]) -> int:
     return len(json.dumps(record)) + 2  # and the ", " that joins it to the next
 
 
-def _lane(record: Mapping[str, Any], lanes: int) -> int:
-    """The lane of a record: one item (its whole key) always takes the same lane."""
-    keys = json.dumps(record.get("dynamodb", {}).get("Keys"), sort_keys=True)
-    return zlib.crc32(keys.encode()) % lanes
+def _lane(record: Mapping[str, Any], lanes: int, partition_key: str | None = None) -> int:
+    """The lane of a record: one item (its whole key) always takes the same lane; with a
+    ``partition_key``, every item of one partition key value does."""
+    keys = record.get("dynamodb", {}).get("Keys") or {}
+    if partition_key is not None:
+        keys = keys.get(partition_key)
+    return zlib.crc32(json.dumps(keys, sort_keys=True).encode()) % lanes
 
 
 class StreamPoller:
@@ -239,7 +242,17 @@ class StreamPoller:
         retry_base_delay_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        stream_shards: int = 1,
+        partition_key: str | None = None,
     ) -> None:
+        """``stream_shards`` above 1 (with the table's ``partition_key``): emulate a stream
+        of that many shards over moto's one, as DynamoDB gives a table's partitions shards
+        of their own. Each partition key value's records go, in order, to one of that
+        many lanes, and the lanes' batches are invoked at once, one invocation per lane at
+        a time, as Lambda invokes one per stream shard. Exclusive with a parallelization
+        factor above 1."""
+        if stream_shards > 1 and (partition_key is None or settings.parallelization_factor > 1):
+            raise ValueError("stream shards need the partition key and no parallelization")
         self.handler = handler
         self.streams = streams_client
         self.stream_arn = stream_arn
@@ -258,7 +271,8 @@ class StreamPoller:
         #: When each shard's batching window began: when its last invocation completed.
         self._window_start: dict[str, float] = {}
         self._started = clock()
-        self._lanes = settings.parallelization_factor
+        self._lanes = max(settings.parallelization_factor, stream_shards)
+        self._partition_key = partition_key if stream_shards > 1 else None
         self._lane_pool = (
             ThreadPoolExecutor(self._lanes, thread_name_prefix="stream-lane")
             if self._lanes > 1
@@ -442,7 +456,7 @@ class StreamPoller:
             return
         lanes: list[list[dict[str, Any]]] = [[] for _ in range(self._lanes)]
         for record in records:
-            lanes[_lane(record, self._lanes)].append(record)
+            lanes[_lane(record, self._lanes, self._partition_key)].append(record)
         futures = [
             self._lane_pool.submit(self._deliver_lane, shard_id, lane) for lane in lanes if lane
         ]
