@@ -218,6 +218,90 @@ def _lane(record: Mapping[str, Any], lanes: int, partition_key: str | None = Non
     return zlib.crc32(json.dumps(keys, sort_keys=True).encode()) % lanes
 
 
+class _ShardLanes:
+    """Emulated stream shards over one real one: a queue and a worker thread per lane.
+
+    The reader queues each record to its lane (its partition key's); each worker takes up
+    to a batch of its lane's records, in order, and delivers them as the poller delivers
+    any batch (retries, bisect, the on-failure destination), independently of the other
+    lanes, as Lambda works each stream shard on its own. The real shard's checkpoint moves
+    only past records every lane is done with, so a restart never skips one. The reader
+    waits while ``limit`` records are queued and not done.
+    """
+
+    def __init__(self, poller: StreamPoller, lanes: int, batch_size: int) -> None:
+        self.poller = poller
+        self.batch_size = batch_size
+        self.limit = batch_size * lanes * 4
+        self.cv = threading.Condition()
+        self.queues: list[deque[tuple[str, dict[str, Any]]]] = [deque() for _ in range(lanes)]
+        #: Per real shard, its records in read order: [sequence number, done].
+        self.outstanding: dict[str, deque[list[Any]]] = {}
+        self.pending = 0
+        self.workers = [
+            threading.Thread(target=self._work, args=(i,), name=f"stream-shard-{i}", daemon=True)
+            for i in range(lanes)
+        ]
+        for worker in self.workers:
+            worker.start()
+
+    def queue(self, shard_id: str, records: list[tuple[int, dict[str, Any]]]) -> None:
+        with self.cv:
+            self.cv.wait_for(lambda: self.pending < self.limit)
+            line = self.outstanding.setdefault(shard_id, deque())
+            for lane, record in records:
+                entry = [record["dynamodb"]["SequenceNumber"], False]
+                line.append(entry)
+                self.queues[lane].append((shard_id, {"entry": entry, "record": record}))
+                self.pending += 1
+            self.cv.notify_all()
+
+    def passed(self, shard_id: str, sequence_number: str) -> None:
+        """A record the filter dropped: checkpointed once everything before it is done."""
+        with self.cv:
+            line = self.outstanding.setdefault(shard_id, deque())
+            line.append([sequence_number, True])
+            self._advance(shard_id)
+
+    def drain(self) -> None:
+        """Wait until every queued record is done."""
+        with self.cv:
+            self.cv.wait_for(lambda: self.pending == 0)
+
+    def _work(self, lane: int) -> None:
+        queue = self.queues[lane]
+        while True:
+            with self.cv:
+                self.cv.wait_for(lambda: bool(queue))
+                shard_id = queue[0][0]
+                taken = []
+                while queue and queue[0][0] == shard_id and len(taken) < self.batch_size:
+                    taken.append(queue.popleft()[1])
+            try:
+                self.poller._deliver(shard_id, [t["record"] for t in taken], checkpoint=False)
+            except Exception:
+                # Not done: the checkpoint stays behind them (a restart delivers them again).
+                log.exception("stream shard %d: delivery failed", lane)
+                with self.cv:
+                    self.pending -= len(taken)
+                    self.cv.notify_all()
+                continue
+            with self.cv:
+                for t in taken:
+                    t["entry"][1] = True
+                self.pending -= len(taken)
+                self._advance(shard_id)
+                self.cv.notify_all()
+
+    def _advance(self, shard_id: str) -> None:
+        line = self.outstanding[shard_id]
+        last = None
+        while line and line[0][1]:
+            last = line.popleft()[0]
+        if last is not None:
+            self.poller.checkpoints.put(self.poller.stream_arn, shard_id, last)
+
+
 class StreamPoller:
     """Feeds a DynamoDB stream to ``handler`` as Lambda's event source mapping does.
 
@@ -273,7 +357,11 @@ class StreamPoller:
         self._started = clock()
         self._lanes = max(settings.parallelization_factor, stream_shards)
         self._partition_key = partition_key if stream_shards > 1 else None
-        self._lane_pool = (
+        #: Emulated stream shards: their queues, worked each by a thread of its own.
+        self._shard_lanes = (
+            _ShardLanes(self, stream_shards, settings.batch_size) if stream_shards > 1 else None
+        )
+        self._lane_pool = None if self._shard_lanes is not None else (
             ThreadPoolExecutor(self._lanes, thread_name_prefix="stream-lane")
             if self._lanes > 1
             else None
@@ -419,7 +507,10 @@ class StreamPoller:
             buffer.append(record)
             self._buffer_bytes[shard_id] = self._buffer_bytes.get(shard_id, 0) + size
         if last_dropped and not buffer:
-            self.checkpoints.put(self.stream_arn, shard_id, last_dropped)
+            if self._shard_lanes is not None:
+                self._shard_lanes.passed(shard_id, last_dropped)  # behind what is queued
+            else:
+                self.checkpoints.put(self.stream_arn, shard_id, last_dropped)
         if buffer and (len(buffer) >= capacity or self._window_over(shard_id) or state.ended):
             self._dispatch(shard_id)
         return len(records)
@@ -446,11 +537,20 @@ class StreamPoller:
         for shard_id, buffer in list(self._buffers.items()):
             if buffer:
                 self._dispatch(shard_id)
+        if self._shard_lanes is not None:
+            self._shard_lanes.drain()
 
     # -- delivery, retries, bisect ----------------------------------------------------
 
     def _deliver_read(self, shard_id: str, records: list[dict[str, Any]]) -> None:
-        """Deliver what was read from a shard: one batch, or with lanes one per lane, at once."""
+        """Deliver what was read from a shard: one batch, or with lanes one per lane, at once
+        (or, emulating stream shards, queued to theirs, delivered by their workers)."""
+        if self._shard_lanes is not None:
+            self._shard_lanes.queue(
+                shard_id,
+                [(_lane(r, self._lanes, self._partition_key), r) for r in records],
+            )
+            return
         if self._lane_pool is None:
             self._deliver(shard_id, records)
             return
