@@ -9,13 +9,14 @@ FOUND AND FIXED (each test failed before its fix):
   ``close_event`` of one failed with a bare ValueError: both refuse shard keys now
   (``test_found_the_stores_update_capacity_takes_a_shard_key_and_oversells``).
 
-OPEN (``xfail(strict=True)``: each fails today, and the suite fails once it passes, so
+* a short shard counted another shard's lapsed holds as taken until that shard took a
+  step: it refused ``capacity_full`` while a seat was free; now it steps those shards
+  first (``test_found_a_shard_refused_capacity_full_while_another_shard_held_only_lapsed_holds``,
+  and ``test_found_a_full_mark_made_while_holds_were_live_hid_them_once_they_lapsed``).
+
+OPEN (``xfail(strict=True)``: it fails today, and the suite fails once it passes, so
 that its mark is taken off):
 
-* a short shard counts another shard's lapsed holds as taken until that shard takes a
-  step (the due-holds job wakes it within its period): refused ``capacity_full`` while a
-  seat is free meanwhile
-  (``test_finding_a_shard_refuses_capacity_full_while_another_shard_holds_only_lapsed_holds``);
 * a signup for more seats than the event has makes its shard secure every seat first
   (nothing oversold; the seats move, and other shards take them back)
   (``test_finding_a_signup_that_can_never_fit_pulls_every_seat_into_its_shard``).
@@ -205,12 +206,7 @@ def ok(result: Any) -> Any:
 # =====================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a shard counts another shard's lapsed, not yet stepped holds as taken "
-    "(docs/hot-events.md, what is not built); strict: passes once fixed",
-)
-def test_finding_a_shard_refuses_capacity_full_while_another_shard_holds_only_lapsed_holds(
+def test_found_a_shard_refused_capacity_full_while_another_shard_held_only_lapsed_holds(
     store, feed, clock
 ):
     """A hold lapsed in one shard is not a seat another shard can get.
@@ -256,6 +252,23 @@ def test_found_a_sharded_event_with_a_waitlist_is_refused(store):
     with pytest.raises(InvalidRequestError, match="no waitlist"):
         store.create_event("gig", 40, T0, shards=2, waitlist=5)
     assert store.get_event("gig") is None
+
+
+def test_found_a_full_mark_made_while_holds_were_live_hid_them_once_they_lapsed(store, feed, clock):
+    """A refusal while another shard's holds are live is right; but marking the pool full
+    then would hide those seats once the holds lapse (a lapse is no commit until the
+    holding shard steps), and the next short shard would refuse from the mark alone."""
+    store.create_event("gig", 2, T0, shards=2, hold_seconds=60)
+    proc = StreamProcessor(store, clock=clock)
+    for sid in ids_in(0, 2, 2, "h"):
+        ok(proc.process([feed.signup(shard_key("gig", 0), sid)]))
+    early, late = ids_in(1, 2, 2, "x")
+    ok(proc.process([feed.signup(shard_key("gig", 1), early)]))
+    assert reason(store, shard_key("gig", 1), early) == Reason.CAPACITY_FULL  # holds live
+    clock.advance(120)  # both holds lapsed; shard 0 has not stepped since
+    ok(proc.process([feed.signup(shard_key("gig", 1), late)]))
+    assert status(store, shard_key("gig", 1), late) == Status.HELD
+    assert_never_oversold(store, "gig", 2)
 
 
 def test_found_the_stores_update_capacity_takes_a_shard_key_and_oversells(store, feed, clock):

@@ -79,6 +79,9 @@ class Share:
     quota: int
     taken: int
     version: int = 0
+    #: When the shard's earliest hold lapses (epoch ms; None: it holds nothing). A lapsed
+    #: hold is still ``taken`` until the shard takes a step: a seat to free, not slack yet.
+    due_at: int | None = None
 
     @property
     def free(self) -> int:

@@ -19,6 +19,7 @@ from turnstile.base.contract import (
     Reason,
     Status,
     is_event_key,
+    shard_key,
     shard_of,
     split_shard_key,
 )
@@ -265,6 +266,14 @@ class StreamProcessor:
         for _ in range(self.max_conflicts):
             try:
                 decided, consumed, moves = self._try_chunk(event_id, chunk, read_all)
+            except _LapsedElsewhere as lapsed:
+                # Seats held past their time in other shards: freed by a step of each
+                # (a tick, as its wake-up would take), then this chunk is decided again.
+                for shard in lapsed.shards:
+                    tick = IntakeRecord(shard, "", chunk[0].sequence_number, seats=0, tick=True)
+                    self._decide_chunk(shard, [tick], result)
+                result.conflicts += 1
+                continue
             except CommitConflictError:
                 result.conflicts += 1
                 continue
@@ -370,7 +379,7 @@ class StreamProcessor:
             return [], len(chunk), []
         deciding, takes = record, ()
         if record.shards > 1 and (short := _short(outcome)):
-            deciding, takes = self._secure(event_id, record, short)
+            deciding, takes = self._secure(event_id, record, short, now)
             if takes:
                 outcome, moves = self._step(deciding, chunk, decided, now)
                 if outcome is None:  # pragma: no cover - more seats never undo a step
@@ -407,7 +416,7 @@ class StreamProcessor:
         return self._decided(event_id, decisions, now, by_id), len(chunk), moves
 
     def _secure(
-        self, shard: str, record: EventRecord, short: int
+        self, shard: str, record: EventRecord, short: int, now: str
     ) -> tuple[EventRecord, tuple[tuple[Share, int], ...]]:
         """A shard whose step refused ``short`` seats ``capacity_full`` secures them
         before it commits (docs/hot-events.md): it draws from its event's pool, then
@@ -425,6 +434,12 @@ class StreamProcessor:
         if (mine.version, mine.quota, mine.taken) != (event.version, event.capacity, event.taken):
             # seats drawn, or the shard moved since it was read: decided again from it
             raise CommitConflictError(f"shard {shard!r}: seats drawn, deciding again")
+        lapsed = [k for k, due in secured.holding if due <= ms_of(now)]
+        if lapsed:
+            # Not enough seats anywhere, but holds in other shards have lapsed: their seats
+            # are free once those shards step, which an unsharded event's step would have
+            # done before refusing anyone.
+            raise _LapsedElsewhere([shard_key(event_id, k) for k in lapsed])
         took = sum(seats for _, seats in secured.takes)
         if not took:
             return record, ()
@@ -701,6 +716,15 @@ class StreamProcessor:
             return False
         finally:
             self._prefetched.pop(event_id, None)
+
+
+class _LapsedElsewhere(CommitConflictError):
+    """A shard short of seats found holds lapsed in other shards (``shards``: their keys):
+    they step first, then the shard decides again."""
+
+    def __init__(self, shards: list[str]) -> None:
+        super().__init__(f"holds lapsed in {', '.join(shards)}")
+        self.shards = shards
 
 
 def _placed(event_id: str, shards: int, chunk: Sequence[IntakeRecord]) -> list[IntakeRecord]:

@@ -70,6 +70,9 @@ class Secured:
 
     share: Share
     takes: tuple[tuple[Share, int], ...] = ()
+    #: When short: the other shards holding seats in holds, with when the earliest of
+    #: them lapses (shard, epoch ms). A lapsed one is freed by a step of that shard.
+    holding: tuple[tuple[int, int], ...] = ()
 
     @property
     def free(self) -> int:
@@ -232,9 +235,16 @@ class Escrow:
             rest = plan(snapped, me, need, chunk, [s for s in shares if s.shard != shard])
             if rest.draw:
                 continue  # seats came back to the pool meanwhile: draw them
-            if snapped.undealt == 0 and not any(s.free for s in shares):
+            takes = tuple((shares[k], seats) for k, seats in rest.steals)
+            holding = tuple(
+                (s.shard, s.due_at) for s in shares if s.due_at is not None and s.shard != shard
+            )
+            # Full, unless a hold lapses: only with no hold anywhere is it full until a seat
+            # is given back (a hold is made only from a free seat).
+            no_holds = not any(s.due_at is not None for s in shares)
+            if snapped.undealt == 0 and not any(s.free for s in shares) and no_holds:
                 self._mark_full(event_id, snapped)
-            return Secured(me, tuple((shares[k], seats) for k, seats in rest.steals))
+            return Secured(me, takes, holding if rest.seats < need - me.free else ())
         raise StoreUnavailableError(
             f"event {event_id!r} shard {shard}: seats kept moving under {SECURE_ATTEMPTS} tries"
         )
@@ -346,9 +356,11 @@ def freed(table: str, event_id: str) -> dict[str, Any]:
 def _share(shard: int, item: dict[str, Any] | None) -> Share:
     if item is None:
         return Share(shard=shard, quota=0, taken=0, version=0)
+    due = item.get(Attr.HOLD_DUE_AT)
     return Share(
         shard=shard,
         quota=int(item.get(Attr.CAPACITY, 0)),
         taken=int(item.get(Attr.TAKEN, 0)),
         version=int(item.get(Attr.VERSION, 0)),
+        due_at=int(due) if due is not None else None,
     )
