@@ -340,7 +340,9 @@ class FakeStore:
         self._exit(fault)
         return found
 
-    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
+    def secure(
+        self, event_id: str, shards: int, shard: int, need: int, sizes: Sequence[int] = ()
+    ) -> Secured:
         """The escrow's moves on the fake's items, as ``Escrow.secure`` makes them: draw
         from the pool while it has seats, then plan takes from the other shards."""
         fault = self._enter("secure", event_id)
@@ -356,6 +358,9 @@ class FakeStore:
 
         me = share(shard)
         pool_item = self._event_item(event_id)
+        if pool_item is not None:
+            capacity = int(_number(pool_item, Attr.CAPACITY) or 0)
+            need -= sum(s for s in sizes if s > capacity)
         if me.free >= need or pool_item is None:
             self._exit(fault)
             return Secured(me)

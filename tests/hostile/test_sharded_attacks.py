@@ -14,12 +14,10 @@ FOUND AND FIXED (each test failed before its fix):
   first (``test_found_a_shard_refused_capacity_full_while_another_shard_held_only_lapsed_holds``,
   and ``test_found_a_full_mark_made_while_holds_were_live_hid_them_once_they_lapsed``).
 
-OPEN (``xfail(strict=True)``: it fails today, and the suite fails once it passes, so
-that its mark is taken off):
-
-* a signup for more seats than the event has makes its shard secure every seat first
-  (nothing oversold; the seats move, and other shards take them back)
-  (``test_finding_a_signup_that_can_never_fit_pulls_every_seat_into_its_shard``).
+* a signup for more seats than the whole event made its shard secure every seat before it
+  was refused (seats moved for nothing; a producer could repeat it in every shard): the
+  seats of a signup larger than the event's capacity are left out of what a shard secures
+  (``test_found_a_signup_that_can_never_fit_pulled_every_seat_into_its_shard``).
 
 HELD (attacks tried that the code withstands; they pass and document what holds): every
 ``test_held_*`` below: hostile shard keys (``solo#00`` of an unsharded event, ``gig#31``
@@ -239,7 +237,7 @@ def _secure_nothing(store: SignupStore, monkeypatch: pytest.MonkeyPatch) -> None
     """Every ``secure`` finds nothing to draw or take (a shard that believes no seat is
     left): the state an undersold shard leaves, made whatever the processor's logic."""
 
-    def nothing(event_id: str, shards: int, shard: int, need: int) -> Secured:
+    def nothing(event_id: str, shards: int, shard: int, need: int, *_: Any) -> Secured:
         return Secured(Escrow(store).share(event_id, shard))
 
     monkeypatch.setattr(store, "secure", nothing)
@@ -285,12 +283,7 @@ def test_found_the_stores_update_capacity_takes_a_shard_key_and_oversells(store,
     assert_never_oversold(store, "gig", 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a signup larger than the event still makes its shard secure seats "
-    "(docs/hot-events.md, what is not built); strict: passes once fixed",
-)
-def test_finding_a_signup_that_can_never_fit_pulls_every_seat_into_its_shard(store, feed, clock):
+def test_found_a_signup_that_can_never_fit_pulled_every_seat_into_its_shard(store, feed, clock):
     """One record for more seats than the whole event has drains the pool into its shard.
 
     ``_short`` counts every seat refused ``capacity_full``, so a signup of 17 seats on a

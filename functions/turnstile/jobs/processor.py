@@ -416,9 +416,10 @@ class StreamProcessor:
         return self._decided(event_id, decisions, now, by_id), len(chunk), moves
 
     def _secure(
-        self, shard: str, record: EventRecord, short: int, now: str
+        self, shard: str, record: EventRecord, short: Sequence[int], now: str
     ) -> tuple[EventRecord, tuple[tuple[Share, int], ...]]:
-        """A shard whose step refused ``short`` seats ``capacity_full`` secures them
+        """A shard whose step refused signups of ``short`` seats each ``capacity_full``
+        secures them
         before it commits (docs/hot-events.md): it draws from its event's pool, then
         raises ``CommitConflictError``, so the chunk is decided again from its item with
         the seats drawn; once the pool has none, it plans to take other shards' slack in
@@ -428,8 +429,8 @@ class StreamProcessor:
         assert split is not None
         event_id, number = split
         event = record.event
-        need = max(0, event.capacity - event.taken) + short
-        secured = self.store.secure(event_id, record.shards, number, need)
+        need = max(0, event.capacity - event.taken) + sum(short)
+        secured = self.store.secure(event_id, record.shards, number, need, short)
         mine = secured.share
         if (mine.version, mine.quota, mine.taken) != (event.version, event.capacity, event.taken):
             # seats drawn, or the shard moved since it was read: decided again from it
@@ -748,14 +749,14 @@ def _placed(event_id: str, shards: int, chunk: Sequence[IntakeRecord]) -> list[I
     return placed
 
 
-def _short(outcome: Outcome) -> int:
-    """The seats ``outcome`` refused ``capacity_full``: what a shard secures before it
-    commits."""
-    return sum(
+def _short(outcome: Outcome) -> list[int]:
+    """The seats of each signup ``outcome`` refused ``capacity_full``: what a shard secures
+    before it commits."""
+    return [
         d.seats
         for d in outcome.decisions
         if d.status == Status.REJECTED and d.reason == Reason.CAPACITY_FULL
-    )
+    ]
 
 
 def _sequence(record: IntakeRecord) -> int | None:

@@ -205,17 +205,24 @@ class Escrow:
             self._transact(moves)
         return Share(share.shard, share.quota + took, taken, version + 1)
 
-    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
+    def secure(
+        self, event_id: str, shards: int, shard: int, need: int, sizes: Sequence[int] = ()
+    ) -> Secured:
         """What ``shard`` holds, and may take, toward ``need`` free seats: enough, or every
         seat left anywhere. Draws from the pool while it has seats (each draw planned from
         what was just read, ``turnstile.engine.escrow.plan``); once it has none, plans the
         takes from one snapshot of the pool and every share, made by the caller's
-        ``commit``."""
+        ``commit``. ``sizes``: the seats of the signups ``need`` counts; one larger than the
+        event's whole capacity can never be given them, and is left out of ``need`` (a
+        hostile signup of a million seats moves no seat)."""
         if not 0 <= shard < shards:
             raise ValueError(f"no shard {shard} in an event of {shards}")
         for _ in range(SECURE_ATTEMPTS):
             pool = self.pool(event_id)
             me = self.share(event_id, shard)
+            if pool is not None:
+                need = need - sum(s for s in sizes if s > pool.capacity)
+                sizes = ()
             if me.free >= need or pool is None:
                 return Secured(me)
             if pool.full:

@@ -49,11 +49,14 @@ class ProcessorStore(Protocol):
         read strongly consistent; signups without one are simply absent."""
         ...
 
-    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
+    def secure(
+        self, event_id: str, shards: int, shard: int, need: int, sizes: Sequence[int] = ()
+    ) -> Secured:
         """What shard ``shard`` of the sharded event ``event_id`` (of ``shards``) holds,
         and may take in its commit, toward ``need`` free seats: draws from the event's pool
         while it has seats, then plans to take other shards' slack
-        (``storage.escrow.Escrow.secure``)."""
+        (``storage.escrow.Escrow.secure``). ``sizes``: the seats of the refused signups
+        ``need`` counts (one larger than the event's capacity is left out of it)."""
         ...
 
     def commit(

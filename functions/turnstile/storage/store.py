@@ -366,10 +366,12 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             ) from exc
         return journal
 
-    def secure(self, event_id: str, shards: int, shard: int, need: int) -> Secured:
+    def secure(
+        self, event_id: str, shards: int, shard: int, need: int, sizes: Sequence[int] = ()
+    ) -> Secured:
         """What shard ``shard`` of sharded event ``event_id`` holds and may take toward
         ``need`` free seats, drawing from the pool first (``Escrow.secure``)."""
-        return Escrow(self).secure(event_id, shards, shard, need)
+        return Escrow(self).secure(event_id, shards, shard, need, sizes)
 
     def shares(self, event_id: str, shards: int) -> tuple[Pool | None, list[Share]]:
         """A sharded event's pool and every shard's share at one instant (the audit's)."""
