@@ -296,3 +296,16 @@ def test_a_sharded_events_capacity_goes_down_to_what_was_dealt_and_up_to_more_se
     assert got == [Status.ACCEPTED] * 3 + [Status.REJECTED]
     assert escrow_state(store, "gig", 2)[3] == 5
     assert audit(store).ok
+
+
+def test_the_audits_totals_count_a_sharded_event_once(client, store):
+    store.create_event("gig", 4, NOW, shards=2)
+    store.create_event("plain", 3, NOW)
+    zero = StreamProcessor(store, clock=lambda: NOW)
+    _decide(zero, shard_key("gig", 0), ids_in(0, 2, 3, "a"), 1)
+    _decide(zero, "plain", ["p1", "p2"], 10)
+    report = audit(store)
+    assert report.ok
+    totals = report.totals
+    assert (totals["events"], totals["taken"]) == (2, 5)
+    assert totals["status_counts"] == {"ACCEPTED": 5}

@@ -122,9 +122,12 @@ class AuditReport:
         for e in self.events:
             for status, n in e.status_counts.items():
                 counts[status] = counts.get(status, 0) + n
+        # A sharded event is one event: its shards' rows are its parts (their seats are
+        # counted once, on its own row, which audit_pool gives their sum).
+        whole = [e for e in self.events if split_shard_key(e.event_id) is None]
         return {
-            "events": len(self.events),
-            "taken": sum(e.taken or 0 for e in self.events),
+            "events": len(whole),
+            "taken": sum(e.taken or 0 for e in whole),
             "status_counts": counts,
             "pending": sum(e.pending for e in self.events),
             "parked": sum(e.parked for e in self.events),
