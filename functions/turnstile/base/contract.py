@@ -315,8 +315,8 @@ class Attr:
     SHARDS = "shards"
     DEALT = "dealt"
     #: On a sharded event's pool, the processor's: how many shard commits gave seats back
-    #: (each raises it, in the commit's transaction), and its value when a snapshot last
-    #: found no seat left anywhere (``engine.escrow.Pool.full``).
+    #: (each raises it, in the commit's transaction), and ``"<frees>/<dealt>"`` when a
+    #: snapshot last found no seat left anywhere (``engine.escrow.Pool.full``).
     FREES = "frees"
     FULL_AT = "full_at"
     # decision item

@@ -56,9 +56,11 @@ class Pool:
     dealt: int
     #: How many commits gave seats back in any shard (seats a shard no longer holds).
     frees: int = 0
-    #: ``frees`` when a snapshot last found no seat left anywhere (None: never): while it
-    #: still equals ``frees`` and nothing is undealt, the event is full without a snapshot.
-    full_at: int | None = None
+    #: ``(frees, dealt)`` when a snapshot last found no seat left anywhere (None: never):
+    #: while both are still the pool's and nothing is undealt, the event is full without a
+    #: snapshot. A draw since (after a capacity raise) moves ``dealt``: seats it dealt may
+    #: be slack.
+    full_at: tuple[int, int] | None = None
 
     @property
     def undealt(self) -> int:
@@ -67,7 +69,7 @@ class Pool:
     @property
     def full(self) -> bool:
         """No seat left anywhere, as a snapshot found and nothing given back since."""
-        return self.undealt == 0 and self.full_at is not None and self.full_at == self.frees
+        return self.undealt == 0 and self.full_at == (self.frees, self.dealt)
 
 
 @dataclass(frozen=True)

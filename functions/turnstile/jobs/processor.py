@@ -6,6 +6,7 @@ tests run it against moto, a stubbed client or a fake.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -149,6 +150,8 @@ class StreamProcessor:
         self.max_release = max_release
         # The event item read together with the parking marker, for the group's first chunk.
         self._prefetched: dict[str, EventRecord | None] = {}
+        # Shards whose step failed while a short shard stepped them (``_decide_chunk``).
+        self._unsteppable: set[str] = set()
         # Events whose marker item is known to say their INSERTs may repeat a signup decided
         # already (``ParkAttr.MAY_REPEAT``, never removed): every decision is read, and a
         # removal needs no write. Losing this (a cold start) costs one read of the marker.
@@ -263,20 +266,32 @@ class StreamProcessor:
         result: BatchResult,
         read_all: bool = False,
     ) -> tuple[list[DecidedSignup], int]:
+        unsteppable: set[str] = set()
         for _ in range(self.max_conflicts):
+            outer, self._unsteppable = self._unsteppable, unsteppable
             try:
                 decided, consumed, moves = self._try_chunk(event_id, chunk, read_all)
             except _LapsedElsewhere as lapsed:
                 # Seats held past their time in other shards: freed by a step of each
-                # (a tick, as its wake-up would take), then this chunk is decided again.
+                # (a tick, as its wake-up would take), then this chunk is decided again. A
+                # shard whose step fails is left to its own wake-up (due again shortly):
+                # this one is not held up by it, and decides without those seats.
                 for shard in lapsed.shards:
                     tick = IntakeRecord(shard, "", chunk[0].sequence_number, seats=0, tick=True)
-                    self._decide_chunk(shard, [tick], result)
+                    try:
+                        self._decide_chunk(shard, [tick], result)
+                    except Exception:
+                        log.exception("a lapsed shard's step failed", extra={"event_id": shard})
+                        unsteppable.add(shard)
+                        with contextlib.suppress(Exception):
+                            self.store.wake_later(shard, ms_of(self.clock()) + RELEASE_RETRY_MS)
                 result.conflicts += 1
                 continue
             except CommitConflictError:
                 result.conflicts += 1
                 continue
+            finally:
+                self._unsteppable = outer
             result.transitions.extend(moves)
             return decided, consumed
         raise CommitConflictError(f"event {event_id!r}: {self.max_conflicts} conflicts in a row")
@@ -435,7 +450,11 @@ class StreamProcessor:
         if (mine.version, mine.quota, mine.taken) != (event.version, event.capacity, event.taken):
             # seats drawn, or the shard moved since it was read: decided again from it
             raise CommitConflictError(f"shard {shard!r}: seats drawn, deciding again")
-        lapsed = [k for k, due in secured.holding if due <= ms_of(now)]
+        lapsed = [
+            k
+            for k, due in secured.holding
+            if due <= ms_of(now) and shard_key(event_id, k) not in self._unsteppable
+        ]
         if lapsed:
             # Not enough seats anywhere, but holds in other shards have lapsed: their seats
             # are free once those shards step, which an unsharded event's step would have

@@ -257,9 +257,10 @@ class Escrow:
         )
 
     def _mark_full(self, event_id: str, pool: Pool) -> None:
-        """Note on the pool that ``pool``'s snapshot found no seat left anywhere: only if no
-        shard gave seats back since (``frees`` as read) and nothing was added (its capacity
-        and ``dealt`` as read); else nothing (the next shard short of seats looks again)."""
+        """Note on the pool that ``pool``'s snapshot found no seat left anywhere
+        (``"<frees>/<dealt>"``, ``Pool.full``): only if no shard gave seats back since
+        (``frees`` as read) and nothing was added (its capacity and ``dealt`` as read); else
+        nothing (the next shard short of seats looks again)."""
         frees_as_read = "#frees = :frees"
         if pool.frees == 0:
             frees_as_read = f"(attribute_not_exists(#frees) OR {frees_as_read})"
@@ -268,7 +269,7 @@ class Escrow:
                 "update_item",
                 TableName=self._table,
                 Key=control_key(ControlKey.event(event_id)),
-                UpdateExpression="SET #full = :frees",
+                UpdateExpression="SET #full = :mark",
                 ConditionExpression=(
                     f"{frees_as_read} AND #capacity = :capacity AND #dealt = :dealt"
                 ),
@@ -279,6 +280,7 @@ class Escrow:
                     "#dealt": Attr.DEALT,
                 },
                 ExpressionAttributeValues={
+                    ":mark": {"S": f"{pool.frees}/{pool.dealt}"},
                     ":frees": _n(pool.frees),
                     ":capacity": _n(pool.capacity),
                     ":dealt": _n(pool.dealt),
@@ -338,12 +340,17 @@ def gives(table: str, event_id: str, takes: Sequence[tuple[Share, int]]) -> list
 
 
 def _pool(item: dict[str, Any]) -> Pool:
-    full_at = item.get(Attr.FULL_AT)
+    mark = item.get(Attr.FULL_AT)
+    full_at = None
+    if isinstance(mark, str) and mark.count("/") == 1:
+        frees, dealt = mark.split("/")
+        if frees.isdigit() and dealt.isdigit():
+            full_at = (int(frees), int(dealt))
     return Pool(
         capacity=int(item.get(Attr.CAPACITY, 0)),
         dealt=int(item.get(Attr.DEALT, 0)),
         frees=int(item.get(Attr.FREES, 0)),
-        full_at=int(full_at) if full_at is not None else None,
+        full_at=full_at,
     )
 
 
