@@ -32,6 +32,7 @@ from turnstile.base.contract import (
     shard_key,
     shard_of,
     signup_key,
+    undecided_shard,
 )
 from turnstile.engine.rules import id_problem
 
@@ -810,15 +811,22 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     )
 
 
+def _unanswered(decided: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str]]:
+    """The sharded event's holds still HELD (each was asked to confirm or cancel)."""
+    return [
+        k for k, v in decided.items() if k[0].startswith("s-drop#") and v["status"]["S"] == "HELD"
+    ]
+
+
 def test_drill_sharded_event_under_sigkill_and_faults(drill):
-    """A sharded event (4 shards, holds of 2 s) beside a plain one. Producers place each
+    """A sharded event (4 shards, holds of 5 minutes) beside a plain one. Producers place each
     signup under its shard's key (every 25th under a wrong one), some holders confirm and
     some cancel; workers are SIGKILLed at random moments, then one whose calls fail a
     tenth of the time finishes, and the sweeper releases what its failures parked. Never
-    oversold, never undersold: the event ends with exactly its seats given or held, every
-    record has its one decision, and no decision made before a kill changed."""
+    oversold, never undersold: the event ends with exactly its seats held or accepted but
+    those cancelled, every record has its one decision, and no first decision changed."""
     created = drill.turnstile(
-        "event", "create", "s-drop", "--capacity", "60", "--shards", "4", "--hold-seconds", "2"
+        "event", "create", "s-drop", "--capacity", "60", "--shards", "4", "--hold-seconds", "300"
     )
     assert created.returncode == 0, created.stderr
     drill.create_events({"s-plain": 30})
@@ -865,16 +873,26 @@ def test_drill_sharded_event_under_sigkill_and_faults(drill):
             c.update_item(
                 TableName=INTAKE_TABLE.name,
                 Key={"event_id": {"S": key}, "signup_id": {"S": sid}},
-                UpdateExpression="SET #r = :r ADD #n :one",
-                ExpressionAttributeNames={"#r": "request", "#n": "request_count"},
-                ExpressionAttributeValues={":r": {"S": kind}, ":one": {"N": "1"}},
+                UpdateExpression="SET #r = :r, #u = :shard ADD #n :one",
+                ExpressionAttributeNames={
+                    "#r": "request",
+                    "#u": "undecided",
+                    "#n": "request_count",
+                },
+                ExpressionAttributeValues={
+                    ":r": {"S": kind},
+                    ":shard": {"S": undecided_shard(key, sid)},
+                    ":one": {"N": "1"},
+                },
             )
             requests += 1
     faults = {"TURNSTILE_FAULT_RATE": "0.1", "TURNSTILE_STORE_MAX_ATTEMPTS": "2"}
     drill.finish(env=faults)
     worker = drill.start_worker("sharded-after")
     drill.sweep_until_decided("sharded")
-    time.sleep(3)  # the last holds lapse (2 s) and the wake-ups reach the worker
+    deadline = time.monotonic() + 60  # every request answered (its item's request_count)
+    while time.monotonic() < deadline and _unanswered(drill.decisions()):
+        time.sleep(0.5)
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=60)
     final = drill.decisions()
@@ -898,10 +916,15 @@ def test_drill_sharded_event_under_sigkill_and_faults(drill):
         for (key, _), v in final.items()
         if key.startswith("s-drop#") and v.get("reason", {}).get("S") == "capacity_full"
     ]
-    # never oversold; and with signups refused for want of seats, none left ungiven but
-    # those given back after the last refusal (a cancel or a lapse frees a seat that no
-    # later signup came for)
-    assert seated <= 60 and refused
+    cancelled = sum(
+        1
+        for (key, _), v in final.items()
+        if key.startswith("s-drop#") and v["status"]["S"] == "CANCELLED"
+    )
+    # Exactly the seats: every one given (signups were refused for want of them), and
+    # only those cancelled after came back, with no later signup to take them.
+    assert refused and cancelled and _unanswered(final) == []
+    assert seated + cancelled == 60, (seated, cancelled)
     drill.audit_clean()
     report(
         "sharded",
