@@ -1,8 +1,8 @@
 """Attacks on sharded events, second round (at 148e6f8): a reviewer's tests, on moto.
 
-FOUND (each ``test_found_*`` failed on 148e6f8; the first three are fixed: the mark names
-the ``dealt`` it was made at, and a short shard survives another shard's failed step; the
-fourth is open, ``xfail(strict=True)``):
+FOUND (each ``test_found_*`` failed on 148e6f8; all fixed: the mark names the ``dealt`` it
+was made at, a short shard survives another shard's failed step, and a signup larger than
+what the shard and the pool hold draws nothing until a snapshot shows it can fit):
 
 * the pool's full mark (``full_at == frees``) outlives a capacity raise: the raise makes
   ``undealt`` positive, a shard draws the new seats (a chunk: more than it gives), and
@@ -181,11 +181,6 @@ def test_found_a_failing_tick_of_another_shard_parks_the_short_shard_and_its_con
     assert not result.parked_events, result.parked_events
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: a signup that fits the capacity but not what is left still makes its "
-    "shard secure every seat (docs/hot-events.md); strict: passes once fixed",
-)
 def test_found_a_signup_of_the_whole_capacity_drains_the_pool(store, feed, clock):
     """148e6f8 leaves out of ``need`` a signup larger than the event's capacity. One of
     exactly the capacity (allowed: no ``max_seats``) on an event where another shard gave

@@ -260,9 +260,7 @@ def test_a_close_closes_every_shard_at_once(client, store):
     # GIVEN a sharded event with seats left in its pool and in a shard
     store.create_event("gig", 20, NOW, shards=3)
     processors = [StreamProcessor(store, clock=lambda: NOW) for _ in range(3)]
-    assert _decide(processors[0], shard_key("gig", 0), ids_in(0, 3, 1, "a"), 1) == [
-        Status.ACCEPTED
-    ]
+    assert _decide(processors[0], shard_key("gig", 0), ids_in(0, 3, 1, "a"), 1) == [Status.ACCEPTED]
     # WHEN the organizer closes it
     record, closed = store.close_event("gig")
     assert closed and record is not None and record.event.state == "CLOSED"
@@ -276,9 +274,7 @@ def test_a_close_closes_every_shard_at_once(client, store):
     assert store.close_event("gig")[1] is False
 
 
-def test_a_sharded_events_capacity_goes_down_to_what_was_dealt_and_up_to_more_seats(
-    client, store
-):
+def test_a_sharded_events_capacity_goes_down_to_what_was_dealt_and_up_to_more_seats(client, store):
     store.create_event("gig", 16, NOW, shards=2)
     zero = StreamProcessor(store, clock=lambda: NOW)
     _decide(zero, shard_key("gig", 0), ids_in(0, 2, 1, "a"), 1)
@@ -309,3 +305,25 @@ def test_the_audits_totals_count_a_sharded_event_once(client, store):
     totals = report.totals
     assert (totals["events"], totals["taken"]) == (2, 5)
     assert totals["status_counts"] == {"ACCEPTED": 5}
+
+
+def test_a_big_signup_that_fits_with_another_shards_slack_is_given_its_seats(client, store):
+    # GIVEN 20 seats over 2 shards: shard 1 gave 1 of the 3 it was dealt (a chunk)
+    store.create_event("gig", 20, NOW, shards=2)
+    one = StreamProcessor(store, clock=lambda: NOW)
+    zero = StreamProcessor(store, clock=lambda: NOW)
+    _decide(one, shard_key("gig", 1), ids_in(1, 2, 1, "a"), 1)
+    assert escrow_state(store, "gig", 2)[2] == [(0, 0), (3, 1)]
+    # WHEN shard 0 gets a signup of 19 seats: more than the pool's 17, as many as are left
+    big = ids_in(0, 2, 1, "big")[0]
+    record = StreamRecord(
+        "10",
+        "INSERT",
+        {"event_id": shard_key("gig", 0), "signup_id": big},
+        {"event_id": shard_key("gig", 0), "signup_id": big, "seats": 19},
+    )
+    result = zero.process([record])
+    # THEN it is given them: the pool's 17 drawn, shard 1's 2 taken in the commit
+    assert [d.decision.status for d in result.decided] == [Status.ACCEPTED]
+    assert escrow_state(store, "gig", 2)[1:] == (20, [(19, 19), (1, 1)], 20)
+    assert audit(store).ok

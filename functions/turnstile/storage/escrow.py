@@ -213,24 +213,31 @@ class Escrow:
         what was just read, ``turnstile.engine.escrow.plan``); once it has none, plans the
         takes from one snapshot of the pool and every share, made by the caller's
         ``commit``. ``sizes``: the seats of the signups ``need`` counts; one larger than the
-        event's whole capacity can never be given them, and is left out of ``need`` (a
-        hostile signup of a million seats moves no seat)."""
+        event's capacity, or than every seat a snapshot shows left anywhere (holds counted
+        as left: they may lapse), can never be given them and is left out of ``need``, so a
+        hostile signup of the whole capacity moves no seat."""
         if not 0 <= shard < shards:
             raise ValueError(f"no shard {shard} in an event of {shards}")
+        #: Whether a snapshot showed that the signups larger than what this shard and the
+        #: pool hold may fit, with other shards' seats: then seats are drawn for them too.
+        whole = False
         for _ in range(SECURE_ATTEMPTS):
             pool = self.pool(event_id)
             me = self.share(event_id, shard)
-            if pool is not None:
-                need = need - sum(s for s in sizes if s > pool.capacity)
-                sizes = ()
-            if me.free >= need or pool is None:
+            if pool is None:
                 return Secured(me)
-            if pool.full:
-                # A snapshot found no seat anywhere, and no shard gave one back since (each
-                # such commit raises ``frees``): no seat to draw or take.
+            need_now = need - sum(s for s in sizes if s > pool.capacity)
+            if me.free >= need_now or pool.full:
+                # Enough; or a snapshot found no seat anywhere, and no shard gave one back
+                # since (each such commit raises ``frees``): no seat to draw or take.
                 return Secured(me)
             chunk = chunk_size(pool.capacity, shards)
-            first = plan(pool, me, need, chunk)
+            # A signup larger than what this shard and the pool hold may fit nowhere: only
+            # a snapshot can tell, so no seat is drawn for it before one.
+            big = 0
+            if not whole:
+                big = sum(s for s in sizes if pool.capacity >= s > me.free + pool.undealt)
+            first = plan(pool, me, need_now - big, chunk)
             if first.draw:
                 with contextlib.suppress(ConditionFailed, TransactionCancelled):
                     self.draw(event_id, pool, shard, first.draw)  # lost: another drew first
@@ -239,9 +246,16 @@ class Escrow:
             if snapped is None:
                 return Secured(me)
             me = shares[shard]
-            rest = plan(snapped, me, need, chunk, [s for s in shares if s.shard != shard])
+            # What could be left anywhere: undealt seats, every shard's slack, and the seats
+            # of shards that hold (a lapsed hold's seat is free once its shard steps).
+            left = snapped.undealt + sum(
+                s.free + (s.taken if s.due_at is not None else 0) for s in shares
+            )
+            need_snap = need_now - sum(s for s in sizes if s > left)
+            rest = plan(snapped, me, need_snap, chunk, [s for s in shares if s.shard != shard])
             if rest.draw:
-                continue  # seats came back to the pool meanwhile: draw them
+                whole = True
+                continue  # seats in the pool (back, or for a signup that fits): draw them
             takes = tuple((shares[k], seats) for k, seats in rest.steals)
             holding = tuple(
                 (s.shard, s.due_at) for s in shares if s.due_at is not None and s.shard != shard
@@ -251,7 +265,7 @@ class Escrow:
             no_holds = not any(s.due_at is not None for s in shares)
             if snapped.undealt == 0 and not any(s.free for s in shares) and no_holds:
                 self._mark_full(event_id, snapped)
-            return Secured(me, takes, holding if rest.seats < need - me.free else ())
+            return Secured(me, takes, holding if rest.seats < need_snap - me.free else ())
         raise StoreUnavailableError(
             f"event {event_id!r} shard {shard}: seats kept moving under {SECURE_ATTEMPTS} tries"
         )
