@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE, Attr, undecided_shard
+from turnstile.base.contract import (
+    CONTROL_TABLE,
+    INTAKE_TABLE,
+    MAIN_TABLE,
+    Attr,
+    shard_of,
+    undecided_shard,
+)
 from turnstile.storage.dynamo import to_item
 
 #: What the ``Event`` shape shows of an event created without options, before the stream
@@ -32,6 +40,13 @@ NO_LIFECYCLE_FIELDS: dict[str, Any] = {
 #: Whether ``put_raw_intake`` writes the ``undecided`` marker, as a producer that writes
 #: intake directly may choose to (the ``sweep_path`` fixture turns it on).
 MARK_RAW_INTAKE = False
+
+
+def ids_in(shard: int, shards: int, count: int, prefix: str = "u") -> list[str]:
+    """``count`` signup ids (``<prefix><n>``) that all belong to shard ``shard`` of an event
+    of ``shards`` shards."""
+    found = (f"{prefix}{i}" for i in itertools.count())
+    return list(itertools.islice((s for s in found if shard_of(s, shards) == shard), count))
 
 
 def put_raw_intake(
@@ -177,8 +192,7 @@ class CancelledLikeDynamoDB(_TransactionErrors):
                     if code == "None"
                     else {
                         "Code": code,
-                        "Message": "An operand in the update expression has an incorrect "
-                        "data type",
+                        "Message": "An operand in the update expression has an incorrect data type",
                     }
                     for code in reasons
                 ],
@@ -258,9 +272,7 @@ def fail_everything_into_the_queue(
 def unordered(typed: Any) -> Any:
     """Typed values with each set's members sorted (DynamoDB keeps no order in a set)."""
     if isinstance(typed, dict):
-        return {
-            k: sorted(v) if k in ("SS", "NS", "BS") else unordered(v) for k, v in typed.items()
-        }
+        return {k: sorted(v) if k in ("SS", "NS", "BS") else unordered(v) for k, v in typed.items()}
     if isinstance(typed, list):
         return [unordered(v) for v in typed]
     return typed

@@ -45,6 +45,7 @@ from turnstile.storage.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
 from turnstile_bench.metering import ItemSizes, Meter, MeteredClient, combine
 from turnstile_bench.progress import Progress
+from turnstile_bench.report import cell
 from turnstile_bench.strategies import EMF_SINK
 
 __all__ = ["DROP", "QUICK_DROP", "DropWorkload", "render_drop", "run_drop"]
@@ -363,12 +364,7 @@ def goals(doc: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _f(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+_f = cell
 
 
 def render_drop(doc: Mapping[str, Any]) -> str:

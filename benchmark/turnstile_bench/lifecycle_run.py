@@ -56,6 +56,7 @@ from turnstile.storage.store import SignupStore
 from turnstile_bench.endpoint import LocalEndpoint, quiet_handler_environment
 from turnstile_bench.metering import ItemSizes, Meter, MeteredClient, MeterSnapshot, combine
 from turnstile_bench.progress import Progress
+from turnstile_bench.report import cell
 from turnstile_bench.workload import Signup, Workload, event_ids, generate, sizes_of
 
 __all__ = [
@@ -1057,12 +1058,7 @@ def lifecycle_checks(doc: Mapping[str, Any]) -> dict[str, bool]:
 # -- the terminal table ---------------------------------------------------------------------
 
 
-def _f(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+_f = cell
 
 
 def render_lifecycle(doc: Mapping[str, Any]) -> str:

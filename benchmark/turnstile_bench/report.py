@@ -23,6 +23,15 @@ PROCESSOR_WRITE_UNITS_BOUND = 1.1
 SPREAD_WRITE_UNITS_BOUND = 1.25
 
 
+def cell(value: Any, digits: int = 3) -> str:
+    """A figure as a table cell: ``-`` for none (or NaN), a float to ``digits`` places."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0-100) by linear interpolation between closest ranks."""
     if not values:

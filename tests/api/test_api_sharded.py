@@ -17,6 +17,7 @@ import pytest
 
 from tests.api.helpers import Invoke, v2_event
 from tests.conftest import StreamReader
+from tests.helpers import ids_in
 from turnstile.base.contract import (
     MAX_SHARDS,
     STREAM_SOURCE,
@@ -54,16 +55,6 @@ def decide(stream: StreamReader) -> None:
     if passed:
         event = json.loads(json.dumps({"Records": passed}))
         assert stream_handler.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
-
-
-def ids_in(shard: int, shards: int, count: int, prefix: str) -> list[str]:
-    found: list[str] = []
-    n = 0
-    while len(found) < count:
-        if shard_of(f"{prefix}{n}", shards) == shard:
-            found.append(f"{prefix}{n}")
-        n += 1
-    return found
 
 
 def create(invoke: Invoke, event_id: str, capacity: int, **options: Any) -> Any:

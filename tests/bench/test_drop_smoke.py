@@ -47,13 +47,13 @@ def test_a_tiny_drop_decides_every_signup_once_and_exactly_the_capacity(drop):
     assert "| decisions/s (plateau) |" in table and "K = 4" in table and "speedup" in table
 
 
-def test_figures_count_inversions_oversold_and_undersold_from_the_rows():
-    workload = replace(QUICK_DROP, capacity=3)
+def _figures(rows: dict, write_units: float = 10.0) -> dict:
+    """One run's figures: five signups acknowledged a second apart, each decided a second
+    later, on an event of 3 seats, ``rows`` what the tables say of them."""
     acked = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0, "e": 5.0}
     decided = {s: t + 1 for s, t in acked.items()}
-    # b was refused while c and e, who came later, were given seats: two inversions
-    rows = {"a": A, "b": FULL, "c": A, "d": FULL, "e": A}
-    got = figures(
+    workload = replace(QUICK_DROP, capacity=3)
+    return figures(
         workload,
         4,
         acked,
@@ -61,76 +61,23 @@ def test_figures_count_inversions_oversold_and_undersold_from_the_rows():
         rows,
         0.0,
         10.0,
-        write_units=10.0,
+        write_units=write_units,
         throttled=0,
         throttled_puts=0,
     )
+
+
+def test_figures_count_inversions_oversold_and_undersold_from_the_rows():
+    # b was refused while c and e, who came later, were given seats: two inversions
+    got = _figures({"a": A, "b": FULL, "c": A, "d": FULL, "e": A})
     assert (got["given"], got["oversold"], got["undersold"], got["inversions"]) == (3, 0, 0, 2)
     assert got["inversions_share"] == pytest.approx(2 / 3)
     assert got["write_units_per_decision"] == pytest.approx(2.0)
     assert got["p50_s"] == pytest.approx(1.0)
     # in arrival order: none
-    rows = {"a": A, "b": A, "c": A, "d": FULL, "e": FULL}
-    got = figures(
-        workload,
-        4,
-        acked,
-        decided,
-        rows,
-        0.0,
-        10.0,
-        write_units=10.0,
-        throttled=0,
-        throttled_puts=0,
-    )
-    assert got["inversions"] == 0
+    assert _figures({"a": A, "b": A, "c": A, "d": FULL, "e": FULL})["inversions"] == 0
     # four given of three: oversold; two given and one refused capacity_full: undersold
-    rows = {"a": A, "b": A, "c": A, "d": A, "e": FULL}
-    assert (
-        figures(
-            workload,
-            4,
-            acked,
-            decided,
-            rows,
-            0.0,
-            10.0,
-            write_units=1.0,
-            throttled=0,
-            throttled_puts=0,
-        )["oversold"]
-        == 1
-    )
-    rows = {"a": A, "b": A, "c": FULL}
-    assert (
-        figures(
-            workload,
-            4,
-            acked,
-            decided,
-            rows,
-            0.0,
-            10.0,
-            write_units=1.0,
-            throttled=0,
-            throttled_puts=0,
-        )["undersold"]
-        == 1
-    )
+    assert _figures({"a": A, "b": A, "c": A, "d": A, "e": FULL}, 1.0)["oversold"] == 1
+    assert _figures({"a": A, "b": A, "c": FULL}, 1.0)["undersold"] == 1
     # a signup acknowledged and never decided is lost
-    rows = {"a": A, "b": A}
-    assert (
-        figures(
-            workload,
-            4,
-            acked,
-            decided,
-            rows,
-            0.0,
-            10.0,
-            write_units=1.0,
-            throttled=0,
-            throttled_puts=0,
-        )["lost"]
-        == 3
-    )
+    assert _figures({"a": A, "b": A}, 1.0)["lost"] == 3

@@ -36,7 +36,6 @@ another shard's key.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -44,6 +43,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import ids_in
 from tests.roles import as_user
 from turnstile.base.clock import iso_of_ms, ms_of
 from turnstile.base.contract import (
@@ -134,12 +134,6 @@ def clock() -> Clock:
 @pytest.fixture
 def feed() -> Feed:
     return Feed()
-
-
-def ids_in(shard: int, shards: int, count: int, prefix: str = "u") -> list[str]:
-    """``count`` signup ids that all belong to ``shard``."""
-    found = (f"{prefix}{i}" for i in itertools.count())
-    return list(itertools.islice((s for s in found if shard_of(s, shards) == shard), count))
 
 
 def status(store: SignupStore, key: str, signup_id: str) -> str | None:

@@ -47,13 +47,13 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import ids_in
 from tests.hostile.test_sharded_attacks import (
     T0,
     Clock,
     Feed,
     assert_never_oversold,
     escrow,
-    ids_in,
     ok,
     reason,
     status,

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import decisions, put_raw_intake
+from tests.helpers import decisions, ids_in, put_raw_intake
 from turnstile.base.contract import (
     CONTROL_TABLE,
     STREAM_SOURCE,
@@ -59,12 +59,6 @@ def submit(client, event_id: str, shards: int, *signup_ids: str, key: str | None
     for sid in signup_ids:
         where = key if key is not None else signup_key(event_id, sid, shards)
         put_raw_intake(client, where, sid, seats={"N": "1"}, submitted_at={"S": "2026-01-01"})
-
-
-def ids_in(shard: int, shards: int, count: int, prefix: str = "u") -> list[str]:
-    """``count`` signup ids that all belong to ``shard``."""
-    found = (f"{prefix}{i}" for i in itertools.count())
-    return list(itertools.islice((s for s in found if shard_of(s, shards) == shard), count))
 
 
 def statuses(client, event_id: str) -> Counter[tuple[str, str | None]]:
