@@ -139,6 +139,27 @@ class Drill:
         self.workers.append(process)
         return process
 
+    def kill_once_deciding(
+        self, name: str, rng: random.Random, env: dict[str, str] | None = None
+    ) -> None:
+        """Start a worker, wait until it polls and then until it decides something (a
+        loaded machine starts it slowly: no fixed sleep decides whether it got that far),
+        and SIGKILL it a random moment later."""
+        log = self.tmp / f"worker-{name}.log"
+        started = log.read_text().count("polling") if log.exists() else 0
+        items = self.count(MAIN_TABLE.name)
+        worker = self.start_worker(name, env=env)
+        deadline = time.monotonic() + 60
+        while self.worker_log(name).count("polling") == started:
+            assert worker.poll() is None and time.monotonic() < deadline, "worker did not start"
+            time.sleep(0.05)
+        deadline = time.monotonic() + 20  # nothing may be left to decide: then kill anyway
+        while self.count(MAIN_TABLE.name) == items and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0, 0.5))
+        worker.send_signal(signal.SIGKILL)
+        worker.wait()
+
     def create_events(self, capacities: dict[str, int]) -> None:
         for event_id, capacity in capacities.items():
             result = self.turnstile("event", "create", event_id, "--capacity", str(capacity))
@@ -398,20 +419,7 @@ def test_drill_worker_killed_with_sigkill_and_restarted(drill):
     snapshot: dict[tuple[str, str], dict[str, Any]] = {}
     last_before = 0  # the last sequence number decided before this worker started
     while producer.is_alive() or kills < 5 + SCALE:
-        started = drill.worker_log("killed").count("polling") if kills else 0
-        items = drill.count(MAIN_TABLE.name)
-        worker = drill.start_worker("killed")
-        deadline = time.monotonic() + 30
-        while drill.worker_log("killed").count("polling") == started:
-            assert worker.poll() is None and time.monotonic() < deadline, "worker did not start"
-            time.sleep(0.05)
-        # Kill it once it is deciding (or has had 10 s to), a random moment later.
-        deadline = time.monotonic() + 10
-        while drill.count(MAIN_TABLE.name) == items and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(rng.uniform(0, 0.5))
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
+        drill.kill_once_deciding("killed", rng)
         kills += 1
         decided = drill.decisions()
         last_decided = max((int(d["sequence_number"]["S"]) for d in decided.values()), default=0)
@@ -853,15 +861,13 @@ def test_drill_sharded_event_under_sigkill_and_faults(drill):
     rng = random.Random(29)
     kills = 0
     snapshot: dict[tuple[str, str], dict[str, Any]] = {}
-    while producer.is_alive() or kills < 3:
-        worker = drill.start_worker("sharded")
-        time.sleep(rng.uniform(1.0, 2.5))
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
+    while producer.is_alive() or kills < 3 or not snapshot:
+        drill.kill_once_deciding("sharded", rng)
         kills += 1
-        if kills == 2:
+        if kills >= 2 and not snapshot:
             snapshot = drill.decisions()
     producer.join()
+    drill.finish()  # every signup decided: each holder's request below finds its hold
     # Holders of the sharded event confirm (every other one) or cancel (every fifth),
     # each by updating its intake record, as a producer does.
     requests = 0
