@@ -130,6 +130,20 @@ def _throughput_scale_setting(given: float | None) -> float:
         raise CliError(f"{env_var}: {exc} (or use --partition-throughput-scale)") from None
 
 
+def _stream_shards(text: str) -> int:
+    """``--stream-shards``' value: how many stream shards the worker emulates."""
+    value = int(text) if text.strip().isdigit() else 0
+    if not 1 <= value <= 64:
+        raise ValueError(f"must be a whole number from 1 to 64, not {text!r}")
+    return value
+
+
+def _use_stream_shards(given: int | None) -> None:
+    """The worker reads its stream shards from the environment (TURNSTILE_STREAM_SHARDS)."""
+    if given is not None:
+        os.environ["TURNSTILE_STREAM_SHARDS"] = str(given)
+
+
 def cmd_local(args: argparse.Namespace) -> int:
     try:
         from turnstile_tools.local.console import Console, configure_logging
@@ -140,6 +154,7 @@ def cmd_local(args: argparse.Namespace) -> int:
     if args.in_memory and args.reset:
         raise CliError("--reset and --in-memory: an in-memory stack always starts clean")
     configure_logging(args.log_format, args.log_level)
+    _use_stream_shards(args.stream_shards)
     console = Console(args.log_format)
     stack = LocalStack(
         host=args.host,
@@ -178,10 +193,10 @@ def cmd_local(args: argparse.Namespace) -> int:
     endpoint = f"http://{args.host}:{stack.aws.port}"
     print(f"turnstile local: AWS endpoint {endpoint}", flush=True)
     print(f"turnstile local: HTTP API     http://{args.host}:{stack.api.port}", flush=True)
-    print(
-        f"turnstile local: worker       {'off' if args.no_worker else 'polling the intake stream'}",
-        flush=True,
-    )
+    polling = "polling the intake stream"
+    if stack.worker is not None and stack.worker.stream_shards > 1:
+        polling += f" as {stack.worker.stream_shards} stream shards"
+    print(f"turnstile local: worker       {'off' if args.no_worker else polling}", flush=True)
     if args.in_memory:
         where = "in memory (lost when it stops)"
     else:
@@ -220,6 +235,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         raise needs_extra("worker", "local", exc) from exc
 
     os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
+    _use_stream_shards(args.stream_shards)
     worker = Worker(_state_dir(args), from_start=args.from_start)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop_event.set())
     print(f"turnstile worker: polling {worker.poller.stream_arn} as {worker.identity}", flush=True)
@@ -918,6 +934,14 @@ def turnstile_cli(ctx: click.Context, stack: str | None, debug: bool) -> None:
     "the local stack can reach; 0: no limit)",
 )
 @option(
+    "--stream-shards",
+    type=_Checked("N", _stream_shards),
+    default_text="$TURNSTILE_STREAM_SHARDS, else 1",
+    help="emulate N stream shards over the intake stream's one, as DynamoDB gives each "
+    "partition its own: each event's records go in order to one of N lanes, worked at once, "
+    "each by a processor of its own (as Lambda runs one invocation per shard)",
+)
+@option(
     "--log-format",
     type=click.Choice(("text", "json")),
     default="text",
@@ -960,6 +984,14 @@ def _local(ctx: click.Context, **params: Any) -> int:
     metavar="SECONDS",
     default_text="never: until stopped",
     help="exit once the stream has had nothing new for SECONDS",
+)
+@option(
+    "--stream-shards",
+    type=_Checked("N", _stream_shards),
+    default_text="$TURNSTILE_STREAM_SHARDS, else 1",
+    help="emulate N stream shards over the intake stream's one, as DynamoDB gives each "
+    "partition its own: each event's records go in order to one of N lanes, worked at once, "
+    "each by a processor of its own (as Lambda runs one invocation per shard)",
 )
 @click.pass_context
 def _worker(ctx: click.Context, **params: Any) -> int:

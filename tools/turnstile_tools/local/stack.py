@@ -127,6 +127,10 @@ class DecisionStats:
     last_batch_at: float | None = None
 
 
+#: One lock for every counting processor of a worker (one per emulated stream shard).
+_COUNTING_LOCK = threading.Lock()
+
+
 def counting_processor(
     store: Any, stats: DecisionStats, on_decided: Callable[[Any], None] | None = None
 ) -> Any:
@@ -140,7 +144,7 @@ def counting_processor(
     from turnstile.base.personal_data import decision_retention_days
     from turnstile.jobs.processor import BatchResult, MovedSignup, StreamProcessor, StreamRecord
 
-    lock = threading.Lock()  # lanes (a parallelization factor) count at once
+    lock = _COUNTING_LOCK  # lanes and stream shards' processors count at once
 
     class CountingProcessor(StreamProcessor):
         def process(self, records: Iterable[StreamRecord]) -> BatchResult:
@@ -181,6 +185,11 @@ def _env_int(name: str, low: int, high: int) -> int | None:
     if not low <= value <= high:
         raise TurnstileError(f"{name} must be a whole number from {low} to {high}, not {raw!r}")
     return value
+
+
+#: How many stream shards the worker emulates over the intake stream's one (1: none).
+STREAM_SHARDS_ENV = "TURNSTILE_STREAM_SHARDS"
+MAX_STREAM_SHARDS = 64
 
 
 def local_event_source(base: EventSourceSettings = STREAM_SOURCE) -> EventSourceSettings:
@@ -245,6 +254,9 @@ class Worker:
         streams = session.client("dynamodbstreams")
         self.faults: list[FaultInjectingClient] = []
         self.decisions = DecisionStats()
+        stream_shards = _env_int(STREAM_SHARDS_ENV, 1, MAX_STREAM_SHARDS) or 1
+        lane_handler: Callable[[dict[str, Any], Any], Any] | None = None
+        self._lane_stores: list[Any] = []
         self.store: Any = None
         fault_rate = float(os.environ.get("TURNSTILE_FAULT_RATE") or 0)
         stuck_event = os.environ.get("TURNSTILE_FAULT_STUCK_EVENT") or None
@@ -273,7 +285,27 @@ class Worker:
             self.store = SignupStore(store_client, **store_kwargs)
             stream_module._processor = counting_processor(self.store, self.decisions, on_decided)
             handler = stream_module.handler
+            if stream_shards > 1:
+                # A container per emulated shard: a processor (and a store) of its own.
+                containers = threading.local()
+
+                def lane_handler(event: dict[str, Any], context: Any) -> Any:
+                    processor = getattr(containers, "processor", None)
+                    if processor is None:
+                        store = SignupStore(store_client, **store_kwargs)
+                        with _COUNTING_LOCK:
+                            self._lane_stores.append(store)
+                        processor = containers.processor = counting_processor(
+                            store, self.decisions, on_decided
+                        )
+                    return stream_module.in_container(processor, event, context)
+
         settings = local_event_source()
+        if stream_shards > 1 and settings.parallelization_factor > 1:
+            raise TurnstileError(
+                f"{STREAM_SHARDS_ENV} and TURNSTILE_PARALLELIZATION_FACTOR cannot both be above "
+                "1: a stream shard's records go to one invocation at a time"
+            )
         # What deploying configures the mappings with: read with the caller's rights.
         deployer = boto3.Session().client("dynamodb")
         stream_arn, wake_arn = (
@@ -297,8 +329,10 @@ class Worker:
             except Exception:
                 queue_url = None
         checkpoints = CheckpointStore(state_dir / "checkpoints.json")
+        sharded = stream_shards > 1 and lane_handler is not None
+        self.stream_shards = stream_shards if sharded else 1
         self.poller = StreamPoller(
-            handler=handler,
+            handler=lane_handler if sharded else handler,
             streams_client=streams,
             stream_arn=stream_arn,
             checkpoints=checkpoints,
@@ -306,6 +340,8 @@ class Worker:
             failure_queue_url=queue_url,
             from_start=from_start,
             settings=settings,
+            stream_shards=self.stream_shards,
+            partition_key="event_id" if sharded else None,
         )
         self.wake_poller = StreamPoller(
             handler=handler,
@@ -338,7 +374,9 @@ class Worker:
             **asdict(self.poller.stats),
             **asdict(self.decisions),
             "wake_invocations": self.wake_poller.stats.invocations,
-            "store_retries": self.store.retries if self.store is not None else 0,
+            "store_retries": sum(
+                store.retries for store in [self.store, *self._lane_stores] if store is not None
+            ),
             "faults_injected": sum(f.injected for f in self.faults),
             "calls": sum(f.calls for f in self.faults),
         }
