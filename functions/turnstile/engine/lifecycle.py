@@ -16,6 +16,7 @@ integers.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 
@@ -277,6 +278,20 @@ def _seq(sequence_number: str) -> int:
     return int(sequence_number)
 
 
+def _hold_order(hold: Hold) -> tuple[int, int]:
+    return hold.expires_at, hold.position
+
+
+def _with_hold(holds: tuple[Hold, ...], hold: Hold) -> tuple[Hold, ...]:
+    """``holds`` (in (expires_at, position) order) with ``hold`` in its place. A new hold
+    lapses last but for a clock that went back or a shorter ``hold_seconds``: appended,
+    without sorting the whole lineup again on every grant."""
+    if not holds or _hold_order(holds[-1]) <= _hold_order(hold):
+        return (*holds, hold)
+    at = bisect.bisect_right(holds, _hold_order(hold), key=_hold_order)
+    return (*holds[:at], hold, *holds[at:])
+
+
 class _Run:
     """One step's working state; every change goes through ``_move``."""
 
@@ -346,8 +361,7 @@ class _Run:
         position = event.accepted + 1
         if event.hold_seconds > 0:
             expires_at = self.now + event.hold_seconds * 1000
-            hold = Hold(signup_id, seats, position, expires_at)
-            holds = tuple(sorted((*event.holds, hold), key=lambda h: (h.expires_at, h.position)))
+            holds = _with_hold(event.holds, Hold(signup_id, seats, position, expires_at))
             self.event = replace(event, taken=event.taken + seats, accepted=position, holds=holds)
             self._move(
                 signup_id,
@@ -404,6 +418,8 @@ class _Run:
         event = self.event
         if event is None or event.state != EventState.OPEN or not event.waiting:
             return
+        if event.remaining <= 0:
+            return  # no seat for anyone (every waiting signup asks for one at least)
         kept: list[Waiting] = []
         for w in event.waiting:
             assert self.event is not None
