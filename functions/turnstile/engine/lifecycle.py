@@ -292,6 +292,16 @@ def _with_hold(holds: tuple[Hold, ...], hold: Hold) -> tuple[Hold, ...]:
     return (*holds[:at], hold, *holds[at:])
 
 
+def _without_hold(holds: tuple[Hold, ...], state: SignupState) -> tuple[Hold, ...]:
+    """``holds`` less the signup's hold, found where its expiry and position put it (the
+    whole lineup is walked only when it is not there)."""
+    if state.hold_expires_at is not None and state.position is not None:
+        at = bisect.bisect_left(holds, (state.hold_expires_at, state.position), key=_hold_order)
+        if at < len(holds) and holds[at].signup_id == state.signup_id:
+            return holds[:at] + holds[at + 1 :]
+    return tuple(h for h in holds if h.signup_id != state.signup_id)
+
+
 class _Run:
     """One step's working state; every change goes through ``_move``."""
 
@@ -503,9 +513,7 @@ class _Run:
             return
         event = self.event
         assert event is not None
-        self.event = replace(
-            event, holds=tuple(h for h in event.holds if h.signup_id != state.signup_id)
-        )
+        self.event = replace(event, holds=_without_hold(event.holds, state))
         self._move(
             state.signup_id,
             Status.HELD,
@@ -532,7 +540,7 @@ class _Run:
             waiting = tuple(w for w in event.waiting if w.signup_id != sid)
             self.event = replace(event, waiting=waiting)
         else:
-            holds = tuple(h for h in event.holds if h.signup_id != sid)
+            holds = _without_hold(event.holds, state) if status == Status.HELD else event.holds
             self.event = replace(event, taken=event.taken - state.seats, holds=holds)
         self._move(
             sid, status, Status.CANCELLED, seq, Cause.CANCEL, state.seats, position=state.position
