@@ -71,6 +71,7 @@ NARROW_RETURN_VALUES = ("NONE", "UPDATED_OLD", "UPDATED_NEW")
 _EVENT_ITEMS = f"{ControlKey.EVENT_PREFIX}*"
 _PARKED_EVENTS = f"{ControlKey.PARK_PREFIX}*"
 _WAKE_ITEMS = f"{ControlKey.WAKE_PREFIX}*"
+_LINEUP_PAGES = f"{ControlKey.LINEUP_PREFIX}*"
 #: What waking an event names of its wake-up item.
 WAKE_ATTRIBUTES = (
     ControlKey.PK,
@@ -179,6 +180,13 @@ PROCESSOR_GRANTS = (
         "get_event, get_parking), commits counters and journal (commit), checks an unknown "
         "event still has no item (ConditionCheck), reads a parked event's records in order "
         "(Query), sets and clears the parking marker",
+    ),
+    TableGrant(
+        CONTROL,
+        ("dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:DeleteItem"),
+        leading_keys=(_LINEUP_PAGES,),
+        why="reads a long lineup's pages (load_lineup) and writes and deletes them in its "
+        "commit's transaction (commit): never an event item, which is under another prefix",
     ),
     TableGrant(
         CONTROL,

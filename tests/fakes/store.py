@@ -48,6 +48,7 @@ from turnstile.base.errors import (
 )
 from turnstile.engine.escrow import Pool, Share, chunk_size, plan
 from turnstile.engine.lifecycle import Event
+from turnstile.engine.lineup import encode_lineup
 from turnstile.storage import dynamo, events, parking
 from turnstile.storage import store as real
 from turnstile.storage.dynamo import from_item, to_item
@@ -330,6 +331,9 @@ class FakeStore:
         self._exit(fault)
         return event
 
+    def load_lineup(self, record: EventRecord) -> EventRecord:
+        return record  # this store keeps every lineup on its event item
+
     def get_decisions(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         fault = self._enter("get_decisions", event_id)
         found: dict[str, dict[str, Any]] = {}
@@ -408,6 +412,9 @@ class FakeStore:
         blob = journal.encoded
         lifecycle = dict(outcome.lifecycle or {})
         lineup = lifecycle.get(Attr.LINEUP)
+        if lifecycle.get(Attr.LINEUP_PAGES):
+            # the real store pages a long lineup; this one keeps it on the item, whole
+            lineup = encode_lineup(outcome.state.holds, outcome.state.waiting)
         limit = min(real.MAX_JOURNAL_BYTES, real.MAX_JOURNAL_AND_LINEUP_BYTES - len(lineup or b""))
         if len(blob) > limit:
             fits = journal.longest_prefix(limit)

@@ -167,6 +167,9 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
         )
         # ... and batch writes only where they are used: parking an event's records.
         | _on(CONTROL, "BatchWriteItem", conditions=_keys("PARK#*"))
+        # A long lineup's pages, under a prefix of their own: read, put and deleted (in
+        # the commit's transaction), never an event item.
+        | _on(CONTROL, "BatchGetItem", "PutItem", "DeleteItem", conditions=_keys("LINEUP#*"))
         # A wake-up whose step failed goes in the due-holds index, to be written again.
         | _on(
             CONTROL,

@@ -244,6 +244,19 @@ class ControlKey:
     def wake(cls, event_id: str) -> tuple[str, str]:
         return f"{cls.WAKE_PREFIX}{_event_id(event_id)}", cls.WAKE_SK
 
+    # A long lineup's pages (``turnstile.engine.lineup``): written only by the commit of
+    # the event they belong to, in its transaction, under a prefix of their own, so the
+    # processor's right to put and delete them reaches no event item.
+    LINEUP_PREFIX = "LINEUP#"
+
+    @classmethod
+    def lineup_page(cls, event_id: str, kind: str, first: int) -> tuple[str, str]:
+        """The key of the page of ``kind`` ("h": holds, "w": the waitlist) whose entries'
+        keys start at ``first`` (a position, an arrival sequence number)."""
+        if kind not in ("h", "w") or first < 0:
+            raise ValueError(f"not a lineup page: {kind!r} {first!r}")
+        return f"{cls.LINEUP_PREFIX}{_event_id(event_id)}", f"{kind}#{first:040d}"
+
     # An organizer's count of the events it created (``ORGANIZER_ATTRIBUTES``), kept only
     # while a cap applies (``MAX_EVENTS_ENV``); keyed by a hash of its identity, which may
     # be as long as an ARN and is no id.
@@ -339,6 +352,9 @@ class Attr:
     # event item, the processor's (written by every commit, like ``taken``)
     #: The current holds and the waitlist, compressed (``turnstile.engine.lineup``).
     LINEUP = "lineup"
+    #: A long lineup's pages (their first keys and the versions that wrote them), when it
+    #: lives in page items of its own (``ControlKey.lineup_page``) instead of ``LINEUP``.
+    LINEUP_PAGES = "lineup_pages"
     #: How many signups are in each status now (a map, status -> count), from the commits
     #: made since the lifecycle was wired in.
     STATUS_COUNTS = "status_counts"

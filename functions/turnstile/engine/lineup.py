@@ -13,13 +13,29 @@ has no lineup. Its size is bounded by the event's options (``MAX_LINEUP_ENTRIES`
 
 from __future__ import annotations
 
+import bisect
 import json
 import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from turnstile.engine.lifecycle import Hold, Waiting
 
-__all__ = ["decode_lineup", "encode_lineup"]
+__all__ = [
+    "INLINE_ENTRIES",
+    "PAGE_ENTRIES",
+    "Page",
+    "PagePlan",
+    "Pages",
+    "decode_lineup",
+    "decode_page",
+    "encode_lineup",
+    "encode_page",
+    "is_paged",
+    "joined",
+    "plan_pages",
+]
 
 FORMAT = 1
 
@@ -47,3 +63,184 @@ def decode_lineup(blob: Any) -> tuple[tuple[Hold, ...], tuple[Waiting, ...]]:
     holds = tuple(Hold(str(s), int(n), int(p), int(e)) for s, n, p, e in doc["h"])
     waiting = tuple(Waiting(str(s), int(n), str(a)) for s, n, a in doc["w"])
     return holds, waiting
+
+
+# -- a long lineup, in pages --------------------------------------------------------------
+#
+# A lineup of more than ``INLINE_ENTRIES`` entries lives in page items of its own: each
+# holds the entries of one kind ("h": holds, by position; "w": the waitlist, by arrival
+# sequence number) whose keys start at the page's ``first``, up to the next page's. New
+# entries take the greatest keys, so they join the last page, and a new page starts once
+# it holds ``PAGE_ENTRIES``: a commit rewrites the pages its changes touch (the tail, and
+# the pages a confirm, a cancel or a lapse took an entry from), never the whole lineup.
+# The event item keeps the directory (``Pages``): each page's first key and the version of
+# the commit that wrote it, which is how a reader knows a page it holds is current.
+
+#: A lineup of at most this many entries stays on the event item (``encode_lineup``), as
+#: every lineup did before pages; a paged one comes back once it is down to half of it.
+INLINE_ENTRIES = 100
+#: The most entries a page is given at the tail (a middle page only shrinks).
+PAGE_ENTRIES = 200
+HOLDS, WAITING = "h", "w"
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a paged lineup: its kind, its first key, and the event version whose
+    commit wrote it."""
+
+    kind: str
+    first: int
+    version: int
+
+
+@dataclass(frozen=True)
+class Pages:
+    """A paged lineup's directory, as the event item keeps it (``Attr.LINEUP_PAGES``)."""
+
+    holds: tuple[Page, ...] = ()
+    waiting: tuple[Page, ...] = ()
+
+    def all(self) -> tuple[Page, ...]:
+        return self.holds + self.waiting
+
+    def encode(self) -> bytes:
+        doc = {
+            "f": FORMAT,
+            HOLDS: [[p.first, p.version] for p in self.holds],
+            WAITING: [[p.first, p.version] for p in self.waiting],
+        }
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode("ascii"), 9)
+
+    @classmethod
+    def decode(cls, blob: Any) -> Pages:
+        doc = json.loads(zlib.decompress(bytes(blob)).decode("ascii"))
+        if doc.get("f") != FORMAT:
+            raise ValueError(f"lineup pages format {doc.get('f')!r} is not one this code reads")
+        return cls(
+            holds=tuple(Page(HOLDS, int(f), int(v)) for f, v in doc[HOLDS]),
+            waiting=tuple(Page(WAITING, int(f), int(v)) for f, v in doc[WAITING]),
+        )
+
+
+def entry_key(entry: Hold | Waiting) -> int:
+    """What orders an entry into its page: a hold's position, a waiting signup's arrival."""
+    return entry.position if isinstance(entry, Hold) else int(entry.arrival)
+
+
+def encode_page(entries: Sequence[Hold | Waiting]) -> bytes:
+    """A page's entries, as its item keeps them (zlib-compressed JSON)."""
+    rows = [
+        [e.signup_id, e.seats, e.position, e.expires_at]
+        if isinstance(e, Hold)
+        else [e.signup_id, e.seats, e.arrival]
+        for e in entries
+    ]
+    text = json.dumps({"f": FORMAT, "e": rows}, separators=(",", ":"), ensure_ascii=False)
+    return zlib.compress(text.encode("utf-8"), 6)
+
+
+def decode_page(kind: str, blob: Any) -> tuple[Hold, ...] | tuple[Waiting, ...]:
+    doc = json.loads(zlib.decompress(bytes(blob)).decode("utf-8"))
+    if doc.get("f") != FORMAT:
+        raise ValueError(f"lineup page format {doc.get('f')!r} is not one this code reads")
+    if kind == HOLDS:
+        return tuple(Hold(str(s), int(n), int(p), int(e)) for s, n, p, e in doc["e"])
+    return tuple(Waiting(str(s), int(n), str(a)) for s, n, a in doc["e"])
+
+
+def joined(
+    holds: Sequence[Hold], waiting: Sequence[Waiting]
+) -> tuple[tuple[Hold, ...], tuple[Waiting, ...]]:
+    """A paged lineup's entries, every page's together, in the engine's orders: holds by
+    (expiry, position), the waitlist by arrival (the order it is joined in: the stream's)."""
+    return (
+        tuple(sorted(holds, key=lambda h: (h.expires_at, h.position))),
+        tuple(sorted(waiting, key=lambda w: int(w.arrival))),
+    )
+
+
+@dataclass(frozen=True)
+class PagePlan:
+    """What a commit writes of its lineup when it is paged, or stops being."""
+
+    #: The directory after the commit (None: the lineup is back on the event item).
+    pages: Pages | None
+    #: The pages written (every page whose entries changed, at the commit's version).
+    writes: tuple[tuple[Page, bytes], ...] = ()
+    #: The pages deleted (emptied, or all of them when the lineup goes back).
+    deletes: tuple[Page, ...] = ()
+
+
+def is_paged(before: Pages | None, holds: Sequence[Hold], waiting: Sequence[Waiting]) -> bool:
+    """Whether a lineup of these entries lives in pages after a commit (``before``: its
+    directory before it, None when it was on the event item)."""
+    entries = len(holds) + len(waiting)
+    return entries > (INLINE_ENTRIES // 2 if before is not None else INLINE_ENTRIES)
+
+
+def plan_pages(
+    before: Pages | None,
+    old: tuple[Sequence[Hold], Sequence[Waiting]],
+    new: tuple[Sequence[Hold], Sequence[Waiting]],
+    version: int,
+) -> PagePlan:
+    """The pages a commit at ``version`` writes and deletes for the lineup to go from
+    ``old`` (as ``before`` pages it; ignored when ``before`` is None) to ``new``."""
+    if not is_paged(before, *new):
+        return PagePlan(None, (), before.all() if before is not None else ())
+    writes: list[tuple[Page, bytes]] = []
+    deletes: list[Page] = []
+    directory: dict[str, tuple[Page, ...]] = {}
+    for kind, was, now, pages in (
+        (HOLDS, old[0], new[0], before.holds if before else ()),
+        (WAITING, old[1], new[1], before.waiting if before else ()),
+    ):
+        old_pages = _assigned(pages, was) if pages else {}
+        new_pages = _split_tail(_assigned(pages, now) if pages else {}, now, pages)
+        kept: list[Page] = []
+        for first in sorted(new_pages):
+            entries = new_pages[first]
+            previous = next((p for p in pages if p.first == first), None)
+            if previous is not None and old_pages.get(first) == entries:
+                kept.append(previous)
+                continue
+            page = Page(kind, first, version)
+            kept.append(page)
+            writes.append((page, encode_page(entries)))
+        deletes += [p for p in pages if p.first not in new_pages]
+        directory[kind] = tuple(kept)
+    return PagePlan(Pages(directory[HOLDS], directory[WAITING]), tuple(writes), tuple(deletes))
+
+
+def _assigned(pages: Sequence[Page], entries: Sequence[Any]) -> dict[int, list[Any]]:
+    """``entries`` by the page each belongs to (the greatest first key not above its own,
+    else the first page), each page's in key order; pages left empty are not there."""
+    firsts = [p.first for p in pages]
+    out: dict[int, list[Any]] = {}
+    for entry in sorted(entries, key=entry_key):
+        at = bisect.bisect_right(firsts, entry_key(entry)) - 1
+        out.setdefault(firsts[max(at, 0)], []).append(entry)
+    return out
+
+
+def _split_tail(
+    assigned: dict[int, list[Any]], entries: Sequence[Any], pages: Sequence[Page]
+) -> dict[int, list[Any]]:
+    """The pages with the last one cut into pages of ``PAGE_ENTRIES`` (all of them, when
+    there were no pages before)."""
+    if not pages:
+        ordered = sorted(entries, key=entry_key)
+        return {
+            entry_key(ordered[i]): ordered[i : i + PAGE_ENTRIES]
+            for i in range(0, len(ordered), PAGE_ENTRIES)
+        }
+    last = pages[-1].first
+    tail = assigned.get(last)
+    if tail is None or len(tail) <= PAGE_ENTRIES:
+        return assigned
+    out = dict(assigned)
+    out[last] = tail[:PAGE_ENTRIES]
+    for i in range(PAGE_ENTRIES, len(tail), PAGE_ENTRIES):
+        out[entry_key(tail[i])] = tail[i : i + PAGE_ENTRIES]
+    return out

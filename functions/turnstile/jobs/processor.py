@@ -373,6 +373,8 @@ class StreamProcessor:
                 self._take_back(event_id, last, voids, now, expires_at)
                 raise CommitConflictError(f"event {event_id!r}: void decisions taken back")
             self._remember(cache_key, journal_digest(blob))
+        # A long lineup's pages (those this container does not hold at their versions).
+        record = self.store.load_lineup(record)
         if record.lineup_error is not None:
             # Deciding without the holds and the waitlist could oversell: the event is
             # parked until its lineup reads again.
@@ -498,6 +500,7 @@ class StreamProcessor:
             record = self.store.get_event(event_id)
             if record is None or record.event.version != journal.version:
                 return []
+            record = self.store.load_lineup(record)
             if record.lineup_error is not None:
                 # Taken back from an empty lineup, the holds and the waitlist would be lost:
                 # the event is parked, as for any step, until its lineup reads again.

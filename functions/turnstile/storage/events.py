@@ -41,7 +41,7 @@ from turnstile.base.errors import (
     StoreUnavailableError,
 )
 from turnstile.engine.lifecycle import Event
-from turnstile.engine.lineup import decode_lineup
+from turnstile.engine.lineup import Pages, decode_lineup
 from turnstile.storage.dynamo import (
     ConditionFailed,
     Dynamo,
@@ -54,6 +54,7 @@ from turnstile.storage.journal import Journal
 
 __all__ = [
     "MAX_CREATED_BY_CHARS",
+    "PAGES_NOT_READ",
     "EventItems",
     "EventRecord",
     "high_water_text",
@@ -98,6 +99,11 @@ class EventRecord:
     shards: int = 1
     #: The seats a sharded event's pool has dealt to its shards (``Attr.DEALT``).
     dealt: int = 0
+    #: A long lineup's directory (``Attr.LINEUP_PAGES``), None when the lineup is on the
+    #: item. Its holds and waitlist are then in pages of their own, which only
+    #: ``SignupStore.load_lineup`` reads: until then ``lineup_error`` says so, and nothing
+    #: decides from the record.
+    pages: Pages | None = None
 
     @cached_property
     def journal(self) -> Journal | None:
@@ -120,9 +126,15 @@ class EventRecord:
         lineup that cannot be read is kept as ``lineup_error`` (every reader but the
         processor goes on)."""
         journal_blob = item.get(Attr.JOURNAL)
+        pages = None
         try:
-            holds, waiting = decode_lineup(item.get(Attr.LINEUP))
-            lineup_error = None
+            if item.get(Attr.LINEUP_PAGES) is not None:
+                pages = Pages.decode(item[Attr.LINEUP_PAGES])
+                holds, waiting = (), ()
+                lineup_error = PAGES_NOT_READ
+            else:
+                holds, waiting = decode_lineup(item.get(Attr.LINEUP))
+                lineup_error = None
         except Exception as exc:  # the item is inside the trust boundary, but one bad
             holds, waiting = (), ()  # attribute must not stop every reader of the event
             lineup_error = f"lineup unreadable ({type(exc).__name__}: {exc})"[:512]
@@ -157,8 +169,12 @@ class EventRecord:
             high_water=_high_water(item.get(Attr.HIGH_WATER), item.get(Attr.VERSION)),
             shards=min(max(_whole(item.get(Attr.SHARDS)) or 1, 1), MAX_SHARDS),
             dealt=max(_whole(item.get(Attr.DEALT)) or 0, 0),
+            pages=pages,
         )
 
+
+#: ``lineup_error`` of a record whose lineup is in pages not read yet (``load_lineup``).
+PAGES_NOT_READ = "lineup in pages, not read"
 
 #: How often a sharded event's close is tried while its shards' commits are in flight.
 CLOSE_ATTEMPTS = 5

@@ -33,7 +33,7 @@ from turnstile.engine.lifecycle import (
     advance,
     step,
 )
-from turnstile.engine.lineup import encode_lineup
+from turnstile.engine.lineup import INLINE_ENTRIES, encode_lineup
 from turnstile.storage.dynamo import number_text, signup_key, to_item, typed_json
 from turnstile.storage.intake import IntakeRecord, signup_command
 
@@ -479,7 +479,9 @@ def outcome_of(
     # requests answered by records that moved nothing (a tick cannot answer one): none.
     after = step.event
     assert after is not None
-    lineup = encode_lineup(after.holds, after.waiting)
+    # A long lineup is the store's to page (``SignupStore.commit``), from ``state``.
+    long = len(after.holds) + len(after.waiting) > INLINE_ENTRIES
+    lineup = None if long else encode_lineup(after.holds, after.waiting)
     due = after.holds[0] if after.holds else None
     next_counts = _next_counts(status_counts, before, step.transitions)
     # ``state`` stays the one decided from: a close is the organizer's write, never the
@@ -492,6 +494,7 @@ def outcome_of(
         updates=tuple(updates),
         lifecycle={
             Attr.LINEUP: lineup,
+            Attr.LINEUP_PAGES: long,
             Attr.STATUS_COUNTS: next_counts,
             Attr.HOLD_DUE_AT: due.expires_at if due else None,
             Attr.HOLD_DUE_SIGNUP: due.signup_id if due else None,

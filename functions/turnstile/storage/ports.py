@@ -44,6 +44,14 @@ class ProcessorStore(Protocol):
         no event item. Read strongly consistent unless ``consistent`` is False."""
         ...
 
+    def load_lineup(self, record: EventRecord) -> EventRecord:
+        """``record`` with its lineup whole: a long lineup's pages read (the ones this
+        store does not hold at the versions the directory names), as of the event item's
+        version; the record itself when its lineup is on the item. Raises
+        ``CommitConflictError`` when a page moved past the item read (a later commit): the
+        caller reads the event again."""
+        ...
+
     def get_decisions(self, event_id: str, signup_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """The decision items that exist among ``signup_ids`` (plain values, by signup id),
         read strongly consistent; signups without one are simply absent."""

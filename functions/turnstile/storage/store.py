@@ -74,6 +74,7 @@ from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome, update_call
 from turnstile.storage.items import decision_item as _decision_item
 from turnstile.storage.journal import Journal
+from turnstile.storage.lineups import LineupPages
 from turnstile.storage.parking import ParkedEvents
 from turnstile.storage.requests import SignupRequests
 
@@ -86,11 +87,15 @@ MAX_JOURNAL_BYTES = 192 * 1024
 #: The journal and the lineup together stay under this: a big lineup shrinks the journal's
 #: bound (the lineup is bounded by the event's options, ``MAX_LINEUP_ENTRIES``).
 MAX_JOURNAL_AND_LINEUP_BYTES = 300 * 1024
+#: The most items one TransactWriteItems takes (DynamoDB's limit).
+MAX_TRANSACTION_ITEMS = 100
+#: The lineup pages one commit may write (a transaction holds at most 4 MB).
+MAX_TRANSACTION_PAGE_BYTES = 3 * 1024 * 1024
 #: Conditional writes of one materialization sent at once.
 MATERIALIZE_THREADS = 8
 
 
-class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
+class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests):
     """DynamoDB access for the three tables. Pass ``client`` to use a stubbed or local one.
 
     ``intake`` and ``main`` are keyed by ``(event_id, signup_id)``: the producer's record and
@@ -275,8 +280,19 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         )
         blob = journal.encoded
         lifecycle = dict(outcome.lifecycle or {})
-        lineup = lifecycle.get(Attr.LINEUP)
-        limit = min(MAX_JOURNAL_BYTES, MAX_JOURNAL_AND_LINEUP_BYTES - len(lineup or b""))
+        write = (
+            self._lineup_write(expected, outcome.state, lifecycle, journal.version)
+            if outcome.lifecycle is not None
+            else None
+        )
+        lineup = write.lineup if write is not None else None
+        pages = write.pages if write is not None else None
+        if write is not None and write.plan is not None and write.plan.pages is None:
+            pages = b""  # back on the item: the directory goes
+        limit = min(
+            MAX_JOURNAL_BYTES,
+            MAX_JOURNAL_AND_LINEUP_BYTES - len(lineup or b"") - len(pages or b""),
+        )
         if len(blob) > limit:
             fits = journal.longest_prefix(limit)
             raise JournalTooLargeError(
@@ -336,7 +352,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
             values[":high"] = {"S": high_water_text(high_water, journal.version)}
             sets.append("#high = :high")
         if outcome.lifecycle is not None:
-            _lifecycle_expression(lifecycle, names, values, sets, removes)
+            _lifecycle_expression(lifecycle, lineup, pages, names, values, sets, removes)
         expression = "SET " + ", ".join(sets)
         if removes:
             expression += " REMOVE " + ", ".join(removes)
@@ -354,9 +370,22 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         split = split_shard_key(expected.event_id)
         # A shard giving seats back tells its pool, in the same transaction (Pool.full).
         frees = split is not None and outcome.state.taken < expected.taken
+        page_actions = write.actions(self.control_table) if write is not None else []
+        items = 1 + len(takes) + int(frees) + len(page_actions)
+        paged = sum(len(blob) for _, blob in write.plan.writes) if write and write.plan else 0
+        if items > MAX_TRANSACTION_ITEMS or paged > MAX_TRANSACTION_PAGE_BYTES:
+            # a chunk that touches fewer pages fits: the processor decides a shorter one
+            raise JournalTooLargeError(
+                f"event {expected.event_id!r}: a commit of {items} items and {paged} bytes "
+                f"of lineup pages is past a transaction's {MAX_TRANSACTION_ITEMS} items or "
+                f"{MAX_TRANSACTION_PAGE_BYTES} bytes",
+                fits=0,
+            )
         try:
             if takes or frees:
-                self._commit_taking(expected.event_id, update, takes, frees)
+                self._commit_taking(expected.event_id, update, takes, frees, page_actions)
+            elif page_actions:
+                self._commit_paged(expected.event_id, update, page_actions)
             else:
                 self.dynamo.call("update_item", **update)
         except ConditionFailed as exc:
@@ -364,7 +393,25 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
                 f"event {expected.event_id!r} moved past version {expected.version} "
                 "(or its capacity or state changed)"
             ) from exc
+        if write is not None:
+            self._committed_lineup(write)
         return journal
+
+    def _commit_paged(
+        self, event_id: str, update: dict[str, Any], page_actions: list[dict[str, Any]]
+    ) -> None:
+        """A commit with the lineup pages it writes, one transaction."""
+        try:
+            self.dynamo.call(
+                "transact_write_items",
+                TransactItems=[{"Update": update}, *page_actions],
+                ClientRequestToken=uuid.uuid4().hex,
+            )
+        except TransactionCancelled as exc:
+            moved = {"ConditionalCheckFailed", "TransactionConflict"}
+            if not exc.reasons or moved.intersection(r for r in exc.reasons if r):
+                raise CommitConflictError(f"event {event_id!r} moved on") from exc
+            raise
 
     def secure(
         self, event_id: str, shards: int, shard: int, need: int, sizes: Sequence[int] = ()
@@ -383,6 +430,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         update: dict[str, Any],
         takes: Sequence[tuple[Share, int]],
         frees: bool = False,
+        page_actions: Sequence[dict[str, Any]] = (),
     ) -> None:
         """A shard's commit with the seats it takes (and, when it gives seats back, its
         pool's ``frees`` raised), one transaction; CommitConflictError when any of its
@@ -396,7 +444,7 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
         try:
             self.dynamo.call(
                 "transact_write_items",
-                TransactItems=[*actions, {"Update": update}],
+                TransactItems=[*actions, {"Update": update}, *page_actions],
                 ClientRequestToken=uuid.uuid4().hex,
             )
         except TransactionCancelled as exc:
@@ -590,14 +638,16 @@ class SignupStore(Tables, EventItems, ParkedEvents, SignupRequests):
 
 def _lifecycle_expression(
     lifecycle: Mapping[str, Any],
+    lineup: bytes | None,
+    pages: bytes | None,
     names: dict[str, str],
     values: dict[str, Any],
     sets: list[str],
     removes: list[str],
 ) -> None:
-    """The commit's writes of the event's lifecycle state: the lineup, the counts per
-    status, and the earliest hold due (the key of the due-holds index), each removed when
-    there is none."""
+    """The commit's writes of the event's lifecycle state: the lineup (or a long one's
+    directory, ``storage.lineups``), the counts per status, and the earliest hold due (the
+    key of the due-holds index), each removed when there is none."""
     names.update(
         {
             "#lineup": Attr.LINEUP,
@@ -610,12 +660,18 @@ def _lifecycle_expression(
     counts = lifecycle.get(Attr.STATUS_COUNTS) or {}
     values[":counts"] = {"M": {k: {"N": str(int(v))} for k, v in counts.items()}}
     sets.append("#counts = :counts")
-    lineup = lifecycle.get(Attr.LINEUP)
     if lineup:
         values[":lineup"] = {"B": lineup}
         sets.append("#lineup = :lineup")
     else:
         removes.append("#lineup")
+    if pages:
+        names["#pages"] = Attr.LINEUP_PAGES
+        values[":pages"] = {"B": pages}
+        sets.append("#pages = :pages")
+    elif pages is not None:  # b"": the lineup is back on the item
+        names["#pages"] = Attr.LINEUP_PAGES
+        removes.append("#pages")
     due = lifecycle.get(Attr.HOLD_DUE_AT)
     if due is not None:
         values[":due"] = {"N": str(int(due))}

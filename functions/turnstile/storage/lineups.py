@@ -1,0 +1,182 @@
+"""A long lineup in page items of its own: read for the processor, written by its commit.
+
+An event's holds and waitlist live on its event item (``Attr.LINEUP``) while they are
+short. Past ``INLINE_ENTRIES`` they live in pages (``turnstile.engine.lineup``: which
+entries each page holds, and which pages a commit rewrites), items of the control table
+under ``ControlKey.lineup_page``, and the event item keeps their directory
+(``Attr.LINEUP_PAGES``). A commit writes the pages its changes touch in the same
+transaction as the event item, so the directory and the pages always agree at every
+version; each page keeps the version that wrote it.
+
+Reading (``load_lineup``): a processor keeps the pages it read or wrote, by their key and
+version, so a warm one reads only the pages another processor rewrote since. A page found
+at another version than the directory names was rewritten by a later commit: the event is
+read again (``CommitConflictError``), never decided from a lineup of two versions.
+
+An event item written by this code with pages also carries ``PAGED_LINEUP`` as its
+``Attr.LINEUP``: a processor of a version before pages cannot read it, so it parks the
+event (as for any lineup it cannot read) rather than deciding from an empty lineup.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from turnstile.base.contract import Attr, ControlKey
+from turnstile.base.errors import CommitConflictError
+from turnstile.engine.lifecycle import Event, Hold, Waiting
+from turnstile.engine.lineup import (
+    HOLDS,
+    Page,
+    PagePlan,
+    Pages,
+    decode_page,
+    encode_lineup,
+    is_paged,
+    joined,
+    plan_pages,
+)
+from turnstile.storage.dynamo import control_key
+from turnstile.storage.events import EventRecord
+
+__all__ = ["MAX_PAGES_HELD", "PAGED_LINEUP", "LineupPages", "LineupWrite"]
+
+#: ``Attr.LINEUP`` of an event item whose lineup is in pages: not a lineup any version
+#: reads (``decode_lineup`` refuses it), so an older processor parks the event.
+PAGED_LINEUP = b"paged"
+#: The most pages one store keeps read (beyond it, it forgets them all and reads again).
+MAX_PAGES_HELD = 4096
+#: Attributes of a page item.
+PAGE_VERSION = "v"
+PAGE_ENTRIES_ATTR = "page"
+
+
+class LineupWrite:
+    """What a commit writes of its event's lineup: the event item's lineup attributes and
+    the page items to put and delete in its transaction."""
+
+    def __init__(self, event_id: str, plan: PagePlan | None, lineup: bytes | None) -> None:
+        self.event_id = event_id
+        #: None: the lineup is (and was) on the item alone.
+        self.plan = plan
+        #: ``Attr.LINEUP`` to set (None: remove it).
+        self.lineup = lineup
+
+    @property
+    def pages(self) -> bytes | None:
+        """``Attr.LINEUP_PAGES`` to set (None: remove it)."""
+        return self.plan.pages.encode() if self.plan and self.plan.pages else None
+
+    def actions(self, table: str) -> list[dict[str, Any]]:
+        """The transaction's page puts and deletes."""
+        if self.plan is None:
+            return []
+        out: list[dict[str, Any]] = []
+        for page, blob in self.plan.writes:
+            key = control_key(ControlKey.lineup_page(self.event_id, page.kind, page.first))
+            item = {
+                **key,
+                PAGE_VERSION: {"N": str(page.version)},
+                PAGE_ENTRIES_ATTR: {"B": blob},
+            }
+            out.append({"Put": {"TableName": table, "Item": item}})
+        for page in self.plan.deletes:
+            key = control_key(ControlKey.lineup_page(self.event_id, page.kind, page.first))
+            out.append({"Delete": {"TableName": table, "Key": key}})
+        return out
+
+
+class LineupPages:
+    """The page items of long lineups; a part of ``SignupStore`` (``dynamo``,
+    ``control_table``)."""
+
+    dynamo: Any
+    control_table: str
+
+    def _held_pages(self) -> dict[tuple[str, str, int], tuple[int, tuple[Any, ...]]]:
+        held = self.__dict__.get("_lineup_pages_held")
+        if held is None or len(held) > MAX_PAGES_HELD:
+            held = self.__dict__["_lineup_pages_held"] = {}
+        return held
+
+    def _directories(self) -> dict[str, tuple[int, Pages | None]]:
+        """Each event's directory as last read or committed here, with its version."""
+        return self.__dict__.setdefault("_lineup_directories", {})
+
+    def load_lineup(self, record: EventRecord) -> EventRecord:
+        """``record`` with its lineup whole (``ports.ProcessorStore.load_lineup``)."""
+        event_id, version = record.event.event_id, record.event.version
+        self._directories()[event_id] = (version, record.pages)
+        if record.pages is None:
+            return record
+        held = self._held_pages()
+        wanted = [
+            p
+            for p in record.pages.all()
+            if held.get((event_id, p.kind, p.first), (None,))[0] != p.version
+        ]
+        if wanted:
+            keys = [control_key(ControlKey.lineup_page(event_id, p.kind, p.first)) for p in wanted]
+            found = {
+                (item[ControlKey.SK]["S"]): item
+                for item in self.dynamo.batch_get(self.control_table, keys)
+            }
+            for page in wanted:
+                sk = ControlKey.lineup_page(event_id, page.kind, page.first)[1]
+                item = found.get(sk)
+                written = int(item[PAGE_VERSION]["N"]) if item is not None else None
+                if written != page.version:
+                    raise CommitConflictError(
+                        f"event {event_id!r}: lineup page {sk} is at version {written}, the "
+                        f"event item read names {page.version}: a later commit"
+                    )
+                entries = decode_page(page.kind, item[PAGE_ENTRIES_ATTR]["B"])
+                held[(event_id, page.kind, page.first)] = (page.version, entries)
+        holds: list[Hold] = []
+        waiting: list[Waiting] = []
+        for page in record.pages.all():
+            entries = held[(event_id, page.kind, page.first)][1]
+            (holds if page.kind == HOLDS else waiting).extend(entries)
+        whole = joined(holds, waiting)
+        event = replace(record.event, holds=whole[0], waiting=whole[1])
+        return replace(record, event=event, lineup_error=None)
+
+    def _lineup_write(
+        self, expected: Event, after: Event, lifecycle: Mapping[str, Any], version: int
+    ) -> LineupWrite:
+        """What the commit at ``version`` of ``expected`` writes of the lineup ``after``
+        leaves: on the item while short (``lifecycle``'s own, as before pages), else the
+        pages it changes."""
+        read = self._directories().get(expected.event_id)
+        before = read[1] if read is not None and read[0] == expected.version else None
+        if not is_paged(before, after.holds, after.waiting):
+            lineup = lifecycle.get(Attr.LINEUP)
+            if before is not None:  # back on the item: every page goes
+                lineup = encode_lineup(after.holds, after.waiting)
+                return LineupWrite(expected.event_id, PagePlan(None, (), before.all()), lineup)
+            return LineupWrite(expected.event_id, None, lineup)
+        plan = plan_pages(
+            before, (expected.holds, expected.waiting), (after.holds, after.waiting), version
+        )
+        return LineupWrite(expected.event_id, plan, PAGED_LINEUP)
+
+    def _committed_lineup(self, write: LineupWrite) -> None:
+        """After the commit: the pages it wrote are held, the ones it deleted forgotten (the
+        next read of the event names them at the versions written)."""
+        if write.plan is None:
+            return
+        held = self._held_pages()
+        for page in write.plan.deletes:
+            held.pop((write.event_id, page.kind, page.first), None)
+        for page, blob in write.plan.writes:
+            held[(write.event_id, page.kind, page.first)] = (
+                page.version,
+                decode_page(page.kind, blob),
+            )
+
+
+def page_keys(event_id: str, pages: Sequence[Page]) -> list[dict[str, Any]]:
+    """The keys of ``pages`` of ``event_id`` (the audit's and the tests')."""
+    return [control_key(ControlKey.lineup_page(event_id, p.kind, p.first)) for p in pages]
