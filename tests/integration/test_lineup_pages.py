@@ -1,5 +1,6 @@
 """A long lineup in pages of its own, through the stream processor and the store (moto):
-past ``INLINE_ENTRIES`` the holds and the waitlist leave the event item for page items,
+past ``INLINE_BYTES`` encoded (small here) the holds and the waitlist leave the event item
+for page items,
 each commit rewrites only the pages its changes touch, a processor that did not write them
 reads them (and only those rewritten since it last did), the lineup read back is always
 the one the decision items say, and a lineup that shrinks comes back to the item with no
@@ -14,11 +15,18 @@ import pytest
 from tests.integration.test_lifecycle_processor import Clock, Feed, make_event, statuses
 from turnstile.base.contract import Attr, ControlKey, Status
 from turnstile.base.errors import CommitConflictError
-from turnstile.engine.lineup import INLINE_ENTRIES, PAGE_ENTRIES
+from turnstile.engine import lineup as lineup_module
+from turnstile.engine.lineup import PAGE_ENTRIES
 from turnstile.jobs.processor import StreamProcessor
 from turnstile.storage.dynamo import event_key
 from turnstile.storage.lineups import PAGED_LINEUP
 from turnstile.storage.store import SignupStore
+
+
+@pytest.fixture(autouse=True)
+def small_bound(monkeypatch):
+    """Lineups of a few hundred short ids go to pages (8 KB would take thousands)."""
+    monkeypatch.setattr(lineup_module, "INLINE_BYTES", 1024)
 
 
 def page_items(store: SignupStore) -> dict[str, dict[str, Any]]:
@@ -92,8 +100,8 @@ def test_a_long_lineup_lives_in_pages_and_comes_back(store):
     # every hold lapses: the waiters get them, then those lapse too
     clock.advance(601)
     one.process([feed.signup("big", "late-1")])
-    holds, waiting = agrees(store, "big")
-    assert waiting == 0 and holds > INLINE_ENTRIES // 2  # still in pages
+    _, waiting = agrees(store, "big")
+    assert waiting == 0 and Attr.LINEUP_PAGES in event_item(store, "big")  # still in pages
     clock.advance(601)
     other.process([feed.signup("big", "late-2")])
     assert agrees(store, "big") == (1, 0)  # late-2 holds; the lineup is back on the item
@@ -126,7 +134,8 @@ def test_a_page_at_another_version_than_the_directory_is_never_decided_from(stor
     clock, feed = Clock(), Feed()
     make_event(store, "torn", 300, hold_seconds=600)
     processor = StreamProcessor(store, clock=clock)
-    processor.process([feed.signup("torn", f"s{i:03d}") for i in range(150)])
+    for start in (0, 100, 200):
+        processor.process([feed.signup("torn", f"s{i:03d}") for i in range(start, start + 100)])
     # a page as a later commit would leave it, under an item that names the earlier one
     key = next(iter(page_items(store).values()))
     store.dynamo.call(

@@ -5,19 +5,34 @@ entries changed (appending to a long lineup writes its tail, not the whole of it
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from turnstile.engine import lineup as lineup_module
 from turnstile.engine.lifecycle import Hold, Waiting
 from turnstile.engine.lineup import (
-    INLINE_ENTRIES,
     PAGE_ENTRIES,
     Page,
     Pages,
     decode_page,
+    encode_lineup,
+    is_paged,
     joined,
     plan_pages,
 )
+
+#: The bound the tests page at: small, so a few hundred entries pass it.
+INLINE = 400
+
+
+@pytest.fixture(autouse=True)
+def small_bound(monkeypatch):
+    monkeypatch.setattr(lineup_module, "INLINE_BYTES", INLINE)
+
+
+def encoded(holds, waiting) -> int:
+    return len(encode_lineup(holds, waiting) or b"")
 
 
 class PageTable:
@@ -32,7 +47,8 @@ class PageTable:
 
     def commit(self, holds: tuple[Hold, ...], waiting: tuple[Waiting, ...]) -> None:
         self.version += 1
-        plan = plan_pages(self.pages, self.lineup, (holds, waiting), self.version)
+        paged = is_paged(self.pages, encoded(holds, waiting))
+        plan = plan_pages(self.pages, self.lineup, (holds, waiting), self.version, paged)
         for page in plan.deletes:
             del self.items[(page.kind, page.first)]
         for page, blob in plan.writes:
@@ -82,7 +98,7 @@ def test_pages_read_back_as_the_lineup_and_leave_nothing_behind(steps):
         table.commit(holds, waiting)
         if table.pages is None:
             # back on the event item: no page is left
-            assert len(holds) + len(waiting) <= INLINE_ENTRIES and table.items == {}
+            assert encoded(holds, waiting) <= INLINE and table.items == {}
             continue
         assert table.read() == (holds, waiting)
         assert set(table.items) == {(p.kind, p.first) for p in table.pages.all()}
@@ -108,12 +124,18 @@ def test_appending_to_a_long_lineup_writes_its_tail_only():
 
 
 def test_a_lineup_goes_back_to_the_event_item_at_half_the_bound():
+    def longest(limit: int) -> int:  # the most holds whose encoding is within limit
+        n = 1
+        while encoded(holds_of(list(range(1, n + 2))), ()) <= limit:
+            n += 1
+        return n
+
     table = PageTable()
-    table.commit(holds_of(list(range(1, INLINE_ENTRIES + 2))), ())
+    table.commit(holds_of(list(range(1, longest(INLINE) + 2))), ())
     assert table.pages is not None and table.items
-    table.commit(holds_of(list(range(1, INLINE_ENTRIES // 2 + 2))), ())
+    table.commit(holds_of(list(range(1, longest(INLINE // 2) + 2))), ())
     assert table.pages is not None  # still paged above half
-    table.commit(holds_of(list(range(1, INLINE_ENTRIES // 2 + 1))), ())
+    table.commit(holds_of(list(range(1, longest(INLINE // 2) + 1))), ())
     assert table.pages is None and table.items == {}
 
 

@@ -23,7 +23,8 @@ from typing import Any
 from turnstile.engine.lifecycle import Hold, Waiting
 
 __all__ = [
-    "INLINE_ENTRIES",
+    "INLINE_BYTES",
+    "MAX_ENCODED_ENTRIES",
     "PAGE_ENTRIES",
     "Page",
     "PagePlan",
@@ -67,7 +68,7 @@ def decode_lineup(blob: Any) -> tuple[tuple[Hold, ...], tuple[Waiting, ...]]:
 
 # -- a long lineup, in pages --------------------------------------------------------------
 #
-# A lineup of more than ``INLINE_ENTRIES`` entries lives in page items of its own: each
+# A lineup longer than ``INLINE_BYTES`` encoded lives in page items of its own: each
 # holds the entries of one kind ("h": holds, by position; "w": the waitlist, by arrival
 # sequence number) whose keys start at the page's ``first``, up to the next page's. New
 # entries take the greatest keys, so they join the last page, and a new page starts once
@@ -76,9 +77,13 @@ def decode_lineup(blob: Any) -> tuple[tuple[Hold, ...], tuple[Waiting, ...]]:
 # The event item keeps the directory (``Pages``): each page's first key and the version of
 # the commit that wrote it, which is how a reader knows a page it holds is current.
 
-#: A lineup of at most this many entries stays on the event item (``encode_lineup``), as
-#: every lineup did before pages; a paged one comes back once it is down to half of it.
-INLINE_ENTRIES = 100
+#: A lineup whose encoding (``encode_lineup``) is at most this many bytes stays on the
+#: event item, as every lineup did before pages; a paged one comes back once its encoding
+#: is down to half of it. Below it, writing the lineup with the item costs less than a
+#: transaction of the item and a page (twice the write units of each).
+INLINE_BYTES = 8192
+#: A lineup of more entries than this is not even encoded whole: it is paged.
+MAX_ENCODED_ENTRIES = 2000
 #: The most entries a page is given at the tail (a middle page only shrinks).
 PAGE_ENTRIES = 200
 HOLDS, WAITING = "h", "w"
@@ -172,11 +177,13 @@ class PagePlan:
     deletes: tuple[Page, ...] = ()
 
 
-def is_paged(before: Pages | None, holds: Sequence[Hold], waiting: Sequence[Waiting]) -> bool:
-    """Whether a lineup of these entries lives in pages after a commit (``before``: its
-    directory before it, None when it was on the event item)."""
-    entries = len(holds) + len(waiting)
-    return entries > (INLINE_ENTRIES // 2 if before is not None else INLINE_ENTRIES)
+def is_paged(before: Pages | None, inline_bytes: int | None) -> bool:
+    """Whether a lineup whose encoding is ``inline_bytes`` long (None: too long to encode)
+    lives in pages after a commit (``before``: its directory before it, None when it was
+    on the event item)."""
+    if inline_bytes is None:
+        return True
+    return inline_bytes > (INLINE_BYTES // 2 if before is not None else INLINE_BYTES)
 
 
 def plan_pages(
@@ -184,10 +191,12 @@ def plan_pages(
     old: tuple[Sequence[Hold], Sequence[Waiting]],
     new: tuple[Sequence[Hold], Sequence[Waiting]],
     version: int,
+    paged: bool = True,
 ) -> PagePlan:
     """The pages a commit at ``version`` writes and deletes for the lineup to go from
-    ``old`` (as ``before`` pages it; ignored when ``before`` is None) to ``new``."""
-    if not is_paged(before, *new):
+    ``old`` (as ``before`` pages it; ignored when ``before`` is None) to ``new``, in pages
+    if ``paged`` (``is_paged``), else back on the event item."""
+    if not paged:
         return PagePlan(None, (), before.all() if before is not None else ())
     writes: list[tuple[Page, bytes]] = []
     deletes: list[Page] = []

@@ -33,7 +33,7 @@ from turnstile.engine.lifecycle import (
     advance,
     step,
 )
-from turnstile.engine.lineup import INLINE_ENTRIES, encode_lineup
+from turnstile.engine.lineup import MAX_ENCODED_ENTRIES, encode_lineup
 from turnstile.storage.dynamo import number_text, signup_key, to_item, typed_json
 from turnstile.storage.intake import IntakeRecord, signup_command
 
@@ -480,7 +480,7 @@ def outcome_of(
     after = step.event
     assert after is not None
     # A long lineup is the store's to page (``SignupStore.commit``), from ``state``.
-    long = len(after.holds) + len(after.waiting) > INLINE_ENTRIES
+    long = len(after.holds) + len(after.waiting) > MAX_ENCODED_ENTRIES
     lineup = None if long else encode_lineup(after.holds, after.waiting)
     due = after.holds[0] if after.holds else None
     next_counts = _next_counts(status_counts, before, step.transitions)

@@ -1,7 +1,7 @@
 """A long lineup in page items of its own: read for the processor, written by its commit.
 
 An event's holds and waitlist live on its event item (``Attr.LINEUP``) while they are
-short. Past ``INLINE_ENTRIES`` they live in pages (``turnstile.engine.lineup``: which
+short. Past ``INLINE_BYTES`` encoded they live in pages (``turnstile.engine.lineup``: which
 entries each page holds, and which pages a commit rewrites), items of the control table
 under ``ControlKey.lineup_page``, and the event item keeps their directory
 (``Attr.LINEUP_PAGES``). A commit writes the pages its changes touch in the same
@@ -33,7 +33,6 @@ from turnstile.engine.lineup import (
     PagePlan,
     Pages,
     decode_page,
-    encode_lineup,
     is_paged,
     joined,
     plan_pages,
@@ -151,10 +150,10 @@ class LineupPages:
         pages it changes."""
         read = self._directories().get(expected.event_id)
         before = read[1] if read is not None and read[0] == expected.version else None
-        if not is_paged(before, after.holds, after.waiting):
-            lineup = lifecycle.get(Attr.LINEUP)
+        lineup = lifecycle.get(Attr.LINEUP)
+        encoded = None if lifecycle.get(Attr.LINEUP_PAGES) else len(lineup or b"")
+        if not is_paged(before, encoded):
             if before is not None:  # back on the item: every page goes
-                lineup = encode_lineup(after.holds, after.waiting)
                 return LineupWrite(expected.event_id, PagePlan(None, (), before.all()), lineup)
             return LineupWrite(expected.event_id, None, lineup)
         plan = plan_pages(
