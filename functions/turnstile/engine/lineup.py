@@ -85,7 +85,7 @@ INLINE_BYTES = 8192
 #: A lineup of more entries than this is not even encoded whole: it is paged.
 MAX_ENCODED_ENTRIES = 2000
 #: The most entries a page is given at the tail (a middle page only shrinks).
-PAGE_ENTRIES = 200
+PAGE_ENTRIES = 100
 HOLDS, WAITING = "h", "w"
 
 
