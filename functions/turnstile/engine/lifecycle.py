@@ -241,6 +241,10 @@ class Step:
     #: A signup moved only by the engine itself (an expiry, a promotion, a close) and not
     #: given is not here: ``advance`` applies its transitions to its stored state.
     signups: Mapping[str, SignupState] = field(default_factory=dict)
+    #: More holds were due than the step's ``max_lapses``: it lapsed that many (the
+    #: earliest) and applied nothing else, no command and no promotion, so that every
+    #: command still finds every due hold lapsed; the caller commits it and steps again.
+    partial: bool = False
 
 
 _OWN_RECORDS = (Cause.SIGNUP, Cause.CONFIRM, Cause.CANCEL)
@@ -397,18 +401,24 @@ class _Run:
                 **fields,
             )
 
-    def expire(self, seq: str) -> None:
-        """Every hold due at ``now`` lapses, earliest first; its seats come back."""
+    def expire(self, seq: str, limit: int | None = None) -> bool:
+        """Every hold due at ``now`` lapses, earliest first; its seats come back. At most
+        ``limit`` of them (None: all): whether some due ones are left."""
         event = self.event
         if event is None:
-            return
-        due = [h for h in event.holds if h.expires_at <= self.now]
-        if not due:
-            return
+            return False
+        # holds are in (expires_at, position) order: the due ones come first
+        count = bisect.bisect_right(event.holds, self.now, key=lambda h: h.expires_at)
+        if not count:
+            return False
+        left = limit is not None and count > limit
+        if left:
+            count = max(limit or 0, 1)
+        due = event.holds[:count]
         self.event = replace(
             event,
             taken=event.taken - sum(h.seats for h in due),
-            holds=tuple(h for h in event.holds if h.expires_at > self.now),
+            holds=event.holds[count:],
         )
         for h in due:
             self._move(
@@ -421,6 +431,7 @@ class _Run:
                 position=h.position,
                 hold_expires_at=h.expires_at,
             )
+        return left
 
     def promote(self, seq: str) -> None:
         """Free seats go down the waitlist in order: each waiting signup that fits gets
@@ -553,8 +564,12 @@ def step(
     signups: Mapping[str, SignupState],
     commands: Sequence[Command],
     now: int,
+    max_lapses: int | None = None,
 ) -> Step:
     """Apply one event's records, in stream order, at the processor's time ``now`` (ms).
+
+    ``max_lapses``: the most holds one step lapses (None: every due one). With more due,
+    the step lapses that many, the earliest, and nothing else (``Step.partial``).
 
     Rules, in order:
     - before any command: every hold with ``hold_expires_at <= now`` lapses (EXPIRED,
@@ -582,7 +597,8 @@ def step(
         return Step((), event, dict(signups))
     run = _Run(event, signups, now)
     first = commands[0].sequence_number
-    run.expire(first)
+    if run.expire(first, max_lapses):
+        return Step(tuple(run.transitions), run.event, run.signups, partial=True)
     if run.event is not None and run.event.state != EventState.OPEN and run.event.waiting:
         run.close(first)
     run.promote(first)

@@ -134,8 +134,16 @@ class StreamProcessor:
         journal_cache_size: int = 10_000,
         max_release: int = 5_000,
         decision_retention_days: int | None = None,
+        max_lapses: int = 1_000,
     ) -> None:
         self.store = store
+        #: The most holds one step lapses (the engine's ``max_lapses``), so that the commit
+        #: of a step after many lapsed at once still fits a journal; halved while it does
+        #: not. The rest lapse in the steps that follow, before anything else.
+        self.max_lapses = max_lapses
+        self._lapses = max_lapses
+        #: Whether the last ``_step`` lapsed holds only, more being due (``Step.partial``).
+        self._partial = False
         #: Decisions carry ``expires_at`` this many days after they are decided (TTL); None:
         #: they are kept.
         self.decision_retention_days = decision_retention_days
@@ -221,8 +229,10 @@ class StreamProcessor:
                 return
             self._prefetched[event_id] = event
             tick = IntakeRecord(event_id, "", sequence_number, seats=0, tick=True)
-            decided, _ = self._decide_chunk(event_id, [tick], result)
-            result.decided.extend(decided)
+            consumed = 0
+            while not consumed:  # more steps while holds lapse in steps of a bounded size
+                decided, consumed = self._decide_chunk(event_id, [tick], result)
+                result.decided.extend(decided)
         except Exception:
             log.exception("wake-up failed", extra={"event_id": event_id})
             result.failures.append(sequence_number)
@@ -391,6 +401,7 @@ class StreamProcessor:
             else {}
         )
         self._keep_while_intake_lives(event_id, chunk, decided)
+        self._lapses = self.max_lapses
         outcome, moves = self._step(record, chunk, decided, now)
         if outcome is None:
             return [], len(chunk), []
@@ -409,28 +420,37 @@ class StreamProcessor:
                     now,
                     by_id,
                     expires_at=expires_at,
-                    high_water=_high_water(record, chunk),
+                    # a step that only lapsed holds decided none of the chunk's records
+                    high_water=None if self._partial else _high_water(record, chunk),
                     takes=takes,
                 )
                 break
             except JournalTooLargeError as too_big:
                 # Big copied fields: commit what a prefix of the chunk decides (deciding a
                 # prefix gives a prefix): up to the last first decision that fits, else
-                # half. The next round decides the rest from the new state.
-                if len(chunk) == 1:
+                # half. The next round decides the rest from the new state. Too many holds
+                # lapsing at once (or a step that lapsed only): half as many lapse.
+                lapsed = sum(1 for _, t in moves if t.cause == lifecycle.Cause.EXPIRY)
+                if lapsed > 1 and (len(chunk) == 1 or self._partial):
+                    self._lapses = lapsed // 2
+                elif len(chunk) == 1:
                     raise
-                chunk = chunk[: _prefix(chunk, outcome, too_big.fits)]
+                else:
+                    chunk = chunk[: _prefix(chunk, outcome, too_big.fits)]
                 outcome, moves = self._step(deciding, chunk, dict(decided), now)
                 if outcome is None:
                     return [], len(chunk), []
+        # A step that only lapsed holds (more were due) consumed none of its records: the
+        # next round decides them, from an event with fewer due holds.
+        consumed = 0 if self._partial else len(chunk)
         voids = self.store.materialize(event_id, journal, by_id)
         if not voids:
             self._remember(cache_key, journal_digest(journal.encoded))
-            return self._decided(event_id, journal.decisions, now, by_id), len(chunk), moves
+            return self._decided(event_id, journal.decisions, now, by_id), consumed, moves
         moves += self._take_back(event_id, journal, voids, now, expires_at)
         void = {d.signup_id for d in voids}
         decisions = [d for d in journal.decisions if d.signup_id not in void]
-        return self._decided(event_id, decisions, now, by_id), len(chunk), moves
+        return self._decided(event_id, decisions, now, by_id), consumed, moves
 
     def _secure(
         self, shard: str, record: EventRecord, short: Sequence[int], now: str
@@ -555,8 +575,13 @@ class StreamProcessor:
         )
         before = record.event
         result = lifecycle.step(
-            before, {sid: a.state for sid, a in decided.items()}, commands, ms_of(now)
+            before,
+            {sid: a.state for sid, a in decided.items()},
+            commands,
+            ms_of(now),
+            max_lapses=self._lapses,
         )
+        self._partial = result.partial
         moves = [(before.event_id, t) for t in result.transitions]
         if not result.transitions:
             return None, moves
