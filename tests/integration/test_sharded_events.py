@@ -100,6 +100,31 @@ def test_a_sharded_event_gives_exactly_its_capacity_and_refuses_the_rest(client,
     assert audit(store).ok
 
 
+def test_no_two_shards_give_the_same_position(client, store, stream):
+    # GIVEN an event of 30 seats over 4 shards, and 40 signups spread over them
+    store.create_event("seats", 30, NOW, shards=4)
+    submit(client, "seats", 4, *(f"p{i:02}" for i in range(40)))
+    records = stream.read_new()
+    for start in range(0, len(records), 9):
+        assert deliver(records[start : start + 9]) == {"batchItemFailures": []}
+    given = {
+        (key, sid): (int(item["position"]["N"]), int(item["sequence_number"]["S"]))
+        for (key, sid), item in decisions(client).items()
+        if key.startswith("seats#") and "position" in item
+    }
+    # THEN every seat given has a position of its own across the event ...
+    positions = [p for p, _ in given.values()]
+    assert len(positions) == 30 and len(set(positions)) == 30
+    # ... shard k's are k + 1, k + 1 + 4, ..., in the order its records arrived
+    for shard in range(4):
+        mine = sorted(
+            (seq, p) for (key, _), (p, seq) in given.items() if key == f"seats#{shard:02}"
+        )
+        assert all((p - 1 - shard) % 4 == 0 for _, p in mine), mine
+        assert [p for _, p in mine] == sorted(p for _, p in mine)
+    assert audit(store).ok
+
+
 def test_a_shard_with_all_the_demand_takes_the_slack_the_others_were_dealt(client, store):
     # GIVEN 40 seats over 2 shards: shard 1 gets one signup (and is dealt a chunk of 5)
     store.create_event("gig", 40, NOW, shards=2)

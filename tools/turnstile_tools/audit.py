@@ -30,6 +30,7 @@ from turnstile.base.contract import (
     fits_partition_key,
     is_event_key,
     shard_key,
+    shard_position,
     split_shard_key,
 )
 from turnstile.base.errors import EventNotFoundError
@@ -365,6 +366,11 @@ def _check_lifecycle(
             elif capacity is not None and taken is not None and seats <= capacity - taken:
                 judge(f"{d[sid]}: waitlisted for {seats} seats while {capacity - taken} are free")
         accepted = _whole(event_item.get(Attr.ACCEPTED))
+        # a shard numbers its grants apart from the others (contract.shard_position)
+        split = split_shard_key(event_item.get(Attr.EVENT_ID))
+        shards = _whole(event_item.get(Attr.SHARDS)) or 1
+        shard, step = (split[1], shards) if split is not None and shards > 1 else (0, 1)
+        last = shard_position(accepted, shard, step) if accepted else 0
         given: dict[int, str] = {}
         for d in decided.values():
             position = _whole(d.get(Attr.POSITION))
@@ -373,8 +379,10 @@ def _check_lifecycle(
             if position in given:
                 v.append(f"{d[sid]}: position {position} was given to {given[position]} too")
             given.setdefault(position, str(d[sid]))
-            if accepted is not None and position > accepted:
+            if accepted is not None and position > last:
                 v.append(f"{d[sid]}: position {position} beyond the {accepted} handed out")
+            elif (position - 1 - shard) % step:
+                v.append(f"{d[sid]}: position {position} is not one shard {shard} gives")
     for record in intake:
         decision = decided.get(record.get(sid))
         if decision is None:
@@ -424,6 +432,7 @@ def _event_values(record: EventRecord | None) -> dict[str, Any] | None:
         Attr.STATE: s.state,
         Attr.VERSION: s.version,
         Attr.MIN_CAPACITY: record.min_capacity,
+        Attr.SHARDS: s.shards,
     }
 
 

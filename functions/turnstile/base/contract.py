@@ -171,6 +171,13 @@ def signup_key(event_id: str, signup_id: str, shards: int) -> str:
     return shard_key(event_id, shard_of(signup_id, shards))
 
 
+def shard_position(given: int, shard: int = 0, shards: int = 1) -> int:
+    """The position of the ``given``-th grant of seats (1: the first) in shard ``shard`` of
+    an event of ``shards``: ``shard + 1``, then every ``shards``-th number after it, so
+    shards never give the same position (an unsharded event: 1, 2, 3 ...)."""
+    return shard + 1 + (given - 1) * shards
+
+
 def split_shard_key(key: Any) -> tuple[str, int] | None:
     """A shard key's event id and shard number; None when ``key`` is no shard key."""
     if not isinstance(key, str):

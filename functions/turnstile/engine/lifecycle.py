@@ -20,7 +20,7 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 
-from turnstile.base.contract import EventState, Reason, Status
+from turnstile.base.contract import EventState, Reason, Status, shard_position
 from turnstile.engine.rules import bounded
 
 __all__ = [
@@ -133,6 +133,11 @@ class Event:
     #: Positions given out so far: every grant of seats (a hold, or an acceptance without
     #: one) takes the next; a cancellation or an expiry never gives one back.
     accepted: int = 0
+    #: A shard of a sharded event (``shard`` of ``shards``) numbers its grants so that no
+    #: other shard gives the same position (``contract.shard_position``); an event of its
+    #: own is shard 0 of 1: positions 1, 2, 3 ...
+    shard: int = 0
+    shards: int = 1
     state: str = EventState.OPEN
     #: The store's optimistic lock; the engine leaves it as it is.
     version: int = 0
@@ -372,11 +377,12 @@ class _Run:
         """Seats for a signup that fits: HELD when the event holds, else ACCEPTED."""
         event = self.event
         assert event is not None
-        position = event.accepted + 1
+        given = event.accepted + 1
+        position = shard_position(given, event.shard, event.shards)
         if event.hold_seconds > 0:
             expires_at = self.now + event.hold_seconds * 1000
             holds = _with_hold(event.holds, Hold(signup_id, seats, position, expires_at))
-            self.event = replace(event, taken=event.taken + seats, accepted=position, holds=holds)
+            self.event = replace(event, taken=event.taken + seats, accepted=given, holds=holds)
             self._move(
                 signup_id,
                 from_status,
@@ -389,7 +395,7 @@ class _Run:
                 **fields,
             )
         else:
-            self.event = replace(event, taken=event.taken + seats, accepted=position)
+            self.event = replace(event, taken=event.taken + seats, accepted=given)
             self._move(
                 signup_id,
                 from_status,

@@ -31,6 +31,7 @@ from turnstile.base.contract import (
     WakeReason,
     is_id,
     shard_key,
+    split_shard_key,
 )
 from turnstile.base.errors import (
     CapacityBelowTakenError,
@@ -126,6 +127,7 @@ class EventRecord:
         lineup that cannot be read is kept as ``lineup_error`` (every reader but the
         processor goes on)."""
         journal_blob = item.get(Attr.JOURNAL)
+        shards = min(max(_whole(item.get(Attr.SHARDS)) or 1, 1), MAX_SHARDS)
         pages = None
         try:
             if item.get(Attr.LINEUP_PAGES) is not None:
@@ -153,6 +155,7 @@ class EventRecord:
                 version=int(item.get(Attr.VERSION, 0)),
                 holds=holds,
                 waiting=waiting,
+                **_numbering(item[Attr.EVENT_ID], shards),
             ),
             created_at=item.get(Attr.CREATED_AT),
             journal_blob=bytes(journal_blob) if journal_blob is not None else None,
@@ -167,7 +170,7 @@ class EventRecord:
             ),
             lineup_error=lineup_error,
             high_water=_high_water(item.get(Attr.HIGH_WATER), item.get(Attr.VERSION)),
-            shards=min(max(_whole(item.get(Attr.SHARDS)) or 1, 1), MAX_SHARDS),
+            shards=shards,
             dealt=max(_whole(item.get(Attr.DEALT)) or 0, 0),
             pages=pages,
         )
@@ -211,6 +214,15 @@ def _high_water(value: Any, version: Any) -> int | None:
     except (TypeError, ValueError, ArithmeticError):
         return None
     return int(number) if int(written_at) == current else None
+
+
+def _numbering(event_id: Any, shards: int) -> dict[str, int]:
+    """How a shard's item numbers its grants (``Event.shard``, ``Event.shards``): none
+    but the default on an event's own item."""
+    split = split_shard_key(event_id)
+    if split is None or shards <= 1 or split[1] >= shards:
+        return {}
+    return {"shard": split[1], "shards": shards}
 
 
 def _whole(value: Any) -> int | None:
