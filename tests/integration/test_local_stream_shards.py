@@ -16,7 +16,12 @@ import pytest
 
 from turnstile.base.contract import Status, signup_key
 from turnstile.storage.store import SignupStore
-from turnstile_tools.local.stack import STREAM_SHARDS_ENV, LocalStack, local_aws_environment
+from turnstile_tools.local.stack import (
+    STREAM_SHARDS_ENV,
+    LocalStack,
+    count_tables,
+    local_aws_environment,
+)
 
 NOW = "2026-01-01T00:00:00.000000Z"
 
@@ -85,5 +90,8 @@ def test_stream_shards_decide_as_one_lane_does_each_partition_in_order(stack: Lo
         first_refused = statuses.index(Status.REJECTED) if Status.REJECTED in statuses else None
         if first_refused is not None:
             assert Status.ACCEPTED not in statuses[first_refused:], (key, statuses)
+    # ... the stop's summary counts the sharded event once, not its shards' items
+    counts = count_tables(60)
+    assert counts is not None and (counts.events, counts.decided) == (4, 80)
     # ... all of it under the functions' roles
     assert stack.aws is not None and stack.aws.enforcement.denials == []

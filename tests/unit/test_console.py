@@ -69,6 +69,14 @@ def test_ids_a_producer_wrote_into_intake_are_escaped_and_cut():
     assert ' "' + "e" * 62 + "… " in line
 
 
+def test_a_shards_decisions_show_its_key_and_count_as_its_event():
+    console = Console(out=open("/dev/null", "w"))  # noqa: SIM115 - the console's own stream
+    for shard in ("drop#00", "drop#03"):
+        assert f" {shard}    " in decision_line(decided(event_id=shard))
+        console.decided(decided(event_id=shard))
+    assert console.counts.events == {"drop"}
+
+
 def record(
     message: str, level: int = logging.INFO, name: str = "turnstile", **extra
 ) -> logging.LogRecord:

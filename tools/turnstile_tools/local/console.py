@@ -33,7 +33,7 @@ from typing import Any, TextIO
 from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 from turnstile.base.clock import iso_of_ms, parse_timestamp
-from turnstile.base.contract import ID_PATTERN, Status
+from turnstile.base.contract import ID_PATTERN, Status, split_shard_key
 
 __all__ = [
     "LOG_FORMATS",
@@ -61,7 +61,7 @@ def _shown(value: Any, limit: int = 64) -> str:
     escaped (a record written straight into intake may hold anything, terminal escapes
     included), and cut to ``limit`` characters."""
     text = value if isinstance(value, str) else str(value)
-    if not ID_PATTERN.fullmatch(text):
+    if not ID_PATTERN.fullmatch(text) and split_shard_key(text) is None:
         text = json.dumps(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -248,7 +248,9 @@ class Console:
                 self.counts.waitlisted += 1
             else:
                 self.counts.rejected += 1
-            self.counts.events.add(decided.event_id)
+            # a sharded event is one event: its shards' keys count as it
+            split = split_shard_key(decided.event_id)
+            self.counts.events.add(split[0] if split is not None else decided.event_id)
             if self.log_format == "text":
                 # stdout closed (a pipe gone): the decision stands all the same.
                 with contextlib.suppress(OSError, ValueError):

@@ -29,6 +29,7 @@ from turnstile.base.contract import (
     EventSourceSettings,
     Function,
     TableSpec,
+    split_shard_key,
 )
 from turnstile.base.errors import TurnstileError
 from turnstile.base.personal_data import LOG_KEY_ENV
@@ -756,7 +757,8 @@ def count_tables(budget_s: float, session: boto3.Session | None = None) -> Table
         intake, decided = keys(store.intake_table), keys(store.main_table)
         events = 0
         for record in store.scan_events():
-            events += 1
+            # a sharded event is one event, whatever its shards' items
+            events += split_shard_key(record.event.event_id) is None
             if record.journal is not None:
                 decided |= {(record.event.event_id, d.signup_id) for d in record.journal.decisions}
     except _OverBudget:
