@@ -192,6 +192,51 @@ def test_usage_errors_are_one_line_and_exit_2(capsys, argv, line):
     assert usage_error(capsys, *argv).startswith(line)
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--until", "ACCEPTED"],  # was ignored: the status read answered at once, exit 0
+        ["--wait", "0", "--until", "ACCEPTED"],
+    ],
+)
+def test_until_without_a_wait_is_a_usage_error(monkeypatch, capsys, argv):
+    ran: list[argparse.Namespace] = []
+    monkeypatch.setattr(cli, "cmd_status", lambda args: ran.append(args) or 0)
+    line = usage_error(capsys, "status", "gig", "erin", *argv)
+    assert line == "--until needs --wait SECONDS (above 0) (see: turnstile status --help)"
+    assert ran == []
+
+
+@pytest.mark.parametrize("value", ["-5", "-0.5", "nan", "NaN", "inf", "-inf", "1e3", "", "9" * 400])
+def test_wait_is_a_finite_number_of_seconds_not_below_0(monkeypatch, capsys, value):
+    ran: list[argparse.Namespace] = []
+    monkeypatch.setattr(cli, "cmd_status", lambda args: ran.append(args) or 0)
+    line = usage_error(capsys, "status", "gig", "erin", "--wait", value)
+    assert line.startswith(
+        f"invalid value for --wait: not a number of seconds, 0 or more (such as 10 or 2.5): "
+        f"{value!r}"
+    )
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "wait", "until"),
+    [
+        ([], 0, None),
+        (["--wait", "0"], 0, None),
+        (["--wait", "10"], 10, None),
+        (["--wait", "2.5", "--until", "held,ACCEPTED"], 2.5, {"HELD", "ACCEPTED"}),
+        (["--wait", ".5", "--until", "ACCEPTED"], 0.5, {"ACCEPTED"}),
+    ],
+)
+def test_status_takes_a_wait_and_its_until(monkeypatch, argv, wait, until):
+    ran: list[argparse.Namespace] = []
+    monkeypatch.setattr(cli, "cmd_status", lambda args: ran.append(args) or 0)
+    assert cli.main(["status", "gig", "erin", *argv]) == 0
+    (args,) = ran
+    assert (args.wait, args.until) == (wait, until)
+
+
 def test_version_and_help_exit_0(capsys):
     from importlib.metadata import version
 

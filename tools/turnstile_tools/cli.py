@@ -14,7 +14,9 @@ import argparse
 import difflib
 import json
 import logging
+import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -636,6 +638,14 @@ def _port(text: str) -> int:
     return port
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds to wait: whole or decimal, 0 or more (not -5, nan, inf, 1e3)."""
+    seconds = float(text) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", text.strip()) else -1.0
+    if not 0 <= seconds < math.inf:  # 400 digits are a float too: inf
+        raise ValueError(f"not a number of seconds, 0 or more (such as 10 or 2.5): {text!r}")
+    return seconds
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -665,6 +675,7 @@ class _Checked(click.ParamType):
 
 
 PORT = _Checked("PORT", _port)
+SECONDS = _Checked("SECONDS", _seconds)
 STATUSES = _Checked("STATUS[,STATUS]", _statuses)
 
 
@@ -1201,9 +1212,8 @@ _request_command("cancel", "cancel a HELD, ACCEPTED or WAITLISTED signup")
 @click.argument("signup_id", help="the signup's id")
 @option(
     "--wait",
-    type=float,
+    type=SECONDS,
     default=0,
-    metavar="SECONDS",
     help="wait up to SECONDS for a decision (0: answer at once)",
 )
 @option(
@@ -1217,6 +1227,9 @@ _request_command("cancel", "cancel a HELD, ACCEPTED or WAITLISTED signup")
 @output_option()
 @click.pass_context
 def _status(ctx: click.Context, **params: Any) -> int:
+    if params["until"] is not None and not params["wait"]:
+        # Without a wait there is nothing to wait until: the status read answers at once.
+        raise UsageError("--until needs --wait SECONDS (above 0)", ctx)
     return _run(ctx, "cmd_status", params)
 
 
