@@ -155,3 +155,53 @@ def test_a_page_emptied_in_the_middle_is_deleted():
     assert [p.first for p in table.pages.holds] == [1, 2 * PAGE_ENTRIES + 1, 3 * PAGE_ENTRIES + 1]
     assert set(table.items) == {("h", p.first) for p in table.pages.holds}
     assert table.read()[0] == holds_of(positions)
+
+
+operations = st.lists(
+    st.tuples(st.sampled_from(["grant", "end", "join", "leave"]), st.integers(1, 150)),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(operations)
+def test_regrouping_only_the_touched_pages_plans_what_regrouping_all_plans(ops):
+    """A commit regroups only the pages entries left or joined (the store's way, with the
+    pages it holds): the same pages written, kept and deleted as regrouping every entry."""
+    table = PageTable()
+    holds: tuple[Hold, ...] = holds_of(list(range(1, 301)))
+    waiting: tuple[Waiting, ...] = waiting_of(list(range(1, 201)))
+    table.commit(holds, waiting)
+    position, arrival = 300, 200
+    for op, n in ops:
+        # the engine keeps the entries it does not change: the same objects
+        if op == "grant":
+            holds = joined([*holds, *holds_of(list(range(position + 1, position + n + 1)))], [])[0]
+            position += n
+        elif op == "end":
+            holds = tuple(h for i, h in enumerate(holds) if i % max(1, 150 // n) != 1)
+        elif op == "join":
+            waiting = (*waiting, *waiting_of(list(range(arrival + 1, arrival + n + 1))))
+            arrival += n
+        else:
+            waiting = waiting[n:]
+        assert table.pages is not None
+        held = {
+            (p.kind, p.first): decode_page(p.kind, table.items[(p.kind, p.first)][1])
+            for p in table.pages.all()
+        }
+        version = table.version + 1
+        whole = plan_pages(table.pages, table.lineup, (holds, waiting), version)
+        touched = plan_pages(
+            table.pages,
+            table.lineup,
+            (holds, waiting),
+            version,
+            contents=lambda page, held=held: held.get((page.kind, page.first)),
+        )
+        assert touched == whole
+        table.commit(holds, waiting)
+        if table.pages is None:
+            break
+        assert table.read() == (holds, waiting)

@@ -301,6 +301,16 @@ def _with_hold(holds: tuple[Hold, ...], hold: Hold) -> tuple[Hold, ...]:
     return (*holds[:at], hold, *holds[at:])
 
 
+def _without_waiting(waiting: tuple[Waiting, ...], state: SignupState) -> tuple[Waiting, ...]:
+    """``waiting`` less the signup, found where its arrival puts it (the waitlist is in
+    arrival order), walking the whole waitlist only when it is not there."""
+    if state.arrival is not None and state.arrival.isdigit():
+        at = bisect.bisect_left(waiting, int(state.arrival), key=lambda w: int(w.arrival))
+        if at < len(waiting) and waiting[at].signup_id == state.signup_id:
+            return waiting[:at] + waiting[at + 1 :]
+    return tuple(w for w in waiting if w.signup_id != state.signup_id)
+
+
 def _without_hold(holds: tuple[Hold, ...], state: SignupState) -> tuple[Hold, ...]:
     """``holds`` less the signup's hold, found where its expiry and position put it (the
     whole lineup is walked only when it is not there)."""
@@ -448,8 +458,11 @@ class _Run:
         if event.remaining <= 0:
             return  # no seat for anyone (every waiting signup asks for one at least)
         kept: list[Waiting] = []
-        for w in event.waiting:
+        for at, w in enumerate(event.waiting):
             assert self.event is not None
+            if self.event.remaining <= 0:  # no seat left for anyone after: all keep theirs
+                kept.extend(event.waiting[at:])
+                break
             if w.seats <= self.event.remaining:
                 self._grant(w.signup_id, w.seats, Status.WAITLISTED, seq, Cause.PROMOTION)
             else:
@@ -554,8 +567,7 @@ class _Run:
         assert event is not None
         sid, seq = state.signup_id, command.sequence_number
         if status == Status.WAITLISTED:
-            waiting = tuple(w for w in event.waiting if w.signup_id != sid)
-            self.event = replace(event, waiting=waiting)
+            self.event = replace(event, waiting=_without_waiting(event.waiting, state))
         else:
             holds = _without_hold(event.holds, state) if status == Status.HELD else event.holds
             self.event = replace(event, taken=event.taken - state.seats, holds=holds)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,10 +192,15 @@ def plan_pages(
     new: tuple[Sequence[Hold], Sequence[Waiting]],
     version: int,
     paged: bool = True,
+    contents: Callable[[Page], Sequence[Any] | None] | None = None,
 ) -> PagePlan:
     """The pages a commit at ``version`` writes and deletes for the lineup to go from
     ``old`` (as ``before`` pages it; ignored when ``before`` is None) to ``new``, in pages
-    if ``paged`` (``is_paged``), else back on the event item."""
+    if ``paged`` (``is_paged``), else back on the event item.
+
+    ``contents``: each page's entries as ``before`` has them (None for one it cannot
+    tell). Given, only the pages that entries left or joined are regrouped (what a commit
+    of a long lineup changes), not the whole lineup; else every entry is."""
     if not paged:
         return PagePlan(None, (), before.all() if before is not None else ())
     writes: list[tuple[Page, bytes]] = []
@@ -205,9 +210,18 @@ def plan_pages(
         (HOLDS, old[0], new[0], before.holds if before else ()),
         (WAITING, old[1], new[1], before.waiting if before else ()),
     ):
-        old_pages = _assigned(pages, was) if pages else {}
-        new_pages = _split_tail(_assigned(pages, now) if pages else {}, now, pages)
+        touched = _touched(pages, was, now, contents) if pages and contents else None
+        if touched is None:
+            old_pages = _assigned(pages, was) if pages else {}
+            new_pages = _split_tail(_assigned(pages, now) if pages else {}, now, pages)
+        else:
+            old_pages, new_pages = touched
         kept: list[Page] = []
+        for page in pages:
+            if touched is not None and page.first not in new_pages and page.first in old_pages:
+                continue  # emptied: deleted below
+            if touched is not None and page.first not in old_pages:
+                kept.append(page)  # untouched
         for first in sorted(new_pages):
             entries = new_pages[first]
             previous = next((p for p in pages if p.first == first), None)
@@ -217,9 +231,53 @@ def plan_pages(
             page = Page(kind, first, version)
             kept.append(page)
             writes.append((page, encode_page(entries)))
-        deletes += [p for p in pages if p.first not in new_pages]
-        directory[kind] = tuple(kept)
+        if touched is None:
+            deletes += [p for p in pages if p.first not in new_pages]
+        else:
+            deletes += [p for p in pages if p.first in old_pages and p.first not in new_pages]
+        directory[kind] = tuple(sorted(kept, key=lambda p: p.first))
     return PagePlan(Pages(directory[HOLDS], directory[WAITING]), tuple(writes), tuple(deletes))
+
+
+def _touched(
+    pages: Sequence[Page],
+    was: Sequence[Any],
+    now: Sequence[Any],
+    contents: Callable[[Page], Sequence[Any] | None],
+) -> tuple[dict[int, list[Any]], dict[int, list[Any]]] | None:
+    """The pages entries left or joined: their entries before and after (a page emptied is
+    absent after), with the last one cut as ``_split_tail`` does; None when ``contents``
+    cannot tell a touched page's entries. An entry the engine kept is the same object
+    before and after, so what changed is found without hashing every entry."""
+    kept_ids = {id(e) for e in now}
+    was_ids = {id(e) for e in was}
+    left = [e for e in was if id(e) not in kept_ids]
+    joined_ = [e for e in now if id(e) not in was_ids]
+    if not left and not joined_:
+        return {}, {}
+    firsts = [p.first for p in pages]
+    by_first = {p.first: p for p in pages}
+
+    def page_of(entry: Any) -> int:
+        return firsts[max(bisect.bisect_right(firsts, entry_key(entry)) - 1, 0)]
+
+    gone = set(left)
+    before: dict[int, list[Any]] = {}
+    after: dict[int, list[Any]] = {}
+    for first in {page_of(e) for e in left} | {page_of(e) for e in joined_}:
+        held = contents(by_first[first])
+        if held is None:
+            return None
+        before[first] = sorted(held, key=entry_key)
+        after[first] = [e for e in before[first] if e not in gone]
+    for entry in joined_:
+        after[page_of(entry)].append(entry)
+    for first in after:
+        after[first].sort(key=entry_key)
+    last = pages[-1].first
+    if last in after:
+        after = _split_tail(after, (), pages)
+    return before, {first: entries for first, entries in after.items() if entries}
 
 
 def _assigned(pages: Sequence[Page], entries: Sequence[Any]) -> dict[int, list[Any]]:

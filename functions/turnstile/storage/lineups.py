@@ -156,8 +156,19 @@ class LineupPages:
             if before is not None:  # back on the item: every page goes
                 return LineupWrite(expected.event_id, PagePlan(None, (), before.all()), lineup)
             return LineupWrite(expected.event_id, None, lineup)
+        held = self._held_pages()
+        event_id = expected.event_id
+
+        def contents(page: Page) -> Sequence[Any] | None:
+            found = held.get((event_id, page.kind, page.first))
+            return found[1] if found is not None and found[0] == page.version else None
+
         plan = plan_pages(
-            before, (expected.holds, expected.waiting), (after.holds, after.waiting), version
+            before,
+            (expected.holds, expected.waiting),
+            (after.holds, after.waiting),
+            version,
+            contents=contents,
         )
         return LineupWrite(expected.event_id, plan, PAGED_LINEUP)
 
