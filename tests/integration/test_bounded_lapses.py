@@ -66,3 +66,21 @@ def test_a_wake_up_lapses_every_due_hold_whatever_the_bound(store, limit):
     assert processor.process([wake]).failures == []
     assert set(statuses(store, "woken", *ids)) == {Status.EXPIRED}
     assert store.get_event("woken").event.taken == 0
+
+
+def test_a_closed_events_long_waitlist_is_rejected_in_bounded_steps(store):
+    clock, feed = Clock(), Feed()
+    make_event(store, "shut", 1, waitlist=200)
+    processor = StreamProcessor(store, clock=clock, max_lapses=30)
+    waiters = [f"w{i:03d}" for i in range(200)]
+    processor.process([feed.signup("shut", "seated")])
+    for start in range(0, 200, 100):
+        processor.process([feed.signup("shut", w) for w in waiters[start : start + 100]])
+    assert set(statuses(store, "shut", *waiters)) == {Status.WAITLISTED}
+    store.close_event("shut")
+    result = processor.process([feed.signup("shut", "late")])
+    assert result.failures == [] and result.parked_events == []
+    assert set(statuses(store, "shut", *waiters)) == {Status.REJECTED}
+    late = store.get_decision("shut", "late")
+    assert (late[Attr.STATUS], late[Attr.REASON]) == (Status.REJECTED, Reason.EVENT_CLOSED)
+    assert store.get_event("shut").event.waiting == ()

@@ -470,13 +470,16 @@ class _Run:
         assert self.event is not None
         self.event = replace(self.event, waiting=tuple(kept))
 
-    def close(self, seq: str) -> None:
-        """The event is closed: everyone waiting is rejected ``event_closed``."""
+    def close(self, seq: str, limit: int | None = None) -> bool:
+        """The event is closed: everyone waiting is rejected ``event_closed``, the first
+        ``limit`` of them at most (None: all): whether some are left waiting."""
         event = self.event
         if event is None:
-            return
-        self.event = replace(event, state=EventState.CLOSED, waiting=())
-        for w in event.waiting:
+            return False
+        count = len(event.waiting) if limit is None else min(len(event.waiting), max(limit, 1))
+        rejected = event.waiting[:count]
+        self.event = replace(event, state=EventState.CLOSED, waiting=event.waiting[count:])
+        for w in rejected:
             self._move(
                 w.signup_id,
                 Status.WAITLISTED,
@@ -486,6 +489,7 @@ class _Run:
                 w.seats,
                 reason=Reason.EVENT_CLOSED,
             )
+        return count < len(event.waiting)
 
     def first_decision(self, command: Command) -> None:
         """A signup's first record: rejected, granted seats, or put on the waitlist."""
@@ -586,8 +590,9 @@ def step(
 ) -> Step:
     """Apply one event's records, in stream order, at the processor's time ``now`` (ms).
 
-    ``max_lapses``: the most holds one step lapses (None: every due one). With more due,
-    the step lapses that many, the earliest, and nothing else (``Step.partial``).
+    ``max_lapses``: the most holds one step lapses, and the most waiting signups a closed
+    event's step rejects (None: all). With more, the step makes that many of those moves,
+    the earliest first, and nothing else (``Step.partial``).
 
     Rules, in order:
     - before any command: every hold with ``hold_expires_at <= now`` lapses (EXPIRED,
@@ -617,8 +622,9 @@ def step(
     first = commands[0].sequence_number
     if run.expire(first, max_lapses):
         return Step(tuple(run.transitions), run.event, run.signups, partial=True)
-    if run.event is not None and run.event.state != EventState.OPEN and run.event.waiting:
-        run.close(first)
+    closing = run.event is not None and run.event.state != EventState.OPEN and run.event.waiting
+    if closing and run.close(first, max_lapses):
+        return Step(tuple(run.transitions), run.event, run.signups, partial=True)
     run.promote(first)
     for command in commands:
         if command.kind == Kind.TICK:

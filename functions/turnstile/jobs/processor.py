@@ -430,7 +430,7 @@ class StreamProcessor:
                 # prefix gives a prefix): up to the last first decision that fits, else
                 # half. The next round decides the rest from the new state. Too many holds
                 # lapsing at once (or a step that lapsed only): half as many lapse.
-                lapsed = sum(1 for _, t in moves if t.cause == lifecycle.Cause.EXPIRY)
+                lapsed = sum(1 for _, t in moves if t.cause in _BOUNDED_MOVES)
                 if lapsed > 1 and (len(chunk) == 1 or self._partial):
                     self._lapses = lapsed // 2
                 elif len(chunk) == 1:
@@ -850,6 +850,11 @@ def _high_water(record: EventRecord, chunk: Sequence[IntakeRecord]) -> int | Non
         return None
     numbers = [n for r in chunk if not r.tick and (n := _sequence(r)) is not None]
     return max([record.high_water or 0, *numbers])
+
+
+#: The moves a step makes by itself in bounded numbers (``max_lapses``): lapses, and a
+#: closed event's rejections of its waitlist.
+_BOUNDED_MOVES = (lifecycle.Cause.EXPIRY, lifecycle.Cause.CLOSE)
 
 
 def _prefix(chunk: Sequence[IntakeRecord], outcome: Outcome, fits: int) -> int:

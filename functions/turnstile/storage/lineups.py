@@ -47,6 +47,8 @@ __all__ = ["MAX_PAGES_HELD", "PAGED_LINEUP", "LineupPages", "LineupWrite"]
 PAGED_LINEUP = b"paged"
 #: The most pages one store keeps read (beyond it, it forgets them all and reads again).
 MAX_PAGES_HELD = 4096
+#: The most events whose whole paged lineup one store keeps joined.
+MAX_LINEUPS_HELD = 64
 #: Attributes of a page item.
 PAGE_VERSION = "v"
 PAGE_ENTRIES_ATTR = "page"
@@ -133,14 +135,37 @@ class LineupPages:
                     )
                 entries = decode_page(page.kind, item[PAGE_ENTRIES_ATTR]["B"])
                 held[(event_id, page.kind, page.first)] = (page.version, entries)
-        holds: list[Hold] = []
-        waiting: list[Waiting] = []
-        for page in record.pages.all():
-            entries = held[(event_id, page.kind, page.first)][1]
-            (holds if page.kind == HOLDS else waiting).extend(entries)
-        whole = joined(holds, waiting)
+        key = _directory_key(record.pages)
+        last = self._joined().get(event_id)
+        if last is not None and last[0] == key:
+            whole = last[1]  # the lineup this store last read or committed, as it was
+        else:
+            holds: list[Hold] = []
+            waiting: list[Waiting] = []
+            for page in record.pages.all():
+                entries = held[(event_id, page.kind, page.first)][1]
+                (holds if page.kind == HOLDS else waiting).extend(entries)
+            whole = joined(holds, waiting)
+            self._remember_joined(event_id, key, whole)
         event = replace(record.event, holds=whole[0], waiting=whole[1])
         return replace(record, event=event, lineup_error=None)
+
+    def _joined(
+        self,
+    ) -> dict[str, tuple[tuple[Any, ...], tuple[tuple[Hold, ...], tuple[Waiting, ...]]]]:
+        """Per event, the whole lineup last read or committed here, by its directory."""
+        return self.__dict__.setdefault("_lineup_joined", {})
+
+    def _remember_joined(
+        self,
+        event_id: str,
+        key: tuple[Any, ...],
+        whole: tuple[tuple[Hold, ...], tuple[Waiting, ...]],
+    ) -> None:
+        remembered = self._joined()
+        if len(remembered) >= MAX_LINEUPS_HELD and event_id not in remembered:
+            remembered.clear()
+        remembered[event_id] = (key, whole)
 
     def _lineup_write(
         self, expected: Event, after: Event, lifecycle: Mapping[str, Any], version: int
@@ -172,11 +197,15 @@ class LineupPages:
         )
         return LineupWrite(expected.event_id, plan, PAGED_LINEUP)
 
-    def _committed_lineup(self, write: LineupWrite) -> None:
+    def _committed_lineup(self, write: LineupWrite, after: Event) -> None:
         """After the commit: the pages it wrote are held, the ones it deleted forgotten (the
-        next read of the event names them at the versions written)."""
+        next read of the event names them at the versions written), and the lineup it left
+        is the one a read of that directory gives."""
         if write.plan is None:
             return
+        if write.plan.pages is not None:
+            whole = (after.holds, after.waiting)
+            self._remember_joined(write.event_id, _directory_key(write.plan.pages), whole)
         held = self._held_pages()
         for page in write.plan.deletes:
             held.pop((write.event_id, page.kind, page.first), None)
@@ -185,6 +214,11 @@ class LineupPages:
                 page.version,
                 decode_page(page.kind, blob),
             )
+
+
+def _directory_key(pages: Pages) -> tuple[Any, ...]:
+    """What names one state of a paged lineup: every page with the version that wrote it."""
+    return tuple((p.kind, p.first, p.version) for p in pages.all())
 
 
 def page_keys(event_id: str, pages: Sequence[Page]) -> list[dict[str, Any]]:

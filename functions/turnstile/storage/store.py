@@ -394,7 +394,7 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
                 "(or its capacity or state changed)"
             ) from exc
         if write is not None:
-            self._committed_lineup(write)
+            self._committed_lineup(write, outcome.state)
         return journal
 
     def _commit_paged(
