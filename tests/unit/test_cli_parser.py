@@ -237,6 +237,51 @@ def test_status_takes_a_wait_and_its_until(monkeypatch, argv, wait, until):
     assert (args.wait, args.until) == (wait, until)
 
 
+class NeverStarted:
+    """``turnstile local``'s stack, in a test that must refuse before starting one."""
+
+    def __init__(self, **kwargs: object) -> None:
+        raise AssertionError(f"the stack was started: {kwargs}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "line"),
+    [
+        (["--port", "4790", "--api-port", "4790"], {}, "--port and --api-port are both 4790"),
+        (["--port", "8080"], {}, "--port and the default --api-port are both 8080"),
+        ([], {"TURNSTILE_PORT": "8080"}, "TURNSTILE_PORT and the default --api-port are both 8080"),
+        (
+            ["--api-port", "4791"],
+            {"TURNSTILE_PORT": "4791", "TURNSTILE_API_PORT": "8081"},
+            "TURNSTILE_PORT and --api-port are both 4791",
+        ),
+    ],
+)
+def test_local_with_one_port_for_both_servers_is_refused_up_front(
+    monkeypatch, capsys, argv, env, line
+):
+    # It was found only once the endpoint listened: "port 4790 (the HTTP API) is in use by
+    # another program", when the program was this very one.
+    from turnstile_tools.local import stack
+
+    monkeypatch.setattr(stack, "LocalStack", NeverStarted)
+    for name in ("TURNSTILE_PORT", "TURNSTILE_API_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert usage_error(capsys, "local", "--in-memory", *argv) == (
+        f"{line}: the AWS endpoint and the HTTP API need a port each"
+    )
+
+
+def test_local_may_pick_free_ports_for_both_servers(monkeypatch):
+    for name in ("TURNSTILE_PORT", "TURNSTILE_API_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli._local_ports(0, 0) == (0, 0)
+    assert cli._local_ports(None, None) == (4566, 8080)
+    assert cli._local_ports(4790, 4791) == (4790, 4791)
+
+
 def test_version_and_help_exit_0(capsys):
     from importlib.metadata import version
 

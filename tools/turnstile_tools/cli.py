@@ -111,6 +111,27 @@ def _port_setting(server: str, given: int | None) -> int:
         ) from None
 
 
+def _port_source(server: str, given: int | None) -> str:
+    """Where ``_port_setting`` takes the port from, as the user would name it."""
+    option, env_var, _ = PORT_SETTINGS[server]
+    if given is not None:
+        return option
+    return env_var if os.environ.get(env_var, "").strip() else f"the default {option}"
+
+
+def _local_ports(given_port: int | None, given_api_port: int | None) -> tuple[int, int]:
+    """The AWS endpoint's and the HTTP API's ports; ``CliError`` when they are one port
+    (0 for both is fine: each picks a free one)."""
+    port = _port_setting("aws", given_port)
+    api_port = _port_setting("api", given_api_port)
+    if port == api_port != 0:
+        raise CliError(
+            f"{_port_source('aws', given_port)} and {_port_source('api', given_api_port)} "
+            f"are both {port}: the AWS endpoint and the HTTP API need a port each"
+        )
+    return port, api_port
+
+
 def _throughput_scale(text: str) -> float:
     """``--partition-throughput-scale``'s value (``turnstile_tools.local.throughput``)."""
     from turnstile_tools.local.throughput import parse_scale
@@ -147,6 +168,7 @@ def _use_stream_shards(given: int | None) -> None:
 
 
 def cmd_local(args: argparse.Namespace) -> int:
+    port, api_port = _local_ports(args.port, args.api_port)
     try:
         from turnstile_tools.local.console import Console, configure_logging
         from turnstile_tools.local.stack import LocalStack
@@ -160,8 +182,8 @@ def cmd_local(args: argparse.Namespace) -> int:
     console = Console(args.log_format)
     stack = LocalStack(
         host=args.host,
-        port=_port_setting("aws", args.port),
-        api_port=_port_setting("api", args.api_port),
+        port=port,
+        api_port=api_port,
         worker=not args.no_worker,
         state_dir=_state_dir(args),
         in_memory=args.in_memory,
