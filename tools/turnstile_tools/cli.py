@@ -377,15 +377,37 @@ def _api_client(url: str) -> Any:
     return TurnstileClient(url)
 
 
+def _attributes(text: str) -> Any:
+    """``--attributes``' JSON, read as the API reads a body (``turnstile.web.body``): a key
+    given twice, NaN and Infinity refused in its words (``--attributes has the key "a"
+    more than once``, ``--attributes is not JSON: NaN is not a JSON number``), fractions
+    and long integers as Decimal. What the value must be (a map) is the use case's to say,
+    as the API's is."""
+    from turnstile.web.body import json_object
+    from turnstile.web.errors import RequestError
+
+    try:
+        return json_object({"body": text})
+    except RequestError as exc:
+        said = exc.message
+    if said != "body must be a JSON object":  # a key twice, NaN, not JSON, too deep, ...
+        said = said.replace("body is not valid JSON:", "body is not JSON:", 1)
+        raise CliError("--attributes" + said.removeprefix("body"))
+    # JSON (read by the API's rules above), but no object: the use case refuses it as the
+    # API refuses it (attributes must be a map ...). Nothing but a map passes, so its
+    # numbers need not be exact here.
+    try:
+        return json.loads(text, parse_float=Decimal, parse_int=Decimal)
+    except ValueError as exc:  # nothing at all
+        raise CliError(f"--attributes is not JSON: {exc}") from None
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     from turnstile.service import usecases
 
     attributes: Any = usecases.ABSENT
     if args.attributes is not None:
-        try:
-            attributes = json.loads(args.attributes, parse_float=Decimal)
-        except json.JSONDecodeError as exc:
-            raise CliError(f"--attributes is not JSON: {exc}") from exc
+        attributes = _attributes(args.attributes)
     seats = usecases.ABSENT if args.seats is None else args.seats
     url = _api_url(args)
     if url:
@@ -1182,7 +1204,8 @@ def _signups_list(ctx: click.Context, **params: Any) -> int:
     "--attributes",
     metavar="JSON",
     default_text="none",
-    help="a JSON object carried to the decision",
+    help="a JSON object carried to the decision, read as the API reads a body: no key "
+    "twice, no NaN or Infinity",
 )
 @option(
     "--retention-days",
