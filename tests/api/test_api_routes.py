@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tests.api.helpers import Invoke, decide_pending, v2_event
 from tests.helpers import NO_EVENT_OPTIONS, put_decision
+from turnstile.base.contract import MAX_LINEUP_ENTRIES
 from turnstile.base.itemsize import value_size
 from turnstile.handlers import api as api_handler
 from turnstile.storage.dynamo import event_key
@@ -712,8 +713,14 @@ def test_an_event_is_created_with_its_options_and_shows_them(invoke: Invoke):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"waitlist": 1001}, "waitlist must be an integer from 0 to 1000"),
-        ({"hold_seconds": 60, "capacity": 995, "waitlist": 6}, "capacity + waitlist of at most"),
+        (
+            {"waitlist": MAX_LINEUP_ENTRIES + 1},
+            f"waitlist must be an integer from 0 to {MAX_LINEUP_ENTRIES}",
+        ),
+        (
+            {"hold_seconds": 60, "capacity": MAX_LINEUP_ENTRIES - 5, "waitlist": 6},
+            "capacity + waitlist of at most",
+        ),
         ({"hold_seconds": -1}, "hold_seconds must be an integer from 0 to 86400"),
         ({"max_seats": 0}, "max_seats must be an integer from 1 to"),
         ({"max_seats": 1.5}, "max_seats must be an integer"),
@@ -730,9 +737,9 @@ def test_options_that_break_the_rules_answer_400(invoke: Invoke, body: dict, mes
 
 def test_a_capacity_change_past_the_lineup_bound_answers_400(invoke: Invoke):
     invoke("POST", "/events", {"event_id": "gig", "capacity": 10, "hold_seconds": 60})
-    answer = invoke("PATCH", "/events/gig", {"capacity": 1001})
+    answer = invoke("PATCH", "/events/gig", {"capacity": MAX_LINEUP_ENTRIES + 1})
     assert (answer.status, answer.body["error"]) == (400, "invalid_request")
-    assert "capacity + waitlist of at most 1000" in answer.body["message"]
+    assert f"capacity + waitlist of at most {MAX_LINEUP_ENTRIES}" in answer.body["message"]
     assert invoke("GET", "/events/gig").body["capacity"] == 10
 
 

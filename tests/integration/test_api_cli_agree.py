@@ -20,7 +20,7 @@ import pytest
 
 from tests.api.helpers import decide_pending, v2_event
 from tests.helpers import put_decision
-from turnstile.base.contract import ALL_TABLES
+from turnstile.base.contract import ALL_TABLES, MAX_LINEUP_ENTRIES
 from turnstile.handlers import api as api_handler
 from turnstile.storage.dynamo import default_client
 from turnstile.storage.store import SignupStore
@@ -143,10 +143,12 @@ def a_decision(signup_id: str, status: str, **fields: Any) -> Setup:
 
 #: gig (holds): h HELD until much later, late HELD until long ago, a ACCEPTED, p PENDING.
 HELD_AND_OTHERS: tuple[Setup, ...] = (
-    lambda store: store.create_event(
-        "gig", 5, "2026-11-21T21:00:00Z", created_by=f"cli:{USER}", hold_seconds=60
-    )
-    and None,
+    lambda store: (
+        store.create_event(
+            "gig", 5, "2026-11-21T21:00:00Z", created_by=f"cli:{USER}", hold_seconds=60
+        )
+        and None
+    ),
     signed_up("h"),
     signed_up("late"),
     signed_up("a"),
@@ -184,11 +186,17 @@ CASES: list[tuple[str, tuple[Setup, ...], Op, int, str | None]] = [
     (
         "create-past-the-lineup-bound",
         (),
-        create("gig", 1000, waitlist=1, hold_seconds=60),
+        create("gig", MAX_LINEUP_ENTRIES, waitlist=1, hold_seconds=60),
         400,
         "invalid_request",
     ),
-    ("create-waitlist-too-long", (), create("gig", 1, waitlist=1001), 400, "invalid_request"),
+    (
+        "create-waitlist-too-long",
+        (),
+        create("gig", 1, waitlist=MAX_LINEUP_ENTRIES + 1),
+        400,
+        "invalid_request",
+    ),
     ("create-max-seats-zero", (), create("gig", 1, max_seats=0), 400, "invalid_request"),
     (
         "create-twice-other-options",
@@ -197,7 +205,13 @@ CASES: list[tuple[str, tuple[Setup, ...], Op, int, str | None]] = [
         409,
         "event_exists",
     ),
-    ("update-past-the-lineup-bound", HELD_AND_OTHERS, update("gig", 1001), 400, "invalid_request"),
+    (
+        "update-past-the-lineup-bound",
+        HELD_AND_OTHERS,
+        update("gig", MAX_LINEUP_ENTRIES + 1),
+        400,
+        "invalid_request",
+    ),
     ("confirm", HELD_AND_OTHERS, request("confirm", "gig", "h"), 202, None),
     (
         "confirm-too-late",

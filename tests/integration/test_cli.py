@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.helpers import NO_LIFECYCLE_FIELDS
+from turnstile.base.contract import MAX_LINEUP_ENTRIES
 from turnstile_tools import cli
 
 
@@ -100,12 +101,20 @@ def test_submit_sets_expires_at_on_the_intake_record(
         (["event", "list", "--limit", "101"], "limit must be an integer from 1 to 100"),
         (["event", "list", "--next", "bm9wZQ"], "next is not a token this listing gave out"),
         (
-            ["event", "create", "g2", "--capacity", "1001", "--hold-seconds", "5"],
+            [
+                "event",
+                "create",
+                "g2",
+                "--capacity",
+                str(MAX_LINEUP_ENTRIES + 1),
+                "--hold-seconds",
+                "5",
+            ],
             "an event with holds (hold_seconds above 0) may have capacity + waitlist of at most",
         ),
         (
-            ["event", "create", "g2", "--capacity", "5", "--waitlist", "1001"],
-            "waitlist must be an integer from 0 to 1000",
+            ["event", "create", "g2", "--capacity", "5", "--waitlist", str(MAX_LINEUP_ENTRIES + 1)],
+            f"waitlist must be an integer from 0 to {MAX_LINEUP_ENTRIES}",
         ),
         (["confirm", "gig", "ghost"], "no signup 'ghost' for event 'gig'"),
         (["cancel", "gig", "u 1"], "signup_id must match"),

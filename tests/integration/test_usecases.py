@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 
 from tests.api.helpers import decide_pending
 from tests.helpers import NO_EVENT_OPTIONS, NO_LIFECYCLE_FIELDS, put_decision
-from turnstile.base.contract import undecided_shard
+from turnstile.base.contract import MAX_LINEUP_ENTRIES, undecided_shard
 from turnstile.base.errors import (
     CapacityBelowTakenError,
     ConflictError,
@@ -413,8 +413,12 @@ def test_status_counts_are_shown_as_the_processor_keeps_them(store, aws):
 @pytest.mark.parametrize(
     ("capacity", "options", "problem"),
     [
-        (10, {"waitlist": 1001}, "waitlist must be an integer from 0 to 1000"),
-        (10, {"waitlist": -1}, "waitlist must be an integer from 0 to 1000"),
+        (
+            10,
+            {"waitlist": MAX_LINEUP_ENTRIES + 1},
+            f"waitlist must be an integer from 0 to {MAX_LINEUP_ENTRIES}",
+        ),
+        (10, {"waitlist": -1}, f"waitlist must be an integer from 0 to {MAX_LINEUP_ENTRIES}"),
         (10, {"hold_seconds": 86_401}, "hold_seconds must be an integer from 0 to 86400"),
         (10, {"hold_seconds": True}, "hold_seconds must be an integer"),
         (10, {"max_seats": 0}, f"max_seats must be an integer from 1 to {MAX_SEATS}"),
@@ -424,8 +428,16 @@ def test_status_counts_are_shown_as_the_processor_keeps_them(store, aws):
         (10, {"max_seats": None}, "max_seats must be an integer"),
         (10, {"waitlist": None}, "waitlist must be an integer"),
         # with holds the lineup holds capacity + waitlist entries at most
-        (1000, {"hold_seconds": 60, "waitlist": 1}, "capacity + waitlist of at most 1000"),
-        (1001, {"hold_seconds": 1}, "1001 + 0 = 1001"),
+        (
+            MAX_LINEUP_ENTRIES,
+            {"hold_seconds": 60, "waitlist": 1},
+            f"capacity + waitlist of at most {MAX_LINEUP_ENTRIES}",
+        ),
+        (
+            MAX_LINEUP_ENTRIES + 1,
+            {"hold_seconds": 1},
+            f"{MAX_LINEUP_ENTRIES + 1} + 0 = {MAX_LINEUP_ENTRIES + 1}",
+        ),
     ],
 )
 def test_options_that_break_the_rules_or_the_lineup_bound_are_refused(
@@ -437,20 +449,22 @@ def test_options_that_break_the_rules_or_the_lineup_bound_are_refused(
 
 
 def test_the_lineup_bound_allows_its_limit_and_no_bound_without_holds(store):
-    usecases.create_event(store, "held", 999, None, hold_seconds=60, waitlist=1)
-    usecases.create_event(store, "big", 10**6, None, waitlist=1000)
+    usecases.create_event(store, "held", MAX_LINEUP_ENTRIES - 1, None, hold_seconds=60, waitlist=1)
+    usecases.create_event(store, "big", 10**6, None, waitlist=MAX_LINEUP_ENTRIES)
     assert store.get_event("held").event.hold_seconds == 60
-    assert store.get_event("big").event.waitlist == 1000
+    assert store.get_event("big").event.waitlist == MAX_LINEUP_ENTRIES
 
 
 def test_a_capacity_update_may_not_break_the_lineup_bound_of_an_event_with_holds(store):
-    usecases.create_event(store, "held", 900, None, hold_seconds=60, waitlist=100)
-    usecases.create_event(store, "plain", 900, None, waitlist=100)
-    with pytest.raises(InvalidRequestError, match=r"capacity 901: .* 901 \+ 100 = 1001"):
-        usecases.update_capacity(store, "held", 901)
-    assert store.get_event("held").event.capacity == 900
-    assert usecases.update_capacity(store, "held", 899)["capacity"] == 899
-    assert usecases.update_capacity(store, "plain", 5000)["capacity"] == 5000
+    top = MAX_LINEUP_ENTRIES - 100
+    usecases.create_event(store, "held", top, None, hold_seconds=60, waitlist=100)
+    usecases.create_event(store, "plain", top, None, waitlist=100)
+    over = rf"capacity {top + 1}: .* {top + 1} \+ 100 = {MAX_LINEUP_ENTRIES + 1}"
+    with pytest.raises(InvalidRequestError, match=over):
+        usecases.update_capacity(store, "held", top + 1)
+    assert store.get_event("held").event.capacity == top
+    assert usecases.update_capacity(store, "held", top - 1)["capacity"] == top - 1
+    assert usecases.update_capacity(store, "plain", 10**6)["capacity"] == 10**6
 
 
 # -- confirm and cancel (docs/lifecycle.md, §10) -----------------------------------------

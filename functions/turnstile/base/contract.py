@@ -571,8 +571,11 @@ class HistoryKey:
 
 #: The most entries (holds plus waiting signups) an event's lineup may need: the API and
 #: the CLI refuse options that could need more (``capacity + waitlist`` with holds,
-#: ``waitlist`` without), so the lineup always fits the event item beside its journal.
-MAX_LINEUP_ENTRIES = 1000
+#: ``waitlist`` without). A long lineup lives in pages of its own (``storage.lineups``), a
+#: commit writes only the pages it touches, and a step's own moves come in bounded
+#: numbers (``lifecycle.step``'s ``max_lapses``): 50,000 seats held and a waitlist of
+#: 10,000 fit, and more would only cost more at a processor's cold start.
+MAX_LINEUP_ENTRIES = 60_000
 #: The longest hold an event may give, in seconds (a day).
 MAX_HOLD_SECONDS = 86_400
 

@@ -146,7 +146,7 @@ class EventCreate(_Body):
         json_schema_extra={
             "description": (
                 f"A new event. With holds (hold_seconds above 0), capacity + waitlist is at "
-                f"most {MAX_LINEUP_ENTRIES} (400 otherwise): the event item keeps every hold "
+                f"most {MAX_LINEUP_ENTRIES} (400 otherwise): the event keeps every hold "
                 "and every waiting signup. A sharded event (shards above 1) has no waitlist "
                 "(400 otherwise)."
             ),
