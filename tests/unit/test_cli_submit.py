@@ -94,3 +94,63 @@ def test_attributes_are_read_exactly():
     assert value["n"] == 2 and isinstance(value["n"], int)
     assert value["big"] == Decimal("1" * 5000)  # the rules refuse it by name, not a crash
     assert cli._attributes(json.dumps({"name": "Ada"})) == {"name": "Ada"}
+
+
+class Answer:
+    """What urlopen returns: the API's 202 to a submit."""
+
+    status = 202
+    headers = {"Content-Type": "application/json"}
+
+    def __enter__(self) -> Answer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def read(self) -> bytes:
+        return json.dumps(
+            {
+                "status": "PENDING",
+                "event_id": "gig",
+                "signup_id": "u1",
+                "seats": 1,
+                "submitted_at": "2026-11-21T21:24:27.123456Z",
+            }
+        ).encode()
+
+
+def sent_through_the_api(monkeypatch, capsys, attributes: str) -> bytes:
+    """The body ``turnstile submit gig u1 --attributes ATTRIBUTES --api-url ...`` sends."""
+    import urllib.request
+
+    sent: list[bytes] = []
+
+    def urlopen(request: urllib.request.Request, timeout: float) -> Answer:
+        sent.append(request.data)
+        return Answer()
+
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    argv = ["submit", "gig", "u1", "--attributes", attributes, "--api-url", "http://api.test"]
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["status"] == "PENDING"
+    (body,) = sent
+    return body
+
+
+def test_fractions_go_to_the_api_as_written(monkeypatch, capsys):
+    # a fraction was a Decimal json.dumps refused: "unexpected error: TypeError"
+    attributes = '{"price": 1.10, "big": 12345678901234567890123456789012345678, "e": [1e2]}'
+    body = sent_through_the_api(monkeypatch, capsys, attributes)
+    assert json.loads(body, parse_float=Decimal)["attributes"] == {
+        "price": Decimal("1.10"),
+        "big": 12345678901234567890123456789012345678,
+        "e": [Decimal("1E+2")],
+    }
+    assert b'"price":1.10' in body
+
+
+def test_a_null_is_refused_through_the_api_too(monkeypatch, capsys):
+    # the client left a None out: the API accepted the signup with no attributes
+    line = refused(monkeypatch, capsys, "null", "--api-url", "http://api.test")
+    assert line == "attributes must be a map (a JSON object), or left out"

@@ -411,6 +411,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
     seats = usecases.ABSENT if args.seats is None else args.seats
     url = _api_url(args)
     if url:
+        if attributes is None:  # the client leaves out None: a null, the API refuses
+            raise CliError(usecases.ATTRIBUTES_RULE)
         # The API applies the same use case; its answer is printed as it is.
         body = _api_client(url).submit(
             args.event_id,

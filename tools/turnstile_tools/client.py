@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Collection, Mapping
+from decimal import Decimal
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -169,6 +170,20 @@ def region_of_execute_api(url: str) -> str | None:
     """The AWS region in an execute-api URL, or None when the host is not API Gateway's."""
     match = _EXECUTE_API_HOST.match((urlsplit(url).hostname or "").lower())
     return match.group(1) if match else None
+
+
+def _dumps(value: Any) -> str:
+    """A request body as JSON, a ``Decimal`` written as its digits: the CLI reads
+    ``--attributes``' fractions (and longest integers) as Decimal, which ``json.dumps``
+    refuses, and a float would not keep 1.10 as 1.10 (nor 38 digits)."""
+    if isinstance(value, Decimal):
+        return str(value)  # 1.10, 1E+2, -0: JSON numbers (NaN is sent for the API to refuse)
+    if isinstance(value, Mapping):
+        items = (f"{json.dumps(str(key))}:{_dumps(item)}" for key, item in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_dumps(item) for item in value) + "]"
+    return json.dumps(value)
 
 
 def _segment(value: str) -> str:
@@ -371,7 +386,7 @@ class TurnstileClient:
         timeout_s: float | None = None,
     ) -> V:
         url = self.api_url + path
-        data = None if body is None else json.dumps(body).encode("utf-8")
+        data = None if body is None else _dumps(body).encode("utf-8")
         headers = {"Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
