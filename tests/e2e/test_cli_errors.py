@@ -142,6 +142,23 @@ def test_a_region_without_the_tables_names_them_and_the_region(local_stack: Runn
         assert "not found in region eu-west-3" in line, line
 
 
+def without_an_aws_configuration(tmp_path: Path) -> dict[str, str]:
+    """The environment of a newcomer who has not run the banner's export line, nor `aws
+    configure`: no region, no credentials, no configuration files."""
+    env = {k: v for k, v in user_environment("http://unused").items() if not k.startswith("AWS_")}
+    env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "none")
+    return env
+
+
+@pytest.mark.parametrize("command", [["audit"], ["event", "show", "concert"]])
+def test_no_region_names_the_local_stack_s_export_line(tmp_path: Path, command):
+    line = one_line_error(turnstile(*command, env=without_an_aws_configuration(tmp_path)))
+    assert line == (
+        "turnstile: no AWS region: set AWS_DEFAULT_REGION (or AWS_REGION), or run `aws "
+        "configure` (for turnstile local: run the export line its banner prints)"
+    )
+
+
 # -- the HTTP API side -----------------------------------------------------------------
 
 

@@ -1632,7 +1632,10 @@ def error_line(exc: Exception, args: argparse.Namespace | None) -> str | None:
             else "check the region and the network"
         )
     if isinstance(exc, NoRegionError):
-        return "no AWS region: set AWS_DEFAULT_REGION (or AWS_REGION), or run `aws configure`"
+        return (
+            "no AWS region: set AWS_DEFAULT_REGION (or AWS_REGION), or run `aws configure` "
+            "(for turnstile local: run the export line its banner prints)"
+        )
     if isinstance(exc, NoCredentialsError):
         return (
             "no AWS credentials: configure some (`aws configure`, AWS_PROFILE), or for the "
