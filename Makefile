@@ -36,11 +36,12 @@ node_modules/.installed: package.json package-lock.json
 # `make run PORT=4567 API_PORT=8081`: other ports for the AWS endpoint and the HTTP API. Only
 # from make's command line: a PORT in the environment is most likely another program's
 # (`turnstile local` reads TURNSTILE_PORT and TURNSTILE_API_PORT from the environment itself).
+# TURNSTILE_MAKE_RUN=1: its error lines name PORT and API_PORT, not --port and --api-port.
 from_command_line = $(if $(filter command line,$(origin $(1))),$(2) $($(1)))
 RUN_OPTIONS = $(strip $(call from_command_line,PORT,--port) $(call from_command_line,API_PORT,--api-port))
 
 run: setup-local
-	$(VENV)/bin/turnstile local$(if $(RUN_OPTIONS), $(RUN_OPTIONS))
+	TURNSTILE_MAKE_RUN=1 $(VENV)/bin/turnstile local$(if $(RUN_OPTIONS), $(RUN_OPTIONS))
 
 # The whole suite, on every core (pytest-xdist; worksteal evens out the long tests).
 test: setup node_modules/.installed

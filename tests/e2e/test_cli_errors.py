@@ -209,11 +209,54 @@ def test_local_with_the_endpoint_port_taken_names_the_port_and_the_option():
     with busy_port() as port:
         line = one_line_error(local("--port", str(port), "--api-port", str(free_port())))
     assert f"port {port} (the AWS endpoint) is in use" in line
-    assert "--port" in line and "--api-port" not in line
-    # the very line the README shows
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    shown = next(x for x in readme.splitlines() if x.startswith("turnstile: port 4566"))
-    assert line == shown.replace("4566", str(port))
+    assert "--port" in line and "--api-port" not in line and "make" not in line
+    # the very line docs/local-stack.md shows
+    assert line == shown_line("docs/local-stack.md").replace("4566", str(port))
+
+
+def shown_line(doc: str) -> str:
+    """The port-in-use line a document of the repository shows."""
+    text = (Path(__file__).resolve().parents[2] / doc).read_text()
+    return next(x for x in text.splitlines() if x.startswith("turnstile: port 4566"))
+
+
+def make_run(*variables: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`make run VARIABLES` (its install taken as done: -o, the stamp is not redone)."""
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(
+        ["make", "--no-print-directory", "-o", ".venv/.installed-local", "run", *variables],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def turnstile_line(result: subprocess.CompletedProcess) -> str:
+    """turnstile's one error line under make, which adds a line of its own after it."""
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = [x for x in result.stderr.splitlines() if not x.startswith("make: ***")]
+    assert len(lines) == 1 and lines[0].startswith("turnstile: "), result.stderr
+    return lines[0]
+
+
+def test_make_run_with_its_port_taken_names_make_run_s_variable(tmp_path: Path):
+    # `make run PORT=4792` with 4792 taken named --port, an option make run does not take
+    env = {**user_environment("http://unused"), "TURNSTILE_STATE_DIR": str(tmp_path / "state")}
+    with busy_port() as port:
+        line = turnstile_line(make_run(f"PORT={port}", f"API_PORT={free_port()}", env=env))
+    assert line == (
+        f"turnstile: port {port} (the AWS endpoint) is in use by another program: stop it, "
+        "or choose another port with make run PORT=N (or TURNSTILE_PORT)"
+    )
+    assert line == shown_line("README.md").replace("4566", str(port))  # what the README shows
+    with busy_port() as api_port:
+        line = turnstile_line(make_run(f"PORT={free_port()}", f"API_PORT={api_port}", env=env))
+    assert line.endswith("choose another port with make run API_PORT=N (or TURNSTILE_API_PORT)")
+    line = turnstile_line(make_run("PORT=4790", "API_PORT=4790", env=env))
+    assert line.startswith("turnstile: PORT and API_PORT are both 4790")
 
 
 def test_local_with_the_api_port_taken_names_the_port_and_the_option():

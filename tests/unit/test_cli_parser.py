@@ -380,6 +380,38 @@ def test_make_run_passes_its_ports_on():
     assert make_run().endswith("turnstile local")
 
 
+def test_make_run_tells_turnstile_local_it_runs_under_make():
+    assert make_run("PORT=4567").startswith("TURNSTILE_MAKE_RUN=1 ")
+
+
+def port_in_use(server: str) -> Exception:
+    import errno
+
+    from turnstile_tools.local.server import ListenError
+
+    return ListenError(server, "127.0.0.1", 4792, OSError(errno.EADDRINUSE, "in use"))
+
+
+def test_a_port_in_use_under_make_run_names_make_run_s_variable(monkeypatch):
+    monkeypatch.delenv(cli.MAKE_RUN_ENV, raising=False)
+    assert cli.error_line(port_in_use("aws"), None).endswith(
+        "choose another port with --port (or TURNSTILE_PORT)"
+    )
+    monkeypatch.setenv(cli.MAKE_RUN_ENV, "1")
+    assert cli.error_line(port_in_use("aws"), None).endswith(
+        "choose another port with make run PORT=N (or TURNSTILE_PORT)"
+    )
+    assert cli.error_line(port_in_use("api"), None).endswith(
+        "choose another port with make run API_PORT=N (or TURNSTILE_API_PORT)"
+    )
+    for name in ("TURNSTILE_PORT", "TURNSTILE_API_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(cli.CliError, match=r"^PORT and API_PORT are both 4790: "):
+        cli._local_ports(4790, 4790)
+    with pytest.raises(cli.CliError, match=r"^PORT and the default API_PORT are both 8080: "):
+        cli._local_ports(8080, None)
+
+
 def test_make_run_ignores_a_port_variable_from_the_environment():
     # PORT in the environment is usually some other program's; TURNSTILE_PORT is ours.
     assert make_run(env={"PORT": "3000", "API_PORT": "3001"}).endswith("turnstile local")

@@ -75,6 +75,18 @@ PORT_SETTINGS = {
     "aws": ("--port", "TURNSTILE_PORT", 4566),
     "api": ("--api-port", "TURNSTILE_API_PORT", 8080),
 }
+#: Set (to 1) by the Makefile's ``run``: the user typed ``make run``, whose variables (PORT,
+#: API_PORT) give the ports, so the error lines name those instead of the options.
+MAKE_RUN_ENV = "TURNSTILE_MAKE_RUN"
+#: ``make run``'s variable for each server's port (the Makefile passes it as the option).
+MAKE_RUN_PORTS = {"aws": "PORT", "api": "API_PORT"}
+
+
+def _port_option(server: str) -> str:
+    """How the user gives the server's port: its option, or ``make run``'s variable."""
+    if os.environ.get(MAKE_RUN_ENV) == "1":
+        return MAKE_RUN_PORTS[server]
+    return PORT_SETTINGS[server][0]
 
 
 def _show(args: argparse.Namespace, value: Any) -> None:
@@ -113,7 +125,8 @@ def _port_setting(server: str, given: int | None) -> int:
 
 def _port_source(server: str, given: int | None) -> str:
     """Where ``_port_setting`` takes the port from, as the user would name it."""
-    option, env_var, _ = PORT_SETTINGS[server]
+    _, env_var, _ = PORT_SETTINGS[server]
+    option = _port_option(server)
     if given is not None:
         return option
     return env_var if os.environ.get(env_var, "").strip() else f"the default {option}"
@@ -1662,9 +1675,12 @@ def _listen_error_line(exc: Any) -> str:
     what = exc.NAMES[exc.server]
     if exc.in_use:
         holder = "another turnstile local" if exc.by_turnstile else "another program"
+        choose = option
+        if os.environ.get(MAKE_RUN_ENV) == "1":
+            choose = f"make run {MAKE_RUN_PORTS[exc.server]}=N"
         return (
             f"port {exc.port} ({what}) is in use by {holder}: stop it, or choose "
-            f"another port with {option} (or {env_var})"
+            f"another port with {choose} (or {env_var})"
         )
     return (
         f"{what} cannot listen on {exc.host}:{exc.port}: {exc.reason} (check --host and {option})"
