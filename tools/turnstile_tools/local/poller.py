@@ -238,6 +238,8 @@ class _ShardLanes:
         #: Per real shard, its records in read order: [sequence number, done].
         self.outstanding: dict[str, deque[list[Any]]] = {}
         self.pending = 0
+        #: Set by ``stop``: a lane whose delivery failed stops retrying it.
+        self.stopping = False
         self.workers = [
             threading.Thread(target=self._work, args=(i,), name=f"stream-shard-{i}", daemon=True)
             for i in range(lanes)
@@ -268,6 +270,17 @@ class _ShardLanes:
         with self.cv:
             self.cv.wait_for(lambda: self.pending == 0)
 
+    def stop(self) -> None:
+        """Drop what is queued and wait only for the batches in flight (a stop): the
+        checkpoint stays behind the dropped records, so the next start delivers them."""
+        with self.cv:
+            self.stopping = True
+            for queue in self.queues:
+                self.pending -= len(queue)
+                queue.clear()
+            self.cv.notify_all()
+            self.cv.wait_for(lambda: self.pending <= 0)
+
     def _work(self, lane: int) -> None:
         queue = self.queues[lane]
         while True:
@@ -275,16 +288,29 @@ class _ShardLanes:
                 self.cv.wait_for(lambda: bool(queue))
                 shard_id = queue[0][0]
                 taken = []
+                size = _PAYLOAD_ENVELOPE
                 while queue and queue[0][0] == shard_id and len(taken) < self.batch_size:
+                    # an invocation's payload stays under Lambda's 6 MB, as the reader's does
+                    grown = size + _record_bytes(queue[0][1]["record"])
+                    if taken and grown > MAX_PAYLOAD_BYTES:
+                        break
+                    size = grown
                     taken.append(queue.popleft()[1])
             try:
                 self.poller._deliver(shard_id, [t["record"] for t in taken], checkpoint=False)
             except Exception:
-                # Not done: the checkpoint stays behind them (a restart delivers them again).
-                log.exception("stream shard %d: delivery failed", lane)
+                # Not done (the on-failure queue could not be reached, say): delivered again
+                # before anything newer of this lane, as one stream shard retries its batch;
+                # the checkpoint stays behind them meanwhile.
+                log.exception("stream shard %d: delivery failed; retrying it", lane)
                 with self.cv:
-                    self.pending -= len(taken)
+                    if self.stopping:
+                        self.pending -= len(taken)
+                        self.cv.notify_all()
+                        continue
+                    queue.extendleft((shard_id, t) for t in reversed(taken))
                     self.cv.notify_all()
+                time.sleep(self.poller.retry_base_delay_s)
                 continue
             with self.cv:
                 for t in taken:
@@ -453,6 +479,10 @@ class StreamPoller:
                 quiet_since = time.monotonic()
             else:
                 stop.wait(self.settings.poll_interval_s)
+        if stop.is_set() and self._shard_lanes is not None:
+            # A stop waits for the batches in flight, not for every record queued.
+            self._shard_lanes.stop()
+            return
         self.flush()
 
     def poll_once(self) -> int:

@@ -293,7 +293,18 @@ class Worker:
                 def lane_handler(event: dict[str, Any], context: Any) -> Any:
                     processor = getattr(containers, "processor", None)
                     if processor is None:
-                        store = SignupStore(store_client, **store_kwargs)
+                        # a client of its own, as a container has: the lanes' decision
+                        # writes would overflow one client's connection pool
+                        lane_client: Any = default_client(session=session)
+                        if fault_rate or stuck_event or gate:
+                            lane_client = FaultInjectingClient(
+                                lane_client,
+                                fault_rate,
+                                stuck_event=stuck_event,
+                                commit_gate=Path(gate) if gate else None,
+                            )
+                            self.faults.append(lane_client)
+                        store = SignupStore(lane_client, **store_kwargs)
                         with _COUNTING_LOCK:
                             self._lane_stores.append(store)
                         processor = containers.processor = counting_processor(
