@@ -1187,7 +1187,8 @@ def _signups(ctx: click.Context) -> None:
 @_signups.command(
     "list",
     short_help="a page of an event's signups, as GET /events/{id}/signups answers it",
-    help="A page of an event's signups in signup_id order, as GET /events/{id}/signups answers it.",
+    help="A page of an event's signups in signup_id order (a sharded event's shard by shard, "
+    "each shard's in signup_id order), as GET /events/{id}/signups answers it.",
 )
 @click.argument("event_id", help="the event's id")
 @option(
