@@ -84,3 +84,25 @@ def test_a_closed_events_long_waitlist_is_rejected_in_bounded_steps(store):
     late = store.get_decision("shut", "late")
     assert (late[Attr.STATUS], late[Attr.REASON]) == (Status.REJECTED, Reason.EVENT_CLOSED)
     assert store.get_event("shut").event.waiting == ()
+
+
+def test_a_long_waitlist_is_promoted_in_bounded_steps_when_the_holds_lapse(store, monkeypatch):
+    clock, feed = Clock(), Feed()
+    make_event(store, "line", 100, hold_seconds=60, waitlist=100)
+    processor = StreamProcessor(store, clock=clock, max_lapses=15)
+    holders = held(store, processor, feed, "line", 100)
+    waiters = [f"w{i:03d}" for i in range(100)]
+    processor.process([feed.signup("line", w) for w in waiters])
+    assert set(statuses(store, "line", *waiters)) == {Status.WAITLISTED}
+    clock.advance(61)
+    # a journal of a few dozen moves at most: 100 promotions in one step would not fit
+    monkeypatch.setattr("turnstile.storage.store.MAX_JOURNAL_BYTES", 700)
+    result = processor.process([feed.signup("line", "late")])
+    assert result.failures == [] and result.parked_events == []
+    # every hold lapsed, every waiter promoted in waitlist order, then the late one waits
+    assert set(statuses(store, "line", *holders)) == {Status.EXPIRED}
+    promoted = [store.get_decision("line", w) for w in waiters]
+    assert {p[Attr.STATUS] for p in promoted} == {Status.HELD}
+    positions = [int(p[Attr.POSITION]) for p in promoted]
+    assert positions == sorted(positions) == list(range(101, 201))
+    assert statuses(store, "line", "late") == [Status.WAITLISTED]

@@ -449,26 +449,35 @@ class _Run:
             )
         return left
 
-    def promote(self, seq: str) -> None:
+    def promote(self, seq: str, limit: int | None = None) -> bool:
         """Free seats go down the waitlist in order: each waiting signup that fits gets
-        them; one that does not keeps its place."""
+        them; one that does not keeps its place. At most ``limit`` of them (None: all):
+        whether it stopped there with seats and signups left."""
         event = self.event
         if event is None or event.state != EventState.OPEN or not event.waiting:
-            return
+            return False
         if event.remaining <= 0:
-            return  # no seat for anyone (every waiting signup asks for one at least)
+            return False  # no seat for anyone (every waiting signup asks for one at least)
         kept: list[Waiting] = []
+        promoted = 0
+        stopped = False
         for at, w in enumerate(event.waiting):
             assert self.event is not None
             if self.event.remaining <= 0:  # no seat left for anyone after: all keep theirs
                 kept.extend(event.waiting[at:])
                 break
+            if limit is not None and promoted >= max(limit, 1):
+                kept.extend(event.waiting[at:])  # the rest in the steps that follow
+                stopped = True
+                break
             if w.seats <= self.event.remaining:
                 self._grant(w.signup_id, w.seats, Status.WAITLISTED, seq, Cause.PROMOTION)
+                promoted += 1
             else:
                 kept.append(w)
         assert self.event is not None
         self.event = replace(self.event, waiting=tuple(kept))
+        return stopped
 
     def close(self, seq: str, limit: int | None = None) -> bool:
         """The event is closed: everyone waiting is rejected ``event_closed``, the first
@@ -590,9 +599,10 @@ def step(
 ) -> Step:
     """Apply one event's records, in stream order, at the processor's time ``now`` (ms).
 
-    ``max_lapses``: the most holds one step lapses, and the most waiting signups a closed
-    event's step rejects (None: all). With more, the step makes that many of those moves,
-    the earliest first, and nothing else (``Step.partial``).
+    ``max_lapses``: the most holds one step lapses, the most waiting signups a closed
+    event's step rejects, and the most it promotes before its records (None: all). With
+    more, the step makes that many of those moves, the earliest first, and nothing else
+    (``Step.partial``).
 
     Rules, in order:
     - before any command: every hold with ``hold_expires_at <= now`` lapses (EXPIRED,
@@ -625,7 +635,8 @@ def step(
     closing = run.event is not None and run.event.state != EventState.OPEN and run.event.waiting
     if closing and run.close(first, max_lapses):
         return Step(tuple(run.transitions), run.event, run.signups, partial=True)
-    run.promote(first)
+    if run.promote(first, max_lapses):
+        return Step(tuple(run.transitions), run.event, run.signups, partial=True)
     for command in commands:
         if command.kind == Kind.TICK:
             continue

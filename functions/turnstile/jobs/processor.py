@@ -431,8 +431,8 @@ class StreamProcessor:
                 # half. The next round decides the rest from the new state. Too many holds
                 # lapsing at once (or a step that lapsed only): half as many lapse.
                 lapsed = sum(1 for _, t in moves if t.cause in _BOUNDED_MOVES)
-                if lapsed > 1 and (len(chunk) == 1 or self._partial):
-                    self._lapses = lapsed // 2
+                if lapsed > 1 and lapsed // 2 < self._lapses and (len(chunk) == 1 or self._partial):
+                    self._lapses = lapsed // 2  # always fewer: this ends
                 elif len(chunk) == 1:
                     raise
                 else:
@@ -852,9 +852,9 @@ def _high_water(record: EventRecord, chunk: Sequence[IntakeRecord]) -> int | Non
     return max([record.high_water or 0, *numbers])
 
 
-#: The moves a step makes by itself in bounded numbers (``max_lapses``): lapses, and a
-#: closed event's rejections of its waitlist.
-_BOUNDED_MOVES = (lifecycle.Cause.EXPIRY, lifecycle.Cause.CLOSE)
+#: The moves a step makes by itself in bounded numbers (``max_lapses``): lapses, a closed
+#: event's rejections of its waitlist, and promotions.
+_BOUNDED_MOVES = (lifecycle.Cause.EXPIRY, lifecycle.Cause.CLOSE, lifecycle.Cause.PROMOTION)
 
 
 def _prefix(chunk: Sequence[IntakeRecord], outcome: Outcome, fits: int) -> int:
