@@ -223,6 +223,9 @@ def shown_line(doc: str) -> str:
 def make_run(*variables: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     """`make run VARIABLES` (its install taken as done: -o, the stamp is not redone)."""
     root = Path(__file__).resolve().parents[2]
+    # as a user runs it, at the top level: not as a sub-make of `make test` (make[1]: ...)
+    outer = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
+    env = {k: v for k, v in env.items() if k not in outer}
     return subprocess.run(
         ["make", "--no-print-directory", "-o", ".venv/.installed-local", "run", *variables],
         cwd=root,
