@@ -270,8 +270,10 @@ def test_a_stop_waits_for_the_batches_in_flight_not_for_every_queued_one(aws, tm
     try:
         assert handler.slow_started.wait(20)
         until(lambda: poller._shard_lanes.pending == 12, "every record queued")
-        # WHEN the worker is stopped while the lane's first batch is in flight
+        # WHEN the worker is stopped while the lane's first batch is in flight (let go
+        # only once the stop reached the lanes: no timing decides what the lane takes)
         stop.set()
+        until(lambda: poller._shard_lanes.stopping, "the stop reached the lanes")
     finally:
         handler.go.set()
         thread.join(30)
