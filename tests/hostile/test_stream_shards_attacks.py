@@ -3,8 +3,9 @@
 The lanes themselves (``StreamPoller(stream_shards=N)``, ``_ShardLanes``) in-process over
 moto's one stream shard, with handlers that hold a lane while the test looks (the worker
 as an operator runs it, for minutes: tests/drills/test_stream_shards_drill.py, in ``make
-drills``). A bug still open is an ``xfail(strict=True)`` test naming its cause; the passing
-tests pin what held under attack, or a bug fixed since.
+drills``). A bug still open is an ``xfail`` test naming its cause, not strict: a busy
+machine may order the lanes so that the bug does not show in one run. The passing tests pin
+what held under attack, or a bug fixed since.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def test_premise_slow_and_quick_are_two_lanes():
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="_ShardLanes bounds the records queued over ALL lanes (limit = batch_size * N * 4, "
     "poller.py _ShardLanes.__init__/queue): once one stuck lane's backlog reaches it, the "
     "reader blocks and every other lane starves, although docs/local-stack.md says a slow "
@@ -221,7 +222,7 @@ def test_a_lane_never_invokes_with_a_payload_over_6_mb(aws, tmp_path):
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="a transient GetRecords error makes StreamPoller.run reset the iterators and "
     "read again from the checkpoint (poller.py run), but with stream shards the records "
     "past it are still queued in the lanes (_ShardLanes): each is queued and delivered a "
