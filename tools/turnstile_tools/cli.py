@@ -871,6 +871,18 @@ def output_option(default: str = "json") -> Callable[[Any], Any]:
     )
 
 
+def stream_shards_option() -> Callable[[Any], Any]:
+    """``--stream-shards``, on ``turnstile local`` and ``turnstile worker`` alike."""
+    return option(
+        "--stream-shards",
+        type=_Checked("N", _stream_shards),
+        default_text="$TURNSTILE_STREAM_SHARDS, else 1",
+        help="emulate N stream shards over the intake stream's one, as DynamoDB gives each "
+        "partition its own: each event's records go in order to one of N lanes, worked at "
+        "once, each by a processor of its own (as Lambda runs one invocation per shard)",
+    )
+
+
 def api_url_option() -> Callable[[Any], Any]:
     return option(
         "--api-url",
@@ -1003,14 +1015,7 @@ def turnstile_cli(ctx: click.Context, stack: str | None, debug: bool) -> None:
     "1,000 write and 3,000 read units a second, as DynamoDB does (0.02: a fiftieth, which "
     "the local stack can reach; 0: no limit)",
 )
-@option(
-    "--stream-shards",
-    type=_Checked("N", _stream_shards),
-    default_text="$TURNSTILE_STREAM_SHARDS, else 1",
-    help="emulate N stream shards over the intake stream's one, as DynamoDB gives each "
-    "partition its own: each event's records go in order to one of N lanes, worked at once, "
-    "each by a processor of its own (as Lambda runs one invocation per shard)",
-)
+@stream_shards_option()
 @option(
     "--log-format",
     type=click.Choice(("text", "json")),
@@ -1055,14 +1060,7 @@ def _local(ctx: click.Context, **params: Any) -> int:
     default_text="never: until stopped",
     help="exit once the stream has had nothing new for SECONDS",
 )
-@option(
-    "--stream-shards",
-    type=_Checked("N", _stream_shards),
-    default_text="$TURNSTILE_STREAM_SHARDS, else 1",
-    help="emulate N stream shards over the intake stream's one, as DynamoDB gives each "
-    "partition its own: each event's records go in order to one of N lanes, worked at once, "
-    "each by a processor of its own (as Lambda runs one invocation per shard)",
-)
+@stream_shards_option()
 @click.pass_context
 def _worker(ctx: click.Context, **params: Any) -> int:
     return _run(ctx, "cmd_worker", params)

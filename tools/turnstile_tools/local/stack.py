@@ -267,23 +267,29 @@ class Worker:
             from turnstile.storage.dynamo import default_client
             from turnstile.storage.store import SignupStore
 
-            store_client = default_client(session=session)
+            def store_client() -> Any:
+                """A DynamoDB client for a store; in drills, one that injects faults:
+                throttling and 5xx on a share of its calls, or its first commit held."""
+                client = default_client(session=session)
+                if fault_rate or stuck_event or gate:
+                    client = FaultInjectingClient(
+                        client,
+                        fault_rate,
+                        stuck_event=stuck_event,
+                        commit_gate=Path(gate) if gate else None,
+                    )
+                    self.faults.append(client)
+                return client
+
+            main_client = store_client()
             if fault_rate or stuck_event or gate:
-                # Drills: throttling and 5xx on a share of the worker's DynamoDB calls, or
-                # its first commit held at a gate.
-                store_client = FaultInjectingClient(
-                    store_client,
-                    fault_rate,
-                    stuck_event=stuck_event,
-                    commit_gate=Path(gate) if gate else None,
-                )
                 streams = FaultInjectingClient(streams, fault_rate)
-                self.faults = [store_client, streams]
+                self.faults.append(streams)
             store_kwargs: dict[str, Any] = {}
             if os.environ.get("TURNSTILE_STORE_MAX_ATTEMPTS"):
                 # Drills: a smaller retry budget, so faults reach failed groups and retries.
                 store_kwargs["max_attempts"] = int(os.environ["TURNSTILE_STORE_MAX_ATTEMPTS"])
-            self.store = SignupStore(store_client, **store_kwargs)
+            self.store = SignupStore(main_client, **store_kwargs)
             stream_module._processor = counting_processor(self.store, self.decisions, on_decided)
             handler = stream_module.handler
             if stream_shards > 1:
@@ -295,16 +301,7 @@ class Worker:
                     if processor is None:
                         # a client of its own, as a container has: the lanes' decision
                         # writes would overflow one client's connection pool
-                        lane_client: Any = default_client(session=session)
-                        if fault_rate or stuck_event or gate:
-                            lane_client = FaultInjectingClient(
-                                lane_client,
-                                fault_rate,
-                                stuck_event=stuck_event,
-                                commit_gate=Path(gate) if gate else None,
-                            )
-                            self.faults.append(lane_client)
-                        store = SignupStore(lane_client, **store_kwargs)
+                        store = SignupStore(store_client(), **store_kwargs)
                         with _COUNTING_LOCK:
                             self._lane_stores.append(store)
                         processor = containers.processor = counting_processor(
