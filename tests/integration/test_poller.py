@@ -812,6 +812,20 @@ def test_the_local_worker_takes_its_window_and_lanes_from_the_environment(monkey
         local_event_source()
 
 
+def test_drills_shorten_the_local_workers_retry_delay_through_the_environment(monkeypatch):
+    from turnstile.base.errors import TurnstileError
+    from turnstile_tools.local.stack import RETRY_DELAY_ENV, local_retry_delay
+
+    monkeypatch.delenv(RETRY_DELAY_ENV, raising=False)
+    assert local_retry_delay() == {}  # unset: the poller's own delay
+    monkeypatch.setenv(RETRY_DELAY_ENV, "20")
+    assert local_retry_delay() == {"retry_base_delay_s": 0.02}
+    for bad in ("-1", "60001", "0.5", "soon"):
+        monkeypatch.setenv(RETRY_DELAY_ENV, bad)
+        with pytest.raises(TurnstileError, match=f"from 0 to 60000, not '{bad}'"):
+            local_retry_delay()
+
+
 def test_no_retries_means_one_invocation_then_the_failure_destination(setup):
     client, make, messages = setup
     write(client, 1)

@@ -188,6 +188,10 @@ def _env_int(name: str, low: int, high: int) -> int | None:
     return value
 
 
+#: Drills: the first retry's delay of a failed batch, in milliseconds (doubling to 16 times
+#: as much). Lambda does not document its backoff; the poller's default is 200 ms.
+RETRY_DELAY_ENV = "TURNSTILE_RETRY_BASE_DELAY_MS"
+
 #: How many stream shards the worker emulates over the intake stream's one (1: none).
 STREAM_SHARDS_ENV = "TURNSTILE_STREAM_SHARDS"
 MAX_STREAM_SHARDS = 64
@@ -213,6 +217,13 @@ def local_event_source(base: EventSourceSettings = STREAM_SOURCE) -> EventSource
         if value is not None:
             overrides[field_name] = value
     return replace(base, **overrides)
+
+
+def local_retry_delay() -> dict[str, float]:
+    """The pollers' retry delay from ``TURNSTILE_RETRY_BASE_DELAY_MS`` (0 to 60,000), as
+    ``StreamPoller`` keyword arguments; none when unset (the poller's own)."""
+    delay_ms = _env_int(RETRY_DELAY_ENV, 0, 60_000)
+    return {} if delay_ms is None else {"retry_base_delay_s": delay_ms / 1000}
 
 
 def on_local_endpoint() -> bool:
@@ -339,6 +350,7 @@ class Worker:
                 queue_url = None
         checkpoints = CheckpointStore(state_dir / "checkpoints.json")
         sharded = stream_shards > 1 and lane_handler is not None
+        retry = local_retry_delay()
         self.stream_shards = stream_shards if sharded else 1
         self.poller = StreamPoller(
             handler=lane_handler if sharded else handler,
@@ -351,6 +363,7 @@ class Worker:
             settings=settings,
             stream_shards=self.stream_shards,
             partition_key="event_id" if sharded else None,
+            **retry,
         )
         self.wake_poller = StreamPoller(
             handler=handler,
@@ -359,6 +372,7 @@ class Worker:
             checkpoints=checkpoints,
             from_start=from_start,
             settings=local_event_source(WAKE_SOURCE),
+            **retry,
         )
         self.stop_event = threading.Event()
         self._wake_stop = threading.Event()
