@@ -99,6 +99,15 @@ def register(subparsers: Any) -> None:
         "--plot, decisions per second over the drop",
     )
     p.add_argument(
+        "--lineup",
+        action="store_true",
+        help="what a commit costs as one event's lineup grows to 50,000 holds and a waitlist "
+        "of 10,000 (2,000 entries if --quick), batches of 100 through the stream processor, "
+        "with pages and with pages switched off (to 1,000 entries): write units, requests "
+        "and CPU per decision, the event item's size, and a batch of confirms and cancels "
+        "on the full lineup",
+    )
+    p.add_argument(
         "--scale",
         action="store_true",
         help="only the scale check (one event growing: 1,000, 10,000 and 100,000 signups, "
@@ -198,6 +207,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return _cpu(args)
     if args.drop:
         return _drop(args, Progress(enabled=not args.quiet))
+    if args.lineup:
+        return _lineup(args, Progress(enabled=not args.quiet))
 
     options = DEMO if args.demo else HOT if args.hot else QUICK if args.quick else FULL
     options = with_knobs(
@@ -284,6 +295,19 @@ def _cpu(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(Path(args.json), doc)
     return 0
+
+
+def _lineup(args: argparse.Namespace, progress: Any) -> int:
+    """``--lineup``: the commit's cost by lineup size, as a table (and JSON); exit 1 if a
+    check failed (the lineup read back is not what the decisions say, or oversold)."""
+    from turnstile_bench.lineups import LINEUP, QUICK_LINEUP, render_lineup, run_lineup
+
+    workload = QUICK_LINEUP if args.quick else LINEUP
+    doc = run_lineup(workload, progress)
+    print(render_lineup(doc))
+    if args.json:
+        _write_json(Path(args.json), doc)
+    return 0 if all(doc["checks"].values()) else 1
 
 
 def _drop(args: argparse.Namespace, progress: Any) -> int:
