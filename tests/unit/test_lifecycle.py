@@ -689,3 +689,45 @@ def test_waiting_entries_carry_their_arrival():
     request = book.signup("a")
     book.run(request)
     assert book.event.waiting == (Waiting("a", 1, request.sequence_number),)
+
+
+def test_a_step_of_many_grants_and_waiters_rebuilds_a_long_lineup_once_not_once_each(
+    monkeypatch,
+):
+    """At 50,000 holds, building the lineup again for every grant was a millisecond a
+    signup: a step keeps what joins the end of the lineup apart, and builds it once."""
+    from turnstile.engine import lifecycle
+
+    rebuilt: list[str] = []
+
+    def counting_replace(obj, **changes):
+        rebuilt.extend(k for k in ("holds", "waiting") if k in changes)
+        return replace(obj, **changes)
+
+    monkeypatch.setattr(lifecycle, "replace", counting_replace)
+    # GIVEN an event with 2,000 holds, 500 waiting and 100 seats free
+    holds = tuple(Hold(f"h{i}", 1, i + 1, T0 + 1_000 + i) for i in range(2_000))
+    waiting = tuple(Waiting(f"w{i}", 1, str(i)) for i in range(500))
+    big = replace(
+        event(capacity=2_100, waitlist=600, hold_seconds=600),
+        taken=2_000,
+        accepted=2_000,
+        holds=holds,
+        waiting=waiting,
+    )
+    # WHEN one step takes 200 signups: 100 waiters promoted first, the 200 put on the list
+    commands = [Command(Kind.SIGNUP, str(10_000 + i), f"s{i}", 1) for i in range(200)]
+    result = step(big, {}, commands, T0)
+    moved = [(t.cause, t.to_status) for t in result.transitions]
+    assert (
+        moved == [(Cause.PROMOTION, Status.HELD)] * 100 + [(Cause.SIGNUP, Status.WAITLISTED)] * 200
+    )
+    # THEN the lineup is whole and in order: the new holds last, the new waiters last
+    assert len(result.event.holds) == 2_100 and len(result.event.waiting) == 600
+    assert [h.signup_id for h in result.event.holds[-100:]] == [f"w{i}" for i in range(100)]
+    assert [w.signup_id for w in result.event.waiting[-200:]] == [f"s{i}" for i in range(200)]
+    assert [t.waitlist_position for t in result.transitions[100:102]] == [401, 402]
+    # ... kept entries are the same objects (how a paged commit finds what changed)
+    assert result.event.holds[0] is holds[0] and result.event.waiting[0] is waiting[100]
+    # AND the lineup was built again a few times in the whole step, not once a signup
+    assert len(rebuilt) <= 6, rebuilt  # before: 301 (one a grant, one a waiter, the end)

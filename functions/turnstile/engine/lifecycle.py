@@ -322,13 +322,40 @@ def _without_hold(holds: tuple[Hold, ...], state: SignupState) -> tuple[Hold, ..
 
 
 class _Run:
-    """One step's working state; every change goes through ``_move``."""
+    """One step's working state; every change goes through ``_move``.
+
+    Holds granted and signups put on the waitlist in order (the common case: each lapses
+    or arrived after all the others) are kept in lists until something reads the lineup
+    (``event``): a step of 100 signups beside 50,000 holds copies the lineup once, not once
+    a signup. What reads only the counters reads ``_event``."""
 
     def __init__(self, event: Event | None, signups: Mapping[str, SignupState], now: int) -> None:
-        self.event = event
+        self._event = event
+        self._new_holds: list[Hold] = []
+        self._new_waiting: list[Waiting] = []
         self.signups = dict(signups)
         self.now = now
         self.transitions: list[Transition] = []
+
+    @property
+    def event(self) -> Event | None:
+        """The event as the step has made it so far, its lineup whole."""
+        if self._new_holds or self._new_waiting:
+            assert self._event is not None
+            self._event = replace(
+                self._event,
+                holds=(*self._event.holds, *self._new_holds),
+                waiting=(*self._event.waiting, *self._new_waiting),
+            )
+            self._new_holds.clear()
+            self._new_waiting.clear()
+        return self._event
+
+    @event.setter
+    def event(self, value: Event | None) -> None:
+        # a value made from ``event`` (whole): nothing may be waiting to join it
+        assert not self._new_holds and not self._new_waiting
+        self._event = value
 
     # -- recording ---------------------------------------------------------------------
 
@@ -385,14 +412,24 @@ class _Run:
         self, signup_id: str, seats: int, from_status: str, seq: str, cause: str, **fields: object
     ) -> None:
         """Seats for a signup that fits: HELD when the event holds, else ACCEPTED."""
-        event = self.event
+        event = self._event
         assert event is not None
         given = event.accepted + 1
         position = shard_position(given, event.shard, event.shards)
         if event.hold_seconds > 0:
             expires_at = self.now + event.hold_seconds * 1000
-            holds = _with_hold(event.holds, Hold(signup_id, seats, position, expires_at))
-            self.event = replace(event, taken=event.taken + seats, accepted=given, holds=holds)
+            hold = Hold(signup_id, seats, position, expires_at)
+            last = self._new_holds[-1] if self._new_holds else None
+            if last is None and event.holds:
+                last = event.holds[-1]
+            if last is None or _hold_order(last) <= _hold_order(hold):
+                self._new_holds.append(hold)  # lapses last: joins the lineup's end
+                self._event = replace(event, taken=event.taken + seats, accepted=given)
+            else:
+                event = self.event
+                assert event is not None
+                holds = _with_hold(event.holds, hold)
+                self.event = replace(event, taken=event.taken + seats, accepted=given, holds=holds)
             self._move(
                 signup_id,
                 from_status,
@@ -405,7 +442,7 @@ class _Run:
                 **fields,
             )
         else:
-            self.event = replace(event, taken=event.taken + seats, accepted=given)
+            self._event = replace(event, taken=event.taken + seats, accepted=given)
             self._move(
                 signup_id,
                 from_status,
@@ -462,15 +499,15 @@ class _Run:
         promoted = 0
         stopped = False
         for at, w in enumerate(event.waiting):
-            assert self.event is not None
-            if self.event.remaining <= 0:  # no seat left for anyone after: all keep theirs
+            assert self._event is not None
+            if self._event.remaining <= 0:  # no seat left for anyone after: all keep theirs
                 kept.extend(event.waiting[at:])
                 break
             if limit is not None and promoted >= max(limit, 1):
                 kept.extend(event.waiting[at:])  # the rest in the steps that follow
                 stopped = True
                 break
-            if w.seats <= self.event.remaining:
+            if w.seats <= self._event.remaining:
                 self._grant(w.signup_id, w.seats, Status.WAITLISTED, seq, Cause.PROMOTION)
                 promoted += 1
             else:
@@ -504,7 +541,7 @@ class _Run:
         """A signup's first record: rejected, granted seats, or put on the waitlist."""
         sid, seq, seats = command.signup_id, command.sequence_number, command.seats
         assert sid is not None
-        event = self.event
+        event = self._event  # its counters; the waitlist's new entries are apart
         reason = None
         detail = command.note
         if command.problem:
@@ -519,9 +556,10 @@ class _Run:
         elif seats <= event.remaining:
             self._grant(sid, seats, Status.PENDING, seq, Cause.SIGNUP, detail=detail)
             return
-        elif seats <= event.capacity and len(event.waiting) < event.waitlist:
-            waiting = (*event.waiting, Waiting(sid, seats, seq))
-            self.event = replace(event, waiting=waiting)
+        elif seats <= event.capacity and (
+            len(event.waiting) + len(self._new_waiting) < event.waitlist
+        ):
+            self._new_waiting.append(Waiting(sid, seats, seq))  # arrived last: the end
             self._move(
                 sid,
                 Status.PENDING,
@@ -529,7 +567,7 @@ class _Run:
                 seq,
                 Cause.SIGNUP,
                 seats,
-                waitlist_position=len(waiting),
+                waitlist_position=len(event.waiting) + len(self._new_waiting),
                 detail=detail,
             )
             return
