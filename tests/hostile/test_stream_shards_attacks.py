@@ -5,7 +5,7 @@ moto's one stream shard, with handlers that hold a lane while the test looks (th
 as an operator runs it, for minutes: tests/drills/test_stream_shards_drill.py, in ``make
 drills``). A bug still open is an ``xfail`` test naming its cause, not strict: a busy
 machine may order the lanes so that the bug does not show in one run. The passing tests pin
-what held under attack, or a bug fixed since.
+what held under attack, or a bug fixed since (each shown to fail with the bug put back).
 """
 
 from __future__ import annotations
@@ -66,31 +66,51 @@ class GatedHandler:
         with self.lock:
             return [k for batch in self.batches for k in batch if k[0] == key]
 
+    def sequence_numbers(self) -> set[int]:
+        with self.lock:
+            return {int(k[2]) for batch in self.batches for k in batch}
+
 
 class RecordingCheckpoints(CheckpointStore):
-    """Checkpoints, and every sequence number put, in order."""
+    """Checkpoints, and every sequence number put, in order; with ``written`` (the stream's
+    sequence numbers) and ``delivered``, each put past a record not yet delivered."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.puts: list[int] = []
+        self.written: list[int] = []
+        self.delivered: Any = set
+        self.ahead: list[tuple[int, list[int]]] = []
 
     def put(self, stream_arn: str, shard_id: str, sequence_number: str) -> None:
-        self.puts.append(int(sequence_number))
+        put = int(sequence_number)
+        self.puts.append(put)
+        delivered = self.delivered()
+        missing = [s for s in self.written if s <= put and s not in delivered]
+        if missing:
+            self.ahead.append((put, missing))
         super().put(stream_arn, shard_id, sequence_number)
 
 
 class FlakyStreams:
-    """A DynamoDB Streams client whose next GetRecords fails once ``fail_next`` is set."""
+    """A DynamoDB Streams client whose next GetRecords fails once ``fail_next`` is set, and
+    whose GetRecords wait while ``hold`` is set (``held`` once one does)."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
         self.fail_next = threading.Event()
         self.failed = threading.Event()
+        self.hold = threading.Event()
+        self.held = threading.Event()
+        self.release = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
     def get_records(self, **kwargs: Any) -> Any:
+        if self.hold.is_set():
+            self.held.set()
+            assert self.release.wait(30), "never released"
         if self.fail_next.is_set() and not self.failed.is_set():
             from botocore.exceptions import ClientError
 
@@ -136,19 +156,115 @@ def test_premise_slow_and_quick_are_two_lanes():
     assert lane_of(SLOW, 2) != lane_of(QUICK, 2)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="_ShardLanes bounds the records queued over ALL lanes (limit = batch_size * N * 4, "
-    "poller.py _ShardLanes.__init__/queue): once one stuck lane's backlog reaches it, the "
-    "reader blocks and every other lane starves, although docs/local-stack.md says a slow "
-    "shard holds back only its own records",
-)
 def test_a_stuck_lane_with_a_backlog_holds_back_no_other_lane(aws, tmp_path):
+    """Fixed: the lanes were bounded together (batch_size * N * 4 records queued over all of
+    them), so a stuck lane's backlog stopped the reader, and every other lane starved."""
     handler = GatedHandler()
-    poller, client, _ = lanes_poller(aws, tmp_path, handler, batch_size=2)
-    limit = poller._shard_lanes.limit  # 2 * 2 * 4 = 16 records queued over all lanes
-    # GIVEN the slow key's backlog is past the limit, and then the quick key's records
-    for i in range(limit + 4):
+    poller, client, checkpoints = lanes_poller(aws, tmp_path, handler, batch_size=2)
+    # GIVEN the slow key's backlog is past what the lanes of 2 held together (16 records),
+    # four times what one lane holds (8), and then the quick key's records
+    backlog = 4 * poller._shard_lanes.lane_limit
+    for i in range(backlog):
+        client.put_item(
+            TableName=INTAKE_TABLE.name,
+            Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:03d}"}},
+        )
+    for i in range(2):
+        client.put_item(
+            TableName=INTAKE_TABLE.name,
+            Item={"event_id": {"S": QUICK}, "signup_id": {"S": f"q{i}"}},
+        )
+    written = StreamReaderLike(aws, poller.stream_arn).sequence_numbers()
+    checkpoints.written = [int(s) for s in written]
+    checkpoints.delivered = handler.sequence_numbers
+    thread, stop = run_in_thread(poller)
+    try:
+        # WHEN the slow key's lane is stuck in its first invocation
+        assert handler.slow_started.wait(20)
+        # THEN the quick key's two records are delivered meanwhile (on AWS its shard is
+        # read by an iterator of its own)
+        until(lambda: len(handler.delivered(QUICK)) == 2, "the quick lane's records")
+        # ... the stuck lane holds no more than its bound (memory stays bounded)
+        assert poller._shard_lanes.load[lane_of(SLOW, 2)] <= poller._shard_lanes.lane_limit
+        # ... and the checkpoint has not passed the slow key's first record (nothing yet)
+        assert checkpoints.puts == []
+        # WHEN the slow lane goes on
+        handler.go.set()
+        until(lambda: len(handler.delivered(SLOW)) >= backlog, "the slow lane's records")
+        last = max(int(k[2]) for k in handler.delivered(SLOW) + handler.delivered(QUICK))
+        until(lambda: checkpoints.puts[-1:] == [last], "the checkpoint at the last record")
+    finally:
+        handler.go.set()
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    # THEN its records came once each, in order (its own cursor read those it had skipped)
+    slow = [k[1] for k in handler.delivered(SLOW)]
+    assert slow == [f"s{i:03d}" for i in range(backlog)], slow
+    # ... and the checkpoint only went forward, never past a record not yet delivered
+    assert checkpoints.puts == sorted(set(checkpoints.puts)), checkpoints.puts
+    assert checkpoints.ahead == []
+
+
+def test_a_detached_lane_keeps_the_checkpoint_behind_the_records_it_skipped(aws, tmp_path):
+    """A full lane's records the reader skips are read again by the lane's own cursor: until
+    then the checkpoint stays behind them, even once the lane has delivered all it held."""
+    handler = GatedHandler()
+    streams = FlakyStreams(aws.client("dynamodbstreams"))
+    poller, client, checkpoints = lanes_poller(aws, tmp_path, handler, streams, batch_size=2)
+    held = poller._shard_lanes.lane_limit
+    # GIVEN more of the slow key's records than its lane holds, then the quick key's
+    for i in range(held + 4):
+        client.put_item(
+            TableName=INTAKE_TABLE.name,
+            Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:03d}"}},
+        )
+    for i in range(2):
+        client.put_item(
+            TableName=INTAKE_TABLE.name,
+            Item={"event_id": {"S": QUICK}, "signup_id": {"S": f"q{i}"}},
+        )
+    checkpoints.written = [
+        int(s) for s in StreamReaderLike(aws, poller.stream_arn).sequence_numbers()
+    ]
+    checkpoints.delivered = handler.sequence_numbers
+    thread, stop = run_in_thread(poller)
+    try:
+        assert handler.slow_started.wait(20)
+        # (the reader skipped the slow key's last 4 records and read on to the quick key's)
+        until(lambda: len(handler.delivered(QUICK)) == 2, "the quick lane's records")
+        # WHEN the reader is held in a read while the slow lane delivers all it was handed
+        streams.hold.set()
+        until(streams.held.is_set, "the reader held in a read")
+        handler.go.set()
+        until(lambda: poller._shard_lanes.pending == 0, "the slow lane's records delivered")
+        # THEN the checkpoint is at the last record the lane was handed, not past the ones
+        # it skipped (a crash now loses none of them)
+        assert len(handler.delivered(SLOW)) == held
+        assert checkpoints.puts[-1] == checkpoints.written[held - 1], checkpoints.puts
+        # WHEN the reader goes on: the lane's cursor reads the records it skipped
+        streams.release.set()
+        last = checkpoints.written[-1]
+        until(lambda: checkpoints.puts[-1:] == [last], "the checkpoint at the last record")
+    finally:
+        handler.go.set()
+        streams.release.set()
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    slow = [k[1] for k in handler.delivered(SLOW)]
+    assert slow == [f"s{i:03d}" for i in range(held + 4)], slow
+    assert checkpoints.puts == sorted(set(checkpoints.puts)), checkpoints.puts
+    assert checkpoints.ahead == []
+
+
+def test_a_restart_after_a_stop_with_a_detached_lane_delivers_what_it_skipped(aws, tmp_path):
+    """Stopped while a full lane's records were skipped, a new worker reads on from the
+    checkpoint: those records come, in order, and the lane's delivered ones do not again."""
+    handler = GatedHandler()
+    poller, client, checkpoints = lanes_poller(aws, tmp_path, handler, batch_size=2)
+    backlog = 2 * poller._shard_lanes.lane_limit
+    for i in range(backlog):
         client.put_item(
             TableName=INTAKE_TABLE.name,
             Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:03d}"}},
@@ -160,24 +276,37 @@ def test_a_stuck_lane_with_a_backlog_holds_back_no_other_lane(aws, tmp_path):
         )
     thread, stop = run_in_thread(poller)
     try:
-        # WHEN the slow key's lane is stuck in its first invocation
         assert handler.slow_started.wait(20)
-        # THEN the quick key's two records are delivered meanwhile (on AWS its shard is
-        # read by an iterator of its own); here the reader waits on the slow lane's queue
-        until(lambda: len(handler.delivered(QUICK)) == 2, "the quick lane's records", 8)
+        until(lambda: len(handler.delivered(QUICK)) == 2, "the quick lane's records")
+        # WHEN the worker is stopped while the slow lane is stuck, its backlog skipped
+        stop.set()
+        until(lambda: poller._shard_lanes.stopping, "the stop reached the lanes")
     finally:
         handler.go.set()
-        stop.set()
         thread.join(30)
-    assert len(handler.delivered(SLOW)) == limit + 4
+    assert not thread.is_alive()
+    first = [k[1] for k in handler.delivered(SLOW)]
+    assert first == ["s000", "s001"], first  # the batch in flight
+    assert checkpoints.puts[-1] == int(handler.delivered(SLOW)[-1][2]), checkpoints.puts
+    # AND a new worker starts on the same checkpoints
+    again = GatedHandler()
+    again.go.set()
+    restarted, _, _ = lanes_poller(aws, tmp_path, again, batch_size=2)
+    restarted.run(threading.Event(), until_idle_s=0.5)
+    # THEN the rest of the slow key's records come, in order, none of them twice
+    second = [k[1] for k in again.delivered(SLOW)]
+    assert second == [f"s{i:03d}" for i in range(2, backlog)], second
+    assert restarted.checkpoints.get(restarted.stream_arn, next(iter(restarted._shards))) == max(
+        k[2] for k in again.delivered(SLOW) + again.delivered(QUICK)
+    )
 
 
 def test_control_a_backlog_under_the_limit_holds_back_no_other_lane(aws, tmp_path):
-    """The same stuck lane with fewer records than the lanes' limit: the quick lane goes on
-    (so the failure above is the limit's, nothing else)."""
+    """The same stuck lane with fewer records than it holds: the quick lane goes on (the
+    test above is about the backlog, nothing else)."""
     handler = GatedHandler()
     poller, client, _ = lanes_poller(aws, tmp_path, handler, batch_size=2)
-    for i in range(poller._shard_lanes.limit // 2):
+    for i in range(poller._shard_lanes.lane_limit // 2):
         client.put_item(
             TableName=INTAKE_TABLE.name,
             Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:03d}"}},
@@ -226,7 +355,7 @@ def test_a_lane_never_invokes_with_a_payload_over_6_mb(aws, tmp_path):
     reason="a transient GetRecords error makes StreamPoller.run reset the iterators and "
     "read again from the checkpoint (poller.py run), but with stream shards the records "
     "past it are still queued in the lanes (_ShardLanes): each is queued and delivered a "
-    "second time, and the checkpoint later moves backwards",
+    "second time",
 )
 def test_a_transient_read_error_delivers_no_record_twice(aws, tmp_path):
     handler = GatedHandler()
@@ -249,20 +378,27 @@ def test_a_transient_read_error_delivers_no_record_twice(aws, tmp_path):
             Item={"event_id": {"S": QUICK}, "signup_id": {"S": "q0"}},
         )
         until(lambda: len(handler.delivered(QUICK)) == 1, "the poller read on")
+        # ... and the slow lane goes on, until the checkpoint is at the last record: every
+        # record handed to a lane is delivered by then
+        handler.go.set()
+        last = int(handler.delivered(QUICK)[0][2])
+        until(lambda: checkpoints.puts[-1:] == [last], "the checkpoint at the last record")
     finally:
         handler.go.set()
         stop.set()
         thread.join(30)
+    assert not thread.is_alive()
     slow = [k[1] for k in handler.delivered(SLOW)]
     # THEN every record was delivered once, in order, and the checkpoint never went back
     assert slow == [f"s{i}" for i in range(6)], slow
-    assert checkpoints.puts == sorted(checkpoints.puts), checkpoints.puts
+    assert checkpoints.puts == sorted(set(checkpoints.puts)), checkpoints.puts
 
 
 def test_a_stop_waits_for_the_batches_in_flight_not_for_every_queued_one(aws, tmp_path):
     handler = GatedHandler()
     poller, client, _ = lanes_poller(aws, tmp_path, handler, batch_size=2)
-    for i in range(12):  # six batches of the slow lane, under the lanes' limit
+    held = poller._shard_lanes.lane_limit  # four batches: what one lane holds
+    for i in range(held):
         client.put_item(
             TableName=INTAKE_TABLE.name,
             Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:02d}"}},
@@ -270,7 +406,7 @@ def test_a_stop_waits_for_the_batches_in_flight_not_for_every_queued_one(aws, tm
     thread, stop = run_in_thread(poller)
     try:
         assert handler.slow_started.wait(20)
-        until(lambda: poller._shard_lanes.pending == 12, "every record queued")
+        until(lambda: poller._shard_lanes.pending == held, "every record queued")
         # WHEN the worker is stopped while the lane's first batch is in flight (let go
         # only once the stop reached the lanes: no timing decides what the lane takes)
         stop.set()

@@ -218,26 +218,73 @@ def _lane(record: Mapping[str, Any], lanes: int, partition_key: str | None = Non
     return zlib.crc32(json.dumps(keys, sort_keys=True).encode()) % lanes
 
 
+@dataclass
+class _Entry:
+    """A record handed to a lane, until the lane has delivered it."""
+
+    seq: int
+    sequence_number: str
+    #: A record read before it, every record up to which was resolved when it was handed:
+    #: where the checkpoint may go while this one is the oldest record not delivered.
+    before: str | None
+    done: bool = False
+
+
+@dataclass
+class _Cursor:
+    """A lane's own read position in a real shard while the main reader skips its records
+    (the lane was full): as on AWS, where each shard is read by an iterator of its own."""
+
+    #: The last record this cursor has passed: every record of the lane up to it is handed.
+    after: str | None
+    #: The first record of the lane the main reader skipped (read at it when ``after`` is
+    #: None: the main reader began at the shard's start).
+    first: str
+    iterator: str | None = None
+
+
 class _ShardLanes:
     """Emulated stream shards over one real one: a queue and a worker thread per lane.
 
     The reader queues each record to its lane (its partition key's); each worker takes up
     to a batch of its lane's records, in order, and delivers them as the poller delivers
     any batch (retries, bisect, the on-failure destination), independently of the other
-    lanes, as Lambda works each stream shard on its own. The real shard's checkpoint moves
-    only past records every lane is done with, so a restart never skips one. The reader
-    waits while ``limit`` records are queued and not done.
+    lanes, as Lambda works each stream shard on its own.
+
+    A lane holds at most ``lane_limit`` records (queued or in flight). Once it is full, the
+    main reader skips the lane's records and reads on for the others; the lane is
+    *detached* and gets a ``_Cursor`` of its own, which reads its records again from where
+    it stopped once it has room, up to what the main reader has resolved, and then hands
+    the lane back to the main reader. So a stuck lane holds back only its own records, and
+    memory stays bounded.
+
+    The real shard's checkpoint moves only past records every lane is done with (never
+    past a detached lane's cursor), and never backwards, so a restart never skips one.
     """
 
     def __init__(self, poller: StreamPoller, lanes: int, batch_size: int) -> None:
         self.poller = poller
+        self.lanes = lanes
         self.batch_size = batch_size
-        self.limit = batch_size * lanes * 4
+        #: The records one lane may hold, queued or in flight: four batches.
+        self.lane_limit = batch_size * 4
         self.cv = threading.Condition()
-        self.queues: list[deque[tuple[str, dict[str, Any]]]] = [deque() for _ in range(lanes)]
-        #: Per real shard, its records in read order: [sequence number, done].
-        self.outstanding: dict[str, deque[list[Any]]] = {}
+        self.queues: list[deque[tuple[str, _Entry, dict[str, Any]]]] = [
+            deque() for _ in range(lanes)
+        ]
+        #: Per lane, its records queued or in flight.
+        self.load = [0] * lanes
+        #: Records queued or in flight over all lanes.
         self.pending = 0
+        #: Per real shard and lane, the records handed and not yet delivered, in order.
+        self.undone: dict[str, list[deque[_Entry]]] = {}
+        #: Per real shard, the lanes the main reader skips: their cursors.
+        self.detached: dict[str, dict[int, _Cursor]] = {}
+        #: Per real shard, the last record the main reader has resolved (handed to a lane,
+        #: skipped for a detached one, or filtered out): where it reads on after an error.
+        self.resolved: dict[str, str] = {}
+        #: Per real shard, the checkpoint last written (or found).
+        self.checkpointed: dict[str, str | None] = {}
         #: Set by ``stop``: a lane whose delivery failed stops retrying it.
         self.stopping = False
         self.workers = [
@@ -247,39 +294,178 @@ class _ShardLanes:
         for worker in self.workers:
             worker.start()
 
+    # -- the reader's side ----------------------------------------------------------------
+
     def queue(self, shard_id: str, records: list[tuple[int, dict[str, Any]]]) -> None:
+        """The main reader's records, in read order, each to its lane; a full lane's, and
+        every later one of a detached lane, skipped (its cursor reads them again)."""
         with self.cv:
-            self.cv.wait_for(lambda: self.pending < self.limit)
-            line = self.outstanding.setdefault(shard_id, deque())
+            undone = self._undone(shard_id)
+            detached = self.detached.setdefault(shard_id, {})
+            before = self.resolved.get(shard_id)
             for lane, record in records:
-                entry = [record["dynamodb"]["SequenceNumber"], False]
-                line.append(entry)
-                self.queues[lane].append((shard_id, {"entry": entry, "record": record}))
-                self.pending += 1
+                sequence_number = record["dynamodb"]["SequenceNumber"]
+                if lane not in detached:
+                    if self.load[lane] < self.lane_limit:
+                        self._hand(shard_id, lane, record, before, undone)
+                    else:
+                        detached[lane] = _Cursor(after=before, first=sequence_number)
+                before = sequence_number
+            if before is not None:
+                self.resolved[shard_id] = before
+            self._advance(shard_id)
             self.cv.notify_all()
 
-    def passed(self, shard_id: str, sequence_number: str) -> None:
-        """A record the filter dropped: checkpointed once everything before it is done."""
+    def resolve(self, shard_id: str, sequence_number: str) -> None:
+        """The main reader is past ``sequence_number`` (records the filter dropped)."""
         with self.cv:
-            line = self.outstanding.setdefault(shard_id, deque())
-            line.append([sequence_number, True])
+            resolved = self.resolved.get(shard_id)
+            if resolved is None or int(sequence_number) > int(resolved):
+                self.resolved[shard_id] = sequence_number
             self._advance(shard_id)
 
-    def drain(self) -> None:
-        """Wait until every queued record is done."""
+    def all_detached(self, shard_id: str) -> bool:
         with self.cv:
-            self.cv.wait_for(lambda: self.pending == 0)
+            return len(self.detached.get(shard_id, ())) == self.lanes
+
+    def finished(self, shard_id: str | None = None) -> bool:
+        """No lane's cursor has records left to read (in this shard, or in any)."""
+        with self.cv:
+            if shard_id is not None:
+                return not self.detached.get(shard_id)
+            return not any(self.detached.values())
+
+    def ready(self) -> list[tuple[str, int]]:
+        """The detached lanes with room for a batch: (shard, lane)."""
+        with self.cv:
+            return [
+                (shard_id, lane)
+                for shard_id, cursors in self.detached.items()
+                for lane in cursors
+                if self._has_room(lane)
+            ]
+
+    def cursor(self, shard_id: str, lane: int) -> _Cursor:
+        with self.cv:
+            return self.detached[shard_id][lane]
+
+    def catch_up(
+        self,
+        shard_id: str,
+        lane: int,
+        records: list[tuple[str, dict[str, Any] | None]],
+        next_iterator: str | None,
+    ) -> None:
+        """A page read by a detached lane's cursor: (sequence number, the record when it is
+        the lane's and passes the filter). Its records, up to what the main reader has
+        resolved, go to the lane while it has room; once there, the lane is the main
+        reader's again."""
+        with self.cv:
+            cursor = self.detached[shard_id][lane]
+            end = int(self.resolved[shard_id])
+            undone = self._undone(shard_id)
+            whole_page = True
+            for sequence_number, record in records:
+                if int(sequence_number) > end:
+                    break
+                if record is not None:
+                    if self.load[lane] >= self.lane_limit:
+                        whole_page = False  # full again: read on from ``after`` next time
+                        break
+                    self._hand(shard_id, lane, record, cursor.after, undone)
+                cursor.after = sequence_number
+            caught_up = cursor.after is not None and int(cursor.after) >= end
+            if caught_up or (whole_page and next_iterator is None):
+                del self.detached[shard_id][lane]
+            else:
+                cursor.iterator = next_iterator if whole_page else None
+            self._advance(shard_id)
+            self.cv.notify_all()
+
+    def forget_iterators(self) -> None:
+        """After a failed read: every cursor reads again from where it is."""
+        with self.cv:
+            for cursors in self.detached.values():
+                for cursor in cursors.values():
+                    cursor.iterator = None
+
+    def wait(self) -> bool:
+        """Until every record is delivered and no lane is detached (True), or a detached
+        lane has room for its cursor to read (False)."""
+        with self.cv:
+            self.cv.wait_for(lambda: self._settled() or self._any_ready())
+            return self._settled()
 
     def stop(self) -> None:
         """Drop what is queued and wait only for the batches in flight (a stop): the
         checkpoint stays behind the dropped records, so the next start delivers them."""
         with self.cv:
             self.stopping = True
-            for queue in self.queues:
+            for lane, queue in enumerate(self.queues):
                 self.pending -= len(queue)
+                self.load[lane] -= len(queue)
                 queue.clear()
             self.cv.notify_all()
             self.cv.wait_for(lambda: self.pending <= 0)
+
+    # -- under ``cv`` ---------------------------------------------------------------------
+
+    def _undone(self, shard_id: str) -> list[deque[_Entry]]:
+        return self.undone.setdefault(shard_id, [deque() for _ in range(self.lanes)])
+
+    def _hand(
+        self,
+        shard_id: str,
+        lane: int,
+        record: dict[str, Any],
+        before: str | None,
+        undone: list[deque[_Entry]],
+    ) -> None:
+        sequence_number = record["dynamodb"]["SequenceNumber"]
+        entry = _Entry(int(sequence_number), sequence_number, before)
+        undone[lane].append(entry)
+        self.queues[lane].append((shard_id, entry, record))
+        self.load[lane] += 1
+        self.pending += 1
+
+    def _has_room(self, lane: int) -> bool:
+        """Room for a batch: a cursor reads for its lane only then, not for every record."""
+        return self.load[lane] <= self.lane_limit - self.batch_size
+
+    def _any_ready(self) -> bool:
+        return any(self._has_room(lane) for cursors in self.detached.values() for lane in cursors)
+
+    def _settled(self) -> bool:
+        return self.pending <= 0 and not any(self.detached.values())
+
+    def _advance(self, shard_id: str) -> None:
+        """Checkpoint the shard as far as every lane is done: before the oldest record not
+        delivered, and no further than a detached lane's cursor; never backwards."""
+        oldest: tuple[int, int] | None = None
+        target = self.resolved.get(shard_id)
+        for entries in self.undone.get(shard_id, ()):
+            while entries and entries[0].done:
+                entries.popleft()
+            if entries and (oldest is None or (entries[0].seq, 0) < oldest):
+                oldest, target = (entries[0].seq, 0), entries[0].before
+        for cursor in self.detached.get(shard_id, {}).values():
+            # just after the cursor's record (before every record it has yet to read)
+            key = (int(cursor.after), 1) if cursor.after is not None else (-1, 1)
+            if oldest is None or key < oldest:
+                oldest, target = key, cursor.after
+        if target is None:
+            return
+        if shard_id not in self.checkpointed:
+            self.checkpointed[shard_id] = self.poller.checkpoints.get(
+                self.poller.stream_arn, shard_id
+            )
+        last = self.checkpointed[shard_id]
+        if last is not None and int(target) <= int(last):
+            return
+        self.poller.checkpoints.put(self.poller.stream_arn, shard_id, target)
+        self.checkpointed[shard_id] = target
+
+    # -- the lanes' side --------------------------------------------------------------------
 
     def _work(self, lane: int) -> None:
         queue = self.queues[lane]
@@ -287,17 +473,18 @@ class _ShardLanes:
             with self.cv:
                 self.cv.wait_for(lambda: bool(queue))
                 shard_id = queue[0][0]
-                taken = []
+                taken: list[tuple[_Entry, dict[str, Any]]] = []
                 size = _PAYLOAD_ENVELOPE
                 while queue and queue[0][0] == shard_id and len(taken) < self.batch_size:
                     # an invocation's payload stays under Lambda's 6 MB, as the reader's does
-                    grown = size + _record_bytes(queue[0][1]["record"])
+                    grown = size + _record_bytes(queue[0][2])
                     if taken and grown > MAX_PAYLOAD_BYTES:
                         break
                     size = grown
-                    taken.append(queue.popleft()[1])
+                    _, entry, record = queue.popleft()
+                    taken.append((entry, record))
             try:
-                self.poller._deliver(shard_id, [t["record"] for t in taken], checkpoint=False)
+                self.poller._deliver(shard_id, [record for _, record in taken], checkpoint=False)
             except Exception:
                 # Not done (the on-failure queue could not be reached, say): delivered again
                 # before anything newer of this lane, as one stream shard retries its batch;
@@ -306,26 +493,20 @@ class _ShardLanes:
                 with self.cv:
                     if self.stopping:
                         self.pending -= len(taken)
+                        self.load[lane] -= len(taken)
                         self.cv.notify_all()
                         continue
-                    queue.extendleft((shard_id, t) for t in reversed(taken))
+                    queue.extendleft((shard_id, e, r) for e, r in reversed(taken))
                     self.cv.notify_all()
                 time.sleep(self.poller.retry_base_delay_s)
                 continue
             with self.cv:
-                for t in taken:
-                    t["entry"][1] = True
+                for entry, _ in taken:
+                    entry.done = True
                 self.pending -= len(taken)
+                self.load[lane] -= len(taken)
                 self._advance(shard_id)
                 self.cv.notify_all()
-
-    def _advance(self, shard_id: str) -> None:
-        line = self.outstanding[shard_id]
-        last = None
-        while line and line[0][1]:
-            last = line.popleft()[0]
-        if last is not None:
-            self.poller.checkpoints.put(self.poller.stream_arn, shard_id, last)
 
 
 class StreamPoller:
@@ -387,10 +568,14 @@ class StreamPoller:
         self._shard_lanes = (
             _ShardLanes(self, stream_shards, settings.batch_size) if stream_shards > 1 else None
         )
-        self._lane_pool = None if self._shard_lanes is not None else (
-            ThreadPoolExecutor(self._lanes, thread_name_prefix="stream-lane")
-            if self._lanes > 1
-            else None
+        self._lane_pool = (
+            None
+            if self._shard_lanes is not None
+            else (
+                ThreadPoolExecutor(self._lanes, thread_name_prefix="stream-lane")
+                if self._lanes > 1
+                else None
+            )
         )
         if from_start:
             checkpoints.clear(stream_arn)
@@ -415,32 +600,37 @@ class StreamPoller:
 
     def _iterator(self, state: _ShardState) -> str | None:
         if state.iterator is None and not state.ended:
-            checkpoint = self.checkpoints.get(self.stream_arn, state.shard_id)
-            if checkpoint:
-                position, after = "AFTER_SEQUENCE_NUMBER", checkpoint
-            else:
-                position, after = self.settings.starting_position, None
-            try:
-                state.iterator = shard_iterator(
-                    self.streams, self.stream_arn, state.shard_id, position, after
-                )
-            except ClientError as exc:
-                if not checkpoint or error_code(exc) != "TrimmedDataAccessException":
-                    raise
-                # The checkpoint is older than the stream keeps (24 hours): the records
-                # after it that were trimmed are gone. Read on from the oldest one left,
-                # instead of asking for the trimmed position again forever.
-                log.warning(
-                    "checkpoint %s of shard %s is past the stream's retention: records "
-                    "trimmed since are lost; reading on from the oldest record left",
-                    checkpoint,
-                    state.shard_id,
-                )
-                self._count(checkpoints_trimmed=1)
-                state.iterator = shard_iterator(
-                    self.streams, self.stream_arn, state.shard_id, "TRIM_HORIZON"
-                )
+            after = self.checkpoints.get(self.stream_arn, state.shard_id)
+            state.iterator = self._open_iterator(state.shard_id, after)
         return state.iterator
+
+    def _open_iterator(self, shard_id: str, after: str | None, at: str | None = None) -> str:
+        """An iterator after the record ``after`` (or at ``at``; else at the starting
+        position); from the oldest record left when that one is past the retention."""
+        if after:
+            position, sequence_number = "AFTER_SEQUENCE_NUMBER", after
+        elif at:
+            position, sequence_number = "AT_SEQUENCE_NUMBER", at
+        else:
+            position, sequence_number = self.settings.starting_position, None
+        try:
+            return shard_iterator(
+                self.streams, self.stream_arn, shard_id, position, sequence_number
+            )
+        except ClientError as exc:
+            if not sequence_number or error_code(exc) != "TrimmedDataAccessException":
+                raise
+            # The checkpoint is older than the stream keeps (24 hours): the records
+            # after it that were trimmed are gone. Read on from the oldest one left,
+            # instead of asking for the trimmed position again forever.
+            log.warning(
+                "checkpoint %s of shard %s is past the stream's retention: records "
+                "trimmed since are lost; reading on from the oldest record left",
+                sequence_number,
+                shard_id,
+            )
+            self._count(checkpoints_trimmed=1)
+            return shard_iterator(self.streams, self.stream_arn, shard_id, "TRIM_HORIZON")
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -461,6 +651,8 @@ class StreamPoller:
                 got = 0
                 for state in self._shards.values():
                     state.iterator = None
+                if self._shard_lanes is not None:
+                    self._shard_lanes.forget_iterators()
                 self._buffers.clear()
                 self._buffer_bytes.clear()
                 stop.wait(1.0)
@@ -473,9 +665,16 @@ class StreamPoller:
             if got or self.stats.invocations != invoked:
                 quiet_since = time.monotonic()
             elif until_idle_s is not None and time.monotonic() - quiet_since >= until_idle_s:
-                if not any(self._buffers.values()):
-                    break
-                self.flush()
+                if self._shard_lanes is None:
+                    if not any(self._buffers.values()):
+                        break
+                    self.flush()
+                elif not any(self._buffers.values()) and self._shard_lanes.finished():
+                    break  # no lane has records left to read: the flush waits for them
+                else:
+                    # sent to the lanes, not waited for: a lane's cursor may have to read,
+                    # which this loop does (its errors retried, its stop heeded)
+                    self._send_buffered()
                 quiet_since = time.monotonic()
             else:
                 stop.wait(self.settings.poll_interval_s)
@@ -493,13 +692,24 @@ class StreamPoller:
         got = 0
         for state in list(self._shards.values()):
             parent = self._shards.get(state.parent_id or "")
-            if state.ended or (parent is not None and not parent.ended):
+            if state.ended or (parent is not None and not self._finished(parent)):
                 continue  # a child shard waits for its parent: order per key
             got += self._poll_shard(state)
+        if self._shard_lanes is not None:
+            for shard_id, lane in self._shard_lanes.ready():
+                got += self._catch_up(shard_id, lane)
         self.polling.set()
         return got
 
+    def _finished(self, state: _ShardState) -> bool:
+        """Read to its end, by the main reader and every lane's cursor."""
+        return state.ended and (
+            self._shard_lanes is None or self._shard_lanes.finished(state.shard_id)
+        )
+
     def _poll_shard(self, state: _ShardState) -> int:
+        if self._shard_lanes is not None and self._shard_lanes.all_detached(state.shard_id):
+            return 0  # every lane is full: nothing read now could be handed to one
         iterator = self._iterator(state)
         if iterator is None:
             return 0
@@ -536,14 +746,39 @@ class StreamPoller:
                 buffer = self._buffers[shard_id]
             buffer.append(record)
             self._buffer_bytes[shard_id] = self._buffer_bytes.get(shard_id, 0) + size
-        if last_dropped and not buffer:
-            if self._shard_lanes is not None:
-                self._shard_lanes.passed(shard_id, last_dropped)  # behind what is queued
-            else:
-                self.checkpoints.put(self.stream_arn, shard_id, last_dropped)
+        if last_dropped and not buffer and self._shard_lanes is None:
+            self.checkpoints.put(self.stream_arn, shard_id, last_dropped)
         if buffer and (len(buffer) >= capacity or self._window_over(shard_id) or state.ended):
             self._dispatch(shard_id)
+        if records and self._shard_lanes is not None and not self._buffers[shard_id]:
+            # every record read is handed or filtered out: read on after the last one
+            self._shard_lanes.resolve(shard_id, records[-1]["dynamodb"]["SequenceNumber"])
         return len(records)
+
+    def _catch_up(self, shard_id: str, lane: int) -> int:
+        """One read by a detached lane's cursor: its records to its queue (``_ShardLanes``)."""
+        lanes = self._shard_lanes
+        assert lanes is not None
+        cursor = lanes.cursor(shard_id, lane)
+        if cursor.iterator is None:
+            cursor.iterator = self._open_iterator(shard_id, cursor.after, cursor.first)
+        limit = min(self.settings.batch_size * self._lanes, MAX_RECORDS_PER_READ)
+        try:
+            page = read_page(self.streams, cursor.iterator, limit=limit)
+        except ClientError as exc:
+            if error_code(exc) in {"ExpiredIteratorException", "TrimmedDataAccessException"}:
+                cursor.iterator = None
+                return 0
+            raise
+        read: list[tuple[str, dict[str, Any] | None]] = []
+        for raw in page.records:
+            record = to_lambda_record(raw, self.stream_arn)
+            mine = _lane(record, self._lanes, self._partition_key) == lane and matches_any(
+                self.settings.filter_patterns, record
+            )
+            read.append((record["dynamodb"]["SequenceNumber"], record if mine else None))
+        lanes.catch_up(shard_id, lane, read, page.next_iterator)
+        return len(page.records)
 
     def _window_over(self, shard_id: str) -> bool:
         """Whether the shard's batching window has run out. It begins when the previous
@@ -562,13 +797,19 @@ class StreamPoller:
             self._deliver_read(shard_id, batch)
             self._window_start[shard_id] = self._clock()
 
-    def flush(self) -> None:
-        """Deliver whatever is buffered (on shutdown)."""
+    def _send_buffered(self) -> None:
         for shard_id, buffer in list(self._buffers.items()):
             if buffer:
                 self._dispatch(shard_id)
+
+    def flush(self) -> None:
+        """Deliver whatever is buffered (on shutdown); with stream shards, wait until every
+        lane is done, its cursor's records (``_ShardLanes``) read and delivered too."""
+        self._send_buffered()
         if self._shard_lanes is not None:
-            self._shard_lanes.drain()
+            while not self._shard_lanes.wait():
+                for shard_id, lane in self._shard_lanes.ready():
+                    self._catch_up(shard_id, lane)
 
     # -- delivery, retries, bisect ----------------------------------------------------
 
