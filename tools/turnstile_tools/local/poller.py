@@ -296,6 +296,14 @@ class _ShardLanes:
 
     # -- the reader's side ----------------------------------------------------------------
 
+    def resume_after(self, shard_id: str, checkpoint: str | None) -> str | None:
+        """Where the main reader (re)starts in a shard: after the last record it resolved,
+        whatever is still queued in the lanes; the checkpoint when it resolved none yet."""
+        with self.cv:
+            if shard_id not in self.resolved and checkpoint:
+                self.resolved[shard_id] = checkpoint
+            return self.resolved.get(shard_id)
+
     def queue(self, shard_id: str, records: list[tuple[int, dict[str, Any]]]) -> None:
         """The main reader's records, in read order, each to its lane; a full lane's, and
         every later one of a detached lane, skipped (its cursor reads them again)."""
@@ -601,6 +609,10 @@ class StreamPoller:
     def _iterator(self, state: _ShardState) -> str | None:
         if state.iterator is None and not state.ended:
             after = self.checkpoints.get(self.stream_arn, state.shard_id)
+            if self._shard_lanes is not None:
+                # after what the lanes were handed, not the checkpoint behind it: read from
+                # the checkpoint, what is still queued would be queued (and delivered) twice
+                after = self._shard_lanes.resume_after(state.shard_id, after)
             state.iterator = self._open_iterator(state.shard_id, after)
         return state.iterator
 
@@ -637,7 +649,9 @@ class StreamPoller:
     def run(self, stop: threading.Event, until_idle_s: float | None = None) -> None:
         """Poll until ``stop`` is set (or the stream was quiet for ``until_idle_s``).
 
-        Errors talking to the endpoint are logged and retried from the checkpoint. When
+        Errors talking to the endpoint are logged and retried from the checkpoint (with
+        stream shards, after the last record the lanes were handed: what they still hold
+        is not read, queued and delivered again). When
         the stream has been quiet for ``until_idle_s``, a batch still gathering is sent
         (its delivery is work, not quiet) before the poller stops.
         """
@@ -647,7 +661,11 @@ class StreamPoller:
             try:
                 got = self.poll_once()
             except Exception:
-                log.exception("stream poll failed; retrying from the checkpoint")
+                log.exception(
+                    "stream poll failed; reading again from the checkpoint"
+                    if self._shard_lanes is None
+                    else "stream poll failed; reading again after what the lanes were handed"
+                )
                 got = 0
                 for state in self._shards.values():
                     state.iterator = None
