@@ -326,6 +326,7 @@ def run_lineup(workload: LineupWorkload, progress: Progress) -> dict[str, Any]:
     with LocalEndpoint("lineup-inline") as endpoint, _pages_off():
         inline = _Run(endpoint, workload)
         inline.grow(inline_up_to, progress)
+        denials = endpoint.denials()
     progress.phase("lineup: with pages", workload.entries)
     with LocalEndpoint("lineup-paged") as endpoint:
         paged = _Run(endpoint, workload)
@@ -335,6 +336,7 @@ def run_lineup(workload: LineupWorkload, progress: Progress) -> dict[str, Any]:
         after_requests = paged.recount()
         final_item_bytes = typed_item_size(paged.event_item())
         pages = len(paged.page_keys())
+        denials += endpoint.denials()
     progress.finish()
     capacity, waitlist = workload.capacity, workload.waitlist
     confirmed = (workload.requests + 1) // 2
@@ -347,6 +349,8 @@ def run_lineup(workload: LineupWorkload, progress: Progress) -> dict[str, Any]:
         "never_oversold": after_requests["taken"] <= capacity
         and after_requests.get(Status.HELD, 0) + after_requests.get(Status.ACCEPTED, 0) <= capacity,
         "confirms_accepted": after_requests.get(Status.ACCEPTED, 0) == confirmed,
+        # the processor signed as its deployed role: nothing it did was refused
+        "processor_role_refused_nothing": not denials,
     }
     return {
         "method": METHOD,
@@ -361,6 +365,7 @@ def run_lineup(workload: LineupWorkload, progress: Progress) -> dict[str, Any]:
             **{k: v for k, v in after_requests.items()},
         },
         "checks": checks,
+        "denials": denials,
     }
 
 

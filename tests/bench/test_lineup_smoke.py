@@ -35,6 +35,7 @@ def test_the_lineup_read_back_is_what_the_decisions_say_and_nothing_is_oversold(
         "grown_lineup_is_what_the_decisions_say": True,
         "never_oversold": True,
         "confirms_accepted": True,
+        "processor_role_refused_nothing": True,
     }
     final = doc["final"]
     # 5 confirms, 5 cancels: each cancel's seat went to the first waiter
