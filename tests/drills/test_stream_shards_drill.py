@@ -220,17 +220,11 @@ def test_a_stuck_lane_goes_to_the_on_failure_queue_and_is_redriven_while_others_
     drill.audit_clean()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="`turnstile worker` never prints its poller's logs: cli.main's "
-    "logging.basicConfig root handler gets Powertools' SuppressFilter('turnstile') when "
-    "turnstile.handlers.stream creates Logger(service='turnstile'), and that filter drops "
-    "every record whose logger NAME CONTAINS 'turnstile' (aws_lambda_powertools/logging/"
-    "filters.py): all of turnstile_tools.*, so the lanes' 'stream shard N: delivery "
-    "failed', 'stream poll failed' and 'batch sent to the on-failure destination' are "
-    "silent",
-)
 def test_the_worker_says_when_a_lane_sends_a_batch_to_the_on_failure_queue(drill):
+    """It never did: Powertools' SuppressFilter('turnstile'), put on the root handler by
+    the stream handler's Logger, dropped every record whose logger name contains
+    'turnstile' (turnstile_tools.*); the worker's own loggers have a handler of their own
+    now (in make test: tests/e2e/test_worker_logs.py)."""
     create(drill, {"age": {"capacity": 5}})
     write_signups(drill.producer_client(), {"age": {}}, "old", 4)
     time.sleep(3)  # the records are older than the (drill's) maximum record age of 1 s

@@ -273,6 +273,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("AWS_ACCOUNT_ID_ENDPOINT_MODE", "disabled")
     _use_stream_shards(args.stream_shards)
+    _worker_logging(tracebacks=_debug(args))
     worker = Worker(_state_dir(args), from_start=args.from_start)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop_event.set())
     print(f"turnstile worker: polling {worker.poller.stream_arn} as {worker.identity}", flush=True)
@@ -291,6 +292,28 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     print(f"turnstile worker: stats {json.dumps(worker.summary())}", flush=True)
     return 0
+
+
+def _worker_logging(tracebacks: bool) -> None:
+    """The worker's own warnings and errors (its pollers', its lanes', its stack's: the
+    ``turnstile_tools`` loggers) as one short line each on stderr, an exception as its
+    type and message (its traceback with ``--debug``); the stream function's logs stay
+    Powertools' JSON on stdout, as on Lambda.
+
+    A handler of their own, as ``turnstile local`` gives them: not the root handler of
+    ``main``'s ``basicConfig``, on which the stream handler's ``Logger(service="turnstile")``
+    puts Powertools' ``SuppressFilter("turnstile")`` (so that the function's records, which
+    its own handler prints, are not printed twice), a filter that drops every record whose
+    logger name merely *contains* ``turnstile``: ``turnstile_tools.local.poller``'s too.
+    """
+    from turnstile_tools.local.console import TextFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TextFormatter(traceback=tracebacks))
+    tools = logging.getLogger("turnstile_tools")
+    tools.handlers = [handler]
+    tools.setLevel(logging.WARNING)
+    tools.propagate = False
 
 
 def cli_identity() -> str:
