@@ -398,14 +398,12 @@ def test_four_lanes_do_not_overflow_a_shared_connection_pool(four_lanes_run):
     assert "Connection pool is full" not in four_lanes_run["output"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the lanes' 'containers' share the handler module's Powertools Logger (and "
-    "Metrics): inject_lambda_context appends each invocation's context to the one "
-    "formatter, so a lane's 'batch processed' line carries another lane's "
-    "function_request_id",
-)
 def test_each_lane_invocation_logs_under_its_own_request_id(four_lanes_run):
+    """It did not: inject_lambda_context appends each invocation's context to the one
+    formatter the lanes' 'containers' share, so a lane's 'batch processed' line carried
+    another lane's function_request_id; in_container puts it in Powertools' thread-safe
+    keys now (in make test, whatever the lanes' pace:
+    tests/integration/test_local_containers_logs.py)."""
     batches = [
         json.loads(line)
         for line in four_lanes_run["output"].splitlines()

@@ -6,10 +6,12 @@ import base64
 import gc
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.logging.lambda_context import build_lambda_context_model
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
@@ -184,16 +186,31 @@ def _freeze_container() -> None:
         gc.freeze()
 
 
+#: The processors ``in_container`` ran an invocation with: their containers are warm.
+_warm: weakref.WeakSet[StreamProcessor] = weakref.WeakSet()
+
+
 def in_container(
     processor: StreamProcessor, event: dict[str, Any], context: LambdaContext
 ) -> dict[str, Any]:
     """``handler`` with ``processor`` as its container's (this thread's, for this call): how
     one process runs concurrent invocations, each with a processor of its own, as Lambda
-    runs them in containers of their own (never two calls on one processor at once)."""
+    runs them in containers of their own (never two calls on one processor at once).
+
+    Its log lines carry its own invocation's context (request id, ...) and its container's
+    cold start, as Powertools' thread-safe keys of this thread: they win over the keys
+    ``inject_lambda_context`` appends to the one formatter every container of the process
+    shares, which another container's invocation may have replaced meanwhile."""
     _container.processor = processor
+    cold_start = processor not in _warm
+    _warm.add(processor)
+    logger.thread_safe_append_keys(
+        cold_start=cold_start, **build_lambda_context_model(context).__dict__
+    )
     try:
         return handler(event, context)
     finally:
+        logger.thread_safe_clear_keys()
         _container.processor = None
 
 

@@ -301,8 +301,16 @@ class Worker:
                 # Drills: a smaller retry budget, so faults reach failed groups and retries.
                 store_kwargs["max_attempts"] = int(os.environ["TURNSTILE_STORE_MAX_ATTEMPTS"])
             self.store = SignupStore(main_client, **store_kwargs)
-            stream_module._processor = counting_processor(self.store, self.decisions, on_decided)
-            handler = stream_module.handler
+            own = stream_module._processor = counting_processor(
+                self.store, self.decisions, on_decided
+            )
+
+            def own_container(event: dict[str, Any], context: Any) -> Any:
+                # A container too (the wake-ups', and every record's without lanes): its
+                # log lines carry its own invocation's request id, never a lane's.
+                return stream_module.in_container(own, event, context)
+
+            handler = own_container
             if stream_shards > 1:
                 # A container per emulated shard: a processor (and a store) of its own.
                 containers = threading.local()
