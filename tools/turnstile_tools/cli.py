@@ -721,7 +721,8 @@ def _port(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    """A number of seconds to wait: whole or decimal, 0 or more (not -5, nan, inf, 1e3)."""
+    """A number of seconds (to wait, an age, a lease, ...): whole or decimal, 0 or more (not
+    -5, nan, inf, 1e3); every option given in seconds takes it (``SECONDS``)."""
     seconds = float(text) if re.fullmatch(r"\d+(\.\d*)?|\.\d+", text.strip()) else -1.0
     if not 0 <= seconds < math.inf:  # 400 digits are a float too: inf
         raise ValueError(f"not a number of seconds, 0 or more (such as 10 or 2.5): {text!r}")
@@ -1078,7 +1079,7 @@ def _local(ctx: click.Context, **params: Any) -> int:
 )
 @option(
     "--until-idle",
-    type=float,
+    type=SECONDS,
     metavar="SECONDS",
     default_text="never: until stopped",
     help="exit once the stream has had nothing new for SECONDS",
@@ -1333,7 +1334,7 @@ def _status(ctx: click.Context, **params: Any) -> int:
 @option("--json", "as_json", is_flag=True, help="the same as --output json")
 @option(
     "--pending-grace",
-    type=float,
+    type=SECONDS,
     default=300,
     metavar="SECONDS",
     help="a signup pending longer than this breaks invariant 4",
@@ -1365,28 +1366,28 @@ def _audit(ctx: click.Context, as_json: bool, **params: Any) -> int:
 )
 @option(
     "--min-age",
-    type=float,
+    type=SECONDS,
     default=300,
     metavar="SECONDS",
     help="re-emit only records undecided for longer than this",
 )
 @option(
     "--lease",
-    type=float,
+    type=SECONDS,
     default=120,
     metavar="SECONDS",
     help="the sweeper's lease: another sweeper may take over a run silent this long",
 )
 @option(
     "--max-run",
-    type=float,
+    type=SECONDS,
     default=180,
     metavar="SECONDS",
     help="stop re-emitting after SECONDS; the next run does the rest",
 )
 @option(
     "--full-scan-every",
-    type=float,
+    type=SECONDS,
     default=86_400,
     metavar="SECONDS",
     help="read the whole intake table, not just the index of marked records, when the last "
@@ -1428,7 +1429,7 @@ def _sweep(ctx: click.Context, **params: Any) -> int:
 )
 @option(
     "--wait",
-    type=float,
+    type=SECONDS,
     default=60,
     metavar="SECONDS",
     help="wait up to SECONDS for the re-emitted records to be decided",
