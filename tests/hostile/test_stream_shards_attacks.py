@@ -119,10 +119,29 @@ class FlakyStreams:
         return self._client.get_records(**kwargs)
 
 
-def lanes_poller(aws: Any, tmp_path: Any, handler: Any, streams: Any = None, **settings: Any):
+class UnwritableOnce(RecordingCheckpoints):
+    """Checkpoints whose first write fails (the state directory's disk full a moment)."""
+
+    refused = 0
+
+    def put(self, stream_arn: str, shard_id: str, sequence_number: str) -> None:
+        if not self.refused:
+            self.refused += 1
+            raise OSError(28, "No space left on device")
+        super().put(stream_arn, shard_id, sequence_number)
+
+
+def lanes_poller(
+    aws: Any,
+    tmp_path: Any,
+    handler: Any,
+    streams: Any = None,
+    store: type[RecordingCheckpoints] = RecordingCheckpoints,
+    **settings: Any,
+):
     client = aws.client("dynamodb")
     arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
-    checkpoints = RecordingCheckpoints(tmp_path / "checkpoints.json")
+    checkpoints = store(tmp_path / "checkpoints.json")
     poller = StreamPoller(
         handler,
         streams or aws.client("dynamodbstreams"),
@@ -412,6 +431,33 @@ def test_a_stop_waits_for_the_batches_in_flight_not_for_every_queued_one(aws, tm
     # THEN the batch in flight ends, and nothing more is invoked (a restart delivers the
     # rest again: the checkpoint is behind them)
     assert len(handler.delivered(SLOW)) <= 2, handler.delivered(SLOW)
+
+
+def test_a_checkpoint_that_cannot_be_written_stops_no_lane(aws, tmp_path):
+    """A lane's worker writes the checkpoint after its batch: a failed write is logged, and
+    the next batch's writes it (a crash meanwhile delivers those records again); it used to
+    end the lane's thread, whose records were then never delivered."""
+    handler = GatedHandler()
+    handler.go.set()
+    poller, client, checkpoints = lanes_poller(
+        aws, tmp_path, handler, store=UnwritableOnce, batch_size=2
+    )
+    for i in range(6):  # three batches of the slow key's lane
+        client.put_item(
+            TableName=INTAKE_TABLE.name,
+            Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i}"}},
+        )
+    thread, stop = run_in_thread(poller)
+    try:
+        until(lambda: len(handler.delivered(SLOW)) == 6, "every record delivered")
+        last = max(int(k[2]) for k in handler.delivered(SLOW))
+        until(lambda: checkpoints.puts[-1:] == [last], "the checkpoint at the last record")
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert checkpoints.refused == 1
+    assert [k[1] for k in handler.delivered(SLOW)] == [f"s{i}" for i in range(6)]
 
 
 class FlakyQueue:

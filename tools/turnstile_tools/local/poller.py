@@ -470,7 +470,14 @@ class _ShardLanes:
         last = self.checkpointed[shard_id]
         if last is not None and int(target) <= int(last):
             return
-        self.poller.checkpoints.put(self.poller.stream_arn, shard_id, target)
+        try:
+            self.poller.checkpoints.put(self.poller.stream_arn, shard_id, target)
+        except Exception:
+            # Not written (the state directory's disk full, say): the records are delivered,
+            # and the next advance writes a checkpoint past them (a crash meanwhile delivers
+            # them again). Raised here, it would end a lane's thread, its records undelivered.
+            log.exception("stream shard checkpoint %s not written; written later", target)
+            return
         self.checkpointed[shard_id] = target
 
     # -- the lanes' side --------------------------------------------------------------------
