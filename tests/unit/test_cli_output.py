@@ -194,3 +194,32 @@ def test_a_denial_is_a_violation_line():
     denial = {"role": "stream", "denied": "dynamodb:PutItem on turnstile-main"}
     text = cli.audit_table(report([], {**NEW_TOTALS, "violations": 1}, [denial]))
     assert "  VIOLATION access denied to the stream role: dynamodb:PutItem" in text
+
+
+def test_a_sharded_event_is_one_row_summed_over_its_shards_then_a_row_a_shard():
+    def part(event_id: str, capacity: int, taken: int, counts: dict, pending: int = 0) -> dict:
+        return {
+            **NEW_EVENTS[0],
+            "event_id": event_id,
+            "capacity": capacity,
+            "taken": taken,
+            "status_counts": counts,
+            "pending": pending,
+        }
+
+    events = [
+        part("drop", 10, 6, {}),  # the pool: no decision item is under its own key
+        part("drop#00", 0, 0, {"REJECTED": 2}, pending=1),
+        part("drop#01", 4, 4, {"ACCEPTED": 3, "HELD": 1}),
+        part("drop#02", 2, 2, {"ACCEPTED": 2}),
+        part("solo", 2, 1, {"ACCEPTED": 1}),
+    ]
+    lines = cli.audit_table(report(events, NEW_TOTALS)).splitlines()
+    assert lines[:6] == [
+        "event  capacity  taken  held  accepted  waitlisted  rejected  pending  parked",
+        "drop         10      6     1         5           0         2        1       0",
+        "  #00         0      0     0         0           0         2        1       0",
+        "  #01         4      4     1         3           0         0        0       0",
+        "  #02         2      2     0         2           0         0        0       0",
+        "solo          2      1     0         1           0         0        0       0",
+    ]

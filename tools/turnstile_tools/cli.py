@@ -41,7 +41,7 @@ from botocore.exceptions import (
 from click.core import ParameterSource
 
 from turnstile.base.clock import utc_now
-from turnstile.base.contract import Attr, Status
+from turnstile.base.contract import Attr, Status, split_shard_key
 from turnstile.base.errors import TurnstileError
 from turnstile_tools import output
 from turnstile_tools.client import ApiError, ApiUnreachableError, NotTurnstileApiError
@@ -576,26 +576,49 @@ def _parked(counts: Mapping[str, Any]) -> int:
 
 
 def audit_rows(report: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The audit table's rows (``AUDIT_COLUMNS``), read from ``AuditReport.to_dict()``."""
+    """The audit table's rows (``AUDIT_COLUMNS``), read from ``AuditReport.to_dict()``.
+
+    A sharded event is one row, its seats and signups summed over its shards (their
+    decision items are under the shards' keys, none under the event's own), followed by a
+    row per shard, indented, named ``#<shard>``, its capacity the seats dealt to it."""
+    events = list(report.get("events", []))
+    shards_of: dict[str, list[Mapping[str, Any]]] = {}
+    for e in events:
+        split = split_shard_key(str(e.get("event_id")))
+        if split is not None:
+            shards_of.setdefault(split[0], []).append(e)
+
+    def row(name: str, e: Mapping[str, Any], parts: list[Mapping[str, Any]]) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for part in [e, *parts]:
+            for status, n in _status_counts(part).items():
+                counts[status] = counts.get(status, 0) + n
+        if len(name) > AUDIT_EVENT_WIDTH:
+            name = name[: AUDIT_EVENT_WIDTH - 3] + "..."
+        return {
+            "event": name,
+            "capacity": e.get("capacity"),
+            "taken": e.get("taken"),
+            "held": counts.get(Status.HELD, 0),
+            "accepted": counts.get(Status.ACCEPTED, 0),
+            "waitlisted": counts.get(Status.WAITLISTED, 0),
+            "rejected": counts.get(Status.REJECTED, 0),
+            "pending": sum(int(p.get("pending", 0) or 0) for p in [e, *parts]),
+            "parked": sum(_parked(p) for p in [e, *parts]),
+        }
+
     rows = []
-    for e in report.get("events", []):
-        counts = _status_counts(e)
+    for e in events:
         event_id = str(e.get("event_id"))
-        if len(event_id) > AUDIT_EVENT_WIDTH:
-            event_id = event_id[: AUDIT_EVENT_WIDTH - 3] + "..."
-        rows.append(
-            {
-                "event": event_id,
-                "capacity": e.get("capacity"),
-                "taken": e.get("taken"),
-                "held": counts.get(Status.HELD, 0),
-                "accepted": counts.get(Status.ACCEPTED, 0),
-                "waitlisted": counts.get(Status.WAITLISTED, 0),
-                "rejected": counts.get(Status.REJECTED, 0),
-                "pending": e.get("pending", 0),
-                "parked": _parked(e),
-            }
-        )
+        split = split_shard_key(event_id)
+        if split is not None and any(p.get("event_id") == split[0] for p in events):
+            continue  # shown under its event
+        parts = sorted(shards_of.get(event_id, []), key=lambda p: str(p.get("event_id")))
+        rows.append(row(event_id, e, parts))
+        for part in parts:
+            shard = split_shard_key(str(part.get("event_id")))
+            assert shard is not None
+            rows.append(row(f"  #{shard[1]:02d}", part, []))
     return rows
 
 
