@@ -74,6 +74,9 @@ def decode_lineup(blob: Any) -> tuple[tuple[Hold, ...], tuple[Waiting, ...]]:
 # entries take the greatest keys, so they join the last page, and a new page starts once
 # it holds ``PAGE_ENTRIES``: a commit rewrites the pages its changes touch (the tail, and
 # the pages a confirm, a cancel or a lapse took an entry from), never the whole lineup.
+# A page left small is merged with a neighbour when the two fit one page, so a lineup
+# thinned out keeps few pages, not one for each entry left (``_merge``); a page past its
+# size is cut (``_split``): the tail, or one that entries joined out of key order.
 # The event item keeps the directory (``Pages``): each page's first key and the version of
 # the commit that wrote it, which is how a reader knows a page it holds is current.
 
@@ -84,7 +87,8 @@ def decode_lineup(blob: Any) -> tuple[tuple[Hold, ...], tuple[Waiting, ...]]:
 INLINE_BYTES = 8192
 #: A lineup of more entries than this is not even encoded whole: it is paged.
 MAX_ENCODED_ENTRIES = 2000
-#: The most entries a page is given at the tail (a middle page only shrinks).
+#: The most entries a page is given (at the tail; a middle page shrinks, or takes its
+#: neighbour's entries when they fit).
 PAGE_ENTRIES = 100
 HOLDS, WAITING = "h", "w"
 
@@ -213,9 +217,11 @@ def plan_pages(
         touched = _touched(pages, was, now, contents) if pages and contents else None
         if touched is None:
             old_pages = _assigned(pages, was) if pages else {}
-            new_pages = _split_tail(_assigned(pages, now) if pages else {}, now, pages)
+            new_pages = _split(_assigned(pages, now) if pages else {}, now, pages)
         else:
             old_pages, new_pages = touched
+        if pages:
+            _merge(pages, old_pages, new_pages, contents if touched is not None else None)
         kept: list[Page] = []
         for page in pages:
             if touched is not None and page.first not in new_pages and page.first in old_pages:
@@ -246,7 +252,7 @@ def _touched(
     contents: Callable[[Page], Sequence[Any] | None],
 ) -> tuple[dict[int, list[Any]], dict[int, list[Any]]] | None:
     """The pages entries left or joined: their entries before and after (a page emptied is
-    absent after), with the last one cut as ``_split_tail`` does; None when ``contents``
+    absent after), each cut as ``_split`` cuts a page past its size; None when ``contents``
     cannot tell a touched page's entries. An entry the engine kept is the same object
     before and after, so what changed is found without hashing every entry."""
     kept_ids = {id(e) for e in now}
@@ -274,9 +280,7 @@ def _touched(
         after[page_of(entry)].append(entry)
     for first in after:
         after[first].sort(key=entry_key)
-    last = pages[-1].first
-    if last in after:
-        after = _split_tail(after, (), pages)
+    after = _split(after, (), pages)
     return before, {first: entries for first, entries in after.items() if entries}
 
 
@@ -291,23 +295,86 @@ def _assigned(pages: Sequence[Page], entries: Sequence[Any]) -> dict[int, list[A
     return out
 
 
-def _split_tail(
+def _split(
     assigned: dict[int, list[Any]], entries: Sequence[Any], pages: Sequence[Page]
 ) -> dict[int, list[Any]]:
-    """The pages with the last one cut into pages of ``PAGE_ENTRIES`` (all of them, when
-    there were no pages before)."""
+    """``entries`` in pages of ``PAGE_ENTRIES`` when there were no pages before; else the
+    pages of ``assigned`` (each page's entries, in key order) with each one past
+    ``PAGE_ENTRIES`` cut into pages of that many: the tail, where new entries join, or any
+    page entries joined out of key order (a waiting signup whose arrival is below the last
+    page's first key: records of one event decided out of stream order). The cut pages
+    start at keys above the page's own first key, so no key names two pages: the entries
+    keyed at or below it (only the first page has any below) stay in the page."""
     if not pages:
         ordered = sorted(entries, key=entry_key)
         return {
             entry_key(ordered[i]): ordered[i : i + PAGE_ENTRIES]
             for i in range(0, len(ordered), PAGE_ENTRIES)
         }
-    last = pages[-1].first
-    tail = assigned.get(last)
-    if tail is None or len(tail) <= PAGE_ENTRIES:
-        return assigned
     out = dict(assigned)
-    out[last] = tail[:PAGE_ENTRIES]
-    for i in range(PAGE_ENTRIES, len(tail), PAGE_ENTRIES):
-        out[entry_key(tail[i])] = tail[i : i + PAGE_ENTRIES]
+    for first, held in assigned.items():
+        if len(held) <= PAGE_ENTRIES:
+            continue
+        low = [e for e in held if entry_key(e) <= first]
+        rest = [e for e in held if entry_key(e) > first]
+        room = max(PAGE_ENTRIES - len(low), 0)
+        out[first] = low + rest[:room]
+        for i in range(room, len(rest), PAGE_ENTRIES):
+            out[entry_key(rest[i])] = rest[i : i + PAGE_ENTRIES]
     return out
+
+
+def _merge(
+    pages: Sequence[Page],
+    old_pages: dict[int, list[Any]],
+    new_pages: dict[int, list[Any]],
+    contents: Callable[[Page], Sequence[Any] | None] | None,
+) -> None:
+    """Merge, in place, each two neighbouring pages whose entries fit one page
+    (``PAGE_ENTRIES``) when one of them changed, or a page emptied between them: the right
+    one's entries join the left one (whose key range they continue), and the right one is
+    deleted. Without it, a lineup thinned out (confirms, cancels, lapses taking most of
+    each page) would keep a page for each entry left: a directory as long as the lineup,
+    and a commit touching as many pages as entries (past a transaction's 100 items). With
+    it, no two neighbours fit one page: at most about two pages for each ``PAGE_ENTRIES``
+    entries.
+
+    ``old_pages``/``new_pages``: the entries before and after of the pages the commit
+    touched (every page, when ``contents`` is None); an untouched page a merge takes part
+    in is added to both. ``contents``: an untouched page's entries (None when it cannot
+    tell: that page takes part in no merge)."""
+    changed = {
+        first
+        for first in old_pages.keys() | new_pages.keys()
+        if old_pages.get(first) != new_pages.get(first)
+    }
+    if not changed:
+        return
+    by_first = {p.first: p for p in pages}
+    gone = sorted(first for first in changed if first not in new_pages)
+    surviving = sorted({p.first for p in pages if p.first not in changed} | set(new_pages))
+
+    def entries_of(first: int) -> list[Any] | None:
+        if first in new_pages:
+            return new_pages[first]
+        held = contents(by_first[first]) if contents is not None else None
+        return None if held is None else sorted(held, key=entry_key)
+
+    left: int | None = None
+    for first in surviving:
+        if left is not None and (
+            left in changed
+            or first in changed
+            or bisect.bisect_left(gone, left) != bisect.bisect_left(gone, first)
+        ):
+            a, b = entries_of(left), entries_of(first)
+            if a is not None and b is not None and len(a) + len(b) <= PAGE_ENTRIES:
+                if left in by_first:
+                    old_pages.setdefault(left, a)
+                if first in by_first:
+                    old_pages.setdefault(first, b)
+                new_pages[left] = sorted([*a, *b], key=entry_key)
+                new_pages.pop(first, None)
+                changed.add(left)
+                continue
+        left = first
