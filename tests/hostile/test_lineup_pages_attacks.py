@@ -9,6 +9,13 @@ what it stands for at the real scale.
 
 FOUND AND FIXED (each test failed before its fix):
 
+* a lineup thinned out (most entries of each page confirmed, cancelled or lapsed: a
+  page left for each straggler), once short enough for the event item, tried to delete
+  every page in the commit that brought it back: past a transaction's 100 items, that
+  commit could never be written, nor any later one, and the event stayed parked for good
+  (at the real scale: a hundred stragglers in a hundred pages, under 4 KB encoded). A
+  short lineup now stays in pages until the pages fit the transaction
+  (``test_found_a_thinned_lineup_short_enough_for_the_item_could_never_leave_its_pages``);
 * pages never merged: a thinned lineup kept a page per straggler, so one cancel freeing
   seats for waiters spread over as many pages touched more pages than a transaction holds
   (the cancel's promotions are not bounded: parked for good), and the directory could grow
@@ -206,6 +213,42 @@ def fresh(store: SignupStore, clock: Clock, **kwargs: Any) -> StreamProcessor:
     return StreamProcessor(
         SignupStore(store.dynamo.client, sleep=lambda _: None), clock=clock, **kwargs
     )
+
+
+# =====================================================================================
+# FOUND AND FIXED
+# =====================================================================================
+
+
+def test_found_a_thinned_lineup_short_enough_for_the_item_could_never_leave_its_pages(
+    store, monkeypatch
+):
+    """25 pages of one straggler each (at the real scale: 100 or more), then the lineup is
+    short enough for the item (under half ``INLINE_BYTES``): the commit bringing it back
+    deleted every page, past the transaction's 16 items (100), and failed every time. The
+    pages were thinned as a version without merging left them (an event thinned before
+    this one was deployed), then merging is back on."""
+    scaled(store, monkeypatch, page=4, inline=600, items=16)
+    merge = lineup_module._merge
+    monkeypatch.setattr(lineup_module, "_merge", lambda *args: None)
+    clock, feed = Clock(), Feed()
+    make_event(store, "thin", 100, hold_seconds=600)
+    proc = StreamProcessor(store, clock=clock)
+    ids = [uid(i) for i in range(100)]
+    hold_all(proc, feed, "thin", ids)
+    ok(proc.process([feed.request("thin", s, "confirm") for i, s in enumerate(ids) if i % 4]))
+    assert len(pages_of(store, "thin")) == 25  # a page for each of 25 stragglers
+    monkeypatch.setattr(lineup_module, "_merge", merge)
+    stragglers = ids[::4]
+    encoded = len(encode_lineup(store.load_lineup(store.get_event("thin")).event.holds[8:], ()))
+    assert encoded <= 300  # short enough for the item once 8 more are confirmed
+    ok(proc.process([feed.request("thin", s, "confirm") for s in stragglers[:8]]))
+    assert sound(store, "thin", clock) == (17, 0)
+    # every other hold lapses: back on the item, no page left
+    clock.advance(601)
+    ok(fresh(store, clock).process([feed.wake("thin")]))
+    assert sound(store, "thin", clock) == (0, 0)
+    assert directory(store, "thin") is None and pages_of(store, "thin") == {}
 
 
 def test_found_a_cancel_promoting_waiters_over_thinned_pages_parked_its_event_for_good(

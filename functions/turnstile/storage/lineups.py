@@ -168,19 +168,28 @@ class LineupPages:
         remembered[event_id] = (key, whole)
 
     def _lineup_write(
-        self, expected: Event, after: Event, lifecycle: Mapping[str, Any], version: int
+        self,
+        expected: Event,
+        after: Event,
+        lifecycle: Mapping[str, Any],
+        version: int,
+        room: int | None = None,
     ) -> LineupWrite:
         """What the commit at ``version`` of ``expected`` writes of the lineup ``after``
         leaves: on the item while short (``lifecycle``'s own, as before pages), else the
-        pages it changes."""
+        pages it changes. ``room``: the page puts and deletes the commit's transaction has
+        room for (None: no bound); a short lineup whose pages are more than that many
+        stays in pages (a commit that deleted them all could never be written) until its
+        own changes have emptied enough of them."""
         read = self._directories().get(expected.event_id)
         before = read[1] if read is not None and read[0] == expected.version else None
         lineup = lifecycle.get(Attr.LINEUP)
         encoded = None if lifecycle.get(Attr.LINEUP_PAGES) else len(lineup or b"")
         if not is_paged(before, encoded):
-            if before is not None:  # back on the item: every page goes
+            if before is None:
+                return LineupWrite(expected.event_id, None, lineup)
+            if room is None or len(before.all()) <= room:  # back on the item: every page goes
                 return LineupWrite(expected.event_id, PagePlan(None, (), before.all()), lineup)
-            return LineupWrite(expected.event_id, None, lineup)
         held = self._held_pages()
         event_id = expected.event_id
 

@@ -280,8 +280,18 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
         )
         blob = journal.encoded
         lifecycle = dict(outcome.lifecycle or {})
+        split = split_shard_key(expected.event_id)
+        # A shard giving seats back tells its pool, in the same transaction (Pool.full).
+        frees = split is not None and outcome.state.taken < expected.taken
         write = (
-            self._lineup_write(expected, outcome.state, lifecycle, journal.version)
+            self._lineup_write(
+                expected,
+                outcome.state,
+                lifecycle,
+                journal.version,
+                # what the transaction has room for beside the event item and the escrow's
+                room=MAX_TRANSACTION_ITEMS - 1 - len(takes) - int(frees),
+            )
             if outcome.lifecycle is not None
             else None
         )
@@ -367,9 +377,6 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
-        split = split_shard_key(expected.event_id)
-        # A shard giving seats back tells its pool, in the same transaction (Pool.full).
-        frees = split is not None and outcome.state.taken < expected.taken
         page_actions = write.actions(self.control_table) if write is not None else []
         items = 1 + len(takes) + int(frees) + len(page_actions)
         paged = sum(len(blob) for _, blob in write.plan.writes) if write and write.plan else 0
