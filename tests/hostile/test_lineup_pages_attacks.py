@@ -27,7 +27,11 @@ FOUND AND FIXED (each test failed before its fix):
   stream order (two processors, a split partition: docs/arrival-order.md) with arrivals
   below the first page's key made the cut name that key twice, and the first page's
   entries were silently dropped from the lineup while their items said WAITLISTED
-  (``test_found_waiters_arriving_below_the_first_pages_key_were_lost``).
+  (``test_found_waiters_arriving_below_the_first_pages_key_were_lost``);
+* a warm processor kept a waitlist joined out of arrival order in the order it joined,
+  while every read of the pages gives arrival order: which signup a freed seat went to
+  depended on which container decided
+  (``test_found_a_warm_and_a_cold_processor_promoted_different_waiters``).
 
 Invariants checked after each attack (``sound``): the lineup a cold store reads is what the
 decision items say (every HELD signup holds, every WAITLISTED one waits, in arrival order),
@@ -350,6 +354,32 @@ def test_found_waiters_arriving_below_the_first_pages_key_were_lost(store, monke
     clock.advance(601)
     ok(proc.process([feed.wake("late")]))
     assert sound(store, "late", clock) == (15, 0)
+
+
+def test_found_a_warm_and_a_cold_processor_promoted_different_waiters(store, monkeypatch):
+    """x (arrival 9000) was decided before y (8000): another processor's records, or a split
+    partition's. The warm processor kept them in the order they joined, every read of the
+    pages gives arrival order: a freed seat went to x if the container was warm, to y if
+    cold. Both give it to y now, as the pages say."""
+    scaled(store, monkeypatch, page=4, inline=300)
+    clock, feed = Clock(), Feed()
+    promoted = {}
+    for event_id, warm in (("warm", True), ("cold", False)):
+        make_event(store, event_id, 2, waitlist=100)
+        proc = StreamProcessor(store, clock=clock)
+        ok(proc.process([feed.at(100).signup(event_id, "seat"), feed.signup(event_id, "seat2")]))
+        feed.at(200)
+        ok(proc.process([feed.signup(event_id, uid(i), seats=2) for i in range(30)]))
+        ok(proc.process([feed.at(9000).signup(event_id, "x")]))
+        ok(proc.process([feed.at(8000).signup(event_id, "y")]))
+        assert directory(store, event_id) is not None
+        deciding = proc if warm else fresh(store, clock)
+        ok(deciding.process([feed.at(9500).request(event_id, "seat", "cancel")]))
+        promoted[event_id] = [
+            s for s in ("x", "y") if statuses(store, event_id, s)[0] == Status.ACCEPTED
+        ]
+        sound(store, event_id, clock)
+    assert promoted == {"warm": ["y"], "cold": ["y"]}
 
 
 # -- the planner, whatever a lineup goes through -------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 from turnstile.base.contract import Attr, ControlKey
@@ -213,7 +214,13 @@ class LineupPages:
         if write.plan is None:
             return
         if write.plan.pages is not None:
-            whole = (after.holds, after.waiting)
+            # as a read of these pages joins it: a waitlist joined out of arrival order (an
+            # event's records decided out of stream order) is in arrival order once paged,
+            # whichever processor decides next, warm or cold
+            waiting = after.waiting
+            if any(int(a.arrival) > int(b.arrival) for a, b in pairwise(waiting)):
+                waiting = joined((), waiting)[1]
+            whole = (after.holds, waiting)
             self._remember_joined(write.event_id, _directory_key(write.plan.pages), whole)
         held = self._held_pages()
         for page in write.plan.deletes:
