@@ -31,7 +31,11 @@ FOUND AND FIXED (each test failed before its fix):
 * a warm processor kept a waitlist joined out of arrival order in the order it joined,
   while every read of the pages gives arrival order: which signup a freed seat went to
   depended on which container decided
-  (``test_found_a_warm_and_a_cold_processor_promoted_different_waiters``).
+  (``test_found_a_warm_and_a_cold_processor_promoted_different_waiters``);
+* a page missing (or older than the directory names) under an event item still at the
+  version read was taken for a later commit: read again 20 times, then parked as a
+  ``CommitConflictError``; it is parked at once now, as ``LineupPageError``
+  (``test_found_a_missing_page_was_read_again_twenty_times_as_a_conflict``).
 
 Invariants checked after each attack (``sound``): the lineup a cold store reads is what the
 decision items say (every HELD signup holds, every WAITLISTED one waits, in arrival order),
@@ -380,6 +384,40 @@ def test_found_a_warm_and_a_cold_processor_promoted_different_waiters(store, mon
         ]
         sound(store, event_id, clock)
     assert promoted == {"warm": ["y"], "cold": ["y"]}
+
+
+def test_found_a_missing_page_was_read_again_twenty_times_as_a_conflict(store, monkeypatch):
+    """A page deleted under its directory (by hand; no commit leaves one so): the event is
+    parked at once as ``LineupPageError``, not read again 20 times and parked as a
+    conflict (an operator would look for contention); the others are decided; put back,
+    the event is released and decided from the whole lineup."""
+    scaled(store, monkeypatch, page=4, inline=300)
+    clock, feed = Clock(), Feed()
+    make_event(store, "torn", 40, hold_seconds=600)
+    make_event(store, "fine", 5)
+    proc = StreamProcessor(store, clock=clock)
+    hold_all(proc, feed, "torn", [uid(i) for i in range(30)])
+    pages = pages_of(store, "torn")
+    sk = sorted(pages)[1]
+    pk = ControlKey.lineup_page("torn", "h", 0)[0]
+    key = {"pk": {"S": pk}, "sk": {"S": sk}}
+    saved = store.dynamo.call(
+        "get_item", TableName=store.control_table, Key=key, ConsistentRead=True
+    )["Item"]
+    store.dynamo.call("delete_item", TableName=store.control_table, Key=key)
+    cold = fresh(store, clock)
+    result = cold.process([feed.signup("torn", "next"), feed.signup("fine", "other")])
+    assert result.parked_events == [("torn", "LineupPageError")]
+    assert result.conflicts == 0
+    assert statuses(store, "torn", "next") + statuses(store, "fine", "other") == [
+        None,
+        Status.ACCEPTED,
+    ]
+    # put back: released, in order, from the whole lineup
+    store.dynamo.call("put_item", TableName=store.control_table, Item=saved)
+    ok(cold.process([feed.wake("torn")]))
+    assert statuses(store, "torn", "next") == [Status.HELD]
+    assert sound(store, "torn", clock) == (31, 0)
 
 
 # -- the planner, whatever a lineup goes through -------------------------------------------

@@ -38,10 +38,10 @@ from turnstile.engine.lineup import (
     joined,
     plan_pages,
 )
-from turnstile.storage.dynamo import control_key
+from turnstile.storage.dynamo import control_key, event_key
 from turnstile.storage.events import EventRecord
 
-__all__ = ["MAX_PAGES_HELD", "PAGED_LINEUP", "LineupPages", "LineupWrite"]
+__all__ = ["MAX_PAGES_HELD", "PAGED_LINEUP", "LineupPageError", "LineupPages", "LineupWrite"]
 
 #: ``Attr.LINEUP`` of an event item whose lineup is in pages: not a lineup any version
 #: reads (``decode_lineup`` refuses it), so an older processor parks the event.
@@ -128,13 +128,16 @@ class LineupPages:
             for page in wanted:
                 sk = ControlKey.lineup_page(event_id, page.kind, page.first)[1]
                 item = found.get(sk)
-                written = int(item[PAGE_VERSION]["N"]) if item is not None else None
+                written = _page_version(item)
                 if written != page.version:
-                    raise CommitConflictError(
-                        f"event {event_id!r}: lineup page {sk} is at version {written}, the "
-                        f"event item read names {page.version}: a later commit"
-                    )
-                entries = decode_page(page.kind, item[PAGE_ENTRIES_ATTR]["B"])
+                    raise self._torn(event_id, version, sk, written, page.version)
+                try:
+                    entries = decode_page(page.kind, item[PAGE_ENTRIES_ATTR]["B"])
+                except Exception as exc:
+                    raise LineupPageError(
+                        f"event {event_id!r}: lineup page {sk} (version {written}) cannot "
+                        f"be read ({type(exc).__name__}: {exc})"[:512]
+                    ) from exc
                 held[(event_id, page.kind, page.first)] = (page.version, entries)
         key = _directory_key(record.pages)
         last = self._joined().get(event_id)
@@ -150,6 +153,31 @@ class LineupPages:
             self._remember_joined(event_id, key, whole)
         event = replace(record.event, holds=whole[0], waiting=whole[1])
         return replace(record, event=event, lineup_error=None)
+
+    def _torn(
+        self, event_id: str, version: int, sk: str, written: int | None, named: int
+    ) -> Exception:
+        """What a page found at another version than the directory read names (``written``;
+        None: no such page, or no version) means. A later commit rewrote it, or emptied and
+        deleted it: the event is read again (``CommitConflictError``), never decided from
+        a lineup of two versions. But a page older than named, or missing, while the event
+        item is still at the version read, is one no commit left so (deleted or written by
+        hand): ``LineupPageError``, and the event is parked at once, not read again until
+        the processor gives up."""
+        if written is None or written < named:
+            current = self.dynamo.get(self.control_table, event_key(event_id))
+            moved = current is None or _whole(current.get(Attr.VERSION, 0)) != version
+            if not moved:
+                what = "missing" if written is None else f"at version {written}"
+                return LineupPageError(
+                    f"event {event_id!r}: lineup page {sk} is {what}, and the event item "
+                    f"still names version {named} at the version read ({version}): the page "
+                    "was not left so by a commit"
+                )
+        return CommitConflictError(
+            f"event {event_id!r}: lineup page {sk} is at version {written}, the "
+            f"event item read names {named}: a later commit"
+        )
 
     def _joined(
         self,
@@ -230,6 +258,25 @@ class LineupPages:
                 page.version,
                 decode_page(page.kind, blob),
             )
+
+
+class LineupPageError(ValueError):
+    """A lineup page no commit left as it is (missing, older than its directory names, or
+    unreadable): the processor parks the event rather than decide from it."""
+
+
+def _page_version(item: Mapping[str, Any] | None) -> int | None:
+    """A page item's version (typed), None when there is no item or no number."""
+    value = (item or {}).get(PAGE_VERSION)
+    number = value.get("N") if isinstance(value, Mapping) else None
+    return _whole(number)
+
+
+def _whole(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError, ArithmeticError):
+        return None
 
 
 def _directory_key(pages: Pages) -> tuple[Any, ...]:
