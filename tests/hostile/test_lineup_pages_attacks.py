@@ -35,7 +35,12 @@ FOUND AND FIXED (each test failed before its fix):
 * a page missing (or older than the directory names) under an event item still at the
   version read was taken for a later commit: read again 20 times, then parked as a
   ``CommitConflictError``; it is parked at once now, as ``LineupPageError``
-  (``test_found_a_missing_page_was_read_again_twenty_times_as_a_conflict``).
+  (``test_found_a_missing_page_was_read_again_twenty_times_as_a_conflict``);
+* a step whose lapses and promotions, as many of each, made a commit too big (past a
+  transaction's items, or a journal's bytes) failed for good: the processor halved its
+  bound from both kinds' sum, which is no fewer of either, and gave up; it halves the
+  most of one kind now
+  (``test_found_lapses_and_as_many_promotions_too_big_for_a_commit_failed_the_step``).
 
 Invariants checked after each attack (``sound``): the lineup a cold store reads is what the
 decision items say (every HELD signup holds, every WAITLISTED one waits, in arrival order),
@@ -418,6 +423,31 @@ def test_found_a_missing_page_was_read_again_twenty_times_as_a_conflict(store, m
     ok(cold.process([feed.wake("torn")]))
     assert statuses(store, "torn", "next") == [Status.HELD]
     assert sound(store, "torn", clock) == (31, 0)
+
+
+def test_found_lapses_and_as_many_promotions_too_big_for_a_commit_failed_the_step(
+    store, monkeypatch
+):
+    """12 holds lapse and free the seats of 12 waiters: the step's lapses (3 pages), the
+    waiters' pages (3) and their new holds' (3) pass a transaction of 8 items (100). The
+    processor halved its bound to half the step's bounded moves (24 // 2 = 12): no fewer
+    lapses nor promotions, so it gave up, and every wake-up of the event failed alike
+    (equally with a journal too big for as many lapses as promotions). It halves the most
+    of one kind now: 6 lapse, then 6 are promoted, then the rest."""
+    scaled(store, monkeypatch, page=4, inline=200, items=8)
+    clock, feed = Clock(), Feed()
+    make_event(store, "even", 12, hold_seconds=60, waitlist=12)
+    proc = StreamProcessor(store, clock=clock)
+    ids = [uid(i) for i in range(12)]
+    waiters = [uid(i, "w") for i in range(12)]
+    hold_all(proc, feed, "even", ids)
+    ok(proc.process([feed.signup("even", w) for w in waiters]))
+    assert sound(store, "even", clock) == (12, 12)
+    clock.advance(61)
+    ok(fresh(store, clock, max_lapses=30).process([feed.wake("even")]))
+    assert statuses(store, "even", *ids) == [Status.EXPIRED] * 12
+    assert statuses(store, "even", *waiters) == [Status.HELD] * 12
+    assert sound(store, "even", clock) == (12, 0)
 
 
 # -- the planner, whatever a lineup goes through -------------------------------------------

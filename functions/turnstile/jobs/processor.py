@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -429,10 +429,16 @@ class StreamProcessor:
                 # Big copied fields: commit what a prefix of the chunk decides (deciding a
                 # prefix gives a prefix): up to the last first decision that fits, else
                 # half. The next round decides the rest from the new state. Too many holds
-                # lapsing at once (or a step that lapsed only): half as many lapse.
-                lapsed = sum(1 for _, t in moves if t.cause in _BOUNDED_MOVES)
-                if lapsed > 1 and lapsed // 2 < self._lapses and (len(chunk) == 1 or self._partial):
-                    self._lapses = lapsed // 2  # always fewer: this ends
+                # lapsing at once (or a step that lapsed only): half as many lapse. The
+                # bound is each kind's (lapses, rejections, promotions): halved from the
+                # most of one kind, so a step of as many lapses as promotions makes fewer
+                # of both, not as many again.
+                most = max(
+                    Counter(t.cause for _, t in moves if t.cause in _BOUNDED_MOVES).values(),
+                    default=0,
+                )
+                if most > 1 and most // 2 < self._lapses and (len(chunk) == 1 or self._partial):
+                    self._lapses = most // 2  # always fewer: this ends
                 elif len(chunk) == 1:
                     raise
                 else:
