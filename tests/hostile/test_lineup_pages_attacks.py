@@ -36,6 +36,11 @@ FOUND AND FIXED (each test failed before its fix):
   version read was taken for a later commit: read again 20 times, then parked as a
   ``CommitConflictError``; it is parked at once now, as ``LineupPageError``
   (``test_found_a_missing_page_was_read_again_twenty_times_as_a_conflict``);
+* a warm processor took the pages it held of an event deleted and created again (by hand:
+  its versions start again) for the new one's, at the same keys and versions: it decided
+  from the old lineup and left a confirmed signup holding in the pages; the pages it holds
+  are forgotten when the event's creation changes, as its journal cache already was
+  (``test_found_a_warm_processor_decided_a_recreated_event_from_the_old_ones_pages``);
 * a step whose lapses and promotions, as many of each, made a commit too big (past a
   transaction's items, or a journal's bytes) failed for good: the processor halved its
   bound from both kinds' sum, which is no fewer of either, and gave up; it halves the
@@ -63,6 +68,7 @@ from hypothesis import strategies as st
 
 from tests.integration.test_lifecycle_processor import Clock, make_event, statuses
 from tests.integration.test_lineup_pages import agrees
+from turnstile.base.clock import iso_of_ms
 from turnstile.base.contract import (
     ControlKey,
     Status,
@@ -80,6 +86,7 @@ from turnstile.engine.lineup import (
     plan_pages,
 )
 from turnstile.jobs.processor import StreamProcessor, StreamRecord
+from turnstile.storage.dynamo import event_key
 from turnstile.storage.store import SignupStore
 from turnstile_tools.audit import audit
 
@@ -423,6 +430,35 @@ def test_found_a_missing_page_was_read_again_twenty_times_as_a_conflict(store, m
     ok(cold.process([feed.wake("torn")]))
     assert statuses(store, "torn", "next") == [Status.HELD]
     assert sound(store, "torn", clock) == (31, 0)
+
+
+def test_found_a_warm_processor_decided_a_recreated_event_from_the_old_ones_pages(
+    store, monkeypatch
+):
+    """An event item deleted and created again under the same id (by hand: its versions
+    start again) and paged by another processor at the same versions and first keys as
+    the old one: a warm processor took the pages it held of the old event for the new
+    one's (same key, same version), confirmed a hold the stale lineup did not have, and
+    left it in the pages: at its lapse, the seat of an accepted signup would have been
+    given again (oversold by one). The journal's cache knew the event by its creation; the
+    pages' did not. Now they are forgotten when it changes."""
+    scaled(store, monkeypatch, page=4, inline=300)
+    clock, feed = Clock(), Feed()
+    store.create_event("again", 40, iso_of_ms(T0_MS), hold_seconds=600)
+    warm = StreamProcessor(store, clock=clock)
+    hold_all(warm, feed, "again", [uid(i, "old") for i in range(30)])
+    old = directory(store, "again")
+    store.dynamo.call("delete_item", TableName=store.control_table, Key=event_key("again"))
+    store.create_event("again", 40, iso_of_ms(T0_MS + 1000), hold_seconds=600)
+    new = [uid(i, "new") for i in range(30)]
+    hold_all(fresh(store, clock), feed, "again", new)
+    assert directory(store, "again") == old  # the same keys at the same versions
+    ok(warm.process([feed.request("again", new[3], "confirm")]))
+    assert statuses(store, "again", new[3]) == [Status.ACCEPTED]
+    cold = SignupStore(store.dynamo.client, sleep=lambda _: None)
+    record = cold.load_lineup(cold.get_event("again"))
+    assert {h.signup_id for h in record.event.holds} == set(new) - {new[3]}
+    assert record.event.taken == 30
 
 
 def test_found_lapses_and_as_many_promotions_too_big_for_a_commit_failed_the_step(

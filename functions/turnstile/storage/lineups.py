@@ -111,6 +111,12 @@ class LineupPages:
         """``record`` with its lineup whole (``ports.ProcessorStore.load_lineup``)."""
         event_id, version = record.event.event_id, record.event.version
         self._directories()[event_id] = (version, record.pages)
+        created = self.__dict__.setdefault("_lineup_created", {})
+        if event_id in created and created[event_id] != record.created_at:
+            # an event item written again (deleted and created anew) starts its versions
+            # again: a page held from before is no page of this one, whatever its version
+            self._forget_lineup(event_id)
+        created[event_id] = record.created_at
         if record.pages is None:
             return record
         held = self._held_pages()
@@ -153,6 +159,13 @@ class LineupPages:
             self._remember_joined(event_id, key, whole)
         event = replace(record.event, holds=whole[0], waiting=whole[1])
         return replace(record, event=event, lineup_error=None)
+
+    def _forget_lineup(self, event_id: str) -> None:
+        """Forget every page and the whole lineup held of ``event_id``."""
+        held = self._held_pages()
+        for key in [k for k in held if k[0] == event_id]:
+            del held[key]
+        self._joined().pop(event_id, None)
 
     def _torn(
         self, event_id: str, version: int, sk: str, written: int | None, named: int
