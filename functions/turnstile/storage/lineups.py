@@ -183,9 +183,8 @@ class LineupPages:
             if not moved:
                 what = "missing" if written is None else f"at version {written}"
                 return LineupPageError(
-                    f"event {event_id!r}: lineup page {sk} is {what}, and the event item "
-                    f"still names version {named} at the version read ({version}): the page "
-                    "was not left so by a commit"
+                    f"event {event_id!r}: lineup page {sk} is {what}, where the event item, "
+                    f"still at version {version}, names version {named}: no commit left it so"
                 )
         return CommitConflictError(
             f"event {event_id!r}: lineup page {sk} is at version {written}, the "
