@@ -464,9 +464,15 @@ class _ShardLanes:
         if target is None:
             return
         if shard_id not in self.checkpointed:
-            self.checkpointed[shard_id] = self.poller.checkpoints.get(
-                self.poller.stream_arn, shard_id
-            )
+            try:
+                self.checkpointed[shard_id] = self.poller.checkpoints.get(
+                    self.poller.stream_arn, shard_id
+                )
+            except Exception:
+                # Not read (an I/O error): nothing is written until it is (the next advance
+                # reads it again). Raised here, it would end a lane's thread, as a write would.
+                log.exception("stream shard checkpoint file not read; read later")
+                return
         last = self.checkpointed[shard_id]
         if last is not None and int(target) <= int(last):
             return
