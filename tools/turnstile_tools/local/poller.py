@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -488,13 +489,34 @@ class _ShardLanes:
 
     # -- the lanes' side --------------------------------------------------------------------
 
+    def _handled(
+        self,
+        lane: int,
+        shard_id: str,
+        taken: deque[tuple[_Entry, dict[str, Any]]],
+        record: Mapping[str, Any],
+    ) -> None:
+        """Every record of the lane's batch ``taken`` up to ``record`` is handled (succeeded,
+        or sent to the on-failure destination): done, whatever becomes of the rest, which
+        alone is left in ``taken`` (delivered again if the delivery raises)."""
+        number = int(record["dynamodb"]["SequenceNumber"])
+        with self.cv:
+            count = 0
+            while taken and taken[0][0].seq <= number:
+                taken.popleft()[0].done = True
+                count += 1
+            self.pending -= count
+            self.load[lane] -= count
+            self._advance(shard_id)
+            self.cv.notify_all()
+
     def _work(self, lane: int) -> None:
         queue = self.queues[lane]
         while True:
             with self.cv:
                 self.cv.wait_for(lambda: bool(queue))
                 shard_id = queue[0][0]
-                taken: list[tuple[_Entry, dict[str, Any]]] = []
+                taken: deque[tuple[_Entry, dict[str, Any]]] = deque()
                 size = _PAYLOAD_ENVELOPE
                 while queue and queue[0][0] == shard_id and len(taken) < self.batch_size:
                     # an invocation's payload stays under Lambda's 6 MB, as the reader's does
@@ -505,11 +527,16 @@ class _ShardLanes:
                     _, entry, record = queue.popleft()
                     taken.append((entry, record))
             try:
-                self.poller._deliver(shard_id, [record for _, record in taken], checkpoint=False)
+                self.poller._deliver(
+                    shard_id,
+                    [record for _, record in taken],
+                    checkpoint=False,
+                    handled=functools.partial(self._handled, lane, shard_id, taken),
+                )
             except Exception:
-                # Not done (the on-failure queue could not be reached, say): delivered again
-                # before anything newer of this lane, as one stream shard retries its batch;
-                # the checkpoint stays behind them meanwhile.
+                # Not done (the on-failure queue could not be reached, say): what is not yet
+                # handled is delivered again before anything newer of this lane, as one
+                # stream shard retries from its checkpoint; the checkpoint stays behind it.
                 log.exception("stream shard %d: delivery failed; retrying it", lane)
                 with self.cv:
                     if self.stopping:
@@ -522,7 +549,7 @@ class _ShardLanes:
                 time.sleep(self.poller.retry_base_delay_s)
                 continue
             with self.cv:
-                for entry, _ in taken:
+                for entry, _ in taken:  # (each was handled: none is left)
                     entry.done = True
                 self.pending -= len(taken)
                 self.load[lane] -= len(taken)
@@ -917,7 +944,11 @@ class StreamPoller:
         return count
 
     def _deliver(
-        self, shard_id: str, records: list[dict[str, Any]], checkpoint: bool = True
+        self,
+        shard_id: str,
+        records: list[dict[str, Any]],
+        checkpoint: bool = True,
+        handled: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         """Invoke until every record succeeded or was given up on.
 
@@ -925,6 +956,10 @@ class StreamPoller:
         reported behind successful records splits the batch there, and the rest goes on as
         a batch of its own, not as a retry; a failure of the whole batch (or of its first
         record) is a retry; -1 retries means until the record expires.
+
+        ``handled`` is told each time every record up to one is handled (succeeded or sent
+        to the on-failure destination), as the checkpoint is: a stream shard's lane then
+        delivers only the rest again when this raises.
         """
         pending: deque[_Part] = deque([_Part(records)])
         limit = self.settings.retry_attempts
@@ -933,7 +968,12 @@ class StreamPoller:
             expired = self._expired(part.records)
             if expired:
                 self._send_to_failure_destination(
-                    shard_id, part.records[:expired], "RecordAgeExceeded", part, checkpoint
+                    shard_id,
+                    part.records[:expired],
+                    "RecordAgeExceeded",
+                    part,
+                    checkpoint,
+                    handled,
                 )
                 part.records = part.records[expired:]
                 if not part.records:
@@ -954,17 +994,21 @@ class StreamPoller:
             if failed_at is None:
                 if checkpoint:
                     self._checkpoint(shard_id, part.records[-1])
+                if handled is not None:
+                    handled(part.records[-1])
                 continue
             if failed_at > 0:
                 if checkpoint:
                     self._checkpoint(shard_id, part.records[failed_at - 1])
+                if handled is not None:
+                    handled(part.records[failed_at - 1])
                 part.records = part.records[failed_at:]
                 pending.appendleft(part)
                 continue
             part.attempts += 1
             if 0 <= limit < part.attempts:
                 self._send_to_failure_destination(
-                    shard_id, part.records, "RetryAttemptsExhausted", part, checkpoint
+                    shard_id, part.records, "RetryAttemptsExhausted", part, checkpoint, handled
                 )
                 continue
             self._count(retries=1)
@@ -982,10 +1026,12 @@ class StreamPoller:
         condition: str,
         part: _Part,
         checkpoint: bool,
+        handled: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         """Only metadata, never the records: a redrive reads the intake table (as on AWS).
         ``part``: its failed invocations and how the last one failed; ``checkpoint``: False
-        inside a lane (the lanes' batch is checkpointed once every lane is done)."""
+        inside a lane (the lanes' batch is checkpointed once every lane is done);
+        ``handled``: told once the message is sent (``_deliver``)."""
         self._count(sent_to_failure_destination=len(records))
 
         def arrival(record: Mapping[str, Any]) -> str:
@@ -1023,3 +1069,5 @@ class StreamPoller:
             self.sqs.send_message(QueueUrl=self.failure_queue_url, MessageBody=json.dumps(message))
         if checkpoint:
             self._checkpoint(shard_id, records[-1])
+        if handled is not None:
+            handled(records[-1])
