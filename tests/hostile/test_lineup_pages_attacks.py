@@ -47,10 +47,9 @@ FOUND AND FIXED (each test failed before its fix):
   most of one kind now
   (``test_found_lapses_and_as_many_promotions_too_big_for_a_commit_failed_the_step``).
 
-OPEN (a non-strict xfail; the cause is the engine's, outside the paged lineup's files):
-a cancel freeing more seats than a journal holds promotions parks its event for good, its
-promotions not bounded by ``max_lapses``
-(``test_open_a_cancel_freeing_more_seats_than_a_journal_holds_promotions_parks_its_event``).
+FIXED in the engine: a cancel freeing more seats than a journal holds promotions parked its
+event for good (its promotions were not bounded by ``max_lapses``); they are bounded now,
+the step stopping after that record and steps of no record promoting the rest.
 
 HELD (attacks the code withstands; they pass and pin what holds): every ``test_held_*``:
 hostile intake (ids at every bound, page-key-like, ``#``, unicode, 1,024 bytes; seats at
@@ -637,39 +636,38 @@ def _run_ops(ops: list[tuple[str, int]], size: int) -> None:
 
 
 # =====================================================================================
-# OPEN (not fixed here: the cause is outside the paged lineup's files)
+# A cancel that moves more than a journal holds (fixed in the engine)
 # =====================================================================================
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "turnstile.engine.lifecycle._Run.cancel promotes with self.promote(seq), unbounded by "
-        "step()'s max_lapses: a cancel freeing more seats than a journal holds promotions "
-        "(about 8,700 at MAX_JOURNAL_BYTES 192 KB: a group's 10,000 seats on a hot event) is "
-        "one record whose commit never fits, however the processor halves its bound, and the "
-        "event stays parked; the fix is the engine's: bound a cancel's promotions too and "
-        "let the following steps (a wake-up) promote the rest"
-    ),
-)
-def test_open_a_cancel_freeing_more_seats_than_a_journal_holds_promotions_parks_its_event(
-    store, monkeypatch
+@pytest.mark.parametrize("then_a_signup", [False, True], ids=["cancel-last", "signup-after"])
+def test_held_a_cancel_freeing_more_seats_than_a_journal_holds_promotions_promotes_them_all(
+    store, monkeypatch, then_a_signup
 ):
     """At a small scale: a journal of about 40 promotions, a group of 60 seats cancelled
-    with 60 waiting (a paged waitlist). The step's own promotions before its records are
-    bounded (``max_lapses``); a cancel's are not."""
+    with 60 waiting (a paged waitlist), the cancel the batch's last record or followed by
+    a signup. A cancel's promotions are bounded as the step's own are (``max_lapses``):
+    the step stops after the cancel, the processor commits it, and the next steps promote
+    the rest (steps of no record when the cancel was last, without waiting for a wake-up)
+    before the later signup is decided (it waits: the seats were the waiters'). Before,
+    the cancel's promotions were not bounded, its commit never fitted, and the event
+    stayed parked."""
     scaled(store, monkeypatch, page=8, inline=300)
     clock, feed = Clock(), Feed()
-    make_event(store, "grp", 60, waitlist=60)
+    make_event(store, "grp", 60, waitlist=61)
     proc = StreamProcessor(store, clock=clock, max_lapses=10)
     ok(proc.process([feed.signup("grp", "group", seats=60)]))
     waiters = [uid(i, "w") for i in range(60)]
     ok(proc.process([feed.signup("grp", w) for w in waiters]))
     assert directory(store, "grp") is not None
     monkeypatch.setattr("turnstile.storage.store.MAX_JOURNAL_BYTES", 700)
-    ok(proc.process([feed.request("grp", "group", "cancel")]))
-    ok(proc.process([feed.wake("grp")]))
+    late = [feed.signup("grp", "late")] if then_a_signup else []
+    ok(proc.process([feed.request("grp", "group", "cancel"), *late]))
     assert statuses(store, "grp", *waiters) == [Status.ACCEPTED] * 60
+    assert statuses(store, "grp", "group") == [Status.CANCELLED]
+    if then_a_signup:
+        assert statuses(store, "grp", "late") == [Status.WAITLISTED]
+    sound(store, "grp", clock)
 
 
 # =====================================================================================

@@ -731,3 +731,56 @@ def test_a_step_of_many_grants_and_waiters_rebuilds_a_long_lineup_once_not_once_
     assert result.event.holds[0] is holds[0] and result.event.waiting[0] is waiting[100]
     # AND the lineup was built again a few times in the whole step, not once a signup
     assert len(rebuilt) <= 6, rebuilt  # before: 301 (one a grant, one a waiter, the end)
+
+
+def test_a_cancel_freeing_more_seats_than_max_lapses_stops_the_step_after_its_record():
+    # GIVEN a group of 5 seats accepted, 5 single signups waiting
+    waiting = tuple(Waiting(f"w{i}", 1, str(10 + i)) for i in range(5))
+    full = replace(event(capacity=5, waitlist=10), taken=5, accepted=1, waiting=waiting)
+    states = {"group": SignupState("group", Status.ACCEPTED, 5, "1", position=1)}
+    # WHEN the group cancels, and a later signup and a close follow, with max_lapses 2
+    commands = [
+        Command(Kind.CANCEL, "20", "group"),
+        Command(Kind.SIGNUP, "21", "late", 1),
+        Command(Kind.CLOSE, "22"),
+    ]
+    result = step(full, states, commands, T0, max_lapses=2)
+    # THEN two waiters are promoted and the step stops after the cancel's record
+    assert result.stopped_at == "20" and not result.partial
+    assert [(t.signup_id, t.to_status) for t in result.transitions] == [
+        ("group", Status.CANCELLED),
+        ("w0", Status.ACCEPTED),
+        ("w1", Status.ACCEPTED),
+    ]
+    assert [w.signup_id for w in result.event.waiting] == ["w2", "w3", "w4"]
+    # AND the next step promotes the rest first, before the later signup is decided
+    later = step(result.event, result.signups, commands[1:], T0, max_lapses=2)
+    assert later.partial and [t.signup_id for t in later.transitions] == ["w2", "w3"]
+    last = step(later.event, later.signups, commands[1:], T0, max_lapses=2)
+    assert [(t.signup_id, t.to_status) for t in last.transitions[:2]] == [
+        ("w4", Status.ACCEPTED),
+        ("late", Status.WAITLISTED),
+    ]
+    # ... and the close rejects the one left waiting
+    assert last.stopped_at is None and last.event.state == EventState.CLOSED
+    assert [(t.signup_id, t.reason) for t in last.transitions[2:]] == [
+        ("late", Reason.EVENT_CLOSED)
+    ]
+    # without a bound the cancel promotes all five at once, as before
+    whole = step(full, states, commands[:1], T0)
+    assert whole.stopped_at is None and len(whole.transitions) == 6
+
+
+def test_a_close_rejecting_more_than_max_lapses_stops_the_step_after_its_record():
+    waiting = tuple(Waiting(f"w{i}", 1, str(10 + i)) for i in range(3))
+    full = replace(event(capacity=1, waitlist=5), taken=1, accepted=1, waiting=waiting)
+    commands = [Command(Kind.CLOSE, "20"), Command(Kind.SIGNUP, "21", "late", 1)]
+    result = step(full, {}, commands, T0, max_lapses=2)
+    assert result.stopped_at == "20" and result.event.state == EventState.CLOSED
+    assert [t.signup_id for t in result.transitions] == ["w0", "w1"]
+    # the next step rejects the one left first, then the later signup
+    after = step(result.event, result.signups, commands[1:], T0, max_lapses=2)
+    assert [(t.signup_id, t.reason) for t in after.transitions] == [
+        ("w2", Reason.EVENT_CLOSED),
+        ("late", Reason.EVENT_CLOSED),
+    ]

@@ -250,6 +250,12 @@ class Step:
     #: earliest) and applied nothing else, no command and no promotion, so that every
     #: command still finds every due hold lapsed; the caller commits it and steps again.
     partial: bool = False
+    #: A cancel freed more seats, or a close rejected more waiting signups, than
+    #: ``max_lapses`` moves: the step made that many and stopped after that command's
+    #: record (its sequence number here), leaving the records after it unapplied; the
+    #: caller commits what it applied, and the next step starts with the moves left
+    #: (promotions, a closed event's rejections), bounded alike, before any later record.
+    stopped_at: str | None = None
 
 
 _OWN_RECORDS = (Cause.SIGNUP, Cause.CONFIRM, Cause.CANCEL)
@@ -605,15 +611,16 @@ class _Run:
             position=state.position,
         )
 
-    def cancel(self, command: Command, state: SignupState | None) -> None:
-        """HELD, ACCEPTED or WAITLISTED → CANCELLED; freed seats go down the waitlist."""
+    def cancel(self, command: Command, state: SignupState | None, limit: int | None = None) -> bool:
+        """HELD, ACCEPTED or WAITLISTED → CANCELLED; freed seats go down the waitlist, to
+        ``limit`` signups at most (None: all): whether it stopped there with more to move."""
         status = state.status if state is not None else Status.PENDING
         if state is None or status not in (Status.HELD, Status.ACCEPTED, Status.WAITLISTED):
             lapsed = status == Status.EXPIRED
             self._refuse(
                 command, state, Reason.HOLD_EXPIRED if lapsed else Reason.TRANSITION_NOT_ALLOWED
             )
-            return
+            return False
         event = self.event
         assert event is not None
         sid, seq = state.signup_id, command.sequence_number
@@ -625,7 +632,7 @@ class _Run:
         self._move(
             sid, status, Status.CANCELLED, seq, Cause.CANCEL, state.seats, position=state.position
         )
-        self.promote(seq)
+        return self.promote(seq, limit)
 
 
 def step(
@@ -640,7 +647,9 @@ def step(
     ``max_lapses``: the most holds one step lapses, the most waiting signups a closed
     event's step rejects, and the most it promotes before its records (None: all). With
     more, the step makes that many of those moves, the earliest first, and nothing else
-    (``Step.partial``).
+    (``Step.partial``). It bounds a cancel's promotions and a close's rejections alike:
+    past it, the step stops after that record (``Step.stopped_at``), and the next step
+    starts with the moves left, before any later record takes a seat.
 
     Rules, in order:
     - before any command: every hold with ``hold_expires_at <= now`` lapses (EXPIRED,
@@ -675,12 +684,16 @@ def step(
         return Step(tuple(run.transitions), run.event, run.signups, partial=True)
     if run.promote(first, max_lapses):
         return Step(tuple(run.transitions), run.event, run.signups, partial=True)
+    stopped_at: str | None = None
     for command in commands:
+        if stopped_at is not None and command.sequence_number != stopped_at:
+            break  # the rest of the stopping record's commands only (its own signup's)
         if command.kind == Kind.TICK:
             continue
         if command.kind == Kind.CLOSE:
-            if run.event is not None and run.event.state == EventState.OPEN:
-                run.close(command.sequence_number)
+            is_open = run.event is not None and run.event.state == EventState.OPEN
+            if is_open and run.close(command.sequence_number, max_lapses):
+                stopped_at = command.sequence_number
             continue
         if command.kind not in Kind.ALL or command.signup_id is None:
             raise ValueError(f"not a command the engine knows: {command.kind!r}")
@@ -696,9 +709,9 @@ def step(
             run._refuse(command, state, Reason.INVALID_REQUEST)
         elif command.kind == Kind.CONFIRM:
             run.confirm(command, state)
-        else:
-            run.cancel(command, state)
-    return Step(tuple(run.transitions), run.event, run.signups)
+        elif run.cancel(command, state, max_lapses):
+            stopped_at = command.sequence_number
+    return Step(tuple(run.transitions), run.event, run.signups, stopped_at=stopped_at)
 
 
 def history_problems(history: Iterable[Transition]) -> list[str]:

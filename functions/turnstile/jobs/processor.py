@@ -144,6 +144,8 @@ class StreamProcessor:
         self._lapses = max_lapses
         #: Whether the last ``_step`` lapsed holds only, more being due (``Step.partial``).
         self._partial = False
+        #: The record after which the last ``_step`` stopped (``Step.stopped_at``), if any.
+        self._stopped_at: str | None = None
         #: Decisions carry ``expires_at`` this many days after they are decided (TTL); None:
         #: they are kept.
         self.decision_retention_days = decision_retention_days
@@ -256,6 +258,7 @@ class StreamProcessor:
             return
         # A record after a deletion may put its intake item again: every decision is read.
         read_all = removal is not None
+        self._stopped_at = None
         start = 0
         while start < len(records):
             chunk = records[start : start + self.chunk_size]
@@ -268,6 +271,23 @@ class StreamProcessor:
                 return
             result.decided.extend(decided)
             start += consumed
+        try:
+            self._finish_stopped(event_id, records[-1].sequence_number, result)
+        except Exception:  # its records are decided: the moves left wait for a wake-up
+            log.exception("moves left by a cancel or a close failed", extra={"event_id": event_id})
+            with contextlib.suppress(Exception):
+                self.store.wake_later(event_id, ms_of(self.clock()) + RELEASE_RETRY_MS)
+
+    def _finish_stopped(self, event_id: str, sequence_number: str, result: BatchResult) -> None:
+        """After a group whose last step stopped (``Step.stopped_at``: a cancel freed more
+        seats, or a close more waiting signups, than a step moves): steps of no record
+        (ticks, as a wake-up takes) make the moves left, so the waitlist does not wait for
+        the event's next record."""
+        consumed = 1
+        while self._stopped_at is not None or not consumed:
+            tick = IntakeRecord(event_id, "", sequence_number, seats=0, tick=True)
+            decided, consumed = self._decide_chunk(event_id, [tick], result)
+            result.decided.extend(decided)
 
     def _decide_chunk(
         self,
@@ -403,6 +423,12 @@ class StreamProcessor:
         self._keep_while_intake_lives(event_id, chunk, decided)
         self._lapses = self.max_lapses
         outcome, moves = self._step(record, chunk, decided, now)
+        if self._stopped_at is not None:
+            # A cancel or a close moved as many as a step may and stopped after its
+            # record: the chunk is decided to there, the rest after the moves left.
+            stop = max(i for i, r in enumerate(chunk) if r.sequence_number == self._stopped_at)
+            chunk = chunk[: stop + 1]
+            outcome, moves = self._step(record, chunk, decided, now)
         if outcome is None:
             return [], len(chunk), []
         deciding, takes = record, ()
@@ -588,6 +614,7 @@ class StreamProcessor:
             max_lapses=self._lapses,
         )
         self._partial = result.partial
+        self._stopped_at = result.stopped_at
         moves = [(before.event_id, t) for t in result.transitions]
         if not result.transitions:
             return None, moves
@@ -749,6 +776,7 @@ class StreamProcessor:
             version = int(marker["version"])
             parked = self.store.parked_records(event_id)
             limit = min(len(parked), self.max_release)
+            self._stopped_at = None
             start = 0
             while start < limit:
                 chunk = parked[start : min(start + self.chunk_size, limit)]
@@ -757,6 +785,8 @@ class StreamProcessor:
                 self.store.unpark(event_id, [r.sequence_number for r in chunk[:consumed]])
                 result.released += consumed
                 start += consumed
+            if limit:
+                self._finish_stopped(event_id, parked[limit - 1].sequence_number, result)
             if len(parked) > self.max_release:
                 return False
             return self.store.clear_parking(event_id, version)
