@@ -199,6 +199,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from turnstile_bench.runner import DEMO, FULL, HOT, QUICK, with_knobs
     from turnstile_bench.ways import STRATEGIES
 
+    runs = [
+        f"--{name}"
+        for name in ("hot", "demo", "lifecycle", "drop", "lineup", "cpu", "sweeper", "scale")
+        if getattr(args, name)
+    ]
+    if len(runs) > 1:
+        print(
+            f"turnstile: {' and '.join(runs)} are runs of their own: give one (with --quick "
+            "for a shorter one)",
+            file=sys.stderr,
+        )
+        return 2
     if args.sweeper:
         return _sweeper(args, Progress(enabled=not args.quiet))
     if args.lifecycle:

@@ -67,3 +67,13 @@ def test_the_table_shows_both_runs_side_by_side(doc):
     assert "on the item" in table and "in pages" in table
     assert "10 confirms and cancels on the full lineup" in table
     assert "never_oversold PASS" in table
+
+
+@pytest.mark.parametrize(
+    "runs", [("--lineup", "--hot"), ("--drop", "--cpu"), ("--lifecycle", "--lineup")]
+)
+def test_two_runs_of_their_own_are_one_usage_line_not_one_run_ignoring_the_other(runs, capsys):
+    assert main(["bench", *runs]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("turnstile: --") and "are runs of their own: give one" in err
+    assert len(err.splitlines()) == 1
