@@ -89,7 +89,7 @@ def test_an_event_that_never_holds_still_is_inconclusive(
     busy.races = 8
     monkeypatch.setattr(cli, "_store", lambda: busy)
     capsys.readouterr()
-    code = cli.main(["audit", "gig", "--pending-grace", "1e9"])
+    code = cli.main(["audit", "gig", "--pending-grace", "1000000000"])
     out, _ = capsys.readouterr()
     assert code == cli.EXIT_AUDIT_INCONCLUSIVE
     assert code not in (0, cli.EXIT_AUDIT_FAILED, cli.EXIT_ERROR, cli.EXIT_STILL_PENDING)
