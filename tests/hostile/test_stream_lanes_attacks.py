@@ -31,6 +31,7 @@ import bisect
 import itertools
 import json
 import random
+import sys
 import threading
 import time
 import types
@@ -73,6 +74,16 @@ def keys_by_lane(lanes: int, per_lane: int) -> list[list[str]]:
         if all(len(k) == per_lane for k in found):
             return found
     raise AssertionError("unreachable")
+
+
+def idle(worker: threading.Thread) -> bool:
+    """Whether a lane's thread waits for records to deliver (in ``_ShardLanes._work``)."""
+    frame = sys._current_frames().get(worker.ident or 0)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return names[:3] == ["wait", "wait_for", "_work"]
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:
@@ -430,10 +441,20 @@ class FailureQueue:
 
     def __init__(self, oracle: Oracle) -> None:
         self.oracle = oracle
-        self.down = False
+        self._down = False
         self.frozen = False
         self.refused = 0
+        #: The lanes refused since the queue last went down (or up).
         self.refused_lanes: set[int] = set()
+
+    @property
+    def down(self) -> bool:
+        return self._down
+
+    @down.setter
+    def down(self, down: bool) -> None:
+        self.refused_lanes = set()
+        self._down = down
 
     def send_message(self, QueueUrl: str, MessageBody: str) -> dict[str, Any]:
         if self.frozen:
@@ -1222,7 +1243,6 @@ def run_schedule(h: Harness, steps: list[tuple[Any, ...]]) -> None:
             h.queue.down = step[3]  # the on-failure queue unreachable meanwhile
             h.answer(lane, outcome)
             h.queue.down = False
-            h.queue.refused_lanes.clear()
             h.settle()
         elif kind == "read error":
             h.stream.fail_reads = step[1]
@@ -1236,6 +1256,7 @@ def run_schedule(h: Harness, steps: list[tuple[Any, ...]]) -> None:
         elif kind == "crash":
             h.crash()
         elif kind == "drain the free lanes":
+            h.oracle.assert_held()
             with h.gate.cv:
                 stuck = set(h.gate.held)
             h.drain(stuck=stuck)
@@ -1290,3 +1311,42 @@ def test_a_long_seeded_schedule_keeps_lambdas_order(seed, tmp_path, clock):
     finally:
         h.gate.kill()
         h.stepper.set()
+
+
+def test_nothing_is_written_once_a_stop_has_returned(tmp_path, clock):
+    """The batch in flight at a stop ends, and its checkpoint, refused once, is written
+    before the stop returns: never after it, when a new worker may have read the file and
+    written past it (the file would go back). A lane's thread that writes again waits
+    here until the stop has returned."""
+    h = Harness(tmp_path, lanes=2, batch_size=2)
+    key = keys_by_lane(2, 1)[0][0]
+    h.gate.hold(0)
+    numbers = h.write(key, 4)
+    h.poll()
+    assert h.thread is not None
+    stopped = threading.Event()
+    put = h.checkpoints.put
+    calls = []
+
+    def lane_waits_for_the_stop(*args: Any) -> None:
+        calls.append(threading.current_thread())
+        if len(calls) > 1 and threading.current_thread() is not h.thread:
+            stopped.wait(PATIENCE_S)
+        put(*args)
+
+    h.checkpoints.put = lane_waits_for_the_stop  # type: ignore[method-assign]
+    h.checkpoints.refuse = 1  # the batch's checkpoint write fails once
+    try:
+        # the batch in flight let go once the stop reached the lanes (it takes no other)
+        h.stepper.set()
+        wait_until(lambda: h.shard_lanes.stopping, "the stop at the lanes")
+        h.gate.let_all_go()
+        h.thread.join(PATIENCE_S)
+        assert not h.thread.is_alive(), "the stop did not return"
+        written = list(h.oracle.puts)
+    finally:
+        stopped.set()
+    worker = h.shard_lanes.workers[0]
+    wait_until(lambda: idle(worker), "the lane's thread idle")
+    assert h.oracle.puts == written, "written after the stop returned"
+    assert written == [numbers[1]]

@@ -288,6 +288,8 @@ class _ShardLanes:
         self.checkpointed: dict[str, str | None] = {}
         #: Set by ``stop``: a lane whose delivery failed stops retrying it.
         self.stopping = False
+        #: Set once ``stop`` returns: no checkpoint is written after it.
+        self.closed = False
         self.workers = [
             threading.Thread(target=self._work, args=(i,), name=f"stream-shard-{i}", daemon=True)
             for i in range(lanes)
@@ -416,6 +418,12 @@ class _ShardLanes:
                 queue.clear()
             self.cv.notify_all()
             self.cv.wait_for(lambda: self.pending <= 0)
+            # The batches in flight are done: their checkpoint (written again if a write
+            # failed), and none after this returns, when a new worker may have read the
+            # file and moved it on (a late write here would take it back).
+            for shard_id in set(self.undone) | set(self.resolved):
+                self._advance(shard_id)
+            self.closed = True
 
     # -- under ``cv`` ---------------------------------------------------------------------
 
@@ -449,7 +457,10 @@ class _ShardLanes:
 
     def _advance(self, shard_id: str) -> None:
         """Checkpoint the shard as far as every lane is done: before the oldest record not
-        delivered, and no further than a detached lane's cursor; never backwards."""
+        delivered, and no further than a detached lane's cursor; never backwards; never
+        once the lanes have stopped."""
+        if self.closed:
+            return
         oldest: tuple[int, int] | None = None
         target = self.resolved.get(shard_id)
         for entries in self.undone.get(shard_id, ()):
@@ -548,13 +559,8 @@ class _ShardLanes:
                     self.cv.notify_all()
                 time.sleep(self.poller.retry_base_delay_s)
                 continue
-            with self.cv:
-                for entry, _ in taken:  # (each was handled: none is left)
-                    entry.done = True
-                self.pending -= len(taken)
-                self.load[lane] -= len(taken)
-                self._advance(shard_id)
-                self.cv.notify_all()
+            if taken:  # (each record was handled, and checkpointed by then: none is left)
+                self._handled(lane, shard_id, taken, taken[-1][1])
 
 
 class StreamPoller:
