@@ -1147,6 +1147,28 @@ def test_64_lanes_on_motos_stream(aws, tmp_path, clock):
 # -- a stop comes within seconds --------------------------------------------------------------
 
 
+def test_a_stop_ends_a_lanes_backoff_between_retries(tmp_path, clock):
+    """A lane waits a minute before retrying its failed batch (the poller's own sleep):
+    a stop does not wait for it, nor retries at once; the batch, not handled, is the next
+    run's first."""
+    h = Harness(tmp_path, lanes=2, batch_size=1, real_backoff=True, retry_base_delay_s=60)
+    key = keys_by_lane(2, 1)[0][0]
+    h.gate.hold(0)
+    h.write(key, 4)
+    h.poll()
+    with h.gate.cv:
+        h.gate.answers[0] = "raise"
+        h.gate.cv.notify_all()
+    # the lane now waits 60 to 90 s before invoking again
+    wait_until(lambda: h.oracle.invocations != [], "the failed invocation")
+    calls = h.gate.calls
+    assert h.stop(outcome="raise") < PATIENCE_S / 2
+    # ... and gives its batch up: no retry comes at once instead (nor goes to the queue)
+    assert h.gate.calls == calls and h.oracle.messages == []
+    h._begin()
+    h.finish()
+
+
 def test_a_stop_ends_a_lanes_wait_for_the_on_failure_queue(tmp_path, clock):
     """A lane whose send to the on-failure queue failed waits (the retry delay) before it
     delivers the batch again: a stop does not wait for it."""

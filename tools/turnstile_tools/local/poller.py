@@ -187,6 +187,11 @@ class _FunctionError(Exception):
     """The handler raised, or answered with something Lambda counts as a failure."""
 
 
+class _Abandoned(Exception):
+    """A stream shard's batch given up on by a stop, between its invocations: its records
+    not yet handled stay behind the checkpoint (the next start delivers them again)."""
+
+
 @dataclass
 class _ShardState:
     shard_id: str
@@ -286,7 +291,8 @@ class _ShardLanes:
         self.resolved: dict[str, str] = {}
         #: Per real shard, the checkpoint last written (or found).
         self.checkpointed: dict[str, str | None] = {}
-        #: Set by ``stop``: a lane whose delivery failed stops retrying it.
+        #: Set by ``stop``: a lane whose delivery failed stops retrying it, and a lane's batch
+        #: in flight is given up on before its next invocation (``_Abandoned``).
         self.stopping = False
         #: Set once ``stop`` returns: no checkpoint is written after it.
         self.closed = False
@@ -412,6 +418,7 @@ class _ShardLanes:
         checkpoint stays behind the dropped records, so the next start delivers them."""
         with self.cv:
             self.stopping = True
+            self.poller._halt.set()  # ends a lane's wait between retries at once
             for lane, queue in enumerate(self.queues):
                 self.pending -= len(queue)
                 self.load[lane] -= len(queue)
@@ -500,6 +507,9 @@ class _ShardLanes:
 
     # -- the lanes' side --------------------------------------------------------------------
 
+    def _stopping(self) -> bool:
+        return self.stopping
+
     def _handled(
         self,
         lane: int,
@@ -543,7 +553,14 @@ class _ShardLanes:
                     [record for _, record in taken],
                     checkpoint=False,
                     handled=functools.partial(self._handled, lane, shard_id, taken),
+                    abandon=self._stopping,
                 )
+            except _Abandoned:
+                with self.cv:
+                    self.pending -= len(taken)
+                    self.load[lane] -= len(taken)
+                    self.cv.notify_all()
+                continue
             except Exception:
                 # Not done (the on-failure queue could not be reached, say): what is not yet
                 # handled is delivered again before anything newer of this lane, as one
@@ -557,7 +574,7 @@ class _ShardLanes:
                         continue
                     queue.extendleft((shard_id, e, r) for e, r in reversed(taken))
                     self.cv.notify_all()
-                time.sleep(self.poller.retry_base_delay_s)
+                self.poller._halt.wait(self.poller.retry_base_delay_s)
                 continue
             if taken:  # (each record was handled, and checkpointed by then: none is left)
                 self._handled(lane, shard_id, taken, taken[-1][1])
@@ -585,7 +602,7 @@ class StreamPoller:
         settings: EventSourceSettings = STREAM_SOURCE,
         from_start: bool = False,
         retry_base_delay_s: float = 0.2,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         stream_shards: int = 1,
         partition_key: str | None = None,
@@ -606,7 +623,10 @@ class StreamPoller:
         self.failure_queue_url = failure_queue_url
         self.settings = settings
         self.retry_base_delay_s = retry_base_delay_s
-        self._sleep = sleep
+        #: Set when stream shards stop: it ends their waits between retries.
+        self._halt = threading.Event()
+        #: The wait between retries (by default one a stop of the stream shards ends).
+        self._sleep = sleep if sleep is not None else self._halt.wait
         self._clock = clock
         self.stats = PollerStats()
         self._stats_lock = threading.Lock()
@@ -955,6 +975,7 @@ class StreamPoller:
         records: list[dict[str, Any]],
         checkpoint: bool = True,
         handled: Callable[[Mapping[str, Any]], None] | None = None,
+        abandon: Callable[[], bool] | None = None,
     ) -> None:
         """Invoke until every record succeeded or was given up on.
 
@@ -965,11 +986,14 @@ class StreamPoller:
 
         ``handled`` is told each time every record up to one is handled (succeeded or sent
         to the on-failure destination), as the checkpoint is: a stream shard's lane then
-        delivers only the rest again when this raises.
+        delivers only the rest again when this raises. Once ``abandon()`` is true (a stop),
+        the batch is given up on before its next invocation or send (``_Abandoned``).
         """
         pending: deque[_Part] = deque([_Part(records)])
         limit = self.settings.retry_attempts
         while pending:
+            if abandon is not None and abandon():
+                raise _Abandoned()
             part = pending.popleft()
             expired = self._expired(part.records)
             if expired:
