@@ -1335,6 +1335,36 @@ def test_a_long_seeded_schedule_keeps_lambdas_order(seed, tmp_path, clock):
         h.stepper.set()
 
 
+def test_a_stop_while_the_worker_waits_for_the_lanes_at_the_end_of_an_idle_run(tmp_path, clock):
+    """``run(stop, until_idle_s)``: the stream quiet, the worker waits for the lanes to
+    finish (``flush``) while one waits a minute before retrying its failed batch; a stop
+    then does not wait for it either."""
+    h = Harness(tmp_path, lanes=2, batch_size=1, real_backoff=True, retry_base_delay_s=60)
+    key = keys_by_lane(2, 1)[0][0]
+    h.write(key)
+    h.gate.policy = lambda lane, numbers: "raise"
+    lanes = h.shard_lanes
+    flushing = threading.Event()
+    wait = lanes.wait
+
+    def waiting(*args: Any, **kwargs: Any) -> Any:
+        flushing.set()
+        return wait(*args, **kwargs)
+
+    lanes.wait = waiting
+    stop = threading.Event()
+    thread = threading.Thread(target=h.poller.run, args=(stop, 0), daemon=True)
+    thread.start()
+    wait_until(lambda: flushing.is_set() and h.oracle.invocations != [], "the idle run's end")
+    began = time.monotonic()
+    stop.set()
+    thread.join(PATIENCE_S / 2)
+    assert not thread.is_alive(), "the stop did not return"
+    assert time.monotonic() - began < PATIENCE_S / 2
+    h._begin()
+    h.finish()
+
+
 def test_nothing_is_written_once_a_stop_has_returned(tmp_path, clock):
     """The batch in flight at a stop ends, and its checkpoint, refused once, is written
     before the stop returns: never after it, when a new worker may have read the file and

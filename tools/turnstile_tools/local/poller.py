@@ -406,11 +406,14 @@ class _ShardLanes:
                 for cursor in cursors.values():
                     cursor.iterator = None
 
-    def wait(self) -> bool:
-        """Until every record is delivered and no lane is detached (True), or a detached
-        lane has room for its cursor to read (False)."""
+    def wait(self, stop: threading.Event | None = None) -> bool:
+        """Until every record is delivered and no lane is detached, or ``stop`` is set
+        (True), or a detached lane has room for its cursor to read (False)."""
         with self.cv:
-            self.cv.wait_for(lambda: self._settled() or self._any_ready())
+            while not (self._settled() or self._any_ready()):
+                if stop is not None and stop.is_set():
+                    return True
+                self.cv.wait(None if stop is None else 0.1)
             return self._settled()
 
     def stop(self) -> None:
@@ -766,7 +769,7 @@ class StreamPoller:
             # A stop waits for the batches in flight, not for every record queued.
             self._shard_lanes.stop()
             return
-        self.flush()
+        self.flush(stop)
 
     def poll_once(self) -> int:
         """One GetRecords per readable shard, delivering batches that are ready."""
@@ -886,14 +889,17 @@ class StreamPoller:
             if buffer:
                 self._dispatch(shard_id)
 
-    def flush(self) -> None:
+    def flush(self, stop: threading.Event | None = None) -> None:
         """Deliver whatever is buffered (on shutdown); with stream shards, wait until every
-        lane is done, its cursor's records (``_ShardLanes``) read and delivered too."""
+        lane is done, its cursor's records (``_ShardLanes``) read and delivered too, or
+        until ``stop`` is set: then they stop as on a stop while polling."""
         self._send_buffered()
         if self._shard_lanes is not None:
-            while not self._shard_lanes.wait():
+            while not self._shard_lanes.wait(stop):
                 for shard_id, lane in self._shard_lanes.ready():
                     self._catch_up(shard_id, lane)
+            if stop is not None and stop.is_set():
+                self._shard_lanes.stop()
 
     # -- delivery, retries, bisect ----------------------------------------------------
 
