@@ -500,12 +500,12 @@ class LifecycleOverStreams(RuleBasedStateMachine):
 
 EXPLORE = os.environ.get("TURNSTILE_EXPLORE", "") not in ("", "0")
 LifecycleOverStreams.TestCase.settings = settings(
-    # 15 in `make test` (the suite's time on 2 cores), 50 a run when exploring
-    max_examples=50 if EXPLORE else 15,
+    # 10 in `make test` (the suite's time on 2 cores), 50 a run when exploring
+    max_examples=50 if EXPLORE else 10,
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
-    # The same 15 programs on every run of `make test`, so a red suite means a change broke
+    # The same 10 programs on every run of `make test`, so a red suite means a change broke
     # something. TURNSTILE_EXPLORE=1 draws new ones each run: the search for what no fixed
     # set finds (an open finding: docs/testing.md, "What the search found").
     derandomize=not EXPLORE,
