@@ -31,7 +31,6 @@ import bisect
 import itertools
 import json
 import random
-import sys
 import threading
 import time
 import types
@@ -74,16 +73,6 @@ def keys_by_lane(lanes: int, per_lane: int) -> list[list[str]]:
         if all(len(k) == per_lane for k in found):
             return found
     raise AssertionError("unreachable")
-
-
-def idle(worker: threading.Thread) -> bool:
-    """Whether a lane's thread waits for records to deliver (in ``_ShardLanes._work``)."""
-    frame = sys._current_frames().get(worker.ident or 0)
-    names = []
-    while frame is not None:
-        names.append(frame.f_code.co_name)
-        frame = frame.f_back
-    return names[:3] == ["wait", "wait_for", "_work"]
 
 
 def wait_until(condition: Callable[[], bool], what: str) -> None:
@@ -729,10 +718,16 @@ class Harness:
         began = time.monotonic()
         self.stepper.set()
         self.gate.let_all_go()
-        if self.thread is not None:
-            self.thread.join(PATIENCE_S)
-            assert not self.thread.is_alive(), "the stop did not return"
-        return time.monotonic() - began
+        if self.thread is None:  # stopped before its first poll: the loop runs, and stops
+            self.thread = threading.Thread(target=self.poller.run, args=(self.stepper,))
+            self.thread.start()
+        self.thread.join(PATIENCE_S)
+        assert not self.thread.is_alive(), "the stop did not return"
+        took = time.monotonic() - began
+        for worker in self.shard_lanes.workers:  # a stopped poller leaves no thread behind
+            worker.join(PATIENCE_S)
+            assert not worker.is_alive(), f"{worker.name} still runs after the stop"
+        return took
 
     def restart(self) -> None:
         """A stop, and a new worker on the same checkpoint file."""
@@ -746,9 +741,7 @@ class Harness:
             self.checkpoints.frozen = True
         self.queue.frozen = True
         self.gate.kill()
-        self.stepper.set()
-        if self.thread is not None:
-            self.thread.join(PATIENCE_S)
+        self.stop()
         self._begin()
 
     def finish(self) -> None:
@@ -1399,6 +1392,7 @@ def test_nothing_is_written_once_a_stop_has_returned(tmp_path, clock):
     finally:
         stopped.set()
     worker = h.shard_lanes.workers[0]
-    wait_until(lambda: idle(worker), "the lane's thread idle")
+    worker.join(PATIENCE_S)  # (a stopped lane's thread ends)
+    assert not worker.is_alive()
     assert h.oracle.puts == written, "written after the stop returned"
     assert written == [numbers[1]]

@@ -294,7 +294,8 @@ class _ShardLanes:
         #: Set by ``stop``: a lane whose delivery failed stops retrying it, and a lane's batch
         #: in flight is given up on before its next invocation (``_Abandoned``).
         self.stopping = False
-        #: Set once ``stop`` returns: no checkpoint is written after it.
+        #: Set once ``stop`` returns: no checkpoint is written after it, and the lanes' threads
+        #: end.
         self.closed = False
         self.workers = [
             threading.Thread(target=self._work, args=(i,), name=f"stream-shard-{i}", daemon=True)
@@ -434,6 +435,7 @@ class _ShardLanes:
             for shard_id in set(self.undone) | set(self.resolved):
                 self._advance(shard_id)
             self.closed = True
+            self.cv.notify_all()
 
     # -- under ``cv`` ---------------------------------------------------------------------
 
@@ -538,7 +540,9 @@ class _ShardLanes:
         queue = self.queues[lane]
         while True:
             with self.cv:
-                self.cv.wait_for(lambda: bool(queue))
+                self.cv.wait_for(lambda: bool(queue) or self.closed)
+                if not queue:
+                    return  # the lanes stopped
                 shard_id = queue[0][0]
                 taken: deque[tuple[_Entry, dict[str, Any]]] = deque()
                 size = _PAYLOAD_ENVELOPE
