@@ -34,6 +34,7 @@ import random
 import threading
 import time
 import types
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -114,31 +115,56 @@ def poller_clock(clock: Clock) -> Iterator[None]:
 
 
 class FakeStream:
-    """One open DynamoDB Streams shard in memory, as DescribeStream, GetShardIterator and
-    GetRecords serve it: sequence numbers of 21 digits, growing; ``fail_reads`` GetRecords
-    to come fail as the service's InternalServerError does, and so do the reads numbered in
-    ``fail_at`` (``reads`` counts them)."""
+    """A DynamoDB stream in memory, as DescribeStream, GetShardIterator and GetRecords serve
+    it: sequence numbers of 21 digits, growing; records written to the open shard; ``split``
+    closes it and opens a child (a closed shard's last page has no next iterator).
+    ``fail_reads`` GetRecords to come fail (the service's InternalServerError, or
+    ``fail_code``), and so do the reads numbered in ``fail_at`` (``reads`` counts them)."""
 
-    shard_id = SHARD
     arn = ARN
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.lock = threading.Lock()
-        self.records: list[dict[str, Any]] = []
-        self.numbers: list[int] = []
+        #: Per shard, in order: its id, parent, whether closed, records and their numbers.
+        self.shards: list[dict[str, Any]] = []
+        self.shard_of: dict[int, str] = {}
+        self.written = 0
         self.fail_reads = 0
+        self.fail_code = "InternalServerError"
         #: Reads (by their number: ``reads`` once they are counted) that fail.
         self.fail_at: set[int] = set()
         self.reads = 0
+        self._open(None)
 
-    def write(self, key: str, signup: str) -> int:
+    def _open(self, parent: str | None) -> None:
+        shard_id = f"shardId-{17 + len(self.shards):011d}000000000-{len(self.shards):08x}"
+        self.shards.append(
+            {"id": shard_id, "parent": parent, "closed": False, "records": [], "numbers": []}
+        )
+
+    @property
+    def shard_id(self) -> str:
+        """The first shard's (a stream that never splits has no other)."""
+        return str(self.shards[0]["id"])
+
+    def split(self) -> None:
         with self.lock:
-            number = 100_000_000_000_000_000_000 + 7 * len(self.records)
+            self.shards[-1]["closed"] = True
+            self._open(self.shards[-1]["id"])
+
+    def write(self, key: str, signup: str, kind: str = "keep", blob: int = 0) -> int:
+        with self.lock:
+            number = 100_000_000_000_000_000_000 + 7 * self.written
+            self.written += 1
             keys = {"event_id": {"S": key}, "signup_id": {"S": signup}}
-            self.records.append(
+            image = {**keys, "kind": {"S": kind}}
+            if blob:
+                image["blob"] = {"S": "x" * blob}
+            shard = self.shards[-1]
+            shard["records"].append(
                 {
-                    "eventID": f"e{len(self.records)}",
+                    "eventID": f"e{self.written}",
                     "eventName": "INSERT",
                     "eventVersion": "1.1",
                     "eventSource": "aws:dynamodb",
@@ -148,47 +174,68 @@ class FakeStream:
                             self.clock.time(), UTC
                         ),
                         "Keys": keys,
-                        "NewImage": dict(keys),
+                        "NewImage": image,
                         "SequenceNumber": str(number),
-                        "SizeBytes": 40,
+                        "SizeBytes": 40 + blob,
                         "StreamViewType": "NEW_AND_OLD_IMAGES",
                     },
                 }
             )
-            self.numbers.append(number)
+            shard["numbers"].append(number)
+            self.shard_of[number] = shard["id"]
             return number
 
+    def _shard(self, shard_id: str) -> dict[str, Any]:
+        return next(s for s in self.shards if s["id"] == shard_id)
+
     def describe_stream(self, StreamArn: str) -> dict[str, Any]:
-        start = {"StartingSequenceNumber": "100000000000000000000"}
-        return {"StreamDescription": {"Shards": [{"ShardId": SHARD, "SequenceNumberRange": start}]}}
+        with self.lock:
+            shards = []
+            for shard in self.shards:
+                numbers = shard["numbers"] or [100_000_000_000_000_000_000]
+                described: dict[str, Any] = {
+                    "ShardId": shard["id"],
+                    "SequenceNumberRange": {"StartingSequenceNumber": str(numbers[0])},
+                }
+                if shard["closed"]:
+                    described["SequenceNumberRange"]["EndingSequenceNumber"] = str(numbers[-1])
+                if shard["parent"]:
+                    described["ParentShardId"] = shard["parent"]
+                shards.append(described)
+        return {"StreamDescription": {"Shards": shards}}
 
     def get_shard_iterator(self, **kwargs: Any) -> dict[str, Any]:
         kind = kwargs["ShardIteratorType"]
         with self.lock:
+            numbers = self._shard(kwargs["ShardId"])["numbers"]
             if kind == "TRIM_HORIZON":
                 at = 0
             elif kind == "LATEST":
-                at = len(self.numbers)
+                at = len(numbers)
             elif kind == "AT_SEQUENCE_NUMBER":
-                at = bisect.bisect_left(self.numbers, int(kwargs["SequenceNumber"]))
+                at = bisect.bisect_left(numbers, int(kwargs["SequenceNumber"]))
             elif kind == "AFTER_SEQUENCE_NUMBER":
-                at = bisect.bisect_right(self.numbers, int(kwargs["SequenceNumber"]))
+                at = bisect.bisect_right(numbers, int(kwargs["SequenceNumber"]))
             else:
                 raise AssertionError(kind)
-        return {"ShardIterator": f"{SHARD}|{at}"}
+        return {"ShardIterator": f"{kwargs['ShardId']}|{at}"}
 
     def get_records(self, ShardIterator: str, Limit: int = 1000) -> dict[str, Any]:
-        at = int(ShardIterator.split("|")[1])
+        shard_id, at_text = ShardIterator.split("|")
+        at = int(at_text)
         with self.lock:
             self.reads += 1
             if self.fail_reads or self.reads in self.fail_at:
                 self.fail_reads -= self.fail_reads > 0
                 raise ClientError(
-                    {"Error": {"Code": "InternalServerError", "Message": "injected"}},
-                    "GetRecords",
+                    {"Error": {"Code": self.fail_code, "Message": "injected"}}, "GetRecords"
                 )
-            page = self.records[at : at + Limit]
-        return {"Records": page, "NextShardIterator": f"{SHARD}|{at + len(page)}"}
+            shard = self._shard(shard_id)
+            page = shard["records"][at : at + Limit]
+            end = at + len(page)
+            if shard["closed"] and end >= len(shard["records"]):
+                return {"Records": page}
+        return {"Records": page, "NextShardIterator": f"{shard_id}|{end}"}
 
 
 class MotoStream:
@@ -209,16 +256,19 @@ class MotoStream:
         self.fail_reads = 0
         self.fail_at: set[int] = set()
         self.reads = 0
+        self.shard_of: dict[int, str] = {}
 
-    def write(self, key: str, signup: str) -> int:
-        self.client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": key}, "signup_id": {"S": signup}},
-        )
+    def write(self, key: str, signup: str, kind: str = "keep", blob: int = 0) -> int:
+        item = {"event_id": {"S": key}, "signup_id": {"S": signup}, "kind": {"S": kind}}
+        if blob:
+            item["blob"] = {"S": "x" * blob}
+        self.client.put_item(TableName=INTAKE_TABLE.name, Item=item)
         page = self._read_page(self.streams, self._iterator)
         self._iterator = page.next_iterator
         assert len(page.records) == 1, page.records
-        return int(page.records[0]["dynamodb"]["SequenceNumber"])
+        number = int(page.records[0]["dynamodb"]["SequenceNumber"])
+        self.shard_of[number] = self.shard_id
+        return number
 
     def describe_stream(self, **kwargs: Any) -> Any:
         return self.streams.describe_stream(**kwargs)
@@ -255,35 +305,53 @@ class Oracle:
         self.created: dict[int, float] = {}
         self.order: list[list[int]] = [[] for _ in range(lanes)]
         self.position: dict[int, int] = {}
+        #: Each record's stream shard (a real one), and each shard's records in order.
+        self.shard: dict[int, str] = {}
+        self.in_shard: dict[str, list[int]] = {}
+        #: Records the filter drops: never delivered, handled as written.
+        self.filtered: set[int] = set()
         self.handled_ever: set[int] = set()
         self.violations: list[str] = []
         self.generation = 0
-        self.start: int | None = None  # the checkpoint the generation started from
+        #: Per shard, the checkpoint the generation started from.
+        self.start: dict[str, int] = {}
         self.handled: set[int] = set()
         self.next_index = [0] * lanes  # where each lane's oldest record not handled is
         self.failures: Counter[int] = Counter()
         self.invocations: list[tuple[int, int, list[int], Any]] = []
         self.messages: list[tuple[int, str, list[int]]] = []
         self.puts: list[int] = []
-        self.last_put: int | None = None
+        self.last_put: dict[str, int] = {}
 
-    def written(self, number: int, key: str, created: float) -> None:
+    def written(
+        self, number: int, key: str, created: float, shard: str, passes: bool = True
+    ) -> None:
         with self.lock:
             lane = lane_of(key, self.lanes)
             self.lane[number], self.key[number], self.created[number] = lane, key, created
+            self.shard[number] = shard
+            self.in_shard.setdefault(shard, []).append(number)
+            if not passes:
+                self.filtered.add(number)
+                self.handled_ever.add(number)
+                return
             self.position[number] = len(self.order[lane])
             self.order[lane].append(number)
+
+    def _before_start(self, number: int) -> bool:
+        start = self.start.get(self.shard[number])
+        return start is not None and number <= start
 
     def last_written(self) -> int | None:
         with self.lock:
             return max(self.lane, default=None)
 
-    def new_generation(self, checkpoint: str | None) -> None:
+    def new_generation(self, checkpoints: dict[str, str]) -> None:
+        """A new run, from ``checkpoints`` (the file's, per shard)."""
         with self.lock:
             self.generation += 1
-            self.start = None if checkpoint is None else int(checkpoint)
-            if self.start is not None and self.last_put is not None:
-                assert self.start == self.last_put, (self.start, self.last_put)
+            self.start = {shard: int(number) for shard, number in checkpoints.items()}
+            assert self.start == self.last_put, (self.start, self.last_put)
             self.handled = set()
             self.failures = Counter()
             self.next_index = [0] * self.lanes
@@ -293,9 +361,7 @@ class Oracle:
     def _skip_handled(self, lane: int) -> None:
         order = self.order[lane]
         i = self.next_index[lane]
-        while i < len(order) and (
-            order[i] in self.handled or (self.start is not None and order[i] <= self.start)
-        ):
+        while i < len(order) and (order[i] in self.handled or self._before_start(order[i])):
             i += 1
         self.next_index[lane] = i
 
@@ -358,18 +424,19 @@ class Oracle:
                 self.handled.add(number)
                 self.handled_ever.add(number)
 
-    def checkpointed(self, number: int) -> None:
-        """A checkpoint about to be written: neither past a record not handled (a crash now
-        would lose it) nor behind the last one."""
+    def checkpointed(self, shard: str, number: int) -> None:
+        """A shard's checkpoint about to be written: neither past a record of the shard not
+        handled (a crash now would lose it) nor behind the last one."""
         with self.lock:
             self.puts.append(number)
-            if self.last_put is not None and number < self.last_put:
-                self.violations.append(f"the checkpoint went back: {self.last_put} to {number}")
-            self.last_put = number
+            last = self.last_put.get(shard)
+            if last is not None and number < last:
+                self.violations.append(f"the checkpoint went back: {last} to {number}")
+            self.last_put[shard] = number
+            numbers = self.in_shard.get(shard, [])
             lost = [
                 n
-                for lane in self.order
-                for n in lane[: bisect.bisect_right(lane, number)]
+                for n in numbers[: bisect.bisect_right(numbers, number)]
                 if n not in self.handled_ever
             ]
             if lost:
@@ -386,7 +453,7 @@ class Oracle:
                 for lane, numbers in enumerate(self.order)
                 if lanes is None or lane in lanes
                 for n in numbers
-                if n not in self.handled and not (self.start is not None and n <= self.start)
+                if n not in self.handled and not self._before_start(n)
             ]
 
     def assert_held(self) -> None:
@@ -421,7 +488,7 @@ class OracleCheckpoints(CheckpointStore):
                 self.refuse -= self.refuse > 0
                 self.refused += 1
                 raise OSError(28, "No space left on device")
-            self.oracle.checkpointed(int(sequence_number))
+            self.oracle.checkpointed(shard_id, int(sequence_number))
             super().put(stream_arn, shard_id, sequence_number)
 
 
@@ -471,13 +538,16 @@ class Gate:
         self.policy: Callable[[int, list[int]], Any] = lambda lane, numbers: "ok"
         self.dead = False
         self.calls = 0
+        self.largest_payload = 0
 
     def __call__(self, event: dict[str, Any], context: Any) -> Any:
         records = event["Records"]
         numbers = [int(r["dynamodb"]["SequenceNumber"]) for r in records]
         lane = self.oracle.lane[numbers[0]]
+        size = len(json.dumps(event))
         with self.cv:
             self.calls += 1
+            self.largest_payload = max(self.largest_payload, size)
             if self.dead:
                 return {"batchItemFailures": []}
             assert lane not in self.waiting, f"two invocations of lane {lane} at once"
@@ -584,6 +654,8 @@ class Harness:
         stream: Any = None,
         real_backoff: bool = False,
         retry_base_delay_s: float = 0,
+        filtered: bool = False,
+        window_s: int = 0,
         **source: Any,
     ) -> None:
         self.path = tmp_path / "checkpoints.json"
@@ -595,22 +667,29 @@ class Harness:
         self.real_backoff = real_backoff
         self.retry_base_delay_s = retry_base_delay_s
         self.oracle = Oracle(lanes, retry_attempts, max_record_age_s)
+        #: ``filtered``: records written with a kind other than "keep" are filtered out.
+        self.filtered = filtered
+        keep = ({"dynamodb": {"NewImage": {"kind": {"S": ["keep"]}}}},)
         self.settings = replace(
             STREAM_SOURCE,
-            filter_patterns=(),
-            max_batching_window_s=0,
+            filter_patterns=keep if filtered else (),
+            max_batching_window_s=window_s,
             batch_size=batch_size,
             retry_attempts=retry_attempts,
             max_record_age_s=max_record_age_s,
             **source,
         )
+        #: The poller's monotonic clock (its batching window's), moved on by the test.
+        self.now = 0.0
+        #: How far ``now`` moves on at each poll.
+        self.tick = 0.0
         self.poller: StreamPoller
         self.thread: threading.Thread | None = None
         self._begin()
 
     def _begin(self) -> None:
         self.checkpoints = OracleCheckpoints(self.path, self.oracle)
-        self.oracle.new_generation(CheckpointStore(self.path).get(self.stream.arn, self.shard_id))
+        self.oracle.new_generation(CheckpointStore(self.path)._load().get(self.stream.arn, {}))
         self.gate = Gate(self.oracle)
         self.queue = FailureQueue(self.oracle)
         self.stepper = Stepper()
@@ -626,6 +705,7 @@ class Harness:
             retry_base_delay_s=self.retry_base_delay_s,
             stream_shards=self.lanes,
             partition_key="event_id",
+            clock=lambda: self.now,
             **sleep,
         )
         self.thread = None
@@ -634,18 +714,19 @@ class Harness:
     def shard_lanes(self) -> Any:
         return self.poller._shard_lanes
 
-    def write(self, key: str, count: int = 1) -> list[int]:
+    def write(self, key: str, count: int = 1, kind: str = "keep", blob: int = 0) -> list[int]:
         numbers = []
         for _ in range(count):
             created = self.clock.time()
-            number = self.stream.write(key, f"s{len(self.oracle.lane)}")
-            self.oracle.written(number, key, created)
+            number = self.stream.write(key, f"s{len(self.oracle.lane)}", kind, blob)
+            passes = kind == "keep" or not self.filtered
+            self.oracle.written(number, key, created, self.stream.shard_of[number], passes)
             numbers.append(number)
         return numbers
 
-    def detached(self) -> set[int]:
+    def detached(self, shard_id: str | None = None) -> set[int]:
         with self.shard_lanes.cv:
-            return set(self.shard_lanes.detached.get(self.shard_id, {}))
+            return set(self.shard_lanes.detached.get(shard_id or self.shard_id, {}))
 
     def settle(self) -> None:
         """Until every lane is idle or inside its handler (or, while the on-failure queue
@@ -681,6 +762,7 @@ class Harness:
             else:
                 self.stepper.step()
             self.settle()
+            self.now += self.tick
 
     def answer(self, lane: int, outcome: Any) -> None:
         self.gate.answer(lane, outcome)
@@ -689,15 +771,15 @@ class Harness:
     def drained(self, stuck: set[int] | frozenset[int] = frozenset()) -> bool:
         """No lane but ``stuck`` busy or able to read, and the main reader at the stream's
         last record (or every lane detached: it reads nothing)."""
-        lanes, last = self.shard_lanes, self.oracle.last_written()
+        lanes = self.shard_lanes
+        with self.oracle.lock:
+            last = {shard: numbers[-1] for shard, numbers in self.oracle.in_shard.items()}
         with lanes.cv:
             busy = any(lanes.load[lane] for lane in range(self.lanes) if lane not in stuck)
             ready = any(lane not in stuck for _, lane in lanes.ready())
-            resolved = lanes.resolved.get(self.shard_id)
-            reader_done = (
-                last is None
-                or (resolved is not None and int(resolved) >= last)
-                or lanes.all_detached(self.shard_id)
+            reader_done = all(
+                int(lanes.resolved.get(shard) or 0) >= number or lanes.all_detached(shard)
+                for shard, number in last.items()
             )
         return not busy and not ready and reader_done
 
@@ -1396,3 +1478,214 @@ def test_nothing_is_written_once_a_stop_has_returned(tmp_path, clock):
     assert not worker.is_alive()
     assert h.oracle.puts == written, "written after the stop returned"
     assert written == [numbers[1]]
+
+
+# -- records the filter drops, a batching window, iterators that expire, large payloads ------
+
+
+def test_records_the_filter_drops_while_a_lane_is_detached(tmp_path, clock):
+    """Records the filter drops among a detached lane's and the others': they are passed
+    (by the reader and by the cursor), and the checkpoint goes past them to the last one."""
+    h = Harness(tmp_path, lanes=3, batch_size=2, filtered=True)
+    keys = keys_by_lane(3, 1)
+    h.gate.hold(0)
+    for i in range(6 * h.shard_lanes.lane_limit):
+        lane = i % 3
+        h.write(keys[lane][0], kind="keep" if i % 4 else "drop")
+    h.drain(stuck={0})
+    assert h.detached() == {0}
+    h.drain()
+    for _ in range(3):  # the stream ends with records the filter drops
+        h.write(keys[1][0], kind="drop")
+    h.drain()
+    assert h.oracle.puts[-1] == h.oracle.last_written()
+    h.finish()
+    assert not {n for _, _, numbers, _ in h.oracle.invocations for n in numbers} & (
+        h.oracle.filtered
+    )
+
+
+def test_a_batching_window_while_a_lane_is_detached_and_reads_fail(tmp_path, clock):
+    """A batching window of 5 s: the reader gathers records (a read error drops what it
+    gathered: it reads them again), while one lane is detached."""
+    h = Harness(tmp_path, lanes=3, batch_size=3, window_s=5)
+    keys = keys_by_lane(3, 1)
+    h.gate.hold(0)
+    h.tick = 0.5  # the poller's clock: the window runs out every ten polls
+    for i in range(5 * h.shard_lanes.lane_limit):
+        h.write(keys[i % 3][0])
+        if i % 7 == 0:
+            h.poll()
+    h.drain(stuck={0})
+    assert h.detached() == {0}
+    # WHEN a batch was just sent (the window begins), records come and are gathered
+    h.tick = 0
+    h.write(keys[1][0])
+    h.now += 10
+    h.poll()
+    for i in range(5):
+        h.write(keys[i % 3][0])
+    h.poll()
+    assert sum(map(len, h.poller._buffers.values())) == 5
+    # ... and a read fails: what was gathered is dropped, read again, gathered again
+    h.stream.fail_reads = 1
+    h.poll(2)
+    assert sum(map(len, h.poller._buffers.values())) == 5
+    h.tick = 1.0
+    h.drain(stuck={0})
+    assert h.oracle.unhandled({1, 2}) == []
+    h.finish()
+
+
+def test_iterators_that_expire_while_a_lane_is_detached(tmp_path, clock):
+    """GetRecords answers ExpiredIteratorException: to the main reader, then to a detached
+    lane's cursor; each opens a new iterator where it was."""
+    h = Harness(tmp_path, lanes=3, batch_size=2)
+    keys = keys_by_lane(3, 1)
+    h.gate.hold(0)
+    for _ in range(3 * h.shard_lanes.lane_limit):
+        for lane in range(3):
+            h.write(keys[lane][0])
+    h.drain(stuck={0})
+    h.stream.fail_code = "ExpiredIteratorException"
+    h.stream.fail_reads = 1
+    for lane in range(3):
+        h.write(keys[lane][0], 2)
+    h.poll(2)
+    h.answer(0, "ok")
+    h.answer(0, "ok")
+    assert 0 in {lane for _, lane in h.shard_lanes.ready()}
+    h.stream.fail_at = {h.stream.reads + 2}  # the cursor's read
+    h.poll(3)
+    h.finish()
+
+
+def test_payloads_near_6_mb_while_a_lane_is_detached(tmp_path, clock):
+    """Records of 350 KB: a lane's invocations stay under 6 MB, the ones its cursor reads
+    again too."""
+    h = Harness(tmp_path, lanes=2, batch_size=20)
+    key, other = (k[0] for k in keys_by_lane(2, 1))
+    h.gate.hold(0)
+    h.write(key, h.shard_lanes.lane_limit + 10, blob=350_000)
+    h.write(other, 3)
+    h.drain(stuck={0})
+    assert h.detached() == {0}
+    h.finish()
+    assert 5 * 1024 * 1024 < h.gate.largest_payload <= 6 * 1024 * 1024
+
+
+# -- a stream whose shard closes and has a child ----------------------------------------------
+
+
+def test_a_shard_that_closes_while_lanes_are_detached_keeps_each_keys_order(tmp_path, clock):
+    """The real shard closes twice (its child read after it): each key's records come in
+    order across the shards, each shard's checkpoint held to its own records, through a
+    stop and a crash."""
+    h = Harness(tmp_path, lanes=3, batch_size=2)
+    keys = keys_by_lane(3, 1)
+    limit = h.shard_lanes.lane_limit
+    h.gate.hold(0)
+    for i in range(2 * limit):
+        h.write(keys[i % 3][0], 2)
+    h.drain(stuck={0})
+    h.gate.let_go(0)
+    h.poll(2)
+    h.stream.split()
+    for i in range(limit):
+        h.write(keys[i % 3][0], 2)
+    h.restart()
+    h.gate.hold(1)
+    h.drain(stuck={1})
+    h.stream.split()
+    for i in range(limit):
+        h.write(keys[i % 3][0], 2)
+    h.crash()
+    h.finish()
+    assert len(h.poller._shards) == 3
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="StreamPoller.poll_once reads a child shard only once its parent is _finished: "
+    "read to its end by the main reader AND no lane detached in it "
+    "(_ShardLanes.finished(parent)); a stuck lane that is detached when the real shard "
+    "closes keeps every other lane from reading on into the child, so one stuck lane stops "
+    "them all at each shard rollover (moto never closes its shard; a real stream closes "
+    "shards every few hours)",
+)
+def test_a_stuck_lane_detached_as_the_shard_closes_holds_back_no_other_lane(tmp_path, clock):
+    h = Harness(tmp_path, lanes=2, batch_size=2)
+    key, other = (k[0] for k in keys_by_lane(2, 1))
+    h.gate.hold(0)
+    h.write(key, 2 * h.shard_lanes.lane_limit)
+    h.write(other, 2)
+    h.drain(stuck={0})
+    assert h.detached() == {0}
+    # WHEN the real shard closes, and both keys go on in its child
+    h.stream.split()
+    h.write(other, 4)
+    h.write(key, 4)
+    h.drain(stuck={0}, polls=100)
+    # THEN the free lane's records in the child are delivered meanwhile
+    assert h.oracle.unhandled({1}) == []
+    # ... and the stuck one's, once it goes on, after its records in the parent (reading
+    # the child as soon as the parent is read to its end would deliver them before)
+    h.finish()
+
+
+def seeded_outcomes(seed: int) -> Callable[[int, list[int]], Any]:
+    """A gate policy: each invocation's outcome a function of the seed, its first record
+    and how often that record came first (ok, a failure, a failure from one record on)."""
+    seen: Counter[int] = Counter()
+
+    def outcome(lane: int, numbers: list[int]) -> Any:
+        seen[numbers[0]] += 1
+        roll = zlib.crc32(f"{seed}:{numbers[0]}:{seen[numbers[0]]}".encode()) % 10
+        if roll < 6:
+            return "ok"
+        return "raise" if roll < 8 else roll % len(numbers)
+
+    return outcome
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_seeded_schedule_across_shard_splits(seed, tmp_path, clock):
+    """Lanes that run free, their invocations failing now and then (seeded), while the
+    real shard closes and has a child again and again, reads and checkpoint writes fail,
+    the on-failure queue is down a while, records age, and the worker stops or crashes."""
+    rng = random.Random(seed)
+    h = Harness(tmp_path, lanes=MODEL_LANES, batch_size=2, retry_attempts=1, max_record_age_s=600)
+    h.gate.policy = seeded_outcomes(seed)
+    try:
+        for _ in range(120):
+            roll = rng.random()
+            if roll < 0.35:
+                h.write(rng.choice(MODEL_KEYS), rng.randint(1, 9))
+            elif roll < 0.6:
+                h.poll(rng.randint(1, 4))
+            elif roll < 0.68:
+                h.stream.split()
+            elif roll < 0.74:
+                h.stream.fail_reads = rng.randint(1, 2)
+                h.poll(3)
+            elif roll < 0.8:
+                h.checkpoints.refuse = rng.randint(1, 6)
+            elif roll < 0.84:
+                h.queue.down = True
+                h.poll(2)
+                h.queue.down = False
+                h.settle()
+            elif roll < 0.87:
+                h.clock.advance(601)
+            elif roll < 0.92:
+                h.restart()
+                h.gate.policy = seeded_outcomes(seed)
+            else:
+                h.crash()
+                h.gate.policy = seeded_outcomes(seed)
+        h.oracle.assert_held()
+        h.finish()
+        assert len(h.stream.shards) > 3
+    finally:
+        h.gate.kill()
+        h.stepper.set()
