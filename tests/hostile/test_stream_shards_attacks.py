@@ -173,6 +173,15 @@ def test_premise_slow_and_quick_are_two_lanes():
     assert lane_of(SLOW, 2) != lane_of(QUICK, 2)
 
 
+def put_signups(client: Any, event_id: str, signup_ids: list[str]) -> None:
+    """Intake items of ``event_id``, one a signup id, in order."""
+    for signup_id in signup_ids:
+        client.put_item(
+            TableName=INTAKE_TABLE.name,
+            Item={"event_id": {"S": event_id}, "signup_id": {"S": signup_id}},
+        )
+
+
 def test_a_stuck_lane_with_a_backlog_holds_back_no_other_lane(aws, tmp_path):
     """Fixed: the lanes were bounded together (batch_size * N * 4 records queued over all of
     them), so a stuck lane's backlog stopped the reader, and every other lane starved."""
@@ -181,16 +190,8 @@ def test_a_stuck_lane_with_a_backlog_holds_back_no_other_lane(aws, tmp_path):
     # GIVEN the slow key's backlog is past what the lanes of 2 held together (16 records),
     # four times what one lane holds (8), and then the quick key's records
     backlog = 4 * poller._shard_lanes.lane_limit
-    for i in range(backlog):
-        client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:03d}"}},
-        )
-    for i in range(2):
-        client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": QUICK}, "signup_id": {"S": f"q{i}"}},
-        )
+    put_signups(client, SLOW, [f"s{i:03d}" for i in range(backlog)])
+    put_signups(client, QUICK, ["q0", "q1"])
     written = StreamReaderLike(aws, poller.stream_arn).sequence_numbers()
     checkpoints.written = [int(s) for s in written]
     checkpoints.delivered = handler.sequence_numbers
@@ -231,16 +232,8 @@ def test_a_detached_lane_keeps_the_checkpoint_behind_the_records_it_skipped(aws,
     poller, client, checkpoints = lanes_poller(aws, tmp_path, handler, streams, batch_size=2)
     held = poller._shard_lanes.lane_limit
     # GIVEN more of the slow key's records than its lane holds, then the quick key's
-    for i in range(held + 4):
-        client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:03d}"}},
-        )
-    for i in range(2):
-        client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": QUICK}, "signup_id": {"S": f"q{i}"}},
-        )
+    put_signups(client, SLOW, [f"s{i:03d}" for i in range(held + 4)])
+    put_signups(client, QUICK, ["q0", "q1"])
     checkpoints.written = [
         int(s) for s in StreamReaderLike(aws, poller.stream_arn).sequence_numbers()
     ]
@@ -281,16 +274,8 @@ def test_a_restart_after_a_stop_with_a_detached_lane_delivers_what_it_skipped(aw
     handler = GatedHandler()
     poller, client, checkpoints = lanes_poller(aws, tmp_path, handler, batch_size=2)
     backlog = 2 * poller._shard_lanes.lane_limit
-    for i in range(backlog):
-        client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:03d}"}},
-        )
-    for i in range(2):
-        client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": QUICK}, "signup_id": {"S": f"q{i}"}},
-        )
+    put_signups(client, SLOW, [f"s{i:03d}" for i in range(backlog)])
+    put_signups(client, QUICK, ["q0", "q1"])
     thread, stop = run_in_thread(poller)
     try:
         assert handler.slow_started.wait(20)
@@ -323,16 +308,8 @@ def test_control_a_backlog_under_the_limit_holds_back_no_other_lane(aws, tmp_pat
     test above is about the backlog, nothing else)."""
     handler = GatedHandler()
     poller, client, _ = lanes_poller(aws, tmp_path, handler, batch_size=2)
-    for i in range(poller._shard_lanes.lane_limit // 2):
-        client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": SLOW}, "signup_id": {"S": f"s{i:03d}"}},
-        )
-    for i in range(2):
-        client.put_item(
-            TableName=INTAKE_TABLE.name,
-            Item={"event_id": {"S": QUICK}, "signup_id": {"S": f"q{i}"}},
-        )
+    put_signups(client, SLOW, [f"s{i:03d}" for i in range(poller._shard_lanes.lane_limit // 2)])
+    put_signups(client, QUICK, ["q0", "q1"])
     thread, stop = run_in_thread(poller)
     try:
         assert handler.slow_started.wait(20)
