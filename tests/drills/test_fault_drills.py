@@ -383,6 +383,21 @@ class Drill:
         self._stack.__exit__(None, None, None)
 
 
+def ask(c: Any, key: tuple[str, str], kind: str) -> None:
+    """A holder's request, as a producer makes it: an update of its own intake item."""
+    c.update_item(
+        TableName=INTAKE_TABLE.name,
+        Key={"event_id": {"S": key[0]}, "signup_id": {"S": key[1]}},
+        UpdateExpression="SET #r = :kind, #u = :shard ADD #n :one",
+        ExpressionAttributeNames={"#r": "request", "#u": "undecided", "#n": "request_count"},
+        ExpressionAttributeValues={
+            ":kind": {"S": kind},
+            ":shard": {"S": undecided_shard(*key)},
+            ":one": {"N": "1"},
+        },
+    )
+
+
 def worker_summary(output: str) -> dict[str, Any]:
     """The last summary a ``turnstile worker`` printed (its closing "stats" line)."""
     lines = [line for line in output.splitlines() if line.startswith(STATS_LINE)]
@@ -655,7 +670,6 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     other holds lapse, as the docs tell them to (an update of their own intake item), while
     workers are killed mid-batch. Nothing is lost, doubled or oversold; every request is
     answered once; every hold ends; every history is one the lifecycle allows."""
-    from turnstile.base.contract import undecided_shard
     from turnstile.engine.lifecycle import ALLOWED_TRANSITIONS
     from turnstile.storage.items import history_of
 
@@ -684,17 +698,7 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     c = drill.producer_client()
 
     def request(key: tuple[str, str], kind: str) -> None:
-        c.update_item(
-            TableName=INTAKE_TABLE.name,
-            Key={"event_id": {"S": key[0]}, "signup_id": {"S": key[1]}},
-            UpdateExpression="SET #r = :kind, #u = :shard ADD #n :one",
-            ExpressionAttributeNames={"#r": "request", "#u": "undecided", "#n": "request_count"},
-            ExpressionAttributeValues={
-                ":kind": {"S": kind},
-                ":shard": {"S": undecided_shard(*key)},
-                ":one": {"N": "1"},
-            },
-        )
+        ask(c, key, kind)
         requested.setdefault(key, []).append(kind)
 
     def requester(rounds: int) -> None:

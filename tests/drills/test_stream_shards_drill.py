@@ -19,13 +19,12 @@ from typing import Any
 
 import pytest
 
-from tests.drills.test_fault_drills import SCALE, Drill, worker_summary
+from tests.drills.test_fault_drills import SCALE, Drill, ask, worker_summary
 from turnstile.base.contract import (
     CONTROL_TABLE,
     INTAKE_TABLE,
     MAIN_TABLE,
     signup_key,
-    undecided_shard,
 )
 
 
@@ -80,21 +79,6 @@ def write_signups(c: Any, events: dict[str, dict[str, int]], prefix: str, count:
             },
             ConditionExpression="attribute_not_exists(signup_id)",
         )
-
-
-def ask(c: Any, key: tuple[str, str], kind: str) -> None:
-    """A holder's request, as a producer makes it: an update of its own intake item."""
-    c.update_item(
-        TableName=INTAKE_TABLE.name,
-        Key={"event_id": {"S": key[0]}, "signup_id": {"S": key[1]}},
-        UpdateExpression="SET #r = :kind, #u = :shard ADD #n :one",
-        ExpressionAttributeNames={"#r": "request", "#u": "undecided", "#n": "request_count"},
-        ExpressionAttributeValues={
-            ":kind": {"S": kind},
-            ":shard": {"S": undecided_shard(*key)},
-            ":one": {"N": "1"},
-        },
-    )
 
 
 def unanswered(drill: Drill) -> list[tuple[str, str]]:
