@@ -12,6 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from botocore.exceptions import ClientError
@@ -662,12 +663,45 @@ def test_polls_that_fail_are_not_idle_time(setup, aws, tmp_path):
             return get_records
 
     poller.streams = Flaky()
+
+    class Stop(threading.Event):
+        """A stop never set that does not wait: each wait moves the clock on instead."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.now = 0.0
+            self.waits: list[float] = []
+
+        def wait(self, timeout: float | None = None) -> bool:
+            self.waits.append(timeout or 0.0)
+            self.now += timeout or 0.0
+            return False
+
     # WHEN the worker runs until the stream has been quiet for 1.5 s (each failed poll
-    # waits a second before the next)
-    poller.run(threading.Event(), until_idle_s=1.5)
+    # waits before the next: a second by default, 0.3 s here)
+    poller.poll_error_delay_s = 0.3
+    stop = Stop()
+    with patch.object(poller_module.time, "monotonic", lambda: stop.now):
+        poller.run(stop, until_idle_s=1.5)
     # THEN it read the stream once the endpoint answered, and delivered what it held
     assert failures["left"] == 0
     assert [i for b in recorder.batches for i in b] == ["s0", "s1", "s2"]
+    # AND each failed poll waited its delay, and the quiet counted only from after them
+    assert stop.waits[:3] == [0.3] * 3
+    assert sum(stop.waits[3:]) >= 1.5
+
+
+def test_a_shorter_retry_delay_shortens_the_wait_after_a_failed_poll(setup, monkeypatch):
+    from turnstile_tools.local.stack import RETRY_DELAY_ENV, local_retry_delay
+
+    _, make, _ = setup
+    poller = make(Recorder())
+    assert poller.poll_error_delay_s == 1.0  # the default: five times 200 ms
+    monkeypatch.setenv(RETRY_DELAY_ENV, "20")
+    shorter = StreamPoller(
+        Recorder(), poller.streams, poller.stream_arn, poller.checkpoints, **local_retry_delay()
+    )
+    assert shorter.poll_error_delay_s == pytest.approx(0.1)
 
 
 class TrimmedAfterCheckpoints:

@@ -630,6 +630,9 @@ class StreamPoller:
         self.failure_queue_url = failure_queue_url
         self.settings = settings
         self.retry_base_delay_s = retry_base_delay_s
+        #: The wait after a poll that failed before reading again (1 s by default: five
+        #: first retries' delays, so a drill's shorter delay shortens it too).
+        self.poll_error_delay_s = 5 * retry_base_delay_s
         #: Set when stream shards stop: it ends their waits between retries.
         self._halt = threading.Event()
         #: The wait between retries (by default one a stop of the stream shards ends).
@@ -746,7 +749,7 @@ class StreamPoller:
                     self._shard_lanes.forget_iterators()
                 self._buffers.clear()
                 self._buffer_bytes.clear()
-                stop.wait(1.0)
+                stop.wait(self.poll_error_delay_s)
                 # A stream that could not be read is not a quiet one: only polls that
                 # read it count towards idleness.
                 quiet_since = time.monotonic()

@@ -189,7 +189,8 @@ def _env_int(name: str, low: int, high: int) -> int | None:
 
 
 #: Drills: the first retry's delay of a failed batch, in milliseconds (doubling to 16 times
-#: as much). Lambda does not document its backoff; the poller's default is 200 ms.
+#: as much), and a fifth of the wait after a failed poll. Lambda does not document its
+#: backoff; the poller's default is 200 ms (1 s after a failed poll).
 RETRY_DELAY_ENV = "TURNSTILE_RETRY_BASE_DELAY_MS"
 
 #: How many stream shards the worker emulates over the intake stream's one (1: none).
