@@ -10,6 +10,7 @@ fixture, whose ``mock_aws`` resets the moto backends the server shares.
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -61,6 +62,9 @@ def live_api() -> Iterator[LiveApi]:
     moto.start()
     host, port = moto.get_host_and_port()
     moto_url = f"http://{host}:{port}"
+    # The server's moto is this process's: a module set up twice on one worker (pytest-xdist
+    # may split it) finds the tables of its first setup. Start from none.
+    urllib.request.urlopen(urllib.request.Request(f"{moto_url}/moto-api/reset", method="POST"))
     server: ApiServer | None = None
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AWS_ENDPOINT_URL", moto_url)
