@@ -92,7 +92,9 @@ def wait_healthy(api_url: str, process: subprocess.Popen, timeout: float = 60) -
                     return
         except OSError:
             pass
-        time.sleep(0.2)
+        # Short: every start of a stack waits here (about a second of imports), and a poll
+        # of a port nobody listens on yet is a refused connection, nothing more.
+        time.sleep(0.05)
     raise RuntimeError("turnstile local did not become healthy")
 
 
