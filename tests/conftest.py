@@ -98,7 +98,11 @@ def aws(request: pytest.FixtureRequest) -> Iterator[boto3.Session]:
     read too, which moto alone would serve.
     """
     from turnstile_tools.local.limits import enforced_in_moto
+    from turnstile_tools.local.server import patch_moto
 
+    # As the local stack runs moto: a transaction backs up only the items it names (not
+    # every table), a cancelled one leaves the streams be, and items are written directly.
+    patch_moto()
     with mock_aws(), enforced_in_moto():
         session = boto3.Session(region_name="us-east-1")
         create_tables(session)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from turnstile.base.contract import ALL_TABLES, CONTROL_TABLE, INTAKE_TABLE
 from turnstile.storage.dynamo import default_client
@@ -80,9 +84,7 @@ def test_a_cancelled_transaction_leaves_no_trace_and_the_stream_goes_on(endpoint
     assert [r["eventName"] for r in page["Records"]] == ["MODIFY", "MODIFY"]
 
 
-def test_an_unsigned_request_is_refused_as_dynamodb_refuses_it_and_breaks_nothing(
-    endpoint, caplog
-):
+def test_an_unsigned_request_is_refused_as_dynamodb_refuses_it_and_breaks_nothing(endpoint, caplog):
     """An HTTP client pointed at the AWS endpoint instead of the HTTP API (``POST
     /events/x/signups``): moto would take it for S3 and fail with a traceback; it gets
     DynamoDB's answer to an unsigned request, one warning line, and the endpoint goes on."""
@@ -108,3 +110,121 @@ def test_an_unsigned_request_is_refused_as_dynamodb_refuses_it_and_breaks_nothin
     with urllib.request.urlopen(f"{endpoint}{DENIALS_PATH}", timeout=10) as answer:
         assert answer.status == 200
     assert default_client(endpoint_url=endpoint).list_tables()["TableNames"] is not None
+
+
+def test_transactions_on_two_threads_each_back_up_what_they_name():
+    """In-process moto (the tests' ``aws`` fixture) runs requests on many threads at once.
+    Two cancelled transactions at once each restored, with its backup, the other's item
+    as the other had left it: an update of a cancelled transaction stayed. Transactions
+    now run one at a time. Here each waits (a second at most) for the other inside its
+    first update: together, they would both be there; one at a time, the first gives up
+    waiting, and both are cancelled either way."""
+    import threading
+
+    from moto import mock_aws
+    from moto.dynamodb import models
+
+    from turnstile_tools.local.server import patch_moto_transactions
+
+    patch_moto_transactions()
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name="us-east-1")
+        client.create_table(**INTAKE_TABLE.create_table_kwargs())
+        for key in ("a", "b"):
+            client.put_item(
+                TableName=INTAKE_TABLE.name,
+                Item={"event_id": {"S": "e"}, "signup_id": {"S": key}},
+            )
+        missing = {
+            "ConditionCheck": {
+                "TableName": INTAKE_TABLE.name,
+                "Key": {"event_id": {"S": "e"}, "signup_id": {"S": "none"}},
+                "ConditionExpression": "attribute_exists(signup_id)",
+            }
+        }
+        both_backed_up = threading.Barrier(2, timeout=1)
+        update_item = models.DynamoDBBackend.update_item
+
+        def update_after_both(self, *args, **kwargs):
+            both_backed_up.wait()
+            return update_item(self, *args, **kwargs)
+
+        errors: list[str] = []
+
+        def cancelled(key: str) -> None:
+            try:
+                client.transact_write_items(TransactItems=[update(key), missing])
+            except ClientError as exc:
+                errors.append(exc.response["Error"]["Code"])
+
+        with patch.object(models.DynamoDBBackend, "update_item", update_after_both):
+            threads = [threading.Thread(target=cancelled, args=(k,)) for k in ("a", "b")]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+        assert errors == ["TransactionCanceledException"] * 2
+        items = client.scan(TableName=INTAKE_TABLE.name, ConsistentRead=True)["Items"]
+        assert sorted(i["signup_id"]["S"] for i in items) == ["a", "b"]
+        assert [i for i in items if "redrive" in i] == [], items
+
+
+_NAMES = st.text(min_size=1, max_size=5)
+_SCALARS = st.one_of(
+    st.builds(lambda s: {"S": s}, st.text(max_size=8)),
+    st.builds(lambda n: {"N": str(n)}, st.integers() | st.decimals(allow_nan=False)),
+    st.builds(lambda b: {"B": b}, st.binary(max_size=8)),
+    st.builds(lambda b: {"BOOL": b}, st.booleans()),
+    st.just({"NULL": True}),
+    st.builds(lambda s: {"SS": s}, st.lists(st.text(max_size=4), max_size=3)),
+    st.builds(lambda s: {"NS": [str(n) for n in s]}, st.lists(st.integers(), max_size=3)),
+    st.builds(lambda s: {"BS": s}, st.lists(st.binary(max_size=4), max_size=3)),
+)
+#: What moto hands its serializer: binaries as bytes, and now and then a shape it makes
+#: no other way (a string in a binary, a number that is not a string, an empty name, two
+#: members), which moto's own walk must still write.
+_ODD = st.sampled_from(
+    [{"B": "aGk="}, {"N": 5}, {"S": None}, {"S": "x", "N": "1"}, {}, {"M": {"": {"S": "x"}}}]
+)
+_VALUES = st.recursive(
+    _SCALARS | _ODD,
+    lambda inner: (
+        st.builds(lambda m: {"M": m}, st.dictionaries(_NAMES, inner, max_size=3))
+        | st.builds(lambda items: {"L": items}, st.lists(inner, max_size=3))
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(item=st.dictionaries(_NAMES, _VALUES, max_size=4))
+def test_attribute_values_are_written_as_moto_writes_them(item):
+    """The embedded endpoint writes an item's attribute values directly, not by moto's walk
+    of the service's shapes: byte for byte what moto's walk writes, for every form of value
+    (nested, binary, sets, empty) and for shapes moto never makes, which the walk still
+    writes."""
+    from moto.core.responses import get_service_model
+    from moto.core.serialize import BaseJSONSerializer, JSONSerializer, XFormedAttributePicker
+
+    from turnstile_tools.local.server import patch_moto_attribute_values
+
+    patch_moto_attribute_values()
+    model = get_service_model("dynamodb")
+
+    def body(operation: str, result: dict) -> str:
+        serializer = JSONSerializer(
+            operation_model=model.operation_model(operation),
+            pretty_print=False,
+            value_picker=XFormedAttributePicker(response_transformers=None),
+        )
+        return serializer.serialize(result)["body"]
+
+    walk = BaseJSONSerializer._serialize_type_structure.moto_original
+    for operation, result in (
+        ("GetItem", {"Item": item}),
+        ("Scan", {"Items": [item, item], "Count": 2, "LastEvaluatedKey": item}),
+        ("UpdateItem", {"Attributes": item}),
+    ):
+        written = body(operation, result)
+        with patch.object(BaseJSONSerializer, "_serialize_type_structure", walk):
+            assert written == body(operation, result)

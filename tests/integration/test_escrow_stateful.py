@@ -34,7 +34,7 @@ from turnstile.engine.escrow import Pool, Share
 from turnstile.storage.dynamo import ConditionFailed, Tables, TransactionCancelled, control_key
 from turnstile.storage.escrow import Escrow
 from turnstile.storage.store import SignupStore
-from turnstile_tools.local.server import patch_moto_transactions
+from turnstile_tools.local.server import patch_moto
 
 _EVENT_IDS = itertools.count()
 
@@ -42,7 +42,7 @@ _EVENT_IDS = itertools.count()
 class EscrowMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        patch_moto_transactions()
+        patch_moto()
         self.exits = contextlib.ExitStack()
         self.exits.enter_context(mock_aws())
         session = boto3.Session(region_name="us-east-1")

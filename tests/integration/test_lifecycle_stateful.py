@@ -77,7 +77,7 @@ from turnstile_tools.audit import audit
 from turnstile_tools.local.context import LocalLambdaContext
 from turnstile_tools.local.limits import enforced_in_moto
 from turnstile_tools.local.poller import matches_filter
-from turnstile_tools.local.server import patch_moto_transactions
+from turnstile_tools.local.server import patch_moto
 
 T0 = "2026-01-01T00:00:00.000000Z"
 EVENTS = ("e0", "e1")
@@ -131,7 +131,7 @@ class LifecycleOverStreams(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        patch_moto_transactions()  # a refused request must not cut a stream (test_wake_ups)
+        patch_moto()  # a refused request cuts no stream (test_embedded_server)
         self.exits = contextlib.ExitStack()
         try:
             self._start()

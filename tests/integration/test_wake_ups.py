@@ -82,16 +82,6 @@ class Scene:
         return woken
 
 
-@pytest.fixture(autouse=True)
-def streams_survive_cancelled_transactions() -> None:
-    """A cancelled transaction (a refused request) must not cut a stream off: in-process
-    moto replaces the table with its backup, stream and all, where DynamoDB (and the
-    local stack, which patches it) changes nothing. Safe here: one request at a time."""
-    from turnstile_tools.local.server import patch_moto_transactions
-
-    patch_moto_transactions()
-
-
 @pytest.fixture
 def scene(aws, stream, wakes) -> Any:
     yield Scene(aws, stream, wakes)

@@ -8,6 +8,7 @@ which costs nothing measurable at moto's few hundred requests per second.
 
 from __future__ import annotations
 
+import base64
 import copy
 import errno
 import fcntl
@@ -20,7 +21,8 @@ import re
 import socket
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -57,6 +59,8 @@ __all__ = [
     "SerializedApp",
     "StateDirInUseError",
     "StateDirLock",
+    "patch_moto",
+    "patch_moto_attribute_values",
     "patch_moto_transactions",
     "unserved_refusal",
 ]
@@ -188,10 +192,44 @@ class _TransactionBackup:
                 del backup.stream_shard.items[length:]
 
 
+class _Copying:
+    """Stands in for the ``copy`` module inside moto's DynamoDB models: on a thread running a
+    transaction, that transaction's backup does its deep copies; everywhere else (and for
+    anything but a table) the ``copy`` module does. Each thread has its own, so two
+    transactions on two threads (in-process moto, whose requests are not serialized)
+    never use each other's backup."""
+
+    def __init__(self) -> None:
+        self._running = threading.local()
+
+    def deepcopy(self, value: Any, memo: Any = None) -> Any:
+        backup: _TransactionBackup | None = getattr(self._running, "backup", None)
+        return (backup or copy).deepcopy(value, memo)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    @contextmanager
+    def backing_up(self, backup: _TransactionBackup) -> Iterator[None]:
+        outer = getattr(self._running, "backup", None)
+        self._running.backup = backup
+        try:
+            yield
+        finally:
+            self._running.backup = outer
+
+
+_COPYING = _Copying()
+_ONE_TRANSACTION_AT_A_TIME = threading.Lock()
+
+
 def patch_moto_transactions() -> None:
     """Make moto's TransactWriteItems back tables up once and keep streams continuous.
 
-    Safe only where requests are serialized (``SerializedApp``), as the local stack does.
+    Used by the local stack (whose requests are serialized) and by the tests' in-process
+    moto, whose requests run on many threads at once: there, transactions run one at a
+    time, each with its own backup (two at once each restored the other's items as it had
+    left them), as DynamoDB isolates transactions from each other.
     """
     from moto.dynamodb import models
 
@@ -199,20 +237,91 @@ def patch_moto_transactions() -> None:
     if getattr(backend.transact_write_items, "turnstile_patched", False):
         return
     original = backend.transact_write_items
+    models.copy = _COPYING  # type: ignore[attr-defined]
 
     def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> None:
         backup = _TransactionBackup(transact_items)
-        models.copy = backup  # type: ignore[attr-defined]
-        try:
-            return original(self, transact_items)
-        except Exception:
-            backup.rollback_streams()
-            raise
-        finally:
-            models.copy = copy  # type: ignore[attr-defined]
+        with _ONE_TRANSACTION_AT_A_TIME, _COPYING.backing_up(backup):
+            try:
+                return original(self, transact_items)
+            except Exception:
+                backup.rollback_streams()
+                raise
 
     transact_write_items.turnstile_patched = True  # type: ignore[attr-defined]
     backend.transact_write_items = transact_write_items  # type: ignore[method-assign]
+
+
+def _attribute_value(value: Any) -> Any:
+    """An item's attribute value as moto's JSON serializer writes it (binaries in base64),
+    written directly; None for any value of a shape this does not know (moto's own
+    serializer then writes it, as it always did)."""
+    if type(value) is not dict or len(value) != 1:
+        return None
+    ((kind, inner),) = value.items()
+    if kind in ("S", "N"):
+        return value if type(inner) is str else None
+    if kind in ("BOOL", "NULL"):
+        return value if type(inner) is bool else None
+    if kind == "B":
+        return {kind: _base64(inner)} if isinstance(inner, bytes) else None
+    if type(inner) is not list and kind != "M":
+        return None
+    if kind in ("SS", "NS"):
+        return value if all(type(v) is str for v in inner) else None
+    if kind == "BS":
+        if not all(isinstance(v, bytes) for v in inner):
+            return None
+        return {kind: [_base64(v) for v in inner]}
+    if kind == "L":
+        items = [_attribute_value(v) for v in inner]
+        return None if None in items else {kind: items}
+    if kind == "M" and type(inner) is dict and all(type(k) is str and k for k in inner):
+        members = {k: _attribute_value(v) for k, v in inner.items()}
+        return None if None in members.values() else {kind: members}
+    return None
+
+
+def _base64(value: bytes) -> str:
+    return base64.b64encode(value).strip().decode("utf-8")
+
+
+def patch_moto_attribute_values() -> None:
+    """Make moto's JSON serializer write an item's attribute values directly.
+
+    moto 5 serializes every response by walking the service's shapes member by member: for
+    a DynamoDB item that is a lookup for each of an attribute value's ten members, for
+    every attribute of every item, a sixth of a busy local stack's time. An attribute value
+    is one of ten known forms; those are written as they are (binaries in base64, as moto
+    writes them), anything else by moto's walk.
+    """
+    from moto.core.serialize import BaseJSONSerializer
+
+    original = BaseJSONSerializer._serialize_type_structure
+    if getattr(original, "turnstile_patched", False):
+        return
+
+    def _serialize_type_structure(
+        self: Any, serialized: Any, value: Any, shape: Any, key: str
+    ) -> None:
+        if key and shape.name == "AttributeValue":
+            written = _attribute_value(value)
+            if written is not None:
+                self._default_serialize(serialized, written, shape, key)
+                return
+        original(self, serialized, value, shape, key)
+
+    _serialize_type_structure.turnstile_patched = True  # type: ignore[attr-defined]
+    _serialize_type_structure.moto_original = original  # type: ignore[attr-defined]
+    BaseJSONSerializer._serialize_type_structure = _serialize_type_structure  # type: ignore[method-assign]
+
+
+def patch_moto() -> None:
+    """Every repair turnstile makes to moto, for the embedded endpoint and in-process moto
+    alike: transactions (``patch_moto_transactions``), attribute values
+    (``patch_moto_attribute_values``). Idempotent."""
+    patch_moto_transactions()
+    patch_moto_attribute_values()
 
 
 class SerializedApp:
@@ -556,7 +665,7 @@ class EmbeddedAws(BackgroundServer):
         (None: memory). ``enforcement``: how the functions' roles are enforced (default: as
         deployed). ``throughput``: the per-partition throughput limit (default: AWS's
         rates, ``PartitionThroughput()``)."""
-        patch_moto_transactions()
+        patch_moto()
         wal = None
         if state_dir is not None:
             from turnstile_tools.local.persist import DurableState
