@@ -6,7 +6,10 @@ trimmed as DynamoDB trims them."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,14 +34,18 @@ EXTRA = "t-extra"
 NEVER = 10**15  # a compaction threshold nothing reaches
 
 
-@pytest.fixture(autouse=True)
-def _endpoint_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    from moto.core.base_backend import BackendDict
-
+def _without_endpoint_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in local_aws_environment("http://x"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv(persist.COMPACT_BYTES_ENV, raising=False)
     monkeypatch.delenv(persist.STREAM_RETENTION_ENV, raising=False)
+
+
+@pytest.fixture(autouse=True)
+def _endpoint_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    from moto.core.base_backend import BackendDict
+
+    _without_endpoint_environment(monkeypatch)
     BackendDict.reset()
     yield
     BackendDict.reset()
@@ -64,18 +71,26 @@ def endpoint(state: Path, compact_bytes: int = NEVER) -> Iterator[EmbeddedAws]:
         BackendDict.reset()
 
 
+@functools.cache
 def session() -> boto3.Session:
+    """One session for the module: its clients share the service models it loaded."""
     return boto3.Session(
         aws_access_key_id="test", aws_secret_access_key="test", region_name="us-east-1"
     )
 
 
 def clients(server: EmbeddedAws) -> tuple[Any, Any, Any]:
+    return _clients(server.url)
+
+
+@functools.cache
+def _clients(url: str) -> tuple[Any, Any, Any]:
+    """One set of clients per endpoint URL (``full_state`` runs many times a test)."""
     s = session()
     return (
-        s.client("dynamodb", endpoint_url=server.url),
-        s.client("dynamodbstreams", endpoint_url=server.url),
-        s.client("sqs", endpoint_url=server.url),
+        s.client("dynamodb", endpoint_url=url),
+        s.client("dynamodbstreams", endpoint_url=url),
+        s.client("sqs", endpoint_url=url),
     )
 
 
@@ -279,10 +294,15 @@ def full_state(server: EmbeddedAws) -> dict[str, Any]:
             if not got:
                 break
             messages += got
-        for m in messages:  # visible again, for the next look
-            sqs.change_message_visibility(
-                QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=0
+        for start in range(0, len(messages), 10):  # visible again, for the next look
+            changed = sqs.change_message_visibility_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for n, m in enumerate(messages[start : start + 10])
+                ],
             )
+            assert not changed.get("Failed"), changed["Failed"]
         state["queues"][url.rsplit("/", 1)[1]] = {
             "attributes": attributes,
             "tags": sqs.list_queue_tags(QueueUrl=url).get("Tags", {}),
@@ -580,15 +600,37 @@ def snapshot_then_log(state: Path) -> dict[str, Any]:
         return full_state(server)
 
 
+@pytest.fixture(scope="module")
+def _snapshot_then_log_once(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, Any]]:
+    """``snapshot_then_log`` made once for the module's tests, each of which starts from a
+    copy of its files (the files are all a start reads: a copy restores the same state)."""
+    state = tmp_path_factory.mktemp("snapshot-then-log") / "state"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        _without_endpoint_environment(monkeypatch)
+        return state, snapshot_then_log(state)
+
+
+@pytest.fixture
+def snapshot_and_log(
+    _snapshot_then_log_once: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> tuple[Path, dict[str, Any]]:
+    """A copy of ``snapshot_then_log``'s directory, in this test's own, and its full state."""
+    made, expected = _snapshot_then_log_once
+    state = tmp_path / "state"
+    shutil.copytree(made, state)
+    return state, copy.deepcopy(expected)
+
+
 @pytest.mark.parametrize("point", crash_points())
 def test_a_crash_in_the_middle_of_a_compaction_loses_nothing_acknowledged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
+    snapshot_and_log: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, point: str
 ) -> None:
     from moto.core.base_backend import BackendDict
 
-    state = tmp_path / "state"
     # GIVEN a state with a snapshot and a log after it, more acknowledged writes on top
-    expected = snapshot_then_log(state)
+    state, expected = snapshot_and_log
     # WHEN the start's compaction dies at ``point`` (the process gone, its files as left)
     BackendDict.reset()
     with monkeypatch.context() as patched:
@@ -615,9 +657,10 @@ def test_a_crash_in_the_middle_of_a_compaction_loses_nothing_acknowledged(
         assert not list(state.glob("*.tmp"))
 
 
-def test_a_torn_append_after_a_snapshot_is_cut_off_and_the_rest_restored(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    expected = snapshot_then_log(state)
+def test_a_torn_append_after_a_snapshot_is_cut_off_and_the_rest_restored(
+    snapshot_and_log: tuple[Path, dict[str, Any]],
+) -> None:
+    state, expected = snapshot_and_log
     with open(state / WAL_NAME, "ab") as f:  # a SIGKILL in the middle of the next append
         f.write(b"\x00\x00\x01\x00garbage")
     with endpoint(state) as server:
