@@ -4,7 +4,6 @@ each is one line on stderr starting ``turnstile:``, exit 2, never a traceback.""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -37,15 +36,6 @@ def one_line_error(result: subprocess.CompletedProcess) -> str:
 
 
 @contextmanager
-def busy_port() -> Iterator[int]:
-    """A port another program (this test) is listening on."""
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        yield holder.getsockname()[1]
-
-
-@contextmanager
 def plain_http_server(body: bytes, content_type: str, status: int = 200) -> Iterator[str]:
     """An HTTP server that is not turnstile's API: every request gets ``body``."""
 
@@ -70,6 +60,16 @@ def plain_http_server(body: bytes, content_type: str, status: int = 200) -> Iter
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def busy_port() -> Iterator[int]:
+    """A port another program (this test) is listening on: a web server with a page of its
+    own, as whatever else holds 4566 or 8080 would be. Asked whether it is a turnstile local,
+    it answers no at once (a listener that never answers is asked for 2 s: the integration
+    test of a taken API port, tests/integration/test_local_listen.py, has that one)."""
+    with plain_http_server(b"<h1>It works!</h1>\n", "text/html") as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 def nothing_listening() -> str:
