@@ -228,3 +228,22 @@ def test_attribute_values_are_written_as_moto_writes_them(item):
         written = body(operation, result)
         with patch.object(BaseJSONSerializer, "_serialize_type_structure", walk):
             assert written == body(operation, result)
+
+
+def test_moto_lists_its_modules_once_and_the_same_ones():
+    """The endpoint asks moto on every request whether a host is one of its modules: the
+    list is made once (a listdir of moto's package each time was a twentieth of the
+    endpoint's time), and it is the list moto makes."""
+    import os
+
+    from moto import backends
+
+    from turnstile_tools.local.server import patch_moto_module_listing
+
+    patch_moto_module_listing()
+    path = os.path.dirname(backends.__file__)
+    assert list(backends.list_of_moto_modules()) == sorted(
+        m for m in os.listdir(path) if os.path.isdir(os.path.join(path, m)) and m[:2] != "__"
+    )
+    with patch.object(os, "listdir", side_effect=AssertionError("listed again")):
+        assert "dynamodb" in backends.list_of_moto_modules()

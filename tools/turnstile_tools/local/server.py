@@ -61,6 +61,7 @@ __all__ = [
     "StateDirLock",
     "patch_moto",
     "patch_moto_attribute_values",
+    "patch_moto_module_listing",
     "patch_moto_transactions",
     "unserved_refusal",
 ]
@@ -316,12 +317,36 @@ def patch_moto_attribute_values() -> None:
     BaseJSONSerializer._serialize_type_structure = _serialize_type_structure  # type: ignore[method-assign]
 
 
+def patch_moto_module_listing() -> None:
+    """Make moto list its service modules once, not on every request.
+
+    moto's server finds the service a request is for by first asking whether its host is
+    the name of one of moto's modules, which lists moto's package directory (a listdir and
+    a stat for each of its 150-odd folders) on every request: a twentieth of a busy local
+    stack's time. The folders of an installed package do not change while it runs.
+    """
+    from moto import backends
+
+    listing = backends.list_of_moto_modules
+    if getattr(listing, "turnstile_patched", False):
+        return
+    modules = tuple(listing())
+
+    def list_of_moto_modules() -> tuple[str, ...]:
+        return modules
+
+    list_of_moto_modules.turnstile_patched = True  # type: ignore[attr-defined]
+    backends.list_of_moto_modules = list_of_moto_modules  # type: ignore[assignment]
+
+
 def patch_moto() -> None:
     """Every repair turnstile makes to moto, for the embedded endpoint and in-process moto
     alike: transactions (``patch_moto_transactions``), attribute values
-    (``patch_moto_attribute_values``). Idempotent."""
+    (``patch_moto_attribute_values``), its list of modules (``patch_moto_module_listing``).
+    Idempotent."""
     patch_moto_transactions()
     patch_moto_attribute_values()
+    patch_moto_module_listing()
 
 
 class SerializedApp:
