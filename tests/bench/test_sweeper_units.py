@@ -19,6 +19,11 @@ from turnstile_bench.sweep import MIN_AGE_S, SWEEP_AT, Tables, index_entry_size,
 FIXED_READS = 4 * read_units(0)
 #: The most the sweeper's own attributes add to an index entry (redrive, redriven_at).
 RE_EMITTED_BYTES = len("redrive") + 2 + len("redriven_at") + 12
+#: Undecided records in a run. Read units are counted per item from its size, however the
+#: reads are batched, so they scale with the counts: a few dozen records show every relation
+#: the tests check (each record costs moto milliseconds to load and, on the full read, to
+#: serialize).
+UNDECIDED = 20
 
 
 def fast_path_bound(entries: list[int]) -> float:
@@ -52,35 +57,39 @@ def undecided_entries(client, tables: Tables) -> list[int]:
 def test_a_run_reads_in_proportion_to_the_undecided_records_not_the_decided(world):
     client, sizes, tables = world
     at = SWEEP_AT
-    # GIVEN 300 decided records and 100 undecided ones, all an hour old
-    load(client, sizes, tables, decided=300, undecided=100)
-    small = measure(client, sizes, tables, "index", at, 300, 100)
-    bound_100 = fast_path_bound(undecided_entries(client, tables))
-    assert small.found_undecided == 100
+    decided, undecided = 3 * UNDECIDED, UNDECIDED
+    # GIVEN three times as many decided records as undecided ones, all an hour old
+    load(client, sizes, tables, decided=decided, undecided=undecided)
+    small = measure(client, sizes, tables, "index", at, decided, undecided)
+    bound = fast_path_bound(undecided_entries(client, tables))
+    assert small.found_undecided == undecided
     # WHEN intake grows fivefold in decided records
-    load(client, sizes, tables, decided=1200, undecided=0, first=300)
+    load(client, sizes, tables, decided=4 * decided, undecided=0, first=decided)
+    decided *= 5
     at += 2 * MIN_AGE_S  # past the last re-emission: the records count as old again
-    large = measure(client, sizes, tables, "index", at, 1500, 100)
+    large = measure(client, sizes, tables, "index", at, decided, undecided)
     # THEN a run through the index reads no more than the undecided records account for
-    assert large.found_undecided == 100
-    assert small.read_units <= bound_100 and large.read_units <= bound_100
+    assert large.found_undecided == undecided
+    assert small.read_units <= bound and large.read_units <= bound
     # and reading intake whole, as every run did before, reads every decided record and
     # its decision (at least one consistent read each): the bound above is far below it
     at += 2 * MIN_AGE_S
-    full = measure(client, sizes, tables, "full scan", at, 1500, 100)
-    assert full.found_undecided == 100
-    assert full.read_units >= 1500 * read_units(0) > 5 * bound_100
+    full = measure(client, sizes, tables, "full scan", at, decided, undecided)
+    assert full.found_undecided == undecided
+    assert full.read_units >= decided * read_units(0) > 5 * bound
 
 
 def test_a_run_reads_more_as_undecided_records_grow(world):
     client, sizes, tables = world
-    load(client, sizes, tables, decided=1000, undecided=100)
-    hundred = measure(client, sizes, tables, "index", SWEEP_AT, 1000, 100)
-    # GIVEN 100 more undecided records
-    load(client, sizes, tables, decided=0, undecided=100, first=100)
+    decided, undecided = 10 * UNDECIDED, UNDECIDED
+    load(client, sizes, tables, decided=decided, undecided=undecided)
+    before = measure(client, sizes, tables, "index", SWEEP_AT, decided, undecided)
+    # GIVEN as many undecided records again
+    load(client, sizes, tables, decided=0, undecided=undecided, first=undecided)
     # WHEN the next run looks (past the last re-emission)
-    two_hundred = measure(client, sizes, tables, "index", SWEEP_AT + 2 * MIN_AGE_S, 1000, 200)
+    at = SWEEP_AT + 2 * MIN_AGE_S
+    twice = measure(client, sizes, tables, "index", at, decided, 2 * undecided)
     # THEN it found them all, and read about one decision more for each
-    assert two_hundred.found_undecided == 200
-    assert two_hundred.read_units <= fast_path_bound(undecided_entries(client, tables))
-    assert two_hundred.read_units - hundred.read_units >= 100 * read_units(0)
+    assert twice.found_undecided == 2 * undecided
+    assert twice.read_units <= fast_path_bound(undecided_entries(client, tables))
+    assert twice.read_units - before.read_units >= undecided * read_units(0)
