@@ -367,14 +367,22 @@ def test_a_run_re_emits_in_chunks(client):
     assert recorder.sizes("transact_write_items", "TransactItems") == [3, 3, 2]
 
 
+#: The re-emission tests below find nothing (they hand the ledger its keys): one way of
+#: finding is enough, the one whose records carry no marker before their re-emission.
+ONE_SWEEP_PATH = pytest.mark.parametrize("sweep_path", ["full-scan"], indirect=True)
+
+
+@ONE_SWEEP_PATH
 def test_re_emission_is_batched_and_skips_records_that_vanished(fenced, store, client):
-    for i in range(150):
+    # A full transaction of 99 records, then one of 6 and a record that vanished: that one
+    # is cancelled and re-emitted a record at a time, the vanished one skipped.
+    for i in range(105):
         put_raw_intake(client, "gig", f"u{i}")
     token = fenced.acquire_lease("s", 60, now=1000.0)
     assert token is not None
-    keys = [("gig", f"u{i}") for i in range(150)] + [("gig", "never-written")]
-    assert fenced.fenced_re_emit_many("s", token, 1001.0, keys) == 150
-    assert all(int(store.get_intake("gig", f"u{i}")["redrive"]) == 1 for i in (0, 98, 149))
+    keys = [("gig", f"u{i}") for i in range(105)] + [("gig", "never-written")]
+    assert fenced.fenced_re_emit_many("s", token, 1001.0, keys) == 105
+    assert all(int(store.get_intake("gig", f"u{i}")["redrive"]) == 1 for i in (0, 98, 99, 104))
 
 
 # -- aging: no clock a producer writes hides a record ------------------------------------
@@ -420,6 +428,7 @@ def test_find_undecided_counts_unknown_and_future_ages_as_old(
 
 
 
+@ONE_SWEEP_PATH
 def test_re_emission_fills_each_transaction_to_the_limit(client):
     # GIVEN 198 undecided records: exactly two transactions of 99 records and a lease check
     recorder = CallRecorder(client)
