@@ -922,3 +922,53 @@ def test_records_given_up_inside_a_lane_are_checkpointed_only_with_the_lanes(
     assert given and all(m["requestContext"]["condition"] == given_up for m in given)
     last = stream.read_new()[-1]["dynamodb"]["SequenceNumber"]
     assert checkpoints == [last]
+
+
+def test_a_stop_gives_up_a_failing_batch_instead_of_waiting_out_its_retries(setup, aws, tmp_path):
+    # GIVEN records in the stream, and a handler that fails, as a stop comes (Ctrl-C)
+    client, make, messages = setup
+    write(client, 3)
+    stop = threading.Event()
+    calls: list[list[str]] = []
+
+    def failing(event: dict[str, Any], context: Any) -> Any:
+        calls.append([signup_id(r) for r in event["Records"]])
+        stop.set()
+        raise RuntimeError("the table is unreachable")
+
+    template = make(failing)
+    poller = StreamPoller(  # the poller's own wait between retries (a stop ends it)
+        failing,
+        template.streams,
+        template.stream_arn,
+        template.checkpoints,
+        sqs_client=template.sqs,
+        failure_queue_url=template.failure_queue_url,
+        settings=FAST,
+    )
+    # WHEN the worker runs and the stop comes during the batch's first invocation
+    poller.run(stop)
+    # THEN it returns without retrying the batch and without giving up on its records:
+    # nothing sent to the on-failure queue, the checkpoint still before them
+    assert calls == [["s0", "s1", "s2"]]
+    assert poller.stats.sent_to_failure_destination == 0 and messages() == []
+    assert poller.checkpoints.get(poller.stream_arn, next(iter(poller._shards))) is None
+    # AND the next start delivers them again
+    recorder = Recorder()
+    again = make(recorder)
+    again.checkpoints = poller.checkpoints
+    drain(again)
+    assert [i for b in recorder.batches for i in b] == ["s0", "s1", "s2"]
+
+
+def test_a_stop_ends_the_wait_between_retries(setup):
+    _, make, _ = setup
+    template = make(Recorder())
+    poller = StreamPoller(Recorder(), template.streams, template.stream_arn, template.checkpoints)
+    stop = threading.Event()
+    stop.set()
+    poller._stop = stop  # as run() holds it
+    waiting = threading.Thread(target=poller._sleep, args=(30,))
+    waiting.start()
+    waiting.join(10)
+    assert not waiting.is_alive()

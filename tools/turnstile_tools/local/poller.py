@@ -188,8 +188,9 @@ class _FunctionError(Exception):
 
 
 class _Abandoned(Exception):
-    """A stream shard's batch given up on by a stop, between its invocations: its records
-    not yet handled stay behind the checkpoint (the next start delivers them again)."""
+    """A batch given up on by a stop, between its invocations (a stream shard's before any,
+    the stream's own before a retry): its records not yet handled stay behind the
+    checkpoint (the next start delivers them again)."""
 
 
 @dataclass
@@ -635,8 +636,11 @@ class StreamPoller:
         self.poll_error_delay_s = 5 * retry_base_delay_s
         #: Set when stream shards stop: it ends their waits between retries.
         self._halt = threading.Event()
-        #: The wait between retries (by default one a stop of the stream shards ends).
-        self._sleep = sleep if sleep is not None else self._halt.wait
+        #: The stop ``run`` was given: without stream shards, it ends a wait between
+        #: retries, and the batch is given up on instead of retried (``_Abandoned``).
+        self._stop: threading.Event | None = None
+        #: The wait between retries (by default one a stop ends).
+        self._sleep = sleep if sleep is not None else self._wait_between_retries
         self._clock = clock
         self.stats = PollerStats()
         self._stats_lock = threading.Lock()
@@ -729,13 +733,29 @@ class StreamPoller:
         stream shards, after the last record the lanes were handed: what they still hold
         is not read, queued and delivered again). When
         the stream has been quiet for ``until_idle_s``, a batch still gathering is sent
-        (its delivery is work, not quiet) before the poller stops.
+        (its delivery is work, not quiet) before the poller stops. A stop waits for a
+        batch in flight, not for its retries: a failing batch is given up on behind the
+        checkpoint, as a stream shard's is.
         """
+        self._stop = stop
+        try:
+            self._run(stop, until_idle_s)
+        except _Abandoned:
+            # Stopped between a batch's retries: nothing after it is delivered, so the
+            # checkpoint stays before it and the next start delivers it again.
+            self._buffers.clear()
+            self._buffer_bytes.clear()
+        finally:
+            self._stop = None
+
+    def _run(self, stop: threading.Event, until_idle_s: float | None) -> None:
         quiet_since = time.monotonic()
         while not stop.is_set():
             invoked = self.stats.invocations
             try:
                 got = self.poll_once()
+            except _Abandoned:
+                raise
             except Exception:
                 log.exception(
                     "stream poll failed; reading again from the checkpoint"
@@ -1004,9 +1024,12 @@ class StreamPoller:
         """
         pending: deque[_Part] = deque([_Part(records)])
         limit = self.settings.retry_attempts
+        failed = False
         while pending:
             if abandon is not None and abandon():
                 raise _Abandoned()
+            if failed and abandon is None and self._stop is not None and self._stop.is_set():
+                raise _Abandoned()  # a stop waits for a batch in flight, not its retries
             part = pending.popleft()
             expired = self._expired(part.records)
             if expired:
@@ -1025,6 +1048,7 @@ class StreamPoller:
                 failed_at = self._invoke(part.records)
                 part.function_error = None
             except _FunctionError:
+                failed = True
                 self._count(function_errors=1)
                 part.function_error = "Unhandled"
                 if self.settings.bisect_on_error and len(part.records) > 1:
@@ -1040,6 +1064,7 @@ class StreamPoller:
                 if handled is not None:
                     handled(part.records[-1])
                 continue
+            failed = True
             if failed_at > 0:
                 if checkpoint:
                     self._checkpoint(shard_id, part.records[failed_at - 1])
@@ -1058,6 +1083,12 @@ class StreamPoller:
             backoff = self.retry_base_delay_s * min(2 ** (part.attempts - 1), 16)
             self._sleep(backoff * random.uniform(1, 1.5))
             pending.appendleft(part)
+
+    def _wait_between_retries(self, seconds: float) -> None:
+        if self._shard_lanes is None and self._stop is not None:
+            self._stop.wait(seconds)
+        else:
+            self._halt.wait(seconds)
 
     def _checkpoint(self, shard_id: str, record: Mapping[str, Any]) -> None:
         self.checkpoints.put(self.stream_arn, shard_id, record["dynamodb"]["SequenceNumber"])
