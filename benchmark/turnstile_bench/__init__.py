@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import math
 import sys
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from turnstile_bench.options import rate, share, whole
 
 __all__ = ["cmd_bench", "register"]
 
@@ -37,44 +37,6 @@ def _counts(text: str) -> tuple[int, ...]:
     if not counts or min(counts) < 0:
         raise argparse.ArgumentTypeError(f"expected counts like 10000,100000, got {text!r}")
     return counts
-
-
-def _whole(low: int, what: str) -> Callable[[str], int]:
-    """A whole number of at least ``low`` (``what`` names it in the error)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = low - 1
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-
-    parse.__name__ = what  # argparse names a type's failure by it
-    return parse
-
-
-def _share(text: str) -> float:
-    """A share, from 0 to 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value <= 1:  # nan compares false
-        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
-    return value
-
-
-def _rate(text: str) -> float:
-    """Signups a second: 0 (a burst) or more, finite."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected signups a second, 0 or more, got {text!r}")
-    return value
 
 
 def _seats(text: str) -> tuple[tuple[int, float], ...]:
@@ -191,34 +153,34 @@ def register(subparsers: Any) -> None:
         "and slots:order too with --hot and --demo",
     )
     knobs = p.add_argument_group("workload knobs (defaults depend on --quick)")
-    knobs.add_argument("--events", type=_whole(1, "1 event or more"), help="events signed up for")
-    knobs.add_argument("--capacity", type=_whole(1, "1 seat or more"), help="seats per event")
-    knobs.add_argument("--signups", type=_whole(1, "1 signup or more"), help="signups in all")
+    knobs.add_argument("--events", type=whole(1, "1 event or more"), help="events signed up for")
+    knobs.add_argument("--capacity", type=whole(1, "1 seat or more"), help="seats per event")
+    knobs.add_argument("--signups", type=whole(1, "1 signup or more"), help="signups in all")
     knobs.add_argument(
-        "--producers", type=_whole(1, "1 producer or more"), help="concurrent producer threads"
+        "--producers", type=whole(1, "1 producer or more"), help="concurrent producer threads"
     )
     knobs.add_argument("--seats", type=_seats, help='seats per signup, weighted: "1:70,2:20,4:10"')
-    knobs.add_argument("--hot-share", type=_share, help="share of signups on the first event")
+    knobs.add_argument("--hot-share", type=share, help="share of signups on the first event")
     knobs.add_argument(
         "--intake-bytes", type=_intake_range, help="intake item size range, e.g. 350-900"
     )
     knobs.add_argument("--seed", type=int, help="seed of the random workload")
     knobs.add_argument(
-        "--waitlist", type=_whole(0, "0 signups or more"), help="--lifecycle: signups that may wait"
+        "--waitlist", type=whole(0, "0 signups or more"), help="--lifecycle: signups that may wait"
     )
     knobs.add_argument(
         "--hold-seconds",
-        type=_whole(1, "1 second or more"),
+        type=whole(1, "1 second or more"),
         help="--lifecycle: seconds a hold lasts unconfirmed",
     )
     knobs.add_argument(
-        "--rate", type=_rate, help="--lifecycle: signups submitted per second (0: a burst)"
+        "--rate", type=rate, help="--lifecycle: signups submitted per second (0: a burst)"
     )
     knobs.add_argument(
-        "--confirm-share", type=_share, help="--lifecycle: share of the held that confirm"
+        "--confirm-share", type=share, help="--lifecycle: share of the held that confirm"
     )
     knobs.add_argument(
-        "--cancel-share", type=_share, help="--lifecycle: share of the accepted that cancel"
+        "--cancel-share", type=share, help="--lifecycle: share of the accepted that cancel"
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bench)

@@ -36,6 +36,7 @@ from typing import Any
 import boto3
 
 from turnstile.base.contract import INTAKE_TABLE
+from turnstile_bench.options import seconds, whole
 
 
 def _free_port() -> int:
@@ -228,16 +229,29 @@ def _idle(tmp: Path, args: argparse.Namespace, figures: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m turnstile_bench.persist")
     parser.add_argument("--only", choices=["all", "rates", "restart", "idle"], default="all")
-    parser.add_argument("--requests", type=int, default=2000, help="per measurement")
-    parser.add_argument("--threads", type=int, default=4, help="concurrent clients")
-    parser.add_argument("--items", type=int, default=100_000, help="items for the restart")
+    parser.add_argument(
+        "--requests", type=whole(1, "1 request or more"), default=2000, help="per measurement"
+    )
+    parser.add_argument(
+        "--threads", type=whole(1, "1 thread or more"), default=4, help="concurrent clients"
+    )
+    parser.add_argument(
+        "--items", type=whole(1, "1 item or more"), default=100_000, help="items for the restart"
+    )
     parser.add_argument(
         "--batch", type=int, default=25, help="items per write request (1: PutItem)"
     )
-    parser.add_argument("--updates", type=int, default=0, help="UpdateItems after the load")
-    parser.add_argument("--restarts", type=int, default=2, help="restarts after the load")
-    parser.add_argument("--idle-s", type=float, default=180.0, help="idle measurement")
-    parser.add_argument("--sweep-interval", type=float, default=60.0, help="idle: seconds")
+    parser.add_argument(
+        "--updates",
+        type=whole(0, "0 updates or more"),
+        default=0,
+        help="UpdateItems after the load",
+    )
+    parser.add_argument(
+        "--restarts", type=whole(0, "0 restarts or more"), default=2, help="restarts after the load"
+    )
+    parser.add_argument("--idle-s", type=seconds, default=180.0, help="idle measurement")
+    parser.add_argument("--sweep-interval", type=seconds, default=60.0, help="idle: seconds")
     args = parser.parse_args(argv)
     if not 1 <= args.batch <= 25:
         parser.error("--batch must be from 1 to 25")

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from turnstile_bench.inprocess import free_port, local_environment
+from turnstile_bench.options import seconds, whole
 
 __all__ = ["main"]
 
@@ -119,10 +120,17 @@ def _figures(values: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m turnstile_bench.waits")
-    parser.add_argument("--greedy", type=int, default=24, help="waits the greedy caller holds")
-    parser.add_argument("--wait-s", type=float, default=10.0, help="each wait's seconds")
-    parser.add_argument("--waiters", type=int, default=16, help="the waiter's instances")
-    parser.add_argument("--seconds", type=float, default=8.0, help="the honest caller's run")
+    parser.add_argument(
+        "--greedy",
+        type=whole(0, "0 waits or more"),
+        default=24,
+        help="waits the greedy caller holds",
+    )
+    parser.add_argument("--wait-s", type=seconds, default=10.0, help="each wait's seconds")
+    parser.add_argument(
+        "--waiters", type=whole(1, "1 instance or more"), default=16, help="the waiter's instances"
+    )
+    parser.add_argument("--seconds", type=seconds, default=8.0, help="the honest caller's run")
     args = parser.parse_args(argv)
     local_environment()
     # Each throttled wait is logged as an error by the local API: thousands of lines here.

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from turnstile_bench.inprocess import free_port, local_environment
+from turnstile_bench.options import whole
 
 __all__ = ["main"]
 
@@ -33,7 +34,7 @@ def _now() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m turnstile_bench.wakeups")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=whole(1, "1 round or more"), default=5)
     args = parser.parse_args(argv)
     local_environment()
     from turnstile.storage.store import SignupStore

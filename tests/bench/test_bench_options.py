@@ -57,3 +57,27 @@ def test_a_good_knob_reaches_the_run(monkeypatch, option, value, parsed):
     assert code == 0
     (args,) = ran
     assert getattr(args, option.lstrip("-").replace("-", "_")) == parsed
+
+
+@pytest.mark.parametrize(
+    ("module", "argv"),
+    [
+        ("persist", ["--idle-s", "nan"]),
+        ("persist", ["--sweep-interval", "-1"]),
+        ("persist", ["--threads", "0"]),
+        ("persist", ["--restarts", "-1"]),
+        ("waits", ["--wait-s", "inf"]),
+        ("waits", ["--seconds", "-2"]),
+        ("waits", ["--waiters", "0"]),
+        ("wakeups", ["--rounds", "0"]),
+    ],
+)
+def test_the_measurement_modules_check_their_options_too(capsys, module, argv):
+    import importlib
+
+    main = importlib.import_module(f"turnstile_bench.{module}").main
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    _, err = capsys.readouterr()
+    assert exit_.value.code == 2
+    assert f"error: argument {argv[0]}: expected " in err and repr(argv[1]) in err, err

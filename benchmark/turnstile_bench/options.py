@@ -1,0 +1,60 @@
+"""Checks of the benchmark's numeric options, for argparse: a count below its least, a share
+outside 0 to 1, a rate or a number of seconds that is negative, nan or inf is a usage error
+naming the option (exit 2) before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+__all__ = ["rate", "seconds", "share", "whole"]
+
+
+def whole(low: int, what: str) -> Callable[[str], int]:
+    """A whole number of at least ``low`` (``what`` names it in the error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    parse.__name__ = what  # argparse names a type's failure by it
+    return parse
+
+
+def share(text: str) -> float:
+    """A share, from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:  # nan compares false
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
+    return value
+
+
+def rate(text: str) -> float:
+    """Signups a second: 0 (a burst) or more, finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected signups a second, 0 or more, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A number of seconds: 0 or more, finite."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected seconds, 0 or more, got {text!r}")
+    return value
