@@ -136,13 +136,6 @@ def test_each_container_logs_under_its_own_request_id_and_cold_start(worker, log
     assert sorted(said) == sorted(expected), said
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the containers share the handler module's Powertools Metrics, whose metric set "
-    "is a class attribute of Metrics: one container's log_metrics flush publishes what "
-    "another container's invocation added meanwhile (its RecordsReceived too), and that "
-    "one's flush finds nothing to publish ('No application metrics to publish')",
-)
 def test_each_container_publishes_its_own_invocation_s_metrics(worker, monkeypatch, capsys):
     w, gate = worker
     gate.go.set()  # the batches pass; each invocation waits once it has added its metrics
