@@ -742,9 +742,13 @@ class StreamPoller:
             self._run(stop, until_idle_s)
         except _Abandoned:
             # Stopped between a batch's retries: nothing after it is delivered, so the
-            # checkpoint stays before it and the next start delivers it again.
+            # checkpoint stays before it and the next start delivers it again (a run of
+            # this poller too: its shards are read again from the checkpoint).
             self._buffers.clear()
             self._buffer_bytes.clear()
+            for state in self._shards.values():
+                state.iterator = None
+                state.ended = False
         finally:
             self._stop = None
 
