@@ -177,13 +177,16 @@ class _TransactionBackup:
             try:
                 hash_value = DynamoType(key[table.hash_key_attr])
                 range_value = DynamoType(key[table.range_key_attr]) if table.has_range_key else None
+                # (a key of a list, map or set does not hash: no item has it)
+                if hash_value not in table.items or (
+                    range_value is not None and range_value not in table.items[hash_value]
+                ):
+                    continue
             except (KeyError, TypeError, AttributeError):
                 continue  # moto refuses the action itself; nothing of it is written
-            if hash_value not in table.items:
-                continue
             if range_value is None:
                 items[hash_value] = copy.deepcopy(table.items[hash_value])
-            elif range_value in table.items[hash_value]:
+            else:
                 items[hash_value][range_value] = copy.deepcopy(table.items[hash_value][range_value])
         return items
 
