@@ -8,7 +8,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-__all__ = ["rate", "seconds", "share", "whole"]
+__all__ = ["positive_seconds", "rate", "seconds", "share", "whole"]
 
 
 def whole(low: int, what: str) -> Callable[[str], int]:
@@ -57,4 +57,15 @@ def seconds(text: str) -> float:
         value = math.nan
     if not 0 <= value < math.inf:
         raise argparse.ArgumentTypeError(f"expected seconds, 0 or more, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds above 0, finite (a span a figure is divided by)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected seconds, more than 0, got {text!r}")
     return value
