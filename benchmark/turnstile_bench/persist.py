@@ -36,7 +36,7 @@ from typing import Any
 import boto3
 
 from turnstile.base.contract import INTAKE_TABLE
-from turnstile_bench.options import positive_seconds, seconds, whole
+from turnstile_bench.options import positive_seconds, whole
 
 
 def _free_port() -> int:
@@ -251,7 +251,9 @@ def main(argv: list[str] | None = None) -> int:
         "--restarts", type=whole(0, "0 restarts or more"), default=2, help="restarts after the load"
     )
     parser.add_argument("--idle-s", type=positive_seconds, default=180.0, help="idle measurement")
-    parser.add_argument("--sweep-interval", type=seconds, default=60.0, help="idle: seconds")
+    parser.add_argument(
+        "--sweep-interval", type=positive_seconds, default=60.0, help="idle: seconds"
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.batch <= 25:
         parser.error("--batch must be from 1 to 25")

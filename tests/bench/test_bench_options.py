@@ -64,6 +64,7 @@ def test_a_good_knob_reaches_the_run(monkeypatch, option, value, parsed):
     [
         ("persist", ["--idle-s", "nan"]),
         ("persist", ["--sweep-interval", "-1"]),
+        ("persist", ["--sweep-interval", "0"]),
         ("persist", ["--threads", "0"]),
         ("persist", ["--restarts", "-1"]),
         ("waits", ["--wait-s", "inf"]),
