@@ -44,3 +44,40 @@ def test_with_metrics_disabled_counts_are_dropped_not_piled_up(invoke: Invoke, m
         assert api_handler.metrics.metric_set == {}
     # ... and nothing is ever printed
     assert emf_documents(capsys.readouterr().out) == []
+
+
+def test_two_local_instances_at_once_each_publish_their_own_count(store, monkeypatch, capsys):
+    """The local API serves concurrent requests with instances that are threads of one
+    process (``new_instance``): each request's document carries its own count. (Powertools
+    keeps what is counted in dicts every ``Metrics`` of a process shares: the first flush
+    published both counts, and the second published nothing.)"""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.api.helpers import v2_event
+    from turnstile_tools.local.context import LocalLambdaContext
+
+    monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "false")
+    both_counted = threading.Barrier(2, timeout=30)
+    publish = api_handler.publish_metrics
+
+    def after_both_counted() -> None:
+        both_counted.wait()
+        publish()
+
+    monkeypatch.setattr(api_handler, "publish_metrics", after_both_counted)
+    instances = [api_handler.new_instance(lambda: store) for _ in range(2)]
+    capsys.readouterr()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answers = [
+            pool.submit(
+                instance,
+                v2_event("POST", "/events", {"event_id": f"gig{n}", "capacity": 1}),
+                LocalLambdaContext.api(),
+            )
+            for n, instance in enumerate(instances)
+        ]
+        assert [a.result(timeout=60)["statusCode"] for a in answers] == [201, 201]
+    documents = emf_documents(capsys.readouterr().out)
+    assert [d["EventCreated"] for d in documents] == [[1.0], [1.0]], documents
+    assert all(d["service"] == "turnstile-api" for d in documents)

@@ -16,6 +16,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics.functions import is_metrics_disabled
 
 from turnstile.base.contract import CONTROL_TABLE, INTAKE_TABLE, MAIN_TABLE
+from turnstile.handlers.threads import metrics_per_thread
 from turnstile.storage.store import SignupStore
 from turnstile.web.api import SERVICE, WAITING_ROUTES, create_app
 
@@ -98,9 +99,10 @@ def new_instance(
     """Another handler with a resolver of its own: what a second Lambda instance would be.
     The local API server serves concurrent requests with several (a resolver holds the
     request it answers, so one serves one request at a time); they share the store
-    (``store``: the container's, or the local stack's, signed as the API's role), and the
-    module's logger and metrics (so, locally, one request's counts may be published with
-    another's)."""
+    (``store``: the container's, or the local stack's, signed as the API's role) and the
+    module's logger; what each request counts is its thread's own (``metrics_per_thread``),
+    published with no other's."""
+    metrics_per_thread(metrics)
     return _entry(create_app(store=store, metrics=metrics))
 
 
@@ -108,4 +110,5 @@ def new_waiter_instance(
     store: Callable[[], SignupStore] = get_store,
 ) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
     """``new_instance`` for the waiter function: another instance serving waiting reads."""
+    metrics_per_thread(metrics)
     return _entry(create_app(store=store, metrics=metrics, routes=WAITING_ROUTES))

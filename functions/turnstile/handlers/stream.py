@@ -7,7 +7,7 @@ import gc
 import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -22,6 +22,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from turnstile.base.clock import parse_timestamp
 from turnstile.base.contract import Status
 from turnstile.base.personal_data import decision_retention_days, signup_ref
+from turnstile.handlers.threads import metrics_per_thread
 from turnstile.jobs.processor import BatchResult, StreamProcessor, StreamRecord
 from turnstile.storage.store import SignupStore
 
@@ -190,59 +191,6 @@ def _freeze_container() -> None:
 _warm: weakref.WeakSet[StreamProcessor] = weakref.WeakSet()
 
 
-class _PerThread(MutableMapping[str, Any]):
-    """A dict of each thread's own: what Powertools' metrics keep per invocation (metrics,
-    dimensions, metadata), for containers that are threads of one process."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def _own(self) -> dict[str, Any]:
-        own: dict[str, Any] | None = getattr(self._local, "own", None)
-        if own is None:
-            own = self._local.own = {}
-        return own
-
-    def __getitem__(self, key: str) -> Any:
-        return self._own()[key]
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        self._own()[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self._own()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._own())
-
-    def __len__(self) -> int:
-        return len(self._own())
-
-    def clear(self) -> None:
-        self._own().clear()
-
-
-_metrics_per_thread = threading.Lock()
-
-
-def _metrics_of_each_container() -> None:
-    """Give each thread its own of what ``metrics`` collects for one invocation.
-
-    Powertools keeps it in dicts every ``Metrics`` of the process shares (class attributes),
-    as a Lambda container runs one invocation at a time; the local containers are threads
-    of one process, and one's ``log_metrics`` published what another's invocation had added.
-    Once, and only where containers are threads (``in_container``): on Lambda nothing
-    changes."""
-    with _metrics_per_thread:
-        provider = metrics.provider
-        if isinstance(provider.metric_set, _PerThread):
-            return
-        for name in ("metric_set", "dimension_set", "metadata_set"):
-            per_thread = _PerThread()
-            setattr(provider, name, per_thread)
-            setattr(metrics, name, per_thread)
-
-
 def in_container(
     processor: StreamProcessor, event: dict[str, Any], context: LambdaContext
 ) -> dict[str, Any]:
@@ -254,7 +202,7 @@ def in_container(
     cold start, as Powertools' thread-safe keys of this thread: they win over the keys
     ``inject_lambda_context`` appends to the one formatter every container of the process
     shares, which another container's invocation may have replaced meanwhile."""
-    _metrics_of_each_container()
+    metrics_per_thread(metrics)
     _container.processor = processor
     cold_start = processor not in _warm
     _warm.add(processor)
