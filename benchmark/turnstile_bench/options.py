@@ -27,45 +27,32 @@ def whole(low: int, what: str) -> Callable[[str], int]:
     return parse
 
 
-def share(text: str) -> float:
-    """A share, from 0 to 1."""
+def _number(text: str, fits: Callable[[float], bool], expected: str) -> float:
+    """``text`` as a number that ``fits`` (nan, inf and words never do unless it says so)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not 0 <= value <= 1:  # nan compares false
-        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
+    if not fits(value):
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def share(text: str) -> float:
+    """A share, from 0 to 1."""
+    return _number(text, lambda v: 0 <= v <= 1, "a share from 0 to 1")
 
 
 def rate(text: str) -> float:
     """Signups a second: 0 (a burst) or more, finite."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected signups a second, 0 or more, got {text!r}")
-    return value
+    return _number(text, lambda v: 0 <= v < math.inf, "signups a second, 0 or more")
 
 
 def seconds(text: str) -> float:
     """A number of seconds: 0 or more, finite."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected seconds, 0 or more, got {text!r}")
-    return value
+    return _number(text, lambda v: 0 <= v < math.inf, "seconds, 0 or more")
 
 
 def positive_seconds(text: str) -> float:
     """A number of seconds above 0, finite (a span a figure is divided by)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected seconds, more than 0, got {text!r}")
-    return value
+    return _number(text, lambda v: 0 < v < math.inf, "seconds, more than 0")

@@ -11,7 +11,6 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.integration.test_poller import FAST, setup, signup_id, write  # noqa: F401
-from turnstile_tools.local.poller import StreamPoller
 
 
 def test_a_poller_run_again_after_a_stop_delivers_the_batch_it_gave_up_on(setup):  # noqa: F811
@@ -29,16 +28,7 @@ def test_a_poller_run_again_after_a_stop_delivers_the_batch_it_gave_up_on(setup)
             raise RuntimeError("the table is unreachable")
         return {"batchItemFailures": []}
 
-    template = make(handler)
-    poller = StreamPoller(
-        handler,
-        template.streams,
-        template.stream_arn,
-        template.checkpoints,
-        sqs_client=template.sqs,
-        failure_queue_url=template.failure_queue_url,
-        settings=FAST,
-    )
+    poller = make(handler, waits=True)
     poller.run(stop)
     assert calls == [["s0", "s1", "s2"]]
     # WHEN the same poller runs again (the handler now succeeds)

@@ -49,7 +49,8 @@ def setup(aws, tmp_path):
     queue_url = sqs.create_queue(QueueName="failures")["QueueUrl"]
     arn = client.describe_table(TableName=INTAKE_TABLE.name)["Table"]["LatestStreamArn"]
 
-    def make(handler: Any, settings=FAST, from_start=False) -> StreamPoller:
+    def make(handler: Any, settings=FAST, from_start=False, waits=False) -> StreamPoller:
+        """``waits``: the poller's own wait between retries (which a stop ends), not none."""
         return StreamPoller(
             handler,
             aws.client("dynamodbstreams"),
@@ -59,7 +60,7 @@ def setup(aws, tmp_path):
             failure_queue_url=queue_url,
             settings=settings,
             from_start=from_start,
-            sleep=lambda _: None,
+            sleep=None if waits else lambda _: None,
         )
 
     def messages() -> list[dict[str, Any]]:
@@ -936,16 +937,7 @@ def test_a_stop_gives_up_a_failing_batch_instead_of_waiting_out_its_retries(setu
         stop.set()
         raise RuntimeError("the table is unreachable")
 
-    template = make(failing)
-    poller = StreamPoller(  # the poller's own wait between retries (a stop ends it)
-        failing,
-        template.streams,
-        template.stream_arn,
-        template.checkpoints,
-        sqs_client=template.sqs,
-        failure_queue_url=template.failure_queue_url,
-        settings=FAST,
-    )
+    poller = make(failing, waits=True)
     # WHEN the worker runs and the stop comes during the batch's first invocation
     poller.run(stop)
     # THEN it returns without retrying the batch and without giving up on its records:
@@ -963,8 +955,7 @@ def test_a_stop_gives_up_a_failing_batch_instead_of_waiting_out_its_retries(setu
 
 def test_a_stop_ends_the_wait_between_retries(setup):
     _, make, _ = setup
-    template = make(Recorder())
-    poller = StreamPoller(Recorder(), template.streams, template.stream_arn, template.checkpoints)
+    poller = make(Recorder(), waits=True)
     stop = threading.Event()
     stop.set()
     poller._stop = stop  # as run() holds it
