@@ -208,6 +208,10 @@ PROCESSOR_GRANTS = (
         why="puts a wake-up whose step failed in the due-holds index, to be written again "
         "(wake_later): never its counter",
     ),
+    _wakes(
+        "a shard's commit that gives seats back wakes the shards of its event where "
+        "someone waits, in the commit's transaction"
+    ),
 )
 
 #: The HTTP API: creates, re-sizes and closes events, writes intake, reads everything it

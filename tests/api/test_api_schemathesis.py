@@ -12,8 +12,7 @@ them, and valid-mode cases are kept inside them so "valid must be accepted" stil
 So has an event's lineup bound (with holds, ``capacity + waitlist`` at most
 ``MAX_LINEUP_ENTRIES``): valid-mode cases past it leave ``hold_seconds`` out.
 So has a list's ``next``: only a token the API gave out is valid (the document says so),
-so valid-mode cases leave it out. So has a sharded event (``shards`` above 1), which has
-no waitlist: valid-mode cases with both leave ``shards`` out. So has an integer: the
+so valid-mode cases leave it out. So has an integer: the
 document is OpenAPI 3.1, whose JSON Schema counts ``2.0`` as an integer, and the API takes
 only ``2`` (the document says so): valid-mode cases write a whole number as one. The
 known signup is decided (rejected: no seat taken), so a generated ``?wait=`` on it answers
@@ -65,10 +64,6 @@ def within_documented_limits(case: Any) -> Any:
         capacity, waitlist = body.get("capacity", 0), body.get("waitlist") or 0
         if lineup_problem(capacity, waitlist, body["hold_seconds"]) is not None:
             case.body = {k: v for k, v in body.items() if k != "hold_seconds"}
-    body = case.body
-    if isinstance(body, dict) and (body.get("shards") or 1) > 1 and body.get("waitlist"):
-        # A sharded event has no waitlist (the document says so in prose).
-        case.body = {k: v for k, v in body.items() if k != "shards"}
     if isinstance(case.query, dict) and "next" in case.query:
         case.query = {k: v for k, v in case.query.items() if k != "next"}
     return case

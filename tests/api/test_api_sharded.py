@@ -125,14 +125,15 @@ def test_shards_outside_1_to_32_are_refused(invoke: Invoke, store: SignupStore, 
     assert store.get_event("bad") is None
 
 
-def test_a_sharded_event_with_a_waitlist_is_refused(invoke: Invoke, store: SignupStore):
+def test_a_sharded_event_keeps_one_waitlist_option_on_its_pool_and_every_shard(
+    invoke: Invoke, store: SignupStore
+):
     answer = create(invoke, "wl", 10, shards=2, waitlist=5)
-    assert answer.status == 400
-    assert answer.body["error"] == "invalid_request"
-    assert "sharded events have no waitlist yet" in answer.body["message"]
-    assert store.get_event("wl") is None
-    # a waitlist of 0 is no waitlist
-    assert create(invoke, "wl", 10, shards=2, waitlist=0).status == 201
+    assert answer.status == 201
+    assert (answer.body["waitlist"], answer.body["shards"]) == (5, 2)
+    for key in ("wl", "wl#00", "wl#01"):
+        record = store.get_event(key)
+        assert record is not None and record.event.waitlist == 5
 
 
 # -- submitting and deciding ----------------------------------------------------------------

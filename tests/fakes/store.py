@@ -387,6 +387,9 @@ class FakeStore:
         self._exit(fault)
         return Secured(me, takes)
 
+    def pool(self, event_id: str) -> Pool | None:
+        raise NotImplementedError("the in-memory store has no waitlists on sharded events")
+
     def commit(
         self,
         expected: Event,
@@ -396,7 +399,11 @@ class FakeStore:
         expires_at: int | None = None,
         high_water: int | None = None,
         takes: Sequence[tuple[Share, int]] = (),
+        pool: Pool | None = None,
+        wake: Sequence[str] = (),
     ) -> Journal:
+        if pool is not None or wake:
+            raise NotImplementedError("the in-memory store has no waitlists on sharded events")
         fault = self._enter("commit", expected.event_id)
         assert outcome.state is not None
         journal = Journal.build(

@@ -3,8 +3,9 @@
 FOUND AND FIXED (each test failed before its fix):
 
 * a shard's waitlist waitlisted signups while the pool had seats, never saw seats raised or
-  given back elsewhere, and the audit passed it: a sharded event now has no waitlist
-  (``test_found_a_sharded_event_with_a_waitlist_is_refused``);
+  given back elsewhere, and the audit passed it: a sharded event had no waitlist until its
+  shards' lines were built across shards
+  (``test_found_a_shards_waitlist_waited_while_its_pool_had_seats``);
 * ``SignupStore.update_capacity`` of a shard key rewrote a shard's quota (oversold), and
   ``close_event`` of one failed with a bare ValueError: both refuse shard keys now
   (``test_found_the_stores_update_capacity_takes_a_shard_key_and_oversells``).
@@ -237,13 +238,17 @@ def _secure_nothing(store: SignupStore, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(store, "secure", nothing)
 
 
-def test_found_a_sharded_event_with_a_waitlist_is_refused(store):
+def test_found_a_shards_waitlist_waited_while_its_pool_had_seats(store, feed, clock):
     """Found: a shard's waitlist secured no seats (it waitlisted while the pool had them),
-    never got seats raised or given back in another shard, and the audit missed it. Until a
-    shard's waitlist is built across shards, a sharded event has none."""
-    with pytest.raises(InvalidRequestError, match="no waitlist"):
-        store.create_event("gig", 40, T0, shards=2, waitlist=5)
-    assert store.get_event("gig") is None
+    never got seats raised or given back in another shard, and the audit missed it. For a
+    while a sharded event had no waitlist; now a shard secures seats for whoever would wait
+    before anyone waits (the rest: tests/integration/test_sharded_waitlist.py)."""
+    store.create_event("gig", 40, T0, shards=2, waitlist=5)
+    proc = StreamProcessor(store, clock=clock)
+    crowd = ids_in(0, 2, 30, "crowd")
+    ok(proc.process([feed.signup(shard_key("gig", 0), sid) for sid in crowd]))
+    assert {status(store, shard_key("gig", 0), sid) for sid in crowd} == {Status.ACCEPTED}
+    assert audit(store, "gig").ok
 
 
 def test_found_a_full_mark_made_while_holds_were_live_hid_them_once_they_lapsed(store, feed, clock):

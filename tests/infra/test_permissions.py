@@ -179,6 +179,8 @@ def test_processor_reads_the_stream_and_alone_writes_decisions_and_counters(temp
                 _attributes("pk", "sk", "event_id", "hold_due_at", "hold_due_shard"),
             ),
         )
+        # A shard's commit giving seats back wakes its event's shards where someone waits.
+        | WAKES
         | {(f"sqs:{a}", queue, "{}") for a in ("SendMessage", "GetQueueAttributes", "GetQueueUrl")}
     )
 

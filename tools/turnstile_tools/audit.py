@@ -34,6 +34,7 @@ from turnstile.base.contract import (
     split_shard_key,
 )
 from turnstile.base.errors import EventNotFoundError
+from turnstile.engine.escrow import Pool
 from turnstile.engine.lifecycle import ALLOWED_TRANSITIONS, SEATED
 from turnstile.jobs.sweeper import request_unanswered, requests_answered
 from turnstile.storage.events import EventRecord
@@ -75,6 +76,10 @@ class EventAudit:
     #: A shard's fewest seats refused ``capacity_full`` (None: none refused; ``audit_pool``
     #: checks them against the seats left in the whole event).
     refused_full_seats: int | None = None
+    #: A shard's fewest seats a waiting signup asks for (None: nobody waits), and whether
+    #: it has been still for the grace (``audit_pool`` checks them across the shards).
+    waiting_seats: int | None = None
+    still: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -337,6 +342,8 @@ def _check_lifecycle(
     def judge(problem: str) -> None:
         (v if still else report.notes).append(problem)
 
+    report.still = still
+
     for d in decided.values():
         if d.get(Attr.STATUS) != Status.HELD:
             continue
@@ -361,6 +368,8 @@ def _check_lifecycle(
             if d.get(Attr.STATUS) != Status.WAITLISTED:
                 continue
             seats = _whole(d.get(Attr.SEATS)) or 0
+            fewest = report.waiting_seats
+            report.waiting_seats = seats if fewest is None else min(fewest, seats)
             if closed:
                 judge(f"{d[sid]}: waitlisted on a closed event")
             elif capacity is not None and taken is not None and seats <= capacity - taken:
@@ -614,6 +623,8 @@ def audit_pool(
     for share in shares:
         if share.taken > share.quota:
             v.append(f"shard {share.shard} gave {share.taken} seats of its {share.quota}")
+    if pool.waitlist > 0:
+        _audit_waitlist(report, pool, given, shard_reports)
     refused = [r for r in shard_reports if r.refused_full_seats is not None]
     still = not any(r.moved for r in shard_reports)
     record = store.get_event(report.event_id)
@@ -624,3 +635,35 @@ def audit_pool(
                 f"undersold: a signup of {fewest} seats refused capacity_full, "
                 f"{pool.capacity - given} seats never given"
             )
+
+
+def _audit_waitlist(
+    report: EventAudit, pool: Pool, given: int, shard_reports: list[EventAudit]
+) -> None:
+    """A sharded event's waitlist across its shards: the pool counts exactly the signups
+    waiting in all of them, never more than the event's waitlist, and names the shards
+    where someone waits; and, once every shard has been still for the grace, nobody waits
+    for seats the event has free (a seat given back in one shard reaches another's line)."""
+    v = report.violations
+    waiting = {
+        int(r.event_id.rpartition("#")[2]): r.status_counts.get(Status.WAITLISTED, 0)
+        for r in shard_reports
+    }
+    total = sum(waiting.values())
+    if total > pool.waitlist:
+        v.append(f"{total} signups wait in its shards, its waitlist is {pool.waitlist}")
+    if total != pool.waiting:
+        v.append(f"{total} signups wait in its shards, its pool counts {pool.waiting}")
+    waiters = frozenset(k for k, n in waiting.items() if n)
+    if waiters != pool.waiters:
+        v.append(
+            f"someone waits in shards {sorted(waiters)}, its pool names {sorted(pool.waiters)}"
+        )
+    fewest = min((r.waiting_seats for r in shard_reports if r.waiting_seats), default=None)
+    if fewest is not None and fewest <= pool.capacity - given:
+        problem = (
+            f"undersold: a signup of {fewest} seats waits while {pool.capacity - given} "
+            "seats of the event are free"
+        )
+        still = all(r.still for r in shard_reports)
+        (v if still else report.notes).append(problem)

@@ -339,6 +339,16 @@ class Attr:
     #: snapshot last found no seat left anywhere (``engine.escrow.Pool.full``).
     FREES = "frees"
     FULL_AT = "full_at"
+    #: On a sharded event's pool, the processor's, when the event has a waitlist: how many
+    #: signups wait in all its shards (every shard commit that changes its waitlist's length
+    #: adds the change, in the commit's transaction, never past the event's ``waitlist``),
+    #: and the shards with someone waiting (a number set), which a shard that gives seats
+    #: back wakes (docs/hot-events.md, "Waitlists across shards").
+    WAITING = "waiting"
+    WAITERS = "waiters"
+    #: How many times a shard joined ``WAITERS``: a shard commit that gives seats back wakes
+    #: the shards it read there, on condition that this has not moved since.
+    WAITERS_JOINED = "waiters_joined"
     # decision item
     STATUS = "status"
     REASON = "reason"
@@ -527,6 +537,8 @@ class WakeReason:
     CAPACITY = "capacity"
     CLOSE = "close"
     SWEEP = "sweep"
+    #: Seats given back in another shard of a sharded event, for this shard's waitlist.
+    SEATS = "seats"
 
 
 class ParkAttr:

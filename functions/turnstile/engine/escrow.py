@@ -61,6 +61,19 @@ class Pool:
     #: snapshot. A draw since (after a capacity raise) moves ``dealt``: seats it dealt may
     #: be slack.
     full_at: tuple[int, int] | None = None
+    #: The event's waitlist (0: none), the signups waiting in all its shards, and the
+    #: shards where someone waits.
+    waitlist: int = 0
+    waiting: int = 0
+    waiters: frozenset[int] = frozenset()
+    #: How many times a shard's waitlist started (went from empty to not): moves whenever
+    #: ``waiters`` gains a shard.
+    joined: int = 0
+
+    @property
+    def places(self) -> int:
+        """Places left on the event's waitlist, across its shards."""
+        return max(0, self.waitlist - self.waiting)
 
     @property
     def undealt(self) -> int:

@@ -138,6 +138,10 @@ class Event:
     #: own is shard 0 of 1: positions 1, 2, 3 ...
     shard: int = 0
     shards: int = 1
+    #: A shard's: the whole event's capacity, the most seats one of its signups could ever
+    #: be given (its ``capacity`` is its quota, the seats dealt to it so far); None: the
+    #: event's own ``capacity``. Not stored: the processor sets it from the pool it read.
+    ceiling: int | None = None
     state: str = EventState.OPEN
     #: The store's optimistic lock; the engine leaves it as it is.
     version: int = 0
@@ -562,7 +566,7 @@ class _Run:
         elif seats <= event.remaining:
             self._grant(sid, seats, Status.PENDING, seq, Cause.SIGNUP, detail=detail)
             return
-        elif seats <= event.capacity and (
+        elif seats <= (event.capacity if event.ceiling is None else event.ceiling) and (
             len(event.waiting) + len(self._new_waiting) < event.waitlist
         ):
             self._new_waiting.append(Waiting(sid, seats, seq))  # arrived last: the end

@@ -17,6 +17,7 @@ from turnstile.base.clock import ms_of, utc_now
 from turnstile.base.contract import (
     Attr,
     ControlKey,
+    EventState,
     Reason,
     Status,
     is_event_key,
@@ -27,8 +28,8 @@ from turnstile.base.contract import (
 from turnstile.base.errors import CommitConflictError, JournalTooLargeError
 from turnstile.base.personal_data import TTL_LAG_S, decision_expires_at, outlives, signup_ref
 from turnstile.engine import lifecycle
-from turnstile.engine.escrow import Share
-from turnstile.engine.lifecycle import Transition
+from turnstile.engine.escrow import Pool, Share
+from turnstile.engine.lifecycle import Event, Transition
 from turnstile.storage.dynamo import AccessDenied, error_text, refused_as_invalid
 from turnstile.storage.events import EventRecord
 from turnstile.storage.intake import IntakeRecord, engine_commands, parse_intake
@@ -422,6 +423,18 @@ class StreamProcessor:
         )
         self._keep_while_intake_lives(event_id, chunk, decided)
         self._lapses = self.max_lapses
+        stored = record.event
+        # A shard of a sharded event with a waitlist decides from its pool as well: the
+        # places left on the event's waitlist, and the event's capacity (what a signup of
+        # its could ever be given).
+        pool = self._pool_of(event_id, record)
+        if pool is not None:
+            record = replace(
+                record,
+                event=replace(
+                    stored, waitlist=len(stored.waiting) + pool.places, ceiling=pool.capacity
+                ),
+            )
         outcome, moves = self._step(record, chunk, decided, now)
         if self._stopped_at is not None:
             # A cancel or a close moved as many as a step may and stopped after its
@@ -429,19 +442,25 @@ class StreamProcessor:
             stop = max(i for i, r in enumerate(chunk) if r.sequence_number == self._stopped_at)
             chunk = chunk[: stop + 1]
             outcome, moves = self._step(record, chunk, decided, now)
-        if outcome is None:
-            return [], len(chunk), []
         deciding, takes = record, ()
-        if record.shards > 1 and (short := _short(outcome)):
+        if record.shards > 1 and (short := _wanted(record.event, outcome, pool is not None)):
             deciding, takes = self._secure(event_id, record, short, now)
             if takes:
                 outcome, moves = self._step(deciding, chunk, decided, now)
-                if outcome is None:  # pragma: no cover - more seats never undo a step
-                    return [], len(chunk), []
+        if outcome is None:
+            return [], len(chunk), []
+        assert outcome.state is not None
+        # Seats this commit gives back that it leaves free go to the shards where someone
+        # waited as the pool was read: each is woken in the commit itself.
+        wake: list[str] = []
+        gives_back = outcome.state.taken < stored.taken
+        if pool is not None and gives_back and deciding.event.capacity > outcome.state.taken:
+            owner = event_id.rpartition("#")[0]  # a shard's key: <event>#<kk>
+            wake = [shard_key(owner, k) for k in sorted(pool.waiters - {stored.shard})]
         while True:
             try:
                 journal = self.store.commit(
-                    record.event,
+                    stored,
                     outcome,
                     now,
                     by_id,
@@ -449,6 +468,8 @@ class StreamProcessor:
                     # a step that only lapsed holds decided none of the chunk's records
                     high_water=None if self._partial else _high_water(record, chunk),
                     takes=takes,
+                    pool=pool,
+                    wake=wake,
                 )
                 break
             except JournalTooLargeError as too_big:
@@ -483,6 +504,17 @@ class StreamProcessor:
         void = {d.signup_id for d in voids}
         decisions = [d for d in journal.decisions if d.signup_id not in void]
         return self._decided(event_id, decisions, now, by_id), consumed, moves
+
+    def _pool_of(self, event_id: str, record: EventRecord) -> Pool | None:
+        """The pool of the sharded event whose shard ``event_id`` is, read now, when the
+        event has a waitlist (None otherwise: a shard without one decides from its own item
+        alone, and an event of one shard from its item, as ever)."""
+        split = split_shard_key(event_id)
+        if split is None or record.shards <= 1 or record.event.waitlist <= 0:
+            return None
+        pool = self.store.pool(split[0])
+        # No pool (never: event items are not deleted): no places, nothing dealt.
+        return pool if pool is not None else Pool(capacity=0, dealt=0)
 
     def _secure(
         self, shard: str, record: EventRecord, short: Sequence[int], now: str
@@ -830,6 +862,19 @@ def _placed(event_id: str, shards: int, chunk: Sequence[IntakeRecord]) -> list[I
                 )
         placed.append(r)
     return placed
+
+
+def _wanted(event: Event, outcome: Outcome | None, waits: bool) -> list[int]:
+    """The seats a shard secures before it commits: each signup ``outcome`` refused
+    ``capacity_full`` (``_short``), and with a waitlist (``waits``), each waiting in the
+    shard after the step, in order: seats given back in another shard, or dealt to it, are
+    theirs before anyone's who comes later (docs/hot-events.md)."""
+    wanted = _short(outcome) if outcome is not None else []
+    if waits:
+        after = outcome.state if outcome is not None else event
+        if after is not None and after.state == EventState.OPEN:
+            wanted += [w.seats for w in after.waiting]
+    return wanted
 
 
 def _short(outcome: Outcome) -> list[int]:

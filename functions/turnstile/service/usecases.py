@@ -68,7 +68,6 @@ __all__ = [
     "DEFAULT_PAGE_SIZE",
     "LISTED_STATUSES",
     "MAX_PAGE_SIZE",
-    "SHARDED_WAITLIST_RULE",
     "STATUS_RULE",
     "Created",
     "EventOptions",
@@ -124,11 +123,6 @@ def integer_rule(name: str, minimum: int, maximum: int) -> str:
 ATTRIBUTES_RULE = "attributes must be a map (a JSON object), or left out"
 #: What ``list_signups``' status must be, as its refusal says it.
 STATUS_RULE = f"status must be one of {', '.join(LISTED_STATUSES)}"
-#: Why a sharded event with a waitlist is refused (docs/hot-events.md).
-SHARDED_WAITLIST_RULE = (
-    "sharded events have no waitlist yet: with shards above 1, waitlist must be 0 (a "
-    "shard's waitlist would not see seats freed in another shard)"
-)
 
 
 def _integer_problem(value: Any, name: str, minimum: int, maximum: int) -> str | None:
@@ -168,8 +162,7 @@ def event_options(
     """The options of a new event of ``capacity`` seats; ``InvalidRequestError`` naming
     every problem. ``ABSENT`` is the default; None (JSON null) is refused, as for every
     optional field: leave it out. The lineup the processor keeps on the event item is
-    bounded (``MAX_LINEUP_ENTRIES``), so are the options that feed it. A sharded event
-    (``shards`` above 1) has no waitlist (``SHARDED_WAITLIST_RULE``)."""
+    bounded (``MAX_LINEUP_ENTRIES``), so are the options that feed it."""
     problems: list[str] = []
     values: dict[str, int | None] = {}
     for name, value, low, high in (
@@ -193,8 +186,6 @@ def event_options(
         max_seats=values["max_seats"],
         shards=values["shards"] or 1,
     )
-    if options.shards > 1 and options.waitlist > 0:
-        raise InvalidRequestError([SHARDED_WAITLIST_RULE])
     problem = lineup_problem(capacity, options.waitlist, options.hold_seconds)
     if problem:
         raise InvalidRequestError([problem])

@@ -53,7 +53,7 @@ from turnstile.storage.dynamo import (
     number_text,
 )
 
-__all__ = ["SECURE_ATTEMPTS", "Escrow", "Secured", "freed", "gives"]
+__all__ = ["SECURE_ATTEMPTS", "Escrow", "PoolChange", "Secured", "freed", "gives", "pool_update"]
 
 #: How often ``secure`` starts again after another writer moved first.
 SECURE_ATTEMPTS = 16
@@ -360,24 +360,122 @@ def _pool(item: dict[str, Any]) -> Pool:
         frees, dealt = mark.split("/")
         if frees.isdigit() and dealt.isdigit():
             full_at = (int(frees), int(dealt))
+    waiters = item.get(Attr.WAITERS)
     return Pool(
         capacity=int(item.get(Attr.CAPACITY, 0)),
         dealt=int(item.get(Attr.DEALT, 0)),
         frees=int(item.get(Attr.FREES, 0)),
         full_at=full_at,
+        waitlist=int(item.get(Attr.WAITLIST, 0)),
+        waiting=int(item.get(Attr.WAITING, 0)),
+        waiters=frozenset(int(k) for k in waiters) if isinstance(waiters, set) else frozenset(),
+        joined=int(item.get(Attr.WAITERS_JOINED, 0)),
     )
 
 
 def freed(table: str, event_id: str) -> dict[str, Any]:
     """The pool's side of a shard commit that gives seats back (its ``taken`` goes down):
     ``frees`` raised, so a full mark set before it no longer holds (``Pool.full``)."""
+    return pool_update(table, event_id, PoolChange(frees=True))
+
+
+@dataclass(frozen=True)
+class PoolChange:
+    """What one shard commit changes on its pool, in the commit's transaction (one write of
+    the pool: a transaction may name an item once).
+
+    ``frees``: the shard gives seats back (``Pool.full``). ``waiting``: how many more (or
+    fewer) signups wait in the shard; ``join``/``leave``: the shard's number, when its
+    waitlist was empty and is not (is now empty). ``joined_from``: the pool as the shard
+    read it before it decided, when the commit puts new signups on its waitlist: they
+    wait because no seat was left anywhere, as of that read, so the commit stands only if
+    no shard gave seats back since (``frees``) and the capacity is the same; and only
+    while the event's waitlist has room for them all (``waiting`` at most its bound less
+    what is added)."""
+
+    frees: bool = False
+    waiting: int = 0
+    join: int | None = None
+    leave: int | None = None
+    joined_from: Pool | None = None
+    #: The pool as read before deciding, when the commit gives seats back on an event with
+    #: a waitlist: the commit wakes the shards that had someone waiting then, so it stands
+    #: only if no shard's waitlist has started since (``Attr.WAITERS_JOINED`` as read).
+    freed_from: Pool | None = None
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.frees
+            or self.waiting
+            or self.join is not None
+            or self.leave is not None
+            or self.joined_from is not None
+            or self.freed_from is not None
+        )
+
+
+def pool_update(table: str, event_id: str, change: PoolChange) -> dict[str, Any]:
+    """The pool's side of a shard commit (``PoolChange``), an ``Update`` of a transaction."""
+    names: dict[str, str] = {"#pk": ControlKey.PK}
+    values: dict[str, Any] = {}
+    adds: list[str] = []
+    deletes: list[str] = []
+    conditions = ["attribute_exists(#pk)"]
+    if change.frees:
+        names["#frees"] = Attr.FREES
+        values[":one"] = _n(1)
+        adds.append("#frees :one")
+    if change.waiting or change.joined_from is not None:  # (an update names something)
+        names["#waiting"] = Attr.WAITING
+        values[":waiting"] = _n(change.waiting)
+        adds.append("#waiting :waiting")
+    if change.join is not None:
+        names["#waiters"] = Attr.WAITERS
+        names["#joined"] = Attr.WAITERS_JOINED
+        values[":join"] = {"NS": [number_text(change.join)]}
+        values[":one"] = _n(1)
+        adds += ["#waiters :join", "#joined :one"]
+    if change.leave is not None:
+        names["#waiters"] = Attr.WAITERS
+        values[":leave"] = {"NS": [number_text(change.leave)]}
+        deletes.append("#waiters :leave")
+    read = change.joined_from
+    if read is not None:
+        names["#frees"] = Attr.FREES
+        names["#capacity"] = Attr.CAPACITY
+        values[":frees_read"] = _n(read.frees)
+        values[":capacity_read"] = _n(read.capacity)
+        frees_as_read = "#frees = :frees_read"
+        if read.frees == 0:
+            frees_as_read = f"(attribute_not_exists(#frees) OR {frees_as_read})"
+        conditions += [frees_as_read, "#capacity = :capacity_read"]
+        if change.waiting > 0:
+            names["#waiting"] = Attr.WAITING
+            values[":most"] = _n(read.waitlist - change.waiting)
+            conditions.append("(attribute_not_exists(#waiting) OR #waiting <= :most)")
+            if read.waitlist - change.waiting < 0:
+                conditions.append("attribute_not_exists(#pk)")  # never: past the bound
+    if change.freed_from is not None:
+        names["#joined"] = Attr.WAITERS_JOINED
+        values[":joined_read"] = _n(change.freed_from.joined)
+        joined_as_read = "#joined = :joined_read"
+        if change.freed_from.joined == 0:
+            joined_as_read = f"(attribute_not_exists(#joined) OR {joined_as_read})"
+        conditions.append(joined_as_read)
+    if change.waiting > 0 and read is None:
+        raise ValueError("signups join a waitlist only against the pool they were decided from")
+    if not adds:
+        raise ValueError("a pool update that changes nothing")
+    expression = "ADD " + ", ".join(adds)
+    if deletes:
+        expression += " DELETE " + ", ".join(deletes)
     return {
         "TableName": table,
         "Key": control_key(ControlKey.event(event_id)),
-        "UpdateExpression": "ADD #frees :one",
-        "ConditionExpression": "attribute_exists(#pk)",
-        "ExpressionAttributeNames": {"#frees": Attr.FREES, "#pk": ControlKey.PK},
-        "ExpressionAttributeValues": {":one": _n(1)},
+        "UpdateExpression": expression,
+        "ConditionExpression": " AND ".join(conditions),
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
     }
 
 

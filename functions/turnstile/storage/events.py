@@ -193,6 +193,29 @@ def _shard_item(update: Mapping[str, Any], event_id: str, shard: int) -> dict[st
     return {**update, "Key": event_key(key), "ExpressionAttributeValues": values}
 
 
+def wake_update(table: str, event_id: str, reason: str, now: str | None = None) -> dict[str, Any]:
+    """The write of an event's wake-up item (``EventItems.wake``), as an update's arguments
+    (a transaction's ``Update`` too)."""
+    return {
+        "TableName": table,
+        "Key": control_key(ControlKey.wake(event_id)),
+        # A wake-up that was due to be written again (``wake_later``) is written now.
+        "UpdateExpression": "ADD #n :one SET #at = :at, #why = :why REMOVE #due, #shard",
+        "ExpressionAttributeNames": {
+            "#n": WakeAttr.WAKES,
+            "#at": WakeAttr.WOKEN_AT,
+            "#why": WakeAttr.REASON,
+            "#due": Attr.HOLD_DUE_AT,
+            "#shard": Attr.HOLD_DUE_SHARD,
+        },
+        "ExpressionAttributeValues": {
+            ":one": {"N": "1"},
+            ":at": {"S": now or utc_now()},
+            ":why": {"S": reason},
+        },
+    }
+
+
 def high_water_text(mark: int, version: int) -> str:
     """The high-water mark as a commit stores it: the sequence number and the version that
     commit writes (``<number>@<version>``). A commit that did not raise it (a processor of a
@@ -340,9 +363,6 @@ class EventItems:
         }
         if not 1 <= shards <= MAX_SHARDS:
             raise InvalidRequestError([f"shards must be from 1 to {MAX_SHARDS}, not {shards}"])
-        if shards > 1 and waitlist:
-            # A shard's waitlist would never see seats given back in another shard.
-            raise InvalidRequestError(["a sharded event has no waitlist (not built yet)"])
         updates = [update] + (
             [_shard_item(update, event_id, k) for k in range(shards)] if shards > 1 else []
         )
@@ -532,25 +552,7 @@ class EventItems:
         hold, a waitlist promoted into seats given back or added, a close acted on, a parked
         event released). Turnstile's own item: nothing a producer writes can stop it.
         Idempotent in effect (a second tick finds nothing more to do)."""
-        self.dynamo.call(
-            "update_item",
-            TableName=self.control_table,
-            Key=control_key(ControlKey.wake(event_id)),
-            # A wake-up that was due to be written again (``wake_later``) is written now.
-            UpdateExpression="ADD #n :one SET #at = :at, #why = :why REMOVE #due, #shard",
-            ExpressionAttributeNames={
-                "#n": WakeAttr.WAKES,
-                "#at": WakeAttr.WOKEN_AT,
-                "#why": WakeAttr.REASON,
-                "#due": Attr.HOLD_DUE_AT,
-                "#shard": Attr.HOLD_DUE_SHARD,
-            },
-            ExpressionAttributeValues={
-                ":one": {"N": "1"},
-                ":at": {"S": now or utc_now()},
-                ":why": {"S": reason},
-            },
-        )
+        self.dynamo.call("update_item", **wake_update(self.control_table, event_id, reason, now))
 
     def wake_later(self, event_id: str, due_ms: int) -> None:
         """A wake-up whose step failed is written again at ``due_ms`` (epoch ms): its item
@@ -637,8 +639,12 @@ class EventItems:
                 )
             except ConditionFailed:
                 continue  # a commit or another change moved the event on: read again
-            # Seats added may be the waitlist's now: the event takes a step.
+            # Seats added may be the waitlist's now: the event takes a step (a sharded
+            # event's shards each: any may have someone waiting, whom a draw now seats).
             self.wake(event_id, WakeReason.CAPACITY)
+            if current.shards > 1 and event.waitlist > 0 and capacity > event.capacity:
+                for k in range(current.shards):
+                    self.wake(shard_key(event_id, k), WakeReason.CAPACITY)
             updated = self.get_event(event_id)
             if updated is None:  # pragma: no cover - event items are never deleted
                 raise EventNotFoundError(f"no such event {event_id!r}")

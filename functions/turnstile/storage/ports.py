@@ -57,6 +57,10 @@ class ProcessorStore(Protocol):
         read strongly consistent; signups without one are simply absent."""
         ...
 
+    def pool(self, event_id: str) -> Pool | None:
+        """A sharded event's pool as it is now (None: no such event)."""
+        ...
+
     def secure(
         self, event_id: str, shards: int, shard: int, need: int, sizes: Sequence[int] = ()
     ) -> Secured:
@@ -76,9 +80,14 @@ class ProcessorStore(Protocol):
         expires_at: int | None = None,
         high_water: int | None = None,
         takes: Sequence[tuple[Share, int]] = (),
+        pool: Pool | None = None,
+        wake: Sequence[str] = (),
     ) -> Journal:
         """Store ``outcome``'s counters and a journal of its decisions (version
-        ``expected.version + 1``) on the event item, in one write, or raise. With
+        ``expected.version + 1``) on the event item, in one write, or raise. A shard of a
+        sharded event with a waitlist tells its ``pool`` (as read before deciding) of its
+        waitlist's change and wakes the shards ``wake`` names, in the same transaction
+        (``SignupStore.commit``). With
         ``high_water``, the same write sets the event's high-water mark to it (a string of
         its digits, ``Attr.HIGH_WATER``); without, it leaves the mark as it is.
 

@@ -50,6 +50,8 @@ from turnstile.base.contract import (
     Attr,
     ControlKey,
     EventState,
+    Status,
+    WakeReason,
     split_shard_key,
     undecided_shard,
 )
@@ -68,8 +70,8 @@ from turnstile.storage.dynamo import (
     signup_key,
     to_item,
 )
-from turnstile.storage.escrow import Escrow, Secured, freed, gives
-from turnstile.storage.events import EventItems, high_water_text, is_or_absent_as
+from turnstile.storage.escrow import Escrow, PoolChange, Secured, gives, pool_update
+from turnstile.storage.events import EventItems, high_water_text, is_or_absent_as, wake_update
 from turnstile.storage.intake import IntakeRecord, parse_intake
 from turnstile.storage.items import Decision, Outcome, update_call
 from turnstile.storage.items import decision_item as _decision_item
@@ -245,6 +247,8 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
         expires_at: int | None = None,
         high_water: int | None = None,
         takes: Sequence[tuple[Share, int]] = (),
+        pool: Pool | None = None,
+        wake: Sequence[str] = (),
     ) -> Journal:
         """Commit a group's decisions and the event's counters in one conditional write.
 
@@ -253,6 +257,13 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
         (``storage.escrow``): its capacity (quota) is raised by them, each giver's lowered on
         condition that it is as read. ``expected.capacity`` is the shard's as read, without
         them; the outcome was decided with them.
+
+        ``pool`` (a shard of a sharded event with a waitlist): the pool as the processor
+        read it before it decided. A commit that changes the shard's waitlist tells the
+        pool in the same transaction (``storage.escrow.PoolChange``): how many more or fewer
+        wait, on condition, when signups join, that the waitlist has room for them and that
+        no seat came back or was added since that read. ``wake``: shards' keys woken in the
+        same transaction (seats this commit gives back, for their waitlists).
 
         The journal fixes each decision item to the byte, with the fields it copies from
         ``requests`` (by signup id) and ``expires_at`` (when TTL deletes them; None: kept).
@@ -281,8 +292,11 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
         blob = journal.encoded
         lifecycle = dict(outcome.lifecycle or {})
         split = split_shard_key(expected.event_id)
-        # A shard giving seats back tells its pool, in the same transaction (Pool.full).
-        frees = split is not None and outcome.state.taken < expected.taken
+        # A shard giving seats back, or changing its waitlist, tells its pool in the same
+        # transaction (Pool.full, Pool.waiting).
+        change = _pool_change(expected, outcome, pool) if split is not None else PoolChange()
+        if wake and split is None:
+            raise ValueError(f"{expected.event_id!r} is no shard: it wakes no other")
         write = (
             self._lineup_write(
                 expected,
@@ -290,7 +304,7 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
                 lifecycle,
                 journal.version,
                 # what the transaction has room for beside the event item and the escrow's
-                room=MAX_TRANSACTION_ITEMS - 1 - len(takes) - int(frees),
+                room=MAX_TRANSACTION_ITEMS - 1 - len(takes) - int(bool(change)) - len(wake),
             )
             if outcome.lifecycle is not None
             else None
@@ -378,7 +392,7 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
             "ExpressionAttributeValues": values,
         }
         page_actions = write.actions(self.control_table) if write is not None else []
-        items = 1 + len(takes) + int(frees) + len(page_actions)
+        items = 1 + len(takes) + int(bool(change)) + len(wake) + len(page_actions)
         paged = sum(len(blob) for _, blob in write.plan.writes) if write and write.plan else 0
         if items > MAX_TRANSACTION_ITEMS or paged > MAX_TRANSACTION_PAGE_BYTES:
             # a chunk that touches fewer pages fits: the processor decides a shorter one
@@ -389,8 +403,10 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
                 fits=0,
             )
         try:
-            if takes or frees:
-                self._commit_taking(expected.event_id, update, takes, frees, page_actions)
+            if takes or change or wake:
+                self._commit_taking(
+                    expected.event_id, update, takes, change, page_actions, wake, decided_at
+                )
             elif page_actions:
                 self._commit_paged(expected.event_id, update, page_actions)
             else:
@@ -427,6 +443,10 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
         ``need`` free seats, drawing from the pool first (``Escrow.secure``)."""
         return Escrow(self).secure(event_id, shards, shard, need, sizes)
 
+    def pool(self, event_id: str) -> Pool | None:
+        """A sharded event's pool as it is now (None: no such event)."""
+        return Escrow(self).pool(event_id)
+
     def shares(self, event_id: str, shards: int) -> tuple[Pool | None, list[Share]]:
         """A sharded event's pool and every shard's share at one instant (the audit's)."""
         return Escrow(self).snapshot(event_id, shards)
@@ -436,8 +456,10 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
         shard: str,
         update: dict[str, Any],
         takes: Sequence[tuple[Share, int]],
-        frees: bool = False,
+        change: PoolChange | None = None,
         page_actions: Sequence[dict[str, Any]] = (),
+        wake: Sequence[str] = (),
+        now: str | None = None,
     ) -> None:
         """A shard's commit with the seats it takes (and, when it gives seats back, its
         pool's ``frees`` raised), one transaction; CommitConflictError when any of its
@@ -446,8 +468,11 @@ class SignupStore(Tables, EventItems, LineupPages, ParkedEvents, SignupRequests)
         if split is None:
             raise ValueError(f"{shard!r} is no shard: it cannot take seats")
         actions = [{"Update": u} for u in gives(self.control_table, split[0], takes)]
-        if frees:
-            actions.append({"Update": freed(self.control_table, split[0])})
+        if change is not None and change:
+            actions.append({"Update": pool_update(self.control_table, split[0], change)})
+        actions += [
+            {"Update": wake_update(self.control_table, key, WakeReason.SEATS, now)} for key in wake
+        ]
         try:
             self.dynamo.call(
                 "transact_write_items",
@@ -708,3 +733,26 @@ def _decimalize(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_decimalize(v) for v in value]
     return value
+
+
+def _pool_change(expected: Event, outcome: Outcome, pool: Pool | None) -> PoolChange:
+    """What a shard's commit changes on its pool: seats given back (``frees``), and for an
+    event with a waitlist, the change in how many wait in the shard (``PoolChange``)."""
+    assert outcome.state is not None
+    frees = outcome.state.taken < expected.taken
+    if expected.waitlist <= 0:
+        return PoolChange(frees=frees)
+    before, after = len(expected.waiting), len(outcome.state.waiting)
+    joined = any(d.status == Status.WAITLISTED for d in outcome.decisions)
+    if joined and pool is None:
+        raise ValueError(
+            f"{expected.event_id!r}: signups join a shard's waitlist only against its pool"
+        )
+    return PoolChange(
+        frees=frees,
+        waiting=after - before,
+        join=expected.shard if before == 0 and after > 0 else None,
+        leave=expected.shard if before > 0 and after == 0 else None,
+        joined_from=pool if joined else None,
+        freed_from=pool if frees else None,
+    )

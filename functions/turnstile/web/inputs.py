@@ -147,8 +147,7 @@ class EventCreate(_Body):
             "description": (
                 f"A new event. With holds (hold_seconds above 0), capacity + waitlist is at "
                 f"most {MAX_LINEUP_ENTRIES} (400 otherwise): the event keeps every hold "
-                "and every waiting signup. A sharded event (shards above 1) has no waitlist "
-                "(400 otherwise)."
+                "and every waiting signup."
             ),
             "examples": [{"event_id": "concert-2026", "capacity": 100}],
         },
@@ -185,7 +184,8 @@ class EventCreate(_Body):
         description=(
             "Shards to spread a hot event's signups over (1: none, the default). Each "
             "signup is kept and decided in one shard, fixed by its id; callers name the "
-            "event by its own id as ever. A sharded event has no waitlist (yet)."
+            "event by its own id as ever. A sharded event's waitlist is one bound over "
+            "its shards; each shard keeps its own line."
         ),
     )
 
