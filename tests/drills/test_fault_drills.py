@@ -828,23 +828,38 @@ def test_drill_lifecycle_requests_and_lapsing_holds_under_sigkill_and_faults(dri
     )
 
 
-def _unanswered(decided: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str]]:
-    """The sharded event's holds still HELD (each was asked to confirm or cancel)."""
-    return [
-        k for k, v in decided.items() if k[0].startswith("s-drop#") and v["status"]["S"] == "HELD"
-    ]
+def _unanswered(
+    decided: dict[tuple[str, str], dict[str, Any]], asked: set[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The sharded event's holds asked to confirm or cancel and still HELD (a signup
+    promoted from the line later holds a seat no one asked about)."""
+    return [k for k in asked if decided[k]["status"]["S"] == "HELD"]
+
+
+def _seats_and_line(decisions: dict[tuple[str, str], dict[str, Any]]) -> tuple[int, int]:
+    """The sharded drill's event: its seats held or accepted, and how many wait."""
+    seats = line = 0
+    for (key, _), v in decisions.items():
+        if key.startswith("s-drop#"):
+            status = v["status"]["S"]
+            seats += int(v["seats"]["N"]) if status in ("HELD", "ACCEPTED") else 0
+            line += status == "WAITLISTED"
+    return seats, line
 
 
 def test_drill_sharded_event_under_sigkill_and_faults(drill):
-    """A sharded event (4 shards, holds of 5 minutes) beside a plain one. Producers place each
-    signup under its shard's key (every 25th under a wrong one), some holders confirm and
-    some cancel; workers are SIGKILLed at random moments, then one whose calls fail a
-    tenth of the time finishes, and the sweeper releases what its failures parked. Never
-    oversold, never undersold: the event ends with exactly its seats held or accepted but
-    those cancelled, every record has its one decision, and no first decision changed."""
+    """A sharded event (4 shards, holds of 5 minutes, a waitlist of 40) beside a plain one.
+    Producers place each signup under its shard's key (every 25th under a wrong one), some
+    holders confirm and some cancel; workers are SIGKILLed at random moments, then one whose
+    calls fail a tenth of the time finishes, and the sweeper releases what its failures
+    parked. Never oversold, never undersold: the event ends with exactly its seats held or
+    accepted, each seat cancelled taken by a signup that waited (in whichever shard), the
+    line only ever as long as the event's waitlist, every record has its one decision, and
+    no first decision changed."""
     created = drill.turnstile(
-        "event", "create", "s-drop", "--capacity", "60", "--shards", "4", "--hold-seconds", "300"
-    )
+        "event", "create", "s-drop", "--capacity", "60", "--shards", "4", "--hold-seconds",
+        "300", "--waitlist", "40",
+    )  # fmt: skip
     assert created.returncode == 0, created.stderr
     drill.create_events({"s-plain": 30})
     c = drill.producer_client()
@@ -880,8 +895,10 @@ def test_drill_sharded_event_under_sigkill_and_faults(drill):
     # Holders of the sharded event confirm (every other one) or cancel (every fifth),
     # each by updating its intake record, as a producer does.
     requests = 0
+    asked: set[tuple[str, str]] = set()
     for (key, sid), item in drill.decisions().items():
         if key.startswith("s-drop#") and item["status"]["S"] == "HELD":
+            asked.add((key, sid))
             kind = "confirm" if requests % 2 == 0 else "cancel"
             if requests % 5 == 4:
                 kind = "cancel"
@@ -906,18 +923,29 @@ def test_drill_sharded_event_under_sigkill_and_faults(drill):
     worker = drill.start_worker("sharded-after")
     drill.sweep_until_decided("sharded")
     deadline = time.monotonic() + 60  # every request answered (its item's request_count)
-    while time.monotonic() < deadline and _unanswered(drill.decisions()):
+    while time.monotonic() < deadline and _unanswered(drill.decisions(), asked):
+        time.sleep(0.5)
+    # and each seat given back taken by a signup that waited (a wake-up of its shard away)
+    while time.monotonic() < deadline and _seats_and_line(drill.decisions())[0] < 60:
         time.sleep(0.5)
     worker.send_signal(signal.SIGTERM)
     worker.wait(timeout=60)
     final = drill.decisions()
     assert requests > 0
 
-    # A first decision is fixed (its time and the record it decided); a hold may move on.
-    def first(item: dict[str, Any] | None) -> Any:
-        return item and (item["sequence_number"], item["decided_at"], item.get("position"))
+    # A first decision is fixed (its time and the record it decided, and a seat's position);
+    # a hold may move on, and a signup that waited is given a position when promoted.
+    def first(item: dict[str, Any] | None, waited: bool = False) -> Any:
+        position = None if waited else (item or {}).get("position")
+        return item and (item["sequence_number"], item["decided_at"], position)
 
-    assert snapshot and [k for k, v in snapshot.items() if first(final.get(k)) != first(v)] == []
+    changed = [
+        k
+        for k, v in snapshot.items()
+        if first(final.get(k), v["status"]["S"] == "WAITLISTED")
+        != first(v, v["status"]["S"] == "WAITLISTED")
+    ]
+    assert snapshot and changed == []
     assert [k for k, v in snapshot.items() if k[0] == "s-plain" and final.get(k) != v] == []
     for key in wrong:
         assert final[key]["reason"]["S"] == "invalid_request", final[key]
@@ -936,10 +964,22 @@ def test_drill_sharded_event_under_sigkill_and_faults(drill):
         for (key, _), v in final.items()
         if key.startswith("s-drop#") and v["status"]["S"] == "CANCELLED"
     )
-    # Exactly the seats: every one given (signups were refused for want of them), and
-    # only those cancelled after came back, with no later signup to take them.
-    assert refused and cancelled and _unanswered(final) == []
-    assert seated + cancelled == 60, (seated, cancelled)
+    # Exactly the seats: every one given (signups were refused for want of them, once the
+    # line was full), and each one cancelled after taken by a signup that waited, from
+    # any shard's line: 36 cancels, 40 waiting.
+    promoted = sum(
+        1
+        for (key, _), v in final.items()
+        if key.startswith("s-drop#")
+        and any(
+            h["M"].get("cause", {}).get("S") == "promotion"
+            for h in v.get("history", {}).get("L", [])
+        )
+    )
+    seats, line = _seats_and_line(final)
+    assert refused and cancelled and _unanswered(final, asked) == []
+    assert (seats, seated) == (60, 60), (seated, cancelled, promoted, line)
+    assert promoted == cancelled and line + promoted == 40, (cancelled, promoted, line)
     drill.audit_clean()
     report(
         "sharded",
