@@ -271,3 +271,25 @@ def test_a_commit_past_the_events_waitlist_is_refused_by_the_pool(store, feed, c
     assert result.conflicts >= 1 and result.parked_events
     assert status(store, shard_key("gig", 0), ids[0]) is None
     assert waiting(store, "gig")[0] == 2
+
+
+def test_a_shard_whose_own_cancel_frees_too_few_seats_for_its_line_wakes_itself(
+    store, feed, clock, wakes
+):
+    """Found by the state machine: a 2-seat signup waits in shard 0 beside the pool's last
+    seat; shard 0's own seated signup cancels. The step frees one seat, too few for the
+    head of the line; the seats it secured before committing were counted from its share
+    before the cancel (none free), so it drew nothing. Its commit wakes itself: the next
+    step counts from the share the cancel left, draws the pool's seat and seats the line."""
+    store.create_event("gig", 2, T0, shards=2, waitlist=1)
+    zero = StreamProcessor(store, clock=clock)
+    seated, big = ids_in(0, 2, 2, "zero")
+    ok(zero.process([feed.signup(shard_key("gig", 0), seated)]))
+    ok(zero.process([feed.signup(shard_key("gig", 0), big, seats=2)]))
+    assert status(store, shard_key("gig", 0), big) == Status.WAITLISTED
+    wakes.read_new()
+    ok(zero.process([feed.request(shard_key("gig", 0), seated, RequestKind.CANCEL)]))
+    deliver_wakes(zero, wakes, feed)
+    assert status(store, shard_key("gig", 0), big) == Status.ACCEPTED
+    assert escrow(store, "gig", 2)[2:] == ([(2, 2), (0, 0)], 2)
+    audit_ok(store, "gig")

@@ -297,7 +297,10 @@ class StreamProcessor:
         result: BatchResult,
         read_all: bool = False,
     ) -> tuple[list[DecidedSignup], int]:
-        unsteppable: set[str] = set()
+        # Shards whose step failed, and every shard stepped further up this call's stack
+        # (this one included): two shards short of seats, each with a lapsed hold, would
+        # otherwise step each other without end.
+        unsteppable: set[str] = {event_id, *self._unsteppable}
         for _ in range(self.max_conflicts):
             outer, self._unsteppable = self._unsteppable, unsteppable
             try:
@@ -452,11 +455,7 @@ class StreamProcessor:
         assert outcome.state is not None
         # Seats this commit gives back that it leaves free go to the shards where someone
         # waited as the pool was read: each is woken in the commit itself.
-        wake: list[str] = []
-        gives_back = outcome.state.taken < stored.taken
-        if pool is not None and gives_back and deciding.event.capacity > outcome.state.taken:
-            owner = event_id.rpartition("#")[0]  # a shard's key: <event>#<kk>
-            wake = [shard_key(owner, k) for k in sorted(pool.waiters - {stored.shard})]
+        wake = _to_wake(event_id, pool, stored, outcome, deciding.event.capacity)
         while True:
             try:
                 journal = self.store.commit(
@@ -599,8 +598,13 @@ class StreamProcessor:
                 else {}
             )
             outcome = outcome_of(event, counts, step, decided, {}, {})
+            # A shard's seats taken back go to the lines, as any seats given back.
+            pool = self._pool_of(event_id, record)
+            wake = _to_wake(event_id, pool, record.event, outcome, record.event.capacity)
             try:
-                taken_back = self.store.commit(record.event, outcome, now, {}, expires_at)
+                taken_back = self.store.commit(
+                    record.event, outcome, now, {}, expires_at, pool=pool, wake=wake
+                )
             except CommitConflictError:
                 continue  # an organizer's change, or another processor: read again
             self.store.materialize(event_id, taken_back, {})
@@ -862,6 +866,27 @@ def _placed(event_id: str, shards: int, chunk: Sequence[IntakeRecord]) -> list[I
                 )
         placed.append(r)
     return placed
+
+
+def _to_wake(
+    event_id: str, pool: Pool | None, stored: Event, outcome: Outcome, quota: int
+) -> list[str]:
+    """The shards a shard's commit wakes (in its transaction): when it gives seats back and
+    leaves some free (``quota``: its quota with what it takes), the other shards the pool
+    (as read before deciding) names as having someone waiting; and itself when someone
+    still waits in its own line, since the seats it secured for the line were counted from
+    its share before this step gave seats back (its next step counts from the share this
+    commit leaves)."""
+    after = outcome.state
+    if pool is None or after is None or after.taken >= stored.taken:
+        return []
+    owner = event_id.rpartition("#")[0]  # a shard's key: <event>#<kk>
+    wake = []
+    if quota > after.taken:
+        wake = [shard_key(owner, k) for k in sorted(pool.waiters - {stored.shard})]
+    if after.waiting and after.state == EventState.OPEN:
+        wake.append(event_id)
+    return wake
 
 
 def _wanted(event: Event, outcome: Outcome | None, waits: bool) -> list[int]:

@@ -642,7 +642,8 @@ class EventItems:
             # Seats added may be the waitlist's now: the event takes a step (a sharded
             # event's shards each: any may have someone waiting, whom a draw now seats).
             self.wake(event_id, WakeReason.CAPACITY)
-            if current.shards > 1 and event.waitlist > 0 and capacity > event.capacity:
+            # (Every time: a retry of a raise whose wake-ups failed reads the new capacity.)
+            if current.shards > 1 and event.waitlist > 0:
                 for k in range(current.shards):
                     self.wake(shard_key(event_id, k), WakeReason.CAPACITY)
             updated = self.get_event(event_id)
