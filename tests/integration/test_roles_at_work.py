@@ -627,10 +627,17 @@ OUTSIDE_THE_JOB: dict[str, tuple[str, Callable[[Any], Any]]] = {
         WAITER,
         lambda c: c.get_item(TableName=CONTROL, Key=LEASE_KEY),
     ),
-    # The processor: never intake, never the sweeper's lease, never a wake-up (it is
-    # woken, it wakes nothing).
+    # The processor: never intake, never the sweeper's lease; a wake-up's counter, time and
+    # reason (a shard's commit wakes the shards where someone waits), nothing else of it.
     "processor-touches-lease": (PROCESSOR, _update(CONTROL, LEASE_KEY, "SET #fence = :v")),
-    "processor-wakes": (PROCESSOR, lambda c: SignupStore(c).wake("gig", WakeReason.RETRY)),
+    "processor-wakes-and-writes-more": (
+        PROCESSOR,
+        _update(CONTROL, WAKE_KEY, "ADD #wakes :v SET #journal = :v"),
+    ),
+    "processor-deletes-wake-up": (
+        PROCESSOR,
+        lambda c: c.delete_item(TableName=CONTROL, Key=WAKE_KEY),
+    ),
     "processor-edits-intake": (PROCESSOR, _update(INTAKE_TABLE, INTAKE_KEY, "SET #seats = :v")),
     "processor-puts-intake": (
         PROCESSOR,

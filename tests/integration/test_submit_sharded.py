@@ -103,7 +103,7 @@ def test_the_cli_creates_a_sharded_event_and_places_each_signup(
     [
         (["--shards", "0"], f"shards must be an integer from 1 to {MAX_SHARDS}"),
         (["--shards", "33"], f"shards must be an integer from 1 to {MAX_SHARDS}"),
-        (["--shards", "2", "--waitlist", "3"], "sharded events have no waitlist yet"),
+        (["--shards", "2", "--waitlist", "-1"], "waitlist must be an integer from 0 to"),
     ],
 )
 def test_the_cli_refuses_bad_shards_in_one_line(capsys, store: SignupStore, argv, message):

@@ -1158,8 +1158,9 @@ def _event(ctx: click.Context) -> None:
     type=int,
     metavar="K",
     default_text="1: not sharded",
-    help="spread a hot event's signups over K shards (1 to 32; no waitlist then): each "
-    "signup is kept and decided in the shard its id falls in (docs/hot-events.md)",
+    help="spread a hot event's signups over K shards (1 to 32): each signup is kept and "
+    "decided in the shard its id falls in, and a --waitlist bounds the shards' lines "
+    "together (docs/hot-events.md)",
 )
 @output_option()
 @click.pass_context

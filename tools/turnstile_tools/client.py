@@ -234,8 +234,8 @@ class TurnstileClient:
         """Create an OPEN event (201); ``ApiError`` 409 ``event_exists`` if it exists with
         another capacity or options. The options left None are not sent (their defaults:
         no waitlist, no holds, no ``max_seats``, one shard). ``shards`` (1 to 32): a hot
-        event's signups spread over that many shards (no waitlist then); every call still
-        names the event by its own id."""
+        event's signups spread over that many shards (a ``waitlist`` bounds their lines
+        together); every call still names the event by its own id."""
         body: dict[str, Any] = {"event_id": event_id, "capacity": capacity}
         options = {
             "waitlist": waitlist,
