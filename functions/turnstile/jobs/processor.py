@@ -313,7 +313,12 @@ class StreamProcessor:
                 for shard in lapsed.shards:
                     tick = IntakeRecord(shard, "", chunk[0].sequence_number, seats=0, tick=True)
                     try:
-                        self._decide_chunk(shard, [tick], result)
+                        # Every hold due there, however many steps of bounded lapses that
+                        # takes (each lapses one at least): one step a round would spend
+                        # this chunk's conflicts on another shard's lapses.
+                        stepped = 0
+                        while not stepped:
+                            _, stepped = self._decide_chunk(shard, [tick], result)
                     except Exception:
                         log.exception("a lapsed shard's step failed", extra={"event_id": shard})
                         unsteppable.add(shard)
@@ -883,7 +888,9 @@ def _to_wake(
     owner = event_id.rpartition("#")[0]  # a shard's key: <event>#<kk>
     wake = []
     if quota > after.taken:
-        wake = [shard_key(owner, k) for k in sorted(pool.waiters - {stored.shard})]
+        # (a shard number past the event's, in a pool an operator edited, names no shard)
+        others = pool.waiters - {stored.shard}
+        wake = [shard_key(owner, k) for k in sorted(others) if 0 <= k < stored.shards]
     if after.waiting and after.state == EventState.OPEN:
         wake.append(event_id)
     return wake
