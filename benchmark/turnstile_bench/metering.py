@@ -447,7 +447,8 @@ class MeteredClient:
         if known is not None or self._index.authoritative:
             return known or 0
         self.meter.note_unmetered()
-        response = self._client.get_item(TableName=table, Key=dict(key), ConsistentRead=True)
+        reader = self.observer or self._client  # (the function's role may not read it)
+        response = reader.get_item(TableName=table, Key=dict(key), ConsistentRead=True)
         if "Item" not in response:
             return 0
         # Known from now on, with its index entries (a write about to change it needs them).
@@ -719,7 +720,7 @@ class MeteredClient:
             if kind == "Update" and error is None:
                 # Transactions return no values: read the item back to size it.
                 self.meter.note_unmetered()
-                got = self._client.get_item(
+                got = (self.observer or self._client).get_item(
                     TableName=key[0], Key=self._key_dict(key), ConsistentRead=True
                 )
                 after_item = got.get("Item") or {}

@@ -71,6 +71,10 @@ def test_a_good_knob_reaches_the_run(monkeypatch, option, value, parsed):
         ("waits", ["--seconds", "-2"]),
         ("waits", ["--waiters", "0"]),
         ("wakeups", ["--rounds", "0"]),
+        ("waitlists", ["--shards", "1"]),
+        ("waitlists", ["--shards", "33"]),
+        ("waitlists", ["--waitlist", "0"]),
+        ("waitlists", ["--batch", "x"]),
     ],
 )
 def test_the_measurement_modules_check_their_options_too(capsys, module, argv):
