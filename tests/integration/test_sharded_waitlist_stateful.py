@@ -213,7 +213,7 @@ class ShardedWaitlist(RuleBasedStateMachine):
 
 
 ShardedWaitlist.TestCase.settings = settings(
-    max_examples=60 if EXPLORE else 12,
+    max_examples=60 if EXPLORE else 6,
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
